@@ -1,0 +1,2 @@
+//! AWS Batch backend of codalab-wm (not implemented yet).
+#![warn(missing_docs)]

@@ -1,0 +1,2 @@
+//! Azure Batch backend of codalab-wm (not implemented yet).
+#![warn(missing_docs)]

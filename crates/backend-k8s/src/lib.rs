@@ -1,0 +1,2 @@
+//! Kubernetes backend of codalab-wm (not implemented yet).
+#![warn(missing_docs)]

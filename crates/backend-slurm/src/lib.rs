@@ -1,0 +1,2 @@
+//! Slurm backend of codalab-wm (not implemented yet).
+#![warn(missing_docs)]

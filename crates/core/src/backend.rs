@@ -1,0 +1,123 @@
+//! The worker backend trait: what a compute platform must do for the manager.
+//!
+//! A backend only knows its platform. It reports facts (which of *its own* worker jobs exist,
+//! in which state, since when) and starts or stops jobs when told; the [`policy`](crate::policy)
+//! decides. Ownership comes from the platform (a job name prefix, labels, tags), so a backend
+//! created after a restart lists the jobs an earlier process started: there is no local state
+//! to lose.
+
+use crate::bundle::WorkerShape;
+use crate::command::WorkerOptions;
+use crate::error::{Error, Result};
+use std::fmt::Debug;
+use std::time::SystemTime;
+
+/// Where a worker job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Submitted, waiting for resources or booting (Slurm PENDING, Batch RUNNABLE, pod Pending).
+    Pending,
+    /// Running (or finishing: Slurm COMPLETING still holds its resources).
+    Active,
+    /// Ended without ever running properly, or failed (Slurm FAILED/NODE_FAIL, Batch FAILED).
+    Failed,
+    /// Ended normally, cancelled or timed out; no longer capacity.
+    Ended,
+}
+
+impl JobState {
+    /// Whether a job in this state counts as a worker (toward `--max-workers` and capacity).
+    pub fn is_capacity(self) -> bool {
+        matches!(self, JobState::Pending | JobState::Active)
+    }
+}
+
+/// One worker job on the platform, as the backend sees it now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerJob {
+    /// The platform's id for the job (Slurm job id, Batch job id, task id, pod name).
+    pub id: String,
+    /// The platform's name for the job, when it has one besides the id.
+    pub name: String,
+    /// Current state.
+    pub state: JobState,
+    /// When the job was submitted, when the platform says.
+    pub submitted_at: Option<SystemTime>,
+    /// The resources the job asked for, when known.
+    pub shape: Option<WorkerShape>,
+    /// The platform's reason for the state (`Resources`, `NonZeroExitCode`, `Evicted` …).
+    pub reason: Option<String>,
+}
+
+impl WorkerJob {
+    /// A job with just an id and a state.
+    pub fn new(id: impl Into<String>, state: JobState) -> Self {
+        let id = id.into();
+        Self { name: id.clone(), id, state, submitted_at: None, shape: None, reason: None }
+    }
+}
+
+/// What the manager asks a backend to start.
+#[derive(Debug, Clone, Copy)]
+pub struct LaunchRequest<'a> {
+    /// 32 lowercase hex characters unique to this launch. Backends make their worker id from
+    /// it (Slurm: `<user>-<job-name>-<unique>`; others use it as is).
+    pub unique: &'a str,
+    /// The `cl-worker` settings; build the argv with [`WorkerOptions::build_command`].
+    pub worker: &'a WorkerOptions,
+    /// Only render what would be submitted (log it with secrets redacted) and submit nothing.
+    /// The backend returns a job in state [`JobState::Ended`] with id `dry-run-<unique>`.
+    pub dry_run: bool,
+}
+
+/// A compute platform that runs `cl-worker` jobs.
+///
+/// Implementations must be cheap to call once per tick: list all own jobs in as few platform
+/// calls as the platform allows (one `squeue`, one paged list), and never turn a platform
+/// error into "zero workers": return the error, and the manager skips the tick.
+#[async_trait::async_trait]
+pub trait WorkerBackend: Send + Sync + Debug + 'static {
+    /// The backend's name as used on the command line (`slurm-batch`, `aws-batch`, `local` …).
+    fn name(&self) -> &str;
+
+    /// The resources each worker job gets (used by the prefilter).
+    fn worker_shape(&self) -> WorkerShape;
+
+    /// The worker jobs this manager owns, in every state the platform still reports.
+    async fn get_worker_jobs(&self) -> Result<Vec<WorkerJob>>;
+
+    /// Starts one worker job and returns it as submitted.
+    async fn start_worker_job(&self, request: &LaunchRequest<'_>) -> Result<WorkerJob>;
+
+    /// Stops a worker job (cancel, terminate, delete). The job may linger in a final state.
+    async fn stop_worker_job(&self, _job: &WorkerJob) -> Result<()> {
+        Err(Error::Unsupported { backend: self.name().to_owned(), operation: "stopping a worker job" })
+    }
+}
+
+/// A fresh 32-hex-digit unique id for a launch.
+pub fn new_unique() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_pending_and_active_are_capacity() {
+        assert!(JobState::Pending.is_capacity());
+        assert!(JobState::Active.is_capacity());
+        assert!(!JobState::Failed.is_capacity());
+        assert!(!JobState::Ended.is_capacity());
+    }
+
+    #[test]
+    fn unique_ids_are_hex() {
+        let id = new_unique();
+        assert_eq!(id.len(), 32);
+        assert!(id.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert_ne!(id, new_unique());
+    }
+}

@@ -1,0 +1,425 @@
+//! The CodaLab REST client: login, token refresh, identity check and the staged search.
+//!
+//! The exchanges follow what `cl-worker-manager` 1.7.5 sends (recorded against a real
+//! server): the OAuth2 password grant as the `codalab_cli_client`, the `X-Requested-With`
+//! header that makes the server answer errors in plain text, and `keywords` repeated once per
+//! keyword. Two differences, both deliberate: the search carries `.limit` so that more than the
+//! server's default 10 results come back, and the identity is checked with `GET /rest/user`,
+//! because the server runs a request with an invalid token as anonymous instead of failing.
+
+pub mod jsonapi;
+
+use crate::bundle::StagedBundle;
+use crate::error::{Error, Result};
+use crate::secret::{Credentials, Secret};
+use base64::Engine as _;
+pub use jsonapi::SkippedBundle;
+use reqwest::{Method, RequestBuilder, StatusCode};
+use serde::Deserialize;
+use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
+
+/// The OAuth2 client the CodaLab CLI (and upstream's worker manager) logs in as.
+const CLI_CLIENT_ID: &str = "codalab_cli_client";
+/// Results asked for per search page (`.limit`); the server's default is 10.
+pub const SEARCH_PAGE_SIZE: usize = 5000;
+/// Pages read at most per search, so a misbehaving server cannot keep the loop busy forever.
+const MAX_SEARCH_PAGES: usize = 20;
+/// Refresh the token when less than this is left (the Python client uses 10 minutes).
+const REFRESH_MARGIN: Duration = Duration::from_secs(600);
+
+/// Options of the HTTP connection to the CodaLab server.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Timeout of one request.
+    pub timeout: Duration,
+    /// Extra PEM certificates to trust (a private CA).
+    pub ca_certificates: Vec<Vec<u8>>,
+    /// Accept any certificate. Dangerous; the CLI warns at every start.
+    pub insecure_skip_tls_verify: bool,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self { timeout: Duration::from_secs(30), ca_certificates: Vec::new(), insecure_skip_tls_verify: false }
+    }
+}
+
+#[derive(Debug)]
+struct Token {
+    access: Secret,
+    refresh: Option<Secret>,
+    /// When the token must be refreshed (expiry minus the margin).
+    refresh_at: Instant,
+}
+
+#[derive(Deserialize)]
+struct TokenReply {
+    access_token: String,
+    #[serde(default)]
+    expires_in: Option<u64>,
+    #[serde(default)]
+    refresh_token: Option<String>,
+}
+
+/// A search result: the bundles, and those left out because a field was malformed.
+#[derive(Debug, Clone, Default)]
+pub struct SearchResult {
+    /// The staged bundles.
+    pub bundles: Vec<StagedBundle>,
+    /// Bundles left out, with the reason naming the field.
+    pub skipped: Vec<SkippedBundle>,
+}
+
+/// A client for one CodaLab server and one user.
+#[derive(Debug)]
+pub struct CodaLabClient {
+    server: String,
+    credentials: Credentials,
+    http: reqwest::Client,
+    token: Mutex<Option<Token>>,
+    /// Whether the last search returned any bundle (an empty search after a non-empty one
+    /// triggers an identity check).
+    last_search_nonempty: Mutex<bool>,
+}
+
+impl CodaLabClient {
+    /// A client for `server` (`http[s]://host[:port]`) with default options.
+    pub fn new(server: &str, credentials: Credentials) -> Result<Self> {
+        Self::with_options(server, credentials, &ClientOptions::default())
+    }
+
+    /// A client for `server` with `options`.
+    pub fn with_options(server: &str, credentials: Credentials, options: &ClientOptions) -> Result<Self> {
+        let server = server.trim_end_matches('/').to_owned();
+        let url = reqwest::Url::parse(&server)
+            .map_err(|e| Error::InvalidConfig(format!("--server `{server}` is not a URL: {e}")))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+            return Err(Error::InvalidConfig(format!(
+                "--server `{server}` must look like http[s]://<host>[:<port>]"
+            )));
+        }
+        let mut builder = reqwest::Client::builder()
+            .timeout(options.timeout)
+            .connect_timeout(options.timeout.min(Duration::from_secs(10)))
+            .user_agent(concat!("codalab-wm/", env!("CARGO_PKG_VERSION")))
+            .danger_accept_invalid_certs(options.insecure_skip_tls_verify);
+        for pem in &options.ca_certificates {
+            let certificate = reqwest::Certificate::from_pem(pem)
+                .map_err(|e| Error::InvalidConfig(format!("CA certificate is not valid PEM: {e}")))?;
+            builder = builder.add_root_certificate(certificate);
+        }
+        let http = builder
+            .build()
+            .map_err(|e| Error::InvalidConfig(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Self { server, credentials, http, token: Mutex::new(None), last_search_nonempty: Mutex::new(false) })
+    }
+
+    /// The server URL.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The user name the client logs in as.
+    pub fn username(&self) -> &str {
+        &self.credentials.username
+    }
+
+    fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.http.request(method, format!("{}{path}", self.server)).header("X-Requested-With", "XMLHttpRequest")
+    }
+
+    /// Logs in with the password grant and confirms the identity with `GET /rest/user`.
+    pub async fn login(&self) -> Result<()> {
+        let form = [
+            ("grant_type", "password"),
+            ("username", self.credentials.username.as_str()),
+            ("password", self.credentials.password.expose()),
+        ];
+        let token = self.token_request(&form).await?;
+        *self.token.lock().await = Some(token);
+        self.check_identity().await
+    }
+
+    async fn token_request(&self, form: &[(&str, &str)]) -> Result<Token> {
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!("{CLI_CLIENT_ID}:"));
+        let response = self
+            .request(Method::POST, "/rest/oauth2/token")
+            .header("Authorization", format!("Basic {basic}"))
+            .form(form)
+            .send()
+            .await
+            .map_err(|e| unreachable("login", e))?;
+        let status = response.status();
+        let body = response.text().await.map_err(|e| unreachable("login", e))?;
+        if status == StatusCode::UNAUTHORIZED || status == StatusCode::BAD_REQUEST {
+            return Err(Error::Unauthenticated {
+                server: self.server.clone(),
+                username: self.credentials.username.clone(),
+                message: oauth_error(&body),
+            });
+        }
+        if !status.is_success() {
+            return Err(Error::Server { what: "login", status: status.as_u16(), message: first_line(&body) });
+        }
+        let reply: TokenReply = serde_json::from_str(&body).map_err(|e| Error::InvalidReply {
+            from: "codalab server".into(),
+            what: "login".into(),
+            message: format!("token reply is not the expected JSON: {e}"),
+        })?;
+        let lifetime = Duration::from_secs(reply.expires_in.unwrap_or(3600));
+        let margin = REFRESH_MARGIN.min(lifetime / 2);
+        Ok(Token {
+            access: Secret::new(reply.access_token),
+            refresh: reply.refresh_token.map(Secret::new),
+            refresh_at: Instant::now() + lifetime - margin,
+        })
+    }
+
+    /// A valid access token: logs in when there is none, refreshes it when it nears expiry
+    /// (with the refresh token, else by logging in again).
+    async fn access_token(&self) -> Result<Secret> {
+        let (due, refresh) = {
+            let token = self.token.lock().await;
+            match token.as_ref() {
+                None => (true, None),
+                Some(t) => (Instant::now() >= t.refresh_at, t.refresh.clone()),
+            }
+        };
+        if due {
+            let refreshed = match refresh {
+                Some(refresh) => {
+                    let form = [("grant_type", "refresh_token"), ("refresh_token", refresh.expose())];
+                    match self.token_request(&form).await {
+                        Ok(token) => Some(token),
+                        Err(e) if e.is_temporary() => return Err(e),
+                        Err(e) => {
+                            tracing::info!(error = %e, "token refresh refused; logging in again");
+                            None
+                        }
+                    }
+                }
+                None => None,
+            };
+            match refreshed {
+                Some(token) => *self.token.lock().await = Some(token),
+                None => self.login().await?,
+            }
+        }
+        let token = self.token.lock().await;
+        Ok(token.as_ref().map(|t| t.access.clone()).unwrap_or_default())
+    }
+
+    /// Confirms that the token belongs to the configured user (`GET /rest/user`).
+    pub async fn check_identity(&self) -> Result<()> {
+        let access = {
+            let token = self.token.lock().await;
+            token.as_ref().map(|t| t.access.clone()).unwrap_or_default()
+        };
+        let response = self
+            .request(Method::GET, "/rest/user")
+            .bearer_auth(access.expose())
+            .send()
+            .await
+            .map_err(|e| unreachable("identity check", e))?;
+        let status = response.status();
+        let body = response.text().await.map_err(|e| unreachable("identity check", e))?;
+        if status == StatusCode::UNAUTHORIZED {
+            *self.token.lock().await = None;
+            return Err(Error::Server { what: "identity check", status: 401, message: first_line(&body) });
+        }
+        if !status.is_success() {
+            return Err(Error::Server { what: "identity check", status: status.as_u16(), message: first_line(&body) });
+        }
+        let document: serde_json::Value = serde_json::from_str(&body).map_err(|e| Error::InvalidReply {
+            from: "codalab server".into(),
+            what: "identity check".into(),
+            message: e.to_string(),
+        })?;
+        match jsonapi::parse_user_name(&document) {
+            Some(name) if name == self.credentials.username => Ok(()),
+            Some(name) => Err(Error::Unauthenticated {
+                server: self.server.clone(),
+                username: self.credentials.username.clone(),
+                message: format!("the token belongs to user `{name}`"),
+            }),
+            None => Err(Error::InvalidReply {
+                from: "codalab server".into(),
+                what: "identity check".into(),
+                message: "no data.attributes.user_name".into(),
+            }),
+        }
+    }
+
+    /// Every bundle matching `keywords` (ANDed), across pages of [`SEARCH_PAGE_SIZE`].
+    ///
+    /// When a search comes back empty after an earlier one found bundles, the identity is
+    /// checked: an expired or revoked token makes the server answer as anonymous, and `.mine`
+    /// then matches nothing. If the token was bad, the client logs in again and searches once more.
+    pub async fn search_bundles(&self, keywords: &[String]) -> Result<SearchResult> {
+        let mut result = self.search_pages(keywords).await?;
+        let mut last_nonempty = self.last_search_nonempty.lock().await;
+        if result.bundles.is_empty() && result.skipped.is_empty() && *last_nonempty {
+            match self.check_identity().await {
+                Ok(()) => {}
+                Err(Error::Server { status: 401, .. }) => {
+                    tracing::warn!("the server no longer accepts our token (empty search); logging in again");
+                    self.login().await?;
+                    result = self.search_pages(keywords).await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        *last_nonempty = !result.bundles.is_empty() || !result.skipped.is_empty();
+        Ok(result)
+    }
+
+    async fn search_pages(&self, keywords: &[String]) -> Result<SearchResult> {
+        let mut result = SearchResult::default();
+        let mut seen = std::collections::HashSet::new();
+        for page in 0..MAX_SEARCH_PAGES {
+            let (bundles, skipped) = self.search_page(keywords, page * SEARCH_PAGE_SIZE).await?;
+            let count = bundles.len() + skipped.len();
+            for bundle in bundles {
+                if seen.insert(bundle.uuid.clone()) {
+                    result.bundles.push(bundle);
+                }
+            }
+            result.skipped.extend(skipped);
+            if count < SEARCH_PAGE_SIZE {
+                return Ok(result);
+            }
+        }
+        tracing::warn!(pages = MAX_SEARCH_PAGES, "staged search stopped after the page limit");
+        Ok(result)
+    }
+
+    async fn search_page(
+        &self,
+        keywords: &[String],
+        offset: usize,
+    ) -> Result<(Vec<StagedBundle>, Vec<SkippedBundle>)> {
+        let access = self.access_token().await?;
+        let mut query: Vec<(&str, String)> = vec![("include", "owner".into()), ("worksheet", "None".into())];
+        query.extend(keywords.iter().map(|k| ("keywords", k.clone())));
+        query.push(("keywords", format!(".limit={SEARCH_PAGE_SIZE}")));
+        if offset > 0 {
+            query.push(("keywords", format!(".offset={offset}")));
+        }
+        let response = self
+            .request(Method::GET, "/rest/bundles")
+            .bearer_auth(access.expose())
+            .query(&query)
+            .send()
+            .await
+            .map_err(|e| unreachable("staged bundle search", e))?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(|e| unreachable("staged bundle search", e))?;
+        if !status.is_success() {
+            return Err(Error::Server {
+                what: "staged bundle search",
+                status: status.as_u16(),
+                message: first_line(&String::from_utf8_lossy(&body)),
+            });
+        }
+        let invalid = |message: String| Error::InvalidReply {
+            from: "codalab server".into(),
+            what: "staged bundle search".into(),
+            message,
+        };
+        let document: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|e| invalid(format!("not JSON: {e}")))?;
+        jsonapi::parse_bundles(&document).map_err(invalid)
+    }
+}
+
+/// The keywords of the staged search, as upstream builds them.
+pub fn staged_keywords(search: &[String], username: &str, tag: Option<&str>, tag_exclusive: bool) -> Vec<String> {
+    let mut keywords = vec!["state=staged".to_owned()];
+    keywords.extend(search.iter().cloned());
+    if username != "codalab" {
+        keywords.push(".mine".into());
+    }
+    if let Some(tag) = tag.filter(|t| !t.is_empty() && tag_exclusive) {
+        keywords.push(format!("request_queue={tag},tag={tag}"));
+    }
+    keywords
+}
+
+fn unreachable(what: &'static str, error: reqwest::Error) -> Error {
+    Error::Unreachable { what, source: Box::new(error.without_url()) }
+}
+
+/// The first non-empty line of an error body, HTML tags stripped, at most 200 characters.
+fn first_line(body: &str) -> String {
+    let text = match (body.find("<pre>"), body.find("</pre>")) {
+        (Some(start), Some(end)) if start < end => &body[start + 5..end],
+        _ => body,
+    };
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("(empty body)");
+    let mut line: String = line.chars().take(200).collect();
+    if line.starts_with('<') {
+        line = line.replace(|c: char| c == '<' || c == '>', " ").trim().to_owned();
+    }
+    line
+}
+
+fn oauth_error(body: &str) -> String {
+    #[derive(Deserialize)]
+    struct OAuthError {
+        error: String,
+        #[serde(default)]
+        error_description: Option<String>,
+    }
+    match serde_json::from_str::<OAuthError>(body) {
+        Ok(e) => match e.error_description {
+            Some(description) => format!("{} ({})", description, e.error),
+            None => e.error,
+        },
+        Err(_) => first_line(body),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keywords_like_upstream() {
+        assert_eq!(staged_keywords(&[], "alice", None, false), ["state=staged", ".mine"]);
+        assert_eq!(staged_keywords(&[], "codalab", Some("gpuq"), false), ["state=staged"]);
+        assert_eq!(
+            staged_keywords(&["tags=exp1".into()], "codalab", Some("gpuq"), true),
+            ["state=staged", "tags=exp1", "request_queue=gpuq,tag=gpuq"]
+        );
+        assert_eq!(staged_keywords(&[], "alice", None, true), ["state=staged", ".mine"]);
+    }
+
+    #[test]
+    fn first_line_of_error_bodies() {
+        assert_eq!(first_line("User is not authenticated."), "User is not authenticated.");
+        assert_eq!(first_line("\n\nUnexpected Internal Error (x).\nmore"), "Unexpected Internal Error (x).");
+        assert_eq!(
+            first_line("<html><body><h1>Error</h1><pre>Bundle 0x0 not found</pre></body></html>"),
+            "Bundle 0x0 not found"
+        );
+        assert_eq!(first_line(""), "(empty body)");
+    }
+
+    #[test]
+    fn oauth_errors() {
+        let body = r#"{"error": "invalid_grant", "error_description": "Invalid credentials given."}"#;
+        assert_eq!(oauth_error(body), "Invalid credentials given. (invalid_grant)");
+        assert_eq!(oauth_error(r#"{"error": "invalid_client"}"#), "invalid_client");
+    }
+
+    #[test]
+    fn rejects_bad_server_urls() {
+        let credentials = Credentials { username: "a".into(), password: Secret::new("p") };
+        for bad in ["worksheets.codalab.org", "ftp://x", "http://"] {
+            let err = CodaLabClient::new(bad, credentials.clone()).unwrap_err();
+            assert!(err.to_string().contains("--server"), "{bad}: {err}");
+        }
+        assert!(CodaLabClient::new("http://127.0.0.1:2900/", credentials).is_ok());
+    }
+}

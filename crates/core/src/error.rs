@@ -1,0 +1,181 @@
+//! The error type of codalab-wm, and the one decision that matters about an error: is it
+//! temporary (retry on a later tick, with backoff) or not.
+
+use std::time::Duration;
+
+/// Boxed error from a platform SDK or transport, kept as the `source` of a [`Error`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `Result` with codalab-wm's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, in terms the manager loop can act on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The CodaLab server refused the credentials (wrong user name or password). Fatal.
+    #[error("codalab server {server} refused the credentials of user `{username}`: {message}")]
+    Unauthenticated {
+        /// The server URL.
+        server: String,
+        /// The user name that was tried.
+        username: String,
+        /// What the server said.
+        message: String,
+    },
+    /// The CodaLab server answered with an HTTP error.
+    #[error("codalab server answered {status} to {what}: {message}")]
+    Server {
+        /// What was being requested (`staged bundle search`, `login` …).
+        what: &'static str,
+        /// The HTTP status code.
+        status: u16,
+        /// The first line of the body.
+        message: String,
+    },
+    /// The CodaLab server could not be reached (connection refused, timeout, reset).
+    #[error("codalab server unreachable during {what}: {source}")]
+    Unreachable {
+        /// What was being requested.
+        what: &'static str,
+        /// The transport error.
+        #[source]
+        source: BoxError,
+    },
+    /// A reply that does not have the expected shape.
+    #[error("invalid reply from {from} to {what}: {message}")]
+    InvalidReply {
+        /// Who sent it (`codalab server`, `squeue` …).
+        from: String,
+        /// What was being requested.
+        what: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The configuration is not usable. Fatal.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// The platform asks us to slow down.
+    #[error("{backend} is throttling requests{}: {message}", retry_after.map(|d| format!(" (retry after {}s)", d.as_secs())).unwrap_or_default())]
+    RateLimited {
+        /// The backend name.
+        backend: String,
+        /// What the platform said.
+        message: String,
+        /// How long the platform asked us to wait, if it said.
+        retry_after: Option<Duration>,
+    },
+    /// A backend operation failed.
+    #[error("{backend} failed to {operation}: {message}")]
+    Backend {
+        /// The backend name (`slurm-batch`, `aws-batch` …).
+        backend: String,
+        /// What was being done (`list worker jobs`, `submit a worker job` …).
+        operation: &'static str,
+        /// What the platform said.
+        message: String,
+        /// Whether a later try may succeed (timeouts, 5xx, controller not answering).
+        temporary: bool,
+        /// The underlying error, if any.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The backend cannot do this.
+    #[error("{backend} does not support {operation}")]
+    Unsupported {
+        /// The backend name.
+        backend: String,
+        /// The operation.
+        operation: &'static str,
+    },
+}
+
+impl Error {
+    /// Whether a later try may succeed, so the loop should retry with backoff instead of
+    /// exiting. Decided once here, at the boundary, for every kind of error.
+    pub fn is_temporary(&self) -> bool {
+        match self {
+            Error::Unreachable { .. } | Error::RateLimited { .. } | Error::InvalidReply { .. } => {
+                true
+            }
+            Error::Server { status, .. } => *status >= 500 || *status == 429 || *status == 408,
+            Error::Backend { temporary, .. } => *temporary,
+            Error::Unauthenticated { .. } | Error::InvalidConfig(_) | Error::Unsupported { .. } => {
+                false
+            }
+        }
+    }
+
+    /// Whether the manager must stop (credentials refused, unusable configuration).
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, Error::Unauthenticated { .. } | Error::InvalidConfig(_))
+    }
+
+    /// A permanent backend error with a message.
+    pub fn backend(backend: impl Into<String>, operation: &'static str, message: impl Into<String>) -> Self {
+        Error::Backend {
+            backend: backend.into(),
+            operation,
+            message: message.into(),
+            temporary: false,
+            source: None,
+        }
+    }
+
+    /// A temporary backend error with a message.
+    pub fn backend_temporary(
+        backend: impl Into<String>,
+        operation: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        Error::Backend {
+            backend: backend.into(),
+            operation,
+            message: message.into(),
+            temporary: true,
+            source: None,
+        }
+    }
+
+    /// How long the platform asked us to wait before the next try, if it said.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::RateLimited { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_errors() {
+        let server = |status| Error::Server { what: "x", status, message: String::new() };
+        assert!(server(500).is_temporary());
+        assert!(server(503).is_temporary());
+        assert!(server(429).is_temporary());
+        assert!(!server(400).is_temporary());
+        assert!(!server(404).is_temporary());
+        assert!(Error::backend_temporary("slurm-batch", "list worker jobs", "timeout").is_temporary());
+        assert!(!Error::backend("slurm-batch", "submit a worker job", "bad partition").is_temporary());
+        assert!(Error::InvalidConfig("x".into()).is_fatal());
+        assert!(!Error::InvalidConfig("x".into()).is_temporary());
+    }
+
+    #[test]
+    fn messages_name_the_thing() {
+        let err = Error::backend("slurm-batch", "submit a worker job", "Invalid partition name specified");
+        assert_eq!(
+            err.to_string(),
+            "slurm-batch failed to submit a worker job: Invalid partition name specified"
+        );
+        let err = Error::RateLimited {
+            backend: "aws-batch".into(),
+            message: "slow down".into(),
+            retry_after: Some(Duration::from_secs(3)),
+        };
+        assert_eq!(err.to_string(), "aws-batch is throttling requests (retry after 3s): slow down");
+    }
+}

@@ -1,0 +1,76 @@
+//! # codalab-wm-core
+//!
+//! The core of codalab-wm, a worker manager for [CodaLab Worksheets]: it watches the run
+//! bundles a CodaLab server holds in state *staged* and starts `cl-worker` jobs on a compute
+//! backend, keeping the number of workers between a minimum and a maximum.
+//!
+//! The crate holds everything that is not platform-specific:
+//! - [`policy`]: the scaling policy, a pure function with reasons ([`policy::plan`]);
+//! - [`codalab`]: the CodaLab REST client (login, token refresh, identity check, staged search);
+//! - [`backend`]: the [`WorkerBackend`] trait every compute platform implements;
+//! - [`command`]: the `cl-worker` command line, as upstream builds it;
+//! - [`manager`]: the loop that observes, plans and acts, with retry and backoff;
+//! - [`local`] (feature `local`): a backend that runs workers as local processes.
+//!
+//! ## Embedding the manager with your own backend
+//!
+//! ```no_run
+//! use codalab_wm_core::{
+//!     async_trait, LaunchRequest, Manager, ManagerConfig, Result, WorkerBackend, WorkerJob,
+//!     WorkerShape, codalab::CodaLabClient, secret::{Credentials, Secret},
+//! };
+//! use std::sync::Arc;
+//!
+//! #[derive(Debug)]
+//! struct MyCluster;
+//!
+//! #[async_trait]
+//! impl WorkerBackend for MyCluster {
+//!     fn name(&self) -> &str { "my-cluster" }
+//!     fn worker_shape(&self) -> WorkerShape { WorkerShape::from_flags(4, 0, 16 * 1024) }
+//!     async fn get_worker_jobs(&self) -> Result<Vec<WorkerJob>> { Ok(vec![]) }
+//!     async fn start_worker_job(&self, request: &LaunchRequest<'_>) -> Result<WorkerJob> {
+//!         let argv = request.worker.build_command(request.unique, "/scratch/workdir");
+//!         // ... submit `argv` to your cluster ...
+//!         # let _ = argv;
+//!         Ok(WorkerJob::new(request.unique, codalab_wm_core::JobState::Pending))
+//!     }
+//! }
+//!
+//! # async fn run() -> Result<()> {
+//! let credentials = Credentials { username: "alice".into(), password: Secret::new("pw") };
+//! let client = CodaLabClient::new("http://127.0.0.1:2900", credentials)?;
+//! let config = ManagerConfig::default();
+//! let mut manager = Manager::new(config, client, Arc::new(MyCluster));
+//! manager.tick().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [CodaLab Worksheets]: https://worksheets.codalab.org
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod bundle;
+pub mod codalab;
+pub mod command;
+pub mod error;
+#[cfg(feature = "local")]
+pub mod local;
+pub mod manager;
+pub mod policy;
+pub mod retry;
+pub mod secret;
+pub mod size;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use async_trait::async_trait;
+pub use backend::{JobState, LaunchRequest, WorkerBackend, WorkerJob};
+pub use bundle::{StagedBundle, WorkerShape};
+pub use command::WorkerOptions;
+pub use error::{Error, Result};
+pub use manager::{Manager, ManagerConfig};
+
+/// The CodaLab server workers and the manager talk to unless told otherwise (upstream's default).
+pub const DEFAULT_SERVER: &str = "https://worksheets.codalab.org";

@@ -1,0 +1,1 @@
+//! Local backend (placeholder).

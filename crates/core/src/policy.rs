@@ -1,0 +1,281 @@
+//! The scaling policy: a pure function from what was observed to what to do, with reasons.
+//!
+//! [`plan`] reproduces upstream `WorkerManager.run_one_iteration` rule for rule:
+//! 1. want a worker when at least one staged bundle survived the prefilter;
+//! 2. veto when fewer than `min_seconds_between_workers` seconds passed since the last launch
+//!    (whole seconds, truncated, as upstream's `int(...)`);
+//! 3. veto when pending jobs ≥ staged bundles;
+//! 4. veto when jobs ≥ `max_workers`;
+//! 5. below `min_workers`, launch regardless of every veto;
+//! 6. at most one launch per tick.
+//!
+//! Every rule that fired is reported, in upstream's order, so a log line can say why.
+
+use serde::Serialize;
+use std::fmt;
+use std::time::Duration;
+
+/// The limits the policy enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PolicyConfig {
+    /// `--min-workers`.
+    pub min_workers: u32,
+    /// `--max-workers`.
+    pub max_workers: u32,
+    /// `--min-seconds-between-workers`.
+    pub min_seconds_between_workers: u64,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        Self { min_workers: 1, max_workers: 10, min_seconds_between_workers: 60 }
+    }
+}
+
+impl PolicyConfig {
+    /// Checks that the limits make sense (`--max-workers` ≥ `--min-workers`).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_workers < self.min_workers {
+            return Err(format!(
+                "--max-workers ({}) is less than --min-workers ({})",
+                self.max_workers, self.min_workers
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What the manager saw this tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Observation {
+    /// Staged bundles left after the prefilter.
+    pub staged: usize,
+    /// Worker jobs waiting or booting.
+    pub pending: usize,
+    /// Worker jobs running.
+    pub active: usize,
+    /// Time since the last launch; `None` when this manager has not launched yet.
+    pub since_last_launch: Option<Duration>,
+}
+
+impl Observation {
+    /// All worker jobs that count (pending + active).
+    pub fn jobs(&self) -> usize {
+        self.pending + self.active
+    }
+}
+
+/// Why the policy decided what it did. Serialized in snake_case for logs, status and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum Reason {
+    /// No staged bundle needs a worker.
+    NoStagedBundles,
+    /// Staged bundles want a worker.
+    WantWorkers {
+        /// Staged bundle count.
+        staged: usize,
+    },
+    /// Too soon after the last launch.
+    RateLimited {
+        /// Whole seconds since the last launch.
+        waited_seconds: u64,
+        /// `--min-seconds-between-workers`.
+        min_seconds: u64,
+    },
+    /// Pending workers already cover the staged bundles.
+    PendingCoversDemand {
+        /// Pending jobs.
+        pending: usize,
+        /// Staged bundles.
+        staged: usize,
+    },
+    /// `--max-workers` reached.
+    MaxReached {
+        /// Jobs now.
+        jobs: usize,
+        /// `--max-workers`.
+        max: u32,
+    },
+    /// Under `--min-workers`: launch regardless.
+    BelowMin {
+        /// Jobs now.
+        jobs: usize,
+        /// `--min-workers`.
+        min: u32,
+    },
+}
+
+impl Reason {
+    /// The machine-readable name (`rate_limited`, `max_reached` …).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Reason::NoStagedBundles => "no_staged_bundles",
+            Reason::WantWorkers { .. } => "want_workers",
+            Reason::RateLimited { .. } => "rate_limited",
+            Reason::PendingCoversDemand { .. } => "pending_covers_demand",
+            Reason::MaxReached { .. } => "max_reached",
+            Reason::BelowMin { .. } => "below_min",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::NoStagedBundles => write!(f, "no staged bundles"),
+            Reason::WantWorkers { staged } => {
+                write!(f, "want to launch a worker because we have {staged} > 0 staged bundles")
+            }
+            Reason::RateLimited { waited_seconds, min_seconds } => write!(
+                f,
+                "don't launch because waited {waited_seconds} < {min_seconds} seconds since last worker"
+            ),
+            Reason::PendingCoversDemand { pending, staged } => write!(
+                f,
+                "don't launch because still more pending workers than staged bundles ({pending} >= {staged})"
+            ),
+            Reason::MaxReached { jobs, max } => {
+                write!(f, "don't launch because too many workers already ({jobs} >= {max})")
+            }
+            Reason::BelowMin { jobs, min } => {
+                write!(f, "launch a worker because we are under the minimum ({jobs} < {min})")
+            }
+        }
+    }
+}
+
+/// The outcome of one planning step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    /// How many worker jobs to start now (0 or 1 in upstream mode).
+    pub launches: u32,
+    /// Every rule that fired, in the order upstream checks them.
+    pub reasons: Vec<Reason>,
+}
+
+impl Decision {
+    /// The reason codes joined by commas, for one-line logs.
+    pub fn reason_codes(&self) -> String {
+        self.reasons.iter().map(Reason::code).collect::<Vec<_>>().join(",")
+    }
+}
+
+/// Decides how many workers to launch now. Pure: no I/O, time comes in `observed`.
+pub fn plan(observed: &Observation, config: &PolicyConfig) -> Decision {
+    let mut reasons = Vec::new();
+    let jobs = observed.jobs();
+    let mut want = false;
+    if observed.staged > 0 {
+        reasons.push(Reason::WantWorkers { staged: observed.staged });
+        want = true;
+        if let Some(since) = observed.since_last_launch {
+            let waited_seconds = since.as_secs();
+            if waited_seconds < config.min_seconds_between_workers {
+                reasons.push(Reason::RateLimited {
+                    waited_seconds,
+                    min_seconds: config.min_seconds_between_workers,
+                });
+                want = false;
+            }
+        }
+        if observed.pending >= observed.staged {
+            reasons.push(Reason::PendingCoversDemand { pending: observed.pending, staged: observed.staged });
+            want = false;
+        }
+        if jobs >= config.max_workers as usize {
+            reasons.push(Reason::MaxReached { jobs, max: config.max_workers });
+            want = false;
+        }
+    } else {
+        reasons.push(Reason::NoStagedBundles);
+    }
+    if jobs < config.min_workers as usize {
+        reasons.push(Reason::BelowMin { jobs, min: config.min_workers });
+        want = true;
+    }
+    Decision { launches: u32::from(want), reasons }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Reason::*;
+
+    fn obs(staged: usize, pending: usize, active: usize, since: Option<u64>) -> Observation {
+        Observation { staged, pending, active, since_last_launch: since.map(Duration::from_secs) }
+    }
+
+    const CONFIG: PolicyConfig = PolicyConfig { min_workers: 1, max_workers: 3, min_seconds_between_workers: 60 };
+
+    #[test]
+    fn upstream_rules_table() {
+        #[rustfmt::skip]
+        let cases: Vec<(&str, Observation, u32, Vec<&str>)> = vec![
+            ("nothing staged, at min", obs(0, 0, 1, None), 0, vec!["no_staged_bundles"]),
+            ("nothing staged, below min", obs(0, 0, 0, None), 1, vec!["no_staged_bundles", "below_min"]),
+            ("staged, never launched", obs(2, 0, 1, None), 1, vec!["want_workers"]),
+            ("staged, long ago", obs(2, 0, 1, Some(60)), 1, vec!["want_workers"]),
+            ("rate limited", obs(2, 0, 1, Some(59)), 0, vec!["want_workers", "rate_limited"]),
+            ("pending covers", obs(2, 2, 0, None), 0, vec!["want_workers", "pending_covers_demand"]),
+            ("pending more than staged", obs(1, 2, 0, None), 0, vec!["want_workers", "pending_covers_demand"]),
+            ("pending fewer than staged", obs(3, 2, 0, None), 1, vec!["want_workers"]),
+            ("max reached by active", obs(5, 0, 3, None), 0, vec!["want_workers", "max_reached"]),
+            ("max reached, mixed", obs(5, 1, 2, None), 0, vec!["want_workers", "max_reached"]),
+            ("all vetoes", obs(2, 3, 0, Some(1)), 0, vec!["want_workers", "rate_limited", "pending_covers_demand", "max_reached"]),
+            ("below min beats rate limit", obs(2, 0, 0, Some(1)), 1, vec!["want_workers", "rate_limited", "below_min"]),
+        ];
+        for (name, observed, launches, codes) in cases {
+            let decision = plan(&observed, &CONFIG);
+            assert_eq!(decision.launches, launches, "{name}");
+            let got: Vec<_> = decision.reasons.iter().map(Reason::code).collect();
+            assert_eq!(got, codes, "{name}");
+        }
+    }
+
+    #[test]
+    fn below_min_overrides_every_veto() {
+        // min above max is rejected by validate(), but the rule order still holds: min wins.
+        let config = PolicyConfig { min_workers: 2, max_workers: 2, min_seconds_between_workers: 600 };
+        let decision = plan(&obs(1, 1, 0, Some(0)), &config);
+        assert_eq!(decision.launches, 1);
+        assert_eq!(decision.reasons.last(), Some(&BelowMin { jobs: 1, min: 2 }));
+    }
+
+    #[test]
+    fn rate_limit_truncates_to_whole_seconds() {
+        let observed = Observation { staged: 1, since_last_launch: Some(Duration::from_millis(59_999)), ..Default::default() };
+        let decision = plan(&observed, &PolicyConfig { min_workers: 0, ..CONFIG });
+        assert_eq!(decision.launches, 0);
+        assert!(decision.reasons.contains(&RateLimited { waited_seconds: 59, min_seconds: 60 }));
+    }
+
+    #[test]
+    fn zero_max_never_launches_above_zero_min() {
+        let config = PolicyConfig { min_workers: 0, max_workers: 0, min_seconds_between_workers: 0 };
+        assert_eq!(plan(&obs(10, 0, 0, None), &config).launches, 0);
+    }
+
+    #[test]
+    fn at_most_one_launch_per_tick() {
+        let config = PolicyConfig { min_workers: 10, max_workers: 10, min_seconds_between_workers: 0 };
+        assert_eq!(plan(&obs(100, 0, 0, None), &config).launches, 1);
+    }
+
+    #[test]
+    fn validate_rejects_max_below_min() {
+        let err = PolicyConfig { min_workers: 3, max_workers: 2, min_seconds_between_workers: 0 }.validate().unwrap_err();
+        assert_eq!(err, "--max-workers (2) is less than --min-workers (3)");
+        assert!(CONFIG.validate().is_ok());
+    }
+
+    #[test]
+    fn reasons_read_like_upstream_logs() {
+        assert_eq!(
+            RateLimited { waited_seconds: 3, min_seconds: 60 }.to_string(),
+            "don't launch because waited 3 < 60 seconds since last worker"
+        );
+        let json = serde_json::to_string(&MaxReached { jobs: 3, max: 3 }).unwrap();
+        assert_eq!(json, r#"{"reason":"max_reached","jobs":3,"max":3}"#);
+    }
+}

@@ -1,0 +1,32 @@
+//! Project tasks: `cargo xtask <task>`.
+//!
+//! - `services up|down|status <name>…`: start, stop or check the real services the tests use
+//!   (`codalab`, `slurm`, `sshd`, `moto`, `azure-mock`, `k8s-validate`; `all`).
+//! - `ci`: what `.ci/run` runs: fmt check, clippy, every test against the real services.
+//! - `e2e`: the whole manager against a real CodaLab server.
+//! - `bench`: speed and memory figures.
+
+mod ci;
+mod services;
+
+use anyhow::{Result, bail};
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (task, rest) = args.split_first().map(|(t, r)| (t.as_str(), r)).unwrap_or(("help", &[]));
+    match task {
+        "services" => services::run(rest),
+        "ci" => ci::run(rest),
+        "e2e" => ci::e2e(rest),
+        "help" | "--help" | "-h" => {
+            println!("{}", HELP);
+            Ok(())
+        }
+        other => bail!("unknown task `{other}`\n{HELP}"),
+    }
+}
+
+const HELP: &str = "usage: cargo xtask <task>
+  services up|down|status <name>...   start/stop/check test services (codalab slurm sshd moto azure-mock k8s-validate all)
+  ci                                  fmt check, clippy, all tests against real services (what .ci/run runs)
+  e2e                                 the manager end to end against a real CodaLab server";

@@ -1,0 +1,59 @@
+//! `cargo xtask services up|down|status <name>…`.
+//!
+//! Each service is a pair of the project's own scripts, `xtask/services/<name>/up.sh` and
+//! `down.sh`, run with bash from the repository root. State (venvs, data, logs, pid files)
+//! lives under `.services/<name>/`, which git ignores. `up` is idempotent: it installs what is
+//! missing, starts what is not running and waits until the service answers.
+
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Services in the order `all` starts them.
+pub const SERVICES: &[&str] = &["slurm", "sshd", "codalab", "moto", "azure-mock", "k8s-validate"];
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let Some((action, names)) = args.split_first() else {
+        bail!("usage: cargo xtask services up|down|status <name>... (names: {} all)", SERVICES.join(" "));
+    };
+    let names: Vec<&str> = if names.is_empty() || names.iter().any(|n| n == "all") {
+        SERVICES.to_vec()
+    } else {
+        names.iter().map(String::as_str).collect()
+    };
+    for name in &names {
+        if !SERVICES.contains(name) {
+            bail!("unknown service `{name}` (known: {})", SERVICES.join(" "));
+        }
+    }
+    match action.as_str() {
+        "up" => names.iter().try_for_each(|n| script(n, "up")),
+        "down" => names.iter().rev().try_for_each(|n| script(n, "down")),
+        "status" => names.iter().try_for_each(|n| script(n, "status")),
+        other => bail!("unknown action `{other}`: use up, down or status"),
+    }
+}
+
+/// Runs `xtask/services/<name>/<action>.sh`.
+pub fn script(name: &str, action: &str) -> Result<()> {
+    let root = repo_root();
+    let path = root.join("xtask/services").join(name).join(format!("{action}.sh"));
+    if !path.exists() {
+        bail!("service `{name}` has no {action} script yet ({})", path.display());
+    }
+    eprintln!("==> services {action} {name}");
+    let status = Command::new("bash")
+        .arg(&path)
+        .current_dir(&root)
+        .env("SERVICES_DIR", root.join(".services"))
+        .status()
+        .with_context(|| format!("running {}", path.display()))?;
+    if !status.success() {
+        bail!("services {action} {name} failed ({status})");
+    }
+    Ok(())
+}
