@@ -14,6 +14,21 @@ use crate::error::{Error, Result};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// Whether a test that needs service `name` can run. When the service is missing: under
+/// `CI=true` this panics (a CI run must never skip), elsewhere it prints how to start the
+/// service and returns `false` so the test returns early.
+pub fn require_service(name: &str, available: bool) -> bool {
+    if available {
+        return true;
+    }
+    let hint = format!("service `{name}` is not running: start it with `cargo xtask services up {name}`");
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{hint} (CI=true: tests that need a service fail instead of skipping)");
+    }
+    eprintln!("skipping: {hint}");
+    false
+}
+
 /// How the suite polls the platform for a state change: a bounded number of polls.
 #[derive(Debug, Clone, Copy)]
 pub struct Polling {
