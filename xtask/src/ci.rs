@@ -19,7 +19,16 @@ fn cargo(args: &[&str]) -> Result<()> {
 
 pub fn run(_args: &[String]) -> Result<()> {
     cargo(&["fmt", "--all", "--check"])?;
-    cargo(&["clippy", "--workspace", "--all-targets", "--features", "codalab-wm/full", "--", "-D", "warnings"])?;
+    cargo(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--features",
+        "codalab-wm/full",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
     services::run(&["up".into(), "all".into()])?;
     let tests = cargo(&["test", "--workspace", "--features", "codalab-wm/full"]);
     let e2e = tests.as_ref().ok().map(|_| e2e(&[]));
@@ -28,5 +37,16 @@ pub fn run(_args: &[String]) -> Result<()> {
 }
 
 pub fn e2e(_args: &[String]) -> Result<()> {
-    cargo(&["test", "-p", "codalab-wm", "--features", "full", "--test", "e2e", "--", "--nocapture", "--test-threads=1"])
+    cargo(&[
+        "test",
+        "-p",
+        "codalab-wm",
+        "--features",
+        "full",
+        "--test",
+        "e2e",
+        "--",
+        "--nocapture",
+        "--test-threads=1",
+    ])
 }

@@ -13,7 +13,10 @@ use anyhow::{Result, bail};
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (task, rest) = args.split_first().map(|(t, r)| (t.as_str(), r)).unwrap_or(("help", &[]));
+    let (task, rest) = args
+        .split_first()
+        .map(|(t, r)| (t.as_str(), r))
+        .unwrap_or(("help", &[]));
     match task {
         "services" => services::run(rest),
         "ci" => ci::run(rest),

@@ -10,15 +10,28 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Services in the order `all` starts them.
-pub const SERVICES: &[&str] = &["slurm", "sshd", "codalab", "moto", "azure-mock", "k8s-validate"];
+pub const SERVICES: &[&str] = &[
+    "slurm",
+    "sshd",
+    "codalab",
+    "moto",
+    "azure-mock",
+    "k8s-validate",
+];
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
 }
 
 pub fn run(args: &[String]) -> Result<()> {
     let Some((action, names)) = args.split_first() else {
-        bail!("usage: cargo xtask services up|down|status <name>... (names: {} all)", SERVICES.join(" "));
+        bail!(
+            "usage: cargo xtask services up|down|status <name>... (names: {} all)",
+            SERVICES.join(" ")
+        );
     };
     let names: Vec<&str> = if names.is_empty() || names.iter().any(|n| n == "all") {
         SERVICES.to_vec()
@@ -41,9 +54,15 @@ pub fn run(args: &[String]) -> Result<()> {
 /// Runs `xtask/services/<name>/<action>.sh`.
 pub fn script(name: &str, action: &str) -> Result<()> {
     let root = repo_root();
-    let path = root.join("xtask/services").join(name).join(format!("{action}.sh"));
+    let path = root
+        .join("xtask/services")
+        .join(name)
+        .join(format!("{action}.sh"));
     if !path.exists() {
-        bail!("service `{name}` has no {action} script yet ({})", path.display());
+        bail!(
+            "service `{name}` has no {action} script yet ({})",
+            path.display()
+        );
     }
     eprintln!("==> services {action} {name}");
     let status = Command::new("bash")

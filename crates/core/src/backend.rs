@@ -54,7 +54,14 @@ impl WorkerJob {
     /// A job with just an id and a state.
     pub fn new(id: impl Into<String>, state: JobState) -> Self {
         let id = id.into();
-        Self { name: id.clone(), id, state, submitted_at: None, shape: None, reason: None }
+        Self {
+            name: id.clone(),
+            id,
+            state,
+            submitted_at: None,
+            shape: None,
+            reason: None,
+        }
     }
 }
 
@@ -92,7 +99,10 @@ pub trait WorkerBackend: Send + Sync + Debug + 'static {
 
     /// Stops a worker job (cancel, terminate, delete). The job may linger in a final state.
     async fn stop_worker_job(&self, _job: &WorkerJob) -> Result<()> {
-        Err(Error::Unsupported { backend: self.name().to_owned(), operation: "stopping a worker job" })
+        Err(Error::Unsupported {
+            backend: self.name().to_owned(),
+            operation: "stopping a worker job",
+        })
     }
 }
 
@@ -117,7 +127,10 @@ mod tests {
     fn unique_ids_are_hex() {
         let id = new_unique();
         assert_eq!(id.len(), 32);
-        assert!(id.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert!(
+            id.chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        );
         assert_ne!(id, new_unique());
     }
 }

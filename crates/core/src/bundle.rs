@@ -54,18 +54,31 @@ pub struct WorkerShape {
 impl WorkerShape {
     /// A shape from the `--cpus`, `--gpus` and `--memory-mb` flags.
     pub fn from_flags(cpus: u32, gpus: u32, memory_mb: u64) -> Self {
-        Self { cpus, gpus, memory_bytes: memory_mb.saturating_mul(1 << 20) }
+        Self {
+            cpus,
+            gpus,
+            memory_bytes: memory_mb.saturating_mul(1 << 20),
+        }
     }
 
     /// Why `bundle` does not fit this shape, or `None` when it does. Checks cpus, then gpus,
     /// then memory, in upstream's order, and reports the first one that is too large.
     pub fn misfit(&self, bundle: &StagedBundle) -> Option<Misfit> {
         if u64::from(bundle.request_cpus) > u64::from(self.cpus) {
-            Some(Misfit::Cpus { requested: bundle.request_cpus, available: self.cpus })
+            Some(Misfit::Cpus {
+                requested: bundle.request_cpus,
+                available: self.cpus,
+            })
         } else if bundle.request_gpus > self.gpus {
-            Some(Misfit::Gpus { requested: bundle.request_gpus, available: self.gpus })
+            Some(Misfit::Gpus {
+                requested: bundle.request_gpus,
+                available: self.gpus,
+            })
         } else if bundle.request_memory > self.memory_bytes {
-            Some(Misfit::Memory { requested: bundle.request_memory, available: self.memory_bytes })
+            Some(Misfit::Memory {
+                requested: bundle.request_memory,
+                available: self.memory_bytes,
+            })
         } else {
             None
         }
@@ -74,7 +87,13 @@ impl WorkerShape {
 
 impl fmt::Display for WorkerShape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} CPUs, {} GPUs, {}", self.cpus, self.gpus, HumanBytes(self.memory_bytes))
+        write!(
+            f,
+            "{} CPUs, {} GPUs, {}",
+            self.cpus,
+            self.gpus,
+            HumanBytes(self.memory_bytes)
+        )
     }
 }
 
@@ -107,13 +126,22 @@ pub enum Misfit {
 impl fmt::Display for Misfit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Misfit::Cpus { requested, available } => {
+            Misfit::Cpus {
+                requested,
+                available,
+            } => {
                 write!(f, "request_cpus={requested} > worker cpus={available}")
             }
-            Misfit::Gpus { requested, available } => {
+            Misfit::Gpus {
+                requested,
+                available,
+            } => {
                 write!(f, "request_gpus={requested} > worker gpus={available}")
             }
-            Misfit::Memory { requested, available } => write!(
+            Misfit::Memory {
+                requested,
+                available,
+            } => write!(
                 f,
                 "request_memory={} > worker memory={}",
                 HumanBytes(*requested),
@@ -144,7 +172,12 @@ mod tests {
     use super::*;
 
     fn bundle(cpus: u32, gpus: u32, memory: u64) -> StagedBundle {
-        StagedBundle { request_cpus: cpus, request_gpus: gpus, request_memory: memory, ..StagedBundle::new("0x1") }
+        StagedBundle {
+            request_cpus: cpus,
+            request_gpus: gpus,
+            request_memory: memory,
+            ..StagedBundle::new("0x1")
+        }
     }
 
     #[test]
@@ -154,19 +187,35 @@ mod tests {
             (bundle(1, 0, 0), None),
             (bundle(4, 1, 8192 << 20), None),
             (bundle(5, 0, 0), Some("request_cpus=5 > worker cpus=4")),
-            (bundle(5, 2, u64::MAX), Some("request_cpus=5 > worker cpus=4")),
-            (bundle(4, 2, u64::MAX), Some("request_gpus=2 > worker gpus=1")),
-            (bundle(1, 0, (8192 << 20) + 1), Some("request_memory=8.0 GiB > worker memory=8.0 GiB")),
+            (
+                bundle(5, 2, u64::MAX),
+                Some("request_cpus=5 > worker cpus=4"),
+            ),
+            (
+                bundle(4, 2, u64::MAX),
+                Some("request_gpus=2 > worker gpus=1"),
+            ),
+            (
+                bundle(1, 0, (8192 << 20) + 1),
+                Some("request_memory=8.0 GiB > worker memory=8.0 GiB"),
+            ),
         ];
         for (bundle, expected) in cases {
-            assert_eq!(shape.misfit(&bundle).map(|m| m.to_string()).as_deref(), expected, "{bundle:?}");
+            assert_eq!(
+                shape.misfit(&bundle).map(|m| m.to_string()).as_deref(),
+                expected,
+                "{bundle:?}"
+            );
         }
     }
 
     #[test]
     fn prefilter_splits() {
         let shape = WorkerShape::from_flags(2, 0, 1024);
-        let (fit, rejected) = prefilter(vec![bundle(1, 0, 0), bundle(8, 0, 0), bundle(1, 1, 0)], &shape);
+        let (fit, rejected) = prefilter(
+            vec![bundle(1, 0, 0), bundle(8, 0, 0), bundle(1, 1, 0)],
+            &shape,
+        );
         assert_eq!(fit.len(), 1);
         assert_eq!(rejected.len(), 2);
         assert!(matches!(rejected[0].1, Misfit::Cpus { requested: 8, .. }));

@@ -97,7 +97,10 @@ impl WorkerOptions {
             pair("--exit-after-num-runs", runs.to_string());
         }
         if self.download_dependencies_max_retries != 0 {
-            pair("--download-dependencies-max-retries", self.download_dependencies_max_retries.to_string());
+            pair(
+                "--download-dependencies-max-retries",
+                self.download_dependencies_max_retries.to_string(),
+            );
         }
         if let Some(size) = self.max_work_dir_size.as_ref().filter(|s| !s.is_empty()) {
             pair("--max-work-dir-size", size.clone());

@@ -108,11 +108,18 @@ impl Error {
 
     /// Whether the manager must stop (credentials refused, unusable configuration).
     pub fn is_fatal(&self) -> bool {
-        matches!(self, Error::Unauthenticated { .. } | Error::InvalidConfig(_))
+        matches!(
+            self,
+            Error::Unauthenticated { .. } | Error::InvalidConfig(_)
+        )
     }
 
     /// A permanent backend error with a message.
-    pub fn backend(backend: impl Into<String>, operation: &'static str, message: impl Into<String>) -> Self {
+    pub fn backend(
+        backend: impl Into<String>,
+        operation: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
         Error::Backend {
             backend: backend.into(),
             operation,
@@ -152,21 +159,33 @@ mod tests {
 
     #[test]
     fn classifies_errors() {
-        let server = |status| Error::Server { what: "x", status, message: String::new() };
+        let server = |status| Error::Server {
+            what: "x",
+            status,
+            message: String::new(),
+        };
         assert!(server(500).is_temporary());
         assert!(server(503).is_temporary());
         assert!(server(429).is_temporary());
         assert!(!server(400).is_temporary());
         assert!(!server(404).is_temporary());
-        assert!(Error::backend_temporary("slurm-batch", "list worker jobs", "timeout").is_temporary());
-        assert!(!Error::backend("slurm-batch", "submit a worker job", "bad partition").is_temporary());
+        assert!(
+            Error::backend_temporary("slurm-batch", "list worker jobs", "timeout").is_temporary()
+        );
+        assert!(
+            !Error::backend("slurm-batch", "submit a worker job", "bad partition").is_temporary()
+        );
         assert!(Error::InvalidConfig("x".into()).is_fatal());
         assert!(!Error::InvalidConfig("x".into()).is_temporary());
     }
 
     #[test]
     fn messages_name_the_thing() {
-        let err = Error::backend("slurm-batch", "submit a worker job", "Invalid partition name specified");
+        let err = Error::backend(
+            "slurm-batch",
+            "submit a worker job",
+            "Invalid partition name specified",
+        );
         assert_eq!(
             err.to_string(),
             "slurm-batch failed to submit a worker job: Invalid partition name specified"
@@ -176,6 +195,9 @@ mod tests {
             message: "slow down".into(),
             retry_after: Some(Duration::from_secs(3)),
         };
-        assert_eq!(err.to_string(), "aws-batch is throttling requests (retry after 3s): slow down");
+        assert_eq!(
+            err.to_string(),
+            "aws-batch is throttling requests (retry after 3s): slow down"
+        );
     }
 }

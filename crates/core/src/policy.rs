@@ -28,7 +28,11 @@ pub struct PolicyConfig {
 
 impl Default for PolicyConfig {
     fn default() -> Self {
-        Self { min_workers: 1, max_workers: 10, min_seconds_between_workers: 60 }
+        Self {
+            min_workers: 1,
+            max_workers: 10,
+            min_seconds_between_workers: 60,
+        }
     }
 }
 
@@ -125,9 +129,15 @@ impl fmt::Display for Reason {
         match self {
             Reason::NoStagedBundles => write!(f, "no staged bundles"),
             Reason::WantWorkers { staged } => {
-                write!(f, "want to launch a worker because we have {staged} > 0 staged bundles")
+                write!(
+                    f,
+                    "want to launch a worker because we have {staged} > 0 staged bundles"
+                )
             }
-            Reason::RateLimited { waited_seconds, min_seconds } => write!(
+            Reason::RateLimited {
+                waited_seconds,
+                min_seconds,
+            } => write!(
                 f,
                 "don't launch because waited {waited_seconds} < {min_seconds} seconds since last worker"
             ),
@@ -136,10 +146,16 @@ impl fmt::Display for Reason {
                 "don't launch because still more pending workers than staged bundles ({pending} >= {staged})"
             ),
             Reason::MaxReached { jobs, max } => {
-                write!(f, "don't launch because too many workers already ({jobs} >= {max})")
+                write!(
+                    f,
+                    "don't launch because too many workers already ({jobs} >= {max})"
+                )
             }
             Reason::BelowMin { jobs, min } => {
-                write!(f, "launch a worker because we are under the minimum ({jobs} < {min})")
+                write!(
+                    f,
+                    "launch a worker because we are under the minimum ({jobs} < {min})"
+                )
             }
         }
     }
@@ -157,7 +173,11 @@ pub struct Decision {
 impl Decision {
     /// The reason codes joined by commas, for one-line logs.
     pub fn reason_codes(&self) -> String {
-        self.reasons.iter().map(Reason::code).collect::<Vec<_>>().join(",")
+        self.reasons
+            .iter()
+            .map(Reason::code)
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }
 
@@ -167,7 +187,9 @@ pub fn plan(observed: &Observation, config: &PolicyConfig) -> Decision {
     let jobs = observed.jobs();
     let mut want = false;
     if observed.staged > 0 {
-        reasons.push(Reason::WantWorkers { staged: observed.staged });
+        reasons.push(Reason::WantWorkers {
+            staged: observed.staged,
+        });
         want = true;
         if let Some(since) = observed.since_last_launch {
             let waited_seconds = since.as_secs();
@@ -180,21 +202,33 @@ pub fn plan(observed: &Observation, config: &PolicyConfig) -> Decision {
             }
         }
         if observed.pending >= observed.staged {
-            reasons.push(Reason::PendingCoversDemand { pending: observed.pending, staged: observed.staged });
+            reasons.push(Reason::PendingCoversDemand {
+                pending: observed.pending,
+                staged: observed.staged,
+            });
             want = false;
         }
         if jobs >= config.max_workers as usize {
-            reasons.push(Reason::MaxReached { jobs, max: config.max_workers });
+            reasons.push(Reason::MaxReached {
+                jobs,
+                max: config.max_workers,
+            });
             want = false;
         }
     } else {
         reasons.push(Reason::NoStagedBundles);
     }
     if jobs < config.min_workers as usize {
-        reasons.push(Reason::BelowMin { jobs, min: config.min_workers });
+        reasons.push(Reason::BelowMin {
+            jobs,
+            min: config.min_workers,
+        });
         want = true;
     }
-    Decision { launches: u32::from(want), reasons }
+    Decision {
+        launches: u32::from(want),
+        reasons,
+    }
 }
 
 #[cfg(test)]
@@ -203,10 +237,19 @@ mod tests {
     use Reason::*;
 
     fn obs(staged: usize, pending: usize, active: usize, since: Option<u64>) -> Observation {
-        Observation { staged, pending, active, since_last_launch: since.map(Duration::from_secs) }
+        Observation {
+            staged,
+            pending,
+            active,
+            since_last_launch: since.map(Duration::from_secs),
+        }
     }
 
-    const CONFIG: PolicyConfig = PolicyConfig { min_workers: 1, max_workers: 3, min_seconds_between_workers: 60 };
+    const CONFIG: PolicyConfig = PolicyConfig {
+        min_workers: 1,
+        max_workers: 3,
+        min_seconds_between_workers: 60,
+    };
 
     #[test]
     fn upstream_rules_table() {
@@ -236,7 +279,11 @@ mod tests {
     #[test]
     fn below_min_overrides_every_veto() {
         // min above max is rejected by validate(), but the rule order still holds: min wins.
-        let config = PolicyConfig { min_workers: 2, max_workers: 2, min_seconds_between_workers: 600 };
+        let config = PolicyConfig {
+            min_workers: 2,
+            max_workers: 2,
+            min_seconds_between_workers: 600,
+        };
         let decision = plan(&obs(1, 1, 0, Some(0)), &config);
         assert_eq!(decision.launches, 1);
         assert_eq!(decision.reasons.last(), Some(&BelowMin { jobs: 1, min: 2 }));
@@ -244,27 +291,54 @@ mod tests {
 
     #[test]
     fn rate_limit_truncates_to_whole_seconds() {
-        let observed = Observation { staged: 1, since_last_launch: Some(Duration::from_millis(59_999)), ..Default::default() };
-        let decision = plan(&observed, &PolicyConfig { min_workers: 0, ..CONFIG });
+        let observed = Observation {
+            staged: 1,
+            since_last_launch: Some(Duration::from_millis(59_999)),
+            ..Default::default()
+        };
+        let decision = plan(
+            &observed,
+            &PolicyConfig {
+                min_workers: 0,
+                ..CONFIG
+            },
+        );
         assert_eq!(decision.launches, 0);
-        assert!(decision.reasons.contains(&RateLimited { waited_seconds: 59, min_seconds: 60 }));
+        assert!(decision.reasons.contains(&RateLimited {
+            waited_seconds: 59,
+            min_seconds: 60
+        }));
     }
 
     #[test]
     fn zero_max_never_launches_above_zero_min() {
-        let config = PolicyConfig { min_workers: 0, max_workers: 0, min_seconds_between_workers: 0 };
+        let config = PolicyConfig {
+            min_workers: 0,
+            max_workers: 0,
+            min_seconds_between_workers: 0,
+        };
         assert_eq!(plan(&obs(10, 0, 0, None), &config).launches, 0);
     }
 
     #[test]
     fn at_most_one_launch_per_tick() {
-        let config = PolicyConfig { min_workers: 10, max_workers: 10, min_seconds_between_workers: 0 };
+        let config = PolicyConfig {
+            min_workers: 10,
+            max_workers: 10,
+            min_seconds_between_workers: 0,
+        };
         assert_eq!(plan(&obs(100, 0, 0, None), &config).launches, 1);
     }
 
     #[test]
     fn validate_rejects_max_below_min() {
-        let err = PolicyConfig { min_workers: 3, max_workers: 2, min_seconds_between_workers: 0 }.validate().unwrap_err();
+        let err = PolicyConfig {
+            min_workers: 3,
+            max_workers: 2,
+            min_seconds_between_workers: 0,
+        }
+        .validate()
+        .unwrap_err();
         assert_eq!(err, "--max-workers (2) is less than --min-workers (3)");
         assert!(CONFIG.validate().is_ok());
     }
@@ -272,7 +346,11 @@ mod tests {
     #[test]
     fn reasons_read_like_upstream_logs() {
         assert_eq!(
-            RateLimited { waited_seconds: 3, min_seconds: 60 }.to_string(),
+            RateLimited {
+                waited_seconds: 3,
+                min_seconds: 60
+            }
+            .to_string(),
             "don't launch because waited 3 < 60 seconds since last worker"
         );
         let json = serde_json::to_string(&MaxReached { jobs: 3, max: 3 }).unwrap();

@@ -13,7 +13,11 @@ pub struct Backoff {
 impl Backoff {
     /// A backoff starting at `base` and never waiting longer than `max`.
     pub fn new(base: Duration, max: Duration) -> Self {
-        Self { base, max: max.max(base), failures: 0 }
+        Self {
+            base,
+            max: max.max(base),
+            failures: 0,
+        }
     }
 
     /// Records a failure and returns how long to wait before the next try.

@@ -57,7 +57,10 @@ mod tests {
 
     #[test]
     fn never_prints_the_value() {
-        let creds = Credentials { username: "alice".into(), password: Secret::new("hunter2") };
+        let creds = Credentials {
+            username: "alice".into(),
+            password: Secret::new("hunter2"),
+        };
         let shown = format!("{creds:?} {}", creds.password);
         assert!(!shown.contains("hunter2"), "{shown}");
         assert_eq!(creds.password.expose(), "hunter2");

@@ -22,7 +22,9 @@ pub struct SizeError {
 /// assert_eq!(parse_size("").unwrap(), 0);
 /// ```
 pub fn parse_size(input: &str) -> Result<u64, SizeError> {
-    let error = || SizeError { input: input.to_owned() };
+    let error = || SizeError {
+        input: input.to_owned(),
+    };
     let text = input.trim();
     let Some(last) = text.chars().last() else {
         return Ok(0);

@@ -12,13 +12,13 @@ use figment::Figment;
 use figment::providers::Serialized;
 use std::sync::Arc;
 
-pub mod local;
 #[cfg(feature = "aws")]
 pub mod aws;
 #[cfg(feature = "azure")]
 pub mod azure;
 #[cfg(feature = "k8s")]
 pub mod k8s;
+pub mod local;
 #[cfg(feature = "slurm")]
 pub mod slurm;
 
@@ -28,6 +28,7 @@ pub struct BackendContext {
     /// Credentials the workers log in with.
     pub credentials: Credentials,
     /// The `cl-worker` settings (server included).
+    #[allow(dead_code)]
     pub worker: WorkerOptions,
 }
 
@@ -95,13 +96,19 @@ impl BackendCommand {
         match self {
             BackendCommand::Local(args) => Figment::from(Serialized::default(local::TABLE, args)),
             #[cfg(feature = "slurm")]
-            BackendCommand::SlurmBatch(args) => Figment::from(Serialized::default(slurm::TABLE, args)),
+            BackendCommand::SlurmBatch(args) => {
+                Figment::from(Serialized::default(slurm::TABLE, args))
+            }
             #[cfg(feature = "aws")]
             BackendCommand::AwsBatch(args) => Figment::from(Serialized::default(aws::TABLE, args)),
             #[cfg(feature = "azure")]
-            BackendCommand::AzureBatch(args) => Figment::from(Serialized::default(azure::TABLE, args)),
+            BackendCommand::AzureBatch(args) => {
+                Figment::from(Serialized::default(azure::TABLE, args))
+            }
             #[cfg(feature = "k8s")]
-            BackendCommand::Kubernetes(args) => Figment::from(Serialized::default(k8s::TABLE, args)),
+            BackendCommand::Kubernetes(args) => {
+                Figment::from(Serialized::default(k8s::TABLE, args))
+            }
         }
     }
 
@@ -122,7 +129,11 @@ impl BackendCommand {
     }
 
     /// Builds the backend from the merged configuration.
-    pub async fn build(&self, config: &Figment, context: &BackendContext) -> Result<Arc<dyn WorkerBackend>> {
+    pub async fn build(
+        &self,
+        config: &Figment,
+        context: &BackendContext,
+    ) -> Result<Arc<dyn WorkerBackend>> {
         match self {
             BackendCommand::Local(_) => local::build(config, context).await,
             #[cfg(feature = "slurm")]

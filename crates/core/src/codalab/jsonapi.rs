@@ -36,12 +36,19 @@ pub fn parse_bundles(document: &Value) -> Result<(Vec<StagedBundle>, Vec<Skipped
 
 fn owner_names(document: &Value) -> HashMap<&str, &str> {
     let mut owners = HashMap::new();
-    for resource in document.get("included").and_then(Value::as_array).into_iter().flatten() {
+    for resource in document
+        .get("included")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         if resource.get("type").and_then(Value::as_str) != Some("users") {
             continue;
         }
         let id = resource.get("id").and_then(Value::as_str);
-        let name = resource.pointer("/attributes/user_name").and_then(Value::as_str);
+        let name = resource
+            .pointer("/attributes/user_name")
+            .and_then(Value::as_str);
         if let (Some(id), Some(name)) = (id, name) {
             owners.insert(id, name);
         }
@@ -49,7 +56,10 @@ fn owner_names(document: &Value) -> HashMap<&str, &str> {
     owners
 }
 
-fn parse_bundle(resource: &Value, owners: &HashMap<&str, &str>) -> Result<StagedBundle, (String, String)> {
+fn parse_bundle(
+    resource: &Value,
+    owners: &HashMap<&str, &str>,
+) -> Result<StagedBundle, (String, String)> {
     let attributes = resource.get("attributes");
     let uuid = attributes
         .and_then(|a| a.get("uuid"))
@@ -58,7 +68,9 @@ fn parse_bundle(resource: &Value, owners: &HashMap<&str, &str>) -> Result<Staged
         .ok_or_else(|| ("?".to_owned(), "missing field `uuid`".to_owned()))?
         .to_owned();
     let fail = |field: &str, message: String| (uuid.clone(), format!("field `{field}`: {message}"));
-    let metadata = attributes.and_then(|a| a.get("metadata")).filter(|m| !m.is_null());
+    let metadata = attributes
+        .and_then(|a| a.get("metadata"))
+        .filter(|m| !m.is_null());
     let metadata = match metadata {
         Some(m) if m.is_object() => Some(m),
         Some(_) => return Err(fail("metadata", "not an object".into())),
@@ -73,7 +85,10 @@ fn parse_bundle(resource: &Value, owners: &HashMap<&str, &str>) -> Result<Staged
                 .and_then(|n| u32::try_from(n).ok())
                 .ok_or_else(|| fail(name, format!("`{n}` is not a count"))),
             Some(Value::String(s)) if s.is_empty() => Ok(0),
-            Some(Value::String(s)) => s.trim().parse().map_err(|_| fail(name, format!("`{s}` is not a count"))),
+            Some(Value::String(s)) => s
+                .trim()
+                .parse()
+                .map_err(|_| fail(name, format!("`{s}` is not a count"))),
             Some(other) => Err(fail(name, format!("`{other}` is not a count"))),
         }
     };
@@ -81,8 +96,12 @@ fn parse_bundle(resource: &Value, owners: &HashMap<&str, &str>) -> Result<Staged
     let request_gpus = count("request_gpus")?;
     let request_memory = match field("request_memory") {
         None => 0,
-        Some(Value::String(s)) => parse_size(s).map_err(|e| fail("request_memory", e.to_string()))?,
-        Some(Value::Number(n)) => n.as_u64().ok_or_else(|| fail("request_memory", format!("`{n}` is not a size")))?,
+        Some(Value::String(s)) => {
+            parse_size(s).map_err(|e| fail("request_memory", e.to_string()))?
+        }
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .ok_or_else(|| fail("request_memory", format!("`{n}` is not a size")))?,
         Some(other) => return Err(fail("request_memory", format!("`{other}` is not a size"))),
     };
     let request_queue = match field("request_queue") {
@@ -92,7 +111,11 @@ fn parse_bundle(resource: &Value, owners: &HashMap<&str, &str>) -> Result<Staged
     };
     let tags = match field("tags") {
         None => Vec::new(),
-        Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
         Some(other) => return Err(fail("tags", format!("`{other}` is not a list"))),
     };
     let created = field("created").and_then(Value::as_i64);
@@ -101,12 +124,23 @@ fn parse_bundle(resource: &Value, owners: &HashMap<&str, &str>) -> Result<Staged
         .and_then(Value::as_str)
         .and_then(|id| owners.get(id))
         .map(|name| (*name).to_owned());
-    Ok(StagedBundle { uuid, owner, request_cpus, request_gpus, request_memory, request_queue, tags, created })
+    Ok(StagedBundle {
+        uuid,
+        owner,
+        request_cpus,
+        request_gpus,
+        request_memory,
+        request_queue,
+        tags,
+        created,
+    })
 }
 
 /// The user name in a `/rest/user` document.
 pub fn parse_user_name(document: &Value) -> Option<&str> {
-    document.pointer("/data/attributes/user_name").and_then(Value::as_str)
+    document
+        .pointer("/data/attributes/user_name")
+        .and_then(Value::as_str)
 }
 
 #[cfg(test)]
@@ -134,7 +168,8 @@ mod tests {
 
     #[test]
     fn empty_result() {
-        let (bundles, skipped) = parse_bundles(&json!({"data": [], "meta": {"version": "1.7.5"}})).unwrap();
+        let (bundles, skipped) =
+            parse_bundles(&json!({"data": [], "meta": {"version": "1.7.5"}})).unwrap();
         assert!(bundles.is_empty() && skipped.is_empty());
     }
 
@@ -150,11 +185,26 @@ mod tests {
         let bad = |metadata: Value| json!({"attributes": {"uuid": "0xbad", "metadata": metadata}});
         let good = json!({"attributes": {"uuid": "0xgood", "metadata": {"request_cpus": 1}}});
         let cases = [
-            (json!({"request_cpus": "many"}), "field `request_cpus`: `many` is not a count"),
-            (json!({"request_cpus": -1}), "field `request_cpus`: `-1` is not a count"),
-            (json!({"request_gpus": [1]}), "field `request_gpus`: `[1]` is not a count"),
-            (json!({"request_memory": "4 gigs"}), "field `request_memory`: invalid size `4 gigs`"),
-            (json!({"request_queue": 7}), "field `request_queue`: `7` is not a string"),
+            (
+                json!({"request_cpus": "many"}),
+                "field `request_cpus`: `many` is not a count",
+            ),
+            (
+                json!({"request_cpus": -1}),
+                "field `request_cpus`: `-1` is not a count",
+            ),
+            (
+                json!({"request_gpus": [1]}),
+                "field `request_gpus`: `[1]` is not a count",
+            ),
+            (
+                json!({"request_memory": "4 gigs"}),
+                "field `request_memory`: invalid size `4 gigs`",
+            ),
+            (
+                json!({"request_queue": 7}),
+                "field `request_queue`: `7` is not a string",
+            ),
             (json!({"tags": "x"}), "field `tags`: `\"x\"` is not a list"),
             (json!("nope"), "field `metadata`: not an object"),
         ];
@@ -163,7 +213,11 @@ mod tests {
             let (bundles, skipped) = parse_bundles(&document).unwrap();
             assert_eq!(bundles.len(), 1, "{reason}");
             assert_eq!(skipped[0].uuid, "0xbad");
-            assert!(skipped[0].reason.starts_with(reason), "{} vs {reason}", skipped[0].reason);
+            assert!(
+                skipped[0].reason.starts_with(reason),
+                "{} vs {reason}",
+                skipped[0].reason
+            );
         }
     }
 
@@ -171,18 +225,32 @@ mod tests {
     fn numeric_strings_are_accepted() {
         let document = json!({"data": [{"attributes": {"uuid": "0x1", "metadata": {"request_cpus": "2", "request_gpus": "", "request_memory": 1024}}}]});
         let (bundles, _) = parse_bundles(&document).unwrap();
-        assert_eq!((bundles[0].request_cpus, bundles[0].request_gpus, bundles[0].request_memory), (2, 0, 1024));
+        assert_eq!(
+            (
+                bundles[0].request_cpus,
+                bundles[0].request_gpus,
+                bundles[0].request_memory
+            ),
+            (2, 0, 1024)
+        );
     }
 
     #[test]
     fn not_a_bundle_list_is_an_error() {
-        assert_eq!(parse_bundles(&json!({"error": "x"})).unwrap_err(), "no `data` member");
-        assert_eq!(parse_bundles(&json!({"data": {}})).unwrap_err(), "`data` is not a list");
+        assert_eq!(
+            parse_bundles(&json!({"error": "x"})).unwrap_err(),
+            "no `data` member"
+        );
+        assert_eq!(
+            parse_bundles(&json!({"data": {}})).unwrap_err(),
+            "`data` is not a list"
+        );
     }
 
     #[test]
     fn user_name() {
-        let document = json!({"data": {"type": "users", "id": "0", "attributes": {"user_name": "codalab"}}});
+        let document =
+            json!({"data": {"type": "users", "id": "0", "attributes": {"user_name": "codalab"}}});
         assert_eq!(parse_user_name(&document), Some("codalab"));
     }
 }

@@ -37,11 +37,18 @@ pub struct ClientOptions {
     pub ca_certificates: Vec<Vec<u8>>,
     /// Accept any certificate. Dangerous; the CLI warns at every start.
     pub insecure_skip_tls_verify: bool,
+    /// Results asked for per search page (`.limit`).
+    pub search_page_size: usize,
 }
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        Self { timeout: Duration::from_secs(30), ca_certificates: Vec::new(), insecure_skip_tls_verify: false }
+        Self {
+            timeout: Duration::from_secs(30),
+            ca_certificates: Vec::new(),
+            insecure_skip_tls_verify: false,
+            search_page_size: SEARCH_PAGE_SIZE,
+        }
     }
 }
 
@@ -77,6 +84,7 @@ pub struct CodaLabClient {
     server: String,
     credentials: Credentials,
     http: reqwest::Client,
+    page_size: usize,
     token: Mutex<Option<Token>>,
     /// Whether the last search returned any bundle (an empty search after a non-empty one
     /// triggers an identity check).
@@ -90,7 +98,11 @@ impl CodaLabClient {
     }
 
     /// A client for `server` with `options`.
-    pub fn with_options(server: &str, credentials: Credentials, options: &ClientOptions) -> Result<Self> {
+    pub fn with_options(
+        server: &str,
+        credentials: Credentials,
+        options: &ClientOptions,
+    ) -> Result<Self> {
         let server = server.trim_end_matches('/').to_owned();
         let url = reqwest::Url::parse(&server)
             .map_err(|e| Error::InvalidConfig(format!("--server `{server}` is not a URL: {e}")))?;
@@ -105,14 +117,22 @@ impl CodaLabClient {
             .user_agent(concat!("codalab-wm/", env!("CARGO_PKG_VERSION")))
             .danger_accept_invalid_certs(options.insecure_skip_tls_verify);
         for pem in &options.ca_certificates {
-            let certificate = reqwest::Certificate::from_pem(pem)
-                .map_err(|e| Error::InvalidConfig(format!("CA certificate is not valid PEM: {e}")))?;
+            let certificate = reqwest::Certificate::from_pem(pem).map_err(|e| {
+                Error::InvalidConfig(format!("CA certificate is not valid PEM: {e}"))
+            })?;
             builder = builder.add_root_certificate(certificate);
         }
         let http = builder
             .build()
             .map_err(|e| Error::InvalidConfig(format!("cannot build the HTTP client: {e}")))?;
-        Ok(Self { server, credentials, http, token: Mutex::new(None), last_search_nonempty: Mutex::new(false) })
+        Ok(Self {
+            server,
+            credentials,
+            http,
+            page_size: options.search_page_size.max(1),
+            token: Mutex::new(None),
+            last_search_nonempty: Mutex::new(false),
+        })
     }
 
     /// The server URL.
@@ -126,7 +146,9 @@ impl CodaLabClient {
     }
 
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
-        self.http.request(method, format!("{}{path}", self.server)).header("X-Requested-With", "XMLHttpRequest")
+        self.http
+            .request(method, format!("{}{path}", self.server))
+            .header("X-Requested-With", "XMLHttpRequest")
     }
 
     /// Logs in with the password grant and confirms the identity with `GET /rest/user`.
@@ -160,7 +182,11 @@ impl CodaLabClient {
             });
         }
         if !status.is_success() {
-            return Err(Error::Server { what: "login", status: status.as_u16(), message: first_line(&body) });
+            return Err(Error::Server {
+                what: "login",
+                status: status.as_u16(),
+                message: first_line(&body),
+            });
         }
         let reply: TokenReply = serde_json::from_str(&body).map_err(|e| Error::InvalidReply {
             from: "codalab server".into(),
@@ -189,7 +215,10 @@ impl CodaLabClient {
         if due {
             let refreshed = match refresh {
                 Some(refresh) => {
-                    let form = [("grant_type", "refresh_token"), ("refresh_token", refresh.expose())];
+                    let form = [
+                        ("grant_type", "refresh_token"),
+                        ("refresh_token", refresh.expose()),
+                    ];
                     match self.token_request(&form).await {
                         Ok(token) => Some(token),
                         Err(e) if e.is_temporary() => return Err(e),
@@ -223,19 +252,31 @@ impl CodaLabClient {
             .await
             .map_err(|e| unreachable("identity check", e))?;
         let status = response.status();
-        let body = response.text().await.map_err(|e| unreachable("identity check", e))?;
+        let body = response
+            .text()
+            .await
+            .map_err(|e| unreachable("identity check", e))?;
         if status == StatusCode::UNAUTHORIZED {
             *self.token.lock().await = None;
-            return Err(Error::Server { what: "identity check", status: 401, message: first_line(&body) });
+            return Err(Error::Server {
+                what: "identity check",
+                status: 401,
+                message: first_line(&body),
+            });
         }
         if !status.is_success() {
-            return Err(Error::Server { what: "identity check", status: status.as_u16(), message: first_line(&body) });
+            return Err(Error::Server {
+                what: "identity check",
+                status: status.as_u16(),
+                message: first_line(&body),
+            });
         }
-        let document: serde_json::Value = serde_json::from_str(&body).map_err(|e| Error::InvalidReply {
-            from: "codalab server".into(),
-            what: "identity check".into(),
-            message: e.to_string(),
-        })?;
+        let document: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| Error::InvalidReply {
+                from: "codalab server".into(),
+                what: "identity check".into(),
+                message: e.to_string(),
+            })?;
         match jsonapi::parse_user_name(&document) {
             Some(name) if name == self.credentials.username => Ok(()),
             Some(name) => Err(Error::Unauthenticated {
@@ -263,7 +304,9 @@ impl CodaLabClient {
             match self.check_identity().await {
                 Ok(()) => {}
                 Err(Error::Server { status: 401, .. }) => {
-                    tracing::warn!("the server no longer accepts our token (empty search); logging in again");
+                    tracing::warn!(
+                        "the server no longer accepts our token (empty search); logging in again"
+                    );
                     self.login().await?;
                     result = self.search_pages(keywords).await?;
                 }
@@ -278,7 +321,7 @@ impl CodaLabClient {
         let mut result = SearchResult::default();
         let mut seen = std::collections::HashSet::new();
         for page in 0..MAX_SEARCH_PAGES {
-            let (bundles, skipped) = self.search_page(keywords, page * SEARCH_PAGE_SIZE).await?;
+            let (bundles, skipped) = self.search_page(keywords, page * self.page_size).await?;
             let count = bundles.len() + skipped.len();
             for bundle in bundles {
                 if seen.insert(bundle.uuid.clone()) {
@@ -286,11 +329,14 @@ impl CodaLabClient {
                 }
             }
             result.skipped.extend(skipped);
-            if count < SEARCH_PAGE_SIZE {
+            if count < self.page_size {
                 return Ok(result);
             }
         }
-        tracing::warn!(pages = MAX_SEARCH_PAGES, "staged search stopped after the page limit");
+        tracing::warn!(
+            pages = MAX_SEARCH_PAGES,
+            "staged search stopped after the page limit"
+        );
         Ok(result)
     }
 
@@ -300,9 +346,10 @@ impl CodaLabClient {
         offset: usize,
     ) -> Result<(Vec<StagedBundle>, Vec<SkippedBundle>)> {
         let access = self.access_token().await?;
-        let mut query: Vec<(&str, String)> = vec![("include", "owner".into()), ("worksheet", "None".into())];
+        let mut query: Vec<(&str, String)> =
+            vec![("include", "owner".into()), ("worksheet", "None".into())];
         query.extend(keywords.iter().map(|k| ("keywords", k.clone())));
-        query.push(("keywords", format!(".limit={SEARCH_PAGE_SIZE}")));
+        query.push(("keywords", format!(".limit={}", self.page_size)));
         if offset > 0 {
             query.push(("keywords", format!(".offset={offset}")));
         }
@@ -314,7 +361,10 @@ impl CodaLabClient {
             .await
             .map_err(|e| unreachable("staged bundle search", e))?;
         let status = response.status();
-        let body = response.bytes().await.map_err(|e| unreachable("staged bundle search", e))?;
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| unreachable("staged bundle search", e))?;
         if !status.is_success() {
             return Err(Error::Server {
                 what: "staged bundle search",
@@ -334,7 +384,12 @@ impl CodaLabClient {
 }
 
 /// The keywords of the staged search, as upstream builds them.
-pub fn staged_keywords(search: &[String], username: &str, tag: Option<&str>, tag_exclusive: bool) -> Vec<String> {
+pub fn staged_keywords(
+    search: &[String],
+    username: &str,
+    tag: Option<&str>,
+    tag_exclusive: bool,
+) -> Vec<String> {
     let mut keywords = vec!["state=staged".to_owned()];
     keywords.extend(search.iter().cloned());
     if username != "codalab" {
@@ -347,7 +402,19 @@ pub fn staged_keywords(search: &[String], username: &str, tag: Option<&str>, tag
 }
 
 fn unreachable(what: &'static str, error: reqwest::Error) -> Error {
-    Error::Unreachable { what, source: Box::new(error.without_url()) }
+    // reqwest's own message ("error sending request") hides the cause; keep the whole chain.
+    let error = error.without_url();
+    let mut message = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    Error::Unreachable {
+        what,
+        source: message.into(),
+    }
 }
 
 /// The first non-empty line of an error body, HTML tags stripped, at most 200 characters.
@@ -356,10 +423,17 @@ fn first_line(body: &str) -> String {
         (Some(start), Some(end)) if start < end => &body[start + 5..end],
         _ => body,
     };
-    let line = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("(empty body)");
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("(empty body)");
     let mut line: String = line.chars().take(200).collect();
     if line.starts_with('<') {
-        line = line.replace(|c: char| c == '<' || c == '>', " ").trim().to_owned();
+        line = line
+            .replace(|c: char| c == '<' || c == '>', " ")
+            .trim()
+            .to_owned();
     }
     line
 }
@@ -386,19 +460,34 @@ mod tests {
 
     #[test]
     fn keywords_like_upstream() {
-        assert_eq!(staged_keywords(&[], "alice", None, false), ["state=staged", ".mine"]);
-        assert_eq!(staged_keywords(&[], "codalab", Some("gpuq"), false), ["state=staged"]);
+        assert_eq!(
+            staged_keywords(&[], "alice", None, false),
+            ["state=staged", ".mine"]
+        );
+        assert_eq!(
+            staged_keywords(&[], "codalab", Some("gpuq"), false),
+            ["state=staged"]
+        );
         assert_eq!(
             staged_keywords(&["tags=exp1".into()], "codalab", Some("gpuq"), true),
             ["state=staged", "tags=exp1", "request_queue=gpuq,tag=gpuq"]
         );
-        assert_eq!(staged_keywords(&[], "alice", None, true), ["state=staged", ".mine"]);
+        assert_eq!(
+            staged_keywords(&[], "alice", None, true),
+            ["state=staged", ".mine"]
+        );
     }
 
     #[test]
     fn first_line_of_error_bodies() {
-        assert_eq!(first_line("User is not authenticated."), "User is not authenticated.");
-        assert_eq!(first_line("\n\nUnexpected Internal Error (x).\nmore"), "Unexpected Internal Error (x).");
+        assert_eq!(
+            first_line("User is not authenticated."),
+            "User is not authenticated."
+        );
+        assert_eq!(
+            first_line("\n\nUnexpected Internal Error (x).\nmore"),
+            "Unexpected Internal Error (x)."
+        );
         assert_eq!(
             first_line("<html><body><h1>Error</h1><pre>Bundle 0x0 not found</pre></body></html>"),
             "Bundle 0x0 not found"
@@ -408,14 +497,24 @@ mod tests {
 
     #[test]
     fn oauth_errors() {
-        let body = r#"{"error": "invalid_grant", "error_description": "Invalid credentials given."}"#;
-        assert_eq!(oauth_error(body), "Invalid credentials given. (invalid_grant)");
-        assert_eq!(oauth_error(r#"{"error": "invalid_client"}"#), "invalid_client");
+        let body =
+            r#"{"error": "invalid_grant", "error_description": "Invalid credentials given."}"#;
+        assert_eq!(
+            oauth_error(body),
+            "Invalid credentials given. (invalid_grant)"
+        );
+        assert_eq!(
+            oauth_error(r#"{"error": "invalid_client"}"#),
+            "invalid_client"
+        );
     }
 
     #[test]
     fn rejects_bad_server_urls() {
-        let credentials = Credentials { username: "a".into(), password: Secret::new("p") };
+        let credentials = Credentials {
+            username: "a".into(),
+            password: Secret::new("p"),
+        };
         for bad in ["worksheets.codalab.org", "ftp://x", "http://"] {
             let err = CodaLabClient::new(bad, credentials.clone()).unwrap_err();
             assert!(err.to_string().contains("--server"), "{bad}: {err}");

@@ -7,6 +7,8 @@
 //! instance finds it again (restart adoption), `stop` ends it, and a job that ends by itself
 //! stops counting as capacity.
 
+pub mod fake_codalab;
+
 use crate::backend::{JobState, LaunchRequest, WorkerBackend, WorkerJob, new_unique};
 use crate::bundle::WorkerShape;
 use crate::command::WorkerOptions;
@@ -21,7 +23,8 @@ pub fn require_service(name: &str, available: bool) -> bool {
     if available {
         return true;
     }
-    let hint = format!("service `{name}` is not running: start it with `cargo xtask services up {name}`");
+    let hint =
+        format!("service `{name}` is not running: start it with `cargo xtask services up {name}`");
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("{hint} (CI=true: tests that need a service fail instead of skipping)");
     }
@@ -40,7 +43,10 @@ pub struct Polling {
 
 impl Default for Polling {
     fn default() -> Self {
-        Self { interval: Duration::from_millis(250), attempts: 120 }
+        Self {
+            interval: Duration::from_millis(250),
+            attempts: 120,
+        }
     }
 }
 
@@ -62,7 +68,10 @@ pub trait Harness: Send + Sync {
     }
     /// The worker options used for launches.
     fn worker_options(&self) -> WorkerOptions {
-        WorkerOptions { server: "http://127.0.0.1:9".into(), ..WorkerOptions::default() }
+        WorkerOptions {
+            server: "http://127.0.0.1:9".into(),
+            ..WorkerOptions::default()
+        }
     }
 }
 
@@ -79,7 +88,10 @@ pub async fn wait_for_job(
         if attempt > 0 {
             tokio::time::sleep(polling.interval).await;
         }
-        let jobs = backend.get_worker_jobs().await.map_err(|e| format!("listing jobs: {e}"))?;
+        let jobs = backend
+            .get_worker_jobs()
+            .await
+            .map_err(|e| format!("listing jobs: {e}"))?;
         let job = jobs.into_iter().find(|j| j.id == id);
         if accept(job.as_ref()) {
             return Ok(job);
@@ -97,37 +109,74 @@ pub async fn run_conformance(harness: &dyn Harness) -> Result<(), String> {
     let held = harness.hold_new_jobs().await;
 
     let unique = new_unique();
-    let request = LaunchRequest { unique: &unique, worker: &options, dry_run: false };
-    let job = backend.start_worker_job(&request).await.map_err(|e| format!("starting a job: {e}"))?;
+    let request = LaunchRequest {
+        unique: &unique,
+        worker: &options,
+        dry_run: false,
+    };
+    let job = backend
+        .start_worker_job(&request)
+        .await
+        .map_err(|e| format!("starting a job: {e}"))?;
     if !job.state.is_capacity() {
-        return Err(format!("a job just started must count as capacity, got {:?}", job.state));
+        return Err(format!(
+            "a job just started must count as capacity, got {:?}",
+            job.state
+        ));
     }
     if held {
-        wait_for_job(&*backend, &job.id, polling, "pending", |j| j.is_some_and(|j| j.state == JobState::Pending))
-            .await?;
+        wait_for_job(&*backend, &job.id, polling, "pending", |j| {
+            j.is_some_and(|j| j.state == JobState::Pending)
+        })
+        .await?;
     }
     harness.release_jobs().await;
-    wait_for_job(&*backend, &job.id, polling, "active", |j| j.is_some_and(|j| j.state == JobState::Active)).await?;
-
-    let restarted = harness.backend().await;
-    let adopted = wait_for_job(&*restarted, &job.id, polling, "adopted after a restart", |j| {
+    wait_for_job(&*backend, &job.id, polling, "active", |j| {
         j.is_some_and(|j| j.state == JobState::Active)
     })
     .await?;
-    let adopted = adopted.ok_or("adopted job vanished")?;
-    restarted.stop_worker_job(&adopted).await.map_err(|e| format!("stopping {}: {e}", adopted.id))?;
-    wait_for_job(&*restarted, &job.id, polling, "gone after stop", |j| j.is_none_or(|j| !j.state.is_capacity()))
-        .await?;
 
-    let unique = new_unique();
-    let request = LaunchRequest { unique: &unique, worker: &options, dry_run: false };
-    let second = restarted.start_worker_job(&request).await.map_err(|e| format!("starting a job: {e}"))?;
-    wait_for_job(&*restarted, &second.id, polling, "active", |j| j.is_some_and(|j| j.state == JobState::Active))
-        .await?;
-    harness.finish_job(&second).await;
-    wait_for_job(&*restarted, &second.id, polling, "gone after it ended", |j| {
+    let restarted = harness.backend().await;
+    let adopted = wait_for_job(
+        &*restarted,
+        &job.id,
+        polling,
+        "adopted after a restart",
+        |j| j.is_some_and(|j| j.state == JobState::Active),
+    )
+    .await?;
+    let adopted = adopted.ok_or("adopted job vanished")?;
+    restarted
+        .stop_worker_job(&adopted)
+        .await
+        .map_err(|e| format!("stopping {}: {e}", adopted.id))?;
+    wait_for_job(&*restarted, &job.id, polling, "gone after stop", |j| {
         j.is_none_or(|j| !j.state.is_capacity())
     })
+    .await?;
+
+    let unique = new_unique();
+    let request = LaunchRequest {
+        unique: &unique,
+        worker: &options,
+        dry_run: false,
+    };
+    let second = restarted
+        .start_worker_job(&request)
+        .await
+        .map_err(|e| format!("starting a job: {e}"))?;
+    wait_for_job(&*restarted, &second.id, polling, "active", |j| {
+        j.is_some_and(|j| j.state == JobState::Active)
+    })
+    .await?;
+    harness.finish_job(&second).await;
+    wait_for_job(
+        &*restarted,
+        &second.id,
+        polling,
+        "gone after it ended",
+        |j| j.is_none_or(|j| !j.state.is_capacity()),
+    )
     .await?;
     Ok(())
 }
@@ -152,11 +201,16 @@ struct FakeState {
 impl FakeBackend {
     /// A fake backend whose workers have `shape`.
     pub fn new(shape: WorkerShape) -> Self {
-        Self { shape, inner: Arc::default() }
+        Self {
+            shape,
+            inner: Arc::default(),
+        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Sets the state of job `id`.
@@ -205,7 +259,11 @@ impl WorkerBackend for FakeBackend {
     async fn get_worker_jobs(&self) -> Result<Vec<WorkerJob>> {
         let state = self.state();
         if let Some(message) = &state.fail_list {
-            return Err(Error::backend_temporary("fake", "list worker jobs", message.clone()));
+            return Err(Error::backend_temporary(
+                "fake",
+                "list worker jobs",
+                message.clone(),
+            ));
         }
         Ok(state.jobs.clone())
     }
@@ -213,12 +271,28 @@ impl WorkerBackend for FakeBackend {
     async fn start_worker_job(&self, request: &LaunchRequest<'_>) -> Result<WorkerJob> {
         let mut state = self.state();
         if let Some(message) = &state.fail_start {
-            return Err(Error::backend("fake", "submit a worker job", message.clone()));
+            return Err(Error::backend(
+                "fake",
+                "submit a worker job",
+                message.clone(),
+            ));
+        }
+        if request.dry_run {
+            return Ok(WorkerJob::new(
+                format!("dry-run-{}", request.unique),
+                JobState::Ended,
+            ));
         }
         state.next_id += 1;
-        let initial = if state.start_active { JobState::Active } else { JobState::Pending };
+        let initial = if state.start_active {
+            JobState::Active
+        } else {
+            JobState::Pending
+        };
         let job = WorkerJob::new(state.next_id.to_string(), initial);
-        state.launches.push(request.worker.build_command(request.unique, "workdir"));
+        state
+            .launches
+            .push(request.worker.build_command(request.unique, "workdir"));
         state.jobs.push(job.clone());
         Ok(job)
     }
@@ -264,7 +338,10 @@ impl Harness for FakeHarness {
         self.backend.set_state(&job.id, JobState::Ended);
     }
     fn polling(&self) -> Polling {
-        Polling { interval: Duration::from_millis(1), attempts: 3 }
+        Polling {
+            interval: Duration::from_millis(1),
+            attempts: 3,
+        }
     }
 }
 
@@ -307,7 +384,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_forgetful_backend_fails_the_suite() {
-        let err = run_conformance(&ForgetfulHarness::default()).await.unwrap_err();
+        let err = run_conformance(&ForgetfulHarness::default())
+            .await
+            .unwrap_err();
         assert!(err.contains("adopted after a restart"), "{err}");
     }
 }

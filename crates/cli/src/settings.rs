@@ -1,0 +1,181 @@
+//! The manager's settings, layered with figment: built-in defaults, then `--config FILE`
+//! (TOML), then `CODALAB_WM_*` environment variables (`__` separates tables:
+//! `CODALAB_WM_WORKER__TAG`, `CODALAB_WM_SLURM_BATCH__PARTITION`), then command-line flags.
+//! Unknown keys are errors that name the key.
+
+use codalab_wm_core::command::WorkerOptions;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Output format of the logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Every global setting, as the config file spells it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// URL of the CodaLab server.
+    pub server: String,
+    /// Accepted for compatibility with upstream; this manager never writes session state.
+    pub temp_session: bool,
+    /// Minimum number of workers.
+    pub min_workers: u32,
+    /// Maximum number of workers.
+    pub max_workers: u32,
+    /// Extra search keywords.
+    pub search: Vec<String>,
+    /// Debug logging.
+    pub verbose: bool,
+    /// Seconds between ticks.
+    pub sleep_time: u64,
+    /// Re-execute after this many seconds.
+    pub restart_after_seconds: Option<u64>,
+    /// Do not prefilter bundles against the worker shape.
+    pub no_prefilter: bool,
+    /// Run one tick and exit.
+    pub once: bool,
+    /// Minimum seconds between two launches.
+    pub min_seconds_between_workers: u64,
+    /// File with the CodaLab user name (line 1) and password (line 2).
+    pub password_file: Option<PathBuf>,
+    /// Exit (non-zero) after more than this many failed launches.
+    pub exit_after_num_failed: Option<u32>,
+    /// Render launches without submitting.
+    pub dry_run: bool,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// The backend to run when no subcommand is given.
+    pub backend: Option<String>,
+    /// The `cl-worker` settings (`--worker-*`).
+    pub worker: WorkerSettings,
+    /// `[local]` backend table.
+    pub local: Option<serde_json::Value>,
+    /// `[slurm_batch]` backend table.
+    pub slurm_batch: Option<serde_json::Value>,
+    /// `[aws_batch]` backend table.
+    pub aws_batch: Option<serde_json::Value>,
+    /// `[azure_batch]` backend table.
+    pub azure_batch: Option<serde_json::Value>,
+    /// `[kubernetes]` backend table.
+    pub kubernetes: Option<serde_json::Value>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            server: codalab_wm_core::DEFAULT_SERVER.to_owned(),
+            temp_session: true,
+            min_workers: 1,
+            max_workers: 10,
+            search: Vec::new(),
+            verbose: false,
+            sleep_time: 5,
+            restart_after_seconds: None,
+            no_prefilter: false,
+            once: false,
+            min_seconds_between_workers: 60,
+            password_file: None,
+            exit_after_num_failed: None,
+            dry_run: false,
+            log_format: LogFormat::Text,
+            backend: None,
+            worker: WorkerSettings::default(),
+            local: None,
+            slurm_batch: None,
+            aws_batch: None,
+            azure_batch: None,
+            kubernetes: None,
+        }
+    }
+}
+
+/// The `[worker]` table: [`WorkerOptions`] without the server (which is the global `server`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerSettings {
+    /// The worker executable.
+    pub executable: String,
+    /// Tag put on workers.
+    pub tag: Option<String>,
+    /// Group whose bundles the workers run.
+    pub group: Option<String>,
+    /// Prefix of each worker's working directory.
+    pub work_dir_prefix: Option<String>,
+    /// Maximum size of the temporary bundle data.
+    pub max_work_dir_size: Option<String>,
+    /// Delete the working directory when the worker exits.
+    pub delete_work_dir_on_exit: bool,
+    /// Seconds a worker waits for runs before quitting.
+    pub idle_seconds: u64,
+    /// Download retries.
+    pub download_dependencies_max_retries: u32,
+    /// Seconds between check-ins.
+    pub checkin_frequency_seconds: Option<u64>,
+    /// Exit after this many runs.
+    pub exit_after_num_runs: Option<i64>,
+    /// Restage running bundles when terminated.
+    pub pass_down_termination: bool,
+    /// Exit on exception.
+    pub exit_on_exception: bool,
+    /// Run only bundles that match the tag.
+    pub tag_exclusive: bool,
+    /// Shared memory of run containers in GB.
+    pub shared_memory_size_gb: Option<u64>,
+    /// Workers are preemptible.
+    pub preemptible: bool,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        let defaults = WorkerOptions::default();
+        Self {
+            executable: defaults.executable,
+            tag: None,
+            group: None,
+            work_dir_prefix: None,
+            max_work_dir_size: None,
+            delete_work_dir_on_exit: false,
+            idle_seconds: defaults.idle_seconds,
+            download_dependencies_max_retries: defaults.download_dependencies_max_retries,
+            checkin_frequency_seconds: None,
+            exit_after_num_runs: None,
+            pass_down_termination: false,
+            exit_on_exception: false,
+            tag_exclusive: false,
+            shared_memory_size_gb: None,
+            preemptible: false,
+        }
+    }
+}
+
+impl WorkerSettings {
+    /// The worker options for `server`.
+    pub fn options(&self, server: &str) -> WorkerOptions {
+        WorkerOptions {
+            server: server.to_owned(),
+            executable: self.executable.clone(),
+            tag: self.tag.clone(),
+            group: self.group.clone(),
+            work_dir_prefix: self.work_dir_prefix.clone(),
+            max_work_dir_size: self.max_work_dir_size.clone(),
+            delete_work_dir_on_exit: self.delete_work_dir_on_exit,
+            idle_seconds: self.idle_seconds,
+            download_dependencies_max_retries: self.download_dependencies_max_retries,
+            checkin_frequency_seconds: self.checkin_frequency_seconds,
+            exit_after_num_runs: self.exit_after_num_runs,
+            pass_down_termination: self.pass_down_termination,
+            exit_on_exception: self.exit_on_exception,
+            tag_exclusive: self.tag_exclusive,
+            shared_memory_size_gb: self.shared_memory_size_gb,
+            preemptible: self.preemptible,
+        }
+    }
+}

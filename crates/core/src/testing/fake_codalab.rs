@@ -1,0 +1,371 @@
+//! An in-process fake of the CodaLab REST server, for transport tests, the bench and soak runs.
+//!
+//! It serves exactly the subset a worker manager uses, shaped like the replies recorded from a
+//! real CodaLab 1.7.5 server (`tests/samples/`): the OAuth2 password and refresh grants,
+//! `GET /rest/user`, and `GET /rest/bundles` with `keywords` (`state=staged`, `.mine`,
+//! `.limit` with the server's default of 10, `.offset`, `request_queue=a,tag=a`, `tags=x`).
+//! Like the real server, a request with an invalid token runs as anonymous. Faults can be
+//! injected: the next N replies as HTTP errors with a plain-text body, or revoked tokens.
+
+use axum::Router;
+use axum::extract::{Form, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+/// The server's default search limit when no `.limit` is given.
+pub const DEFAULT_LIMIT: usize = 10;
+
+/// A staged bundle as the fake serves it.
+#[derive(Debug, Clone)]
+pub struct FakeBundle {
+    /// Bundle uuid.
+    pub uuid: String,
+    /// Owner user name.
+    pub owner: String,
+    /// `request_cpus`.
+    pub cpus: u32,
+    /// `request_gpus`.
+    pub gpus: u32,
+    /// `request_memory` as typed (`"512m"`, `""`).
+    pub memory: String,
+    /// `request_queue`.
+    pub queue: String,
+    /// Tags.
+    pub tags: Vec<String>,
+}
+
+impl FakeBundle {
+    /// A bundle of `owner` asking 1 CPU and 512m, with uuid made from `n`.
+    pub fn new(owner: &str, n: u64) -> Self {
+        Self {
+            uuid: format!("0x{n:032x}"),
+            owner: owner.to_owned(),
+            cpus: 1,
+            gpus: 0,
+            memory: "512m".into(),
+            queue: String::new(),
+            tags: Vec::new(),
+        }
+    }
+
+    fn resource(&self) -> Value {
+        json!({
+            "type": "bundles",
+            "id": self.uuid,
+            "attributes": {
+                "uuid": self.uuid, "bundle_type": "run", "state": "staged", "command": "echo hi",
+                "args": "run \"echo hi\"",
+                "metadata": {
+                    "request_cpus": self.cpus, "request_gpus": self.gpus, "request_memory": self.memory,
+                    "request_queue": self.queue, "request_disk": "", "request_time": "",
+                    "request_docker_image": "", "request_network": false, "request_priority": 0,
+                    "tags": self.tags, "name": "run-echo", "description": "", "created": 1795294308,
+                    "staged_status": "No worker can meet your bundle's resource requirements. ",
+                    "actions": [], "allow_failed_dependencies": false, "exclude_patterns": [],
+                    "remote_history": [], "store": ""
+                },
+                "state_details": "No worker can meet your bundle's resource requirements. ",
+                "dependencies": [], "frozen": null, "is_anonymous": false, "permission": 2,
+                "permission_spec": "all"
+            },
+            "relationships": {"owner": {"data": {"type": "users", "id": user_id(&self.owner)}}}
+        })
+    }
+}
+
+fn user_id(name: &str) -> String {
+    format!(
+        "0x{:032x}",
+        name.bytes()
+            .fold(7u128, |h, b| h.wrapping_mul(31).wrapping_add(u128::from(b)))
+    )
+}
+
+/// One request the fake received.
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    /// `GET`, `POST`.
+    pub method: String,
+    /// The path.
+    pub path: String,
+    /// The raw query string.
+    pub query: String,
+}
+
+#[derive(Debug, Default)]
+struct FakeState {
+    users: HashMap<String, String>,
+    tokens: HashMap<String, String>,
+    refresh_tokens: HashMap<String, String>,
+    bundles: Vec<FakeBundle>,
+    requests: Vec<RecordedRequest>,
+    faults: Vec<(u16, String)>,
+    expires_in: u64,
+    next_token: u64,
+}
+
+/// A running fake CodaLab server on 127.0.0.1.
+#[derive(Debug, Clone)]
+pub struct FakeCodaLab {
+    addr: SocketAddr,
+    state: Arc<Mutex<FakeState>>,
+}
+
+type Shared = Arc<Mutex<FakeState>>;
+
+fn lock(state: &Shared) -> std::sync::MutexGuard<'_, FakeState> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl FakeCodaLab {
+    /// Starts the fake on a free port of 127.0.0.1 with users `alice`/`alicepw` and
+    /// `codalab`/`codalab`.
+    pub async fn start() -> std::io::Result<Self> {
+        let state: Shared = Arc::default();
+        {
+            let mut s = lock(&state);
+            s.users.insert("alice".into(), "alicepw".into());
+            s.users.insert("codalab".into(), "codalab".into());
+            s.expires_in = 3600;
+        }
+        let app = Router::new()
+            .route("/rest/oauth2/token", post(token))
+            .route("/rest/user", get(user))
+            .route("/rest/bundles", get(bundles))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self { addr, state })
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Replaces the staged bundles.
+    pub fn set_bundles(&self, bundles: Vec<FakeBundle>) {
+        lock(&self.state).bundles = bundles;
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.state).requests.clone()
+    }
+
+    /// Makes the next replies HTTP errors (`status`, plain-text `body`), one per entry.
+    pub fn inject_faults(&self, faults: Vec<(u16, String)>) {
+        lock(&self.state).faults = faults;
+    }
+
+    /// Invalidates every access and refresh token (as an expiry or a revocation would).
+    pub fn revoke_tokens(&self) {
+        let mut state = lock(&self.state);
+        state.tokens.clear();
+        state.refresh_tokens.clear();
+    }
+
+    /// Sets `expires_in` of the tokens issued from now on.
+    pub fn set_token_lifetime(&self, seconds: u64) {
+        lock(&self.state).expires_in = seconds;
+    }
+}
+
+fn record_and_fault(state: &Shared, method: &str, path: &str, query: &str) -> Option<Response> {
+    let mut s = lock(state);
+    s.requests.push(RecordedRequest {
+        method: method.into(),
+        path: path.into(),
+        query: query.into(),
+    });
+    if s.faults.is_empty() {
+        return None;
+    }
+    let (status, body) = s.faults.remove(0);
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    Some((status, [("content-type", "text/html; charset=UTF-8")], body).into_response())
+}
+
+fn bearer_user(state: &FakeState, headers: &HeaderMap) -> Option<String> {
+    let token = headers
+        .get("authorization")?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")?;
+    state.tokens.get(token).cloned()
+}
+
+async fn token(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Form(form): Form<HashMap<String, String>>,
+) -> Response {
+    if let Some(fault) = record_and_fault(&state, "POST", "/rest/oauth2/token", "") {
+        return fault;
+    }
+    let client_ok = headers.get("authorization").and_then(|v| v.to_str().ok())
+        == Some("Basic Y29kYWxhYl9jbGlfY2xpZW50Og==");
+    if !client_ok {
+        return (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(json!({"error": "invalid_client"})),
+        )
+            .into_response();
+    }
+    let mut s = lock(&state);
+    let user = match form.get("grant_type").map(String::as_str) {
+        Some("password") => {
+            let (user, password) = (form.get("username"), form.get("password"));
+            match (user, password) {
+                (Some(u), Some(p)) if s.users.get(u) == Some(p) => Some(u.clone()),
+                _ => None,
+            }
+        }
+        Some("refresh_token") => form
+            .get("refresh_token")
+            .and_then(|t| s.refresh_tokens.remove(t)),
+        _ => {
+            return (
+                StatusCode::UNAUTHORIZED,
+                axum::Json(json!({"error": "unauthorized_client"})),
+            )
+                .into_response();
+        }
+    };
+    let Some(user) = user else {
+        let body =
+            json!({"error": "invalid_grant", "error_description": "Invalid credentials given."});
+        return (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    };
+    s.next_token += 1;
+    let access = format!("access{}", s.next_token);
+    let refresh = format!("refresh{}", s.next_token);
+    s.tokens.insert(access.clone(), user.clone());
+    s.refresh_tokens.insert(refresh.clone(), user);
+    let body = json!({"access_token": access, "expires_in": s.expires_in, "token_type": "Bearer",
+                      "scope": "default", "refresh_token": refresh});
+    axum::Json(body).into_response()
+}
+
+async fn user(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    if let Some(fault) = record_and_fault(&state, "GET", "/rest/user", "") {
+        return fault;
+    }
+    let s = lock(&state);
+    match bearer_user(&s, &headers) {
+        Some(name) => axum::Json(json!({"data": {"type": "users", "id": user_id(&name),
+            "attributes": {"user_name": name}}, "meta": {"version": "1.7.5"}}))
+        .into_response(),
+        None => (StatusCode::UNAUTHORIZED, "User is not authenticated.").into_response(),
+    }
+}
+
+async fn bundles(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let query = query.unwrap_or_default();
+    if let Some(fault) = record_and_fault(&state, "GET", "/rest/bundles", &query) {
+        return fault;
+    }
+    let keywords: Vec<String> = form_pairs(&query)
+        .filter(|(k, _)| k == "keywords")
+        .map(|(_, v)| v)
+        .collect();
+    if keywords.is_empty() {
+        return (
+            StatusCode::BAD_REQUEST,
+            "Request must include either 'keywords' or 'specs' query parameter",
+        )
+            .into_response();
+    }
+    let s = lock(&state);
+    let me = bearer_user(&s, &headers);
+    let mut limit = DEFAULT_LIMIT;
+    let mut offset = 0;
+    let mut matches: Vec<&FakeBundle> = s.bundles.iter().collect();
+    for keyword in &keywords {
+        if keyword == ".mine" {
+            matches.retain(|b| Some(&b.owner) == me.as_ref());
+        } else if let Some(n) = keyword.strip_prefix(".limit=") {
+            match n.parse() {
+                Ok(n) => limit = n,
+                Err(_) => return internal_error(n),
+            }
+        } else if let Some(n) = keyword.strip_prefix(".offset=") {
+            match n.parse() {
+                Ok(n) => offset = n,
+                Err(_) => return internal_error(n),
+            }
+        } else if let Some(values) = keyword.strip_prefix("request_queue=") {
+            let allowed: Vec<&str> = values
+                .split(',')
+                .map(|v| v.strip_prefix("tag=").unwrap_or(v))
+                .collect();
+            matches.retain(|b| allowed.contains(&b.queue.as_str()));
+        } else if let Some(tag) = keyword.strip_prefix("tags=") {
+            matches.retain(|b| b.tags.iter().any(|t| t == tag));
+        }
+    }
+    let page: Vec<&FakeBundle> = matches.into_iter().skip(offset).take(limit).collect();
+    let mut owners: Vec<&str> = page.iter().map(|b| b.owner.as_str()).collect();
+    owners.sort_unstable();
+    owners.dedup();
+    let included: Vec<Value> = owners
+        .iter()
+        .map(|o| json!({"type": "users", "id": user_id(o), "attributes": {"user_name": o, "first_name": "",
+            "last_name": "", "affiliation": "", "url": null, "avatar_id": null, "has_access": true,
+            "date_joined": "Sat Nov 21 20:51:29 2026"}}))
+        .collect();
+    let data: Vec<Value> = page.iter().map(|b| b.resource()).collect();
+    let mut document = json!({"data": data, "meta": {"version": "1.7.5"}});
+    if !included.is_empty() {
+        document["included"] = Value::Array(included);
+    }
+    axum::Json(document).into_response()
+}
+
+fn internal_error(value: &str) -> Response {
+    let body = format!(
+        "Unexpected Internal Error (invalid literal for int() with base 10: '{value}'). The administrators have been notified."
+    );
+    (StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
+}
+
+/// Decodes `application/x-www-form-urlencoded` pairs.
+fn form_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    query.split('&').filter(|p| !p.is_empty()).map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (decode(k), decode(v))
+    })
+}
+
+fn decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => match u8::from_str_radix(&text[i + 1..i + 3], 16) {
+                Ok(b) => {
+                    out.push(b);
+                    i += 2;
+                }
+                Err(_) => out.push(b'%'),
+            },
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

@@ -1,0 +1,255 @@
+//! The manager loop against the in-process fake CodaLab server (`testing::fake_codalab`) and
+//! the in-memory `testing::FakeBackend`: upstream's launch rules tick by tick, failure
+//! counting, error handling and shutdown.
+
+use codalab_wm_core::codalab::CodaLabClient;
+use codalab_wm_core::manager::Outcome;
+use codalab_wm_core::policy::PolicyConfig;
+use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_core::testing::FakeBackend;
+use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
+use codalab_wm_core::{
+    Error, JobState, Manager, ManagerConfig, WorkerBackend, WorkerJob, WorkerShape,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn config(min: u32, max: u32, min_seconds: u64) -> ManagerConfig {
+    ManagerConfig {
+        policy: PolicyConfig {
+            min_workers: min,
+            max_workers: max,
+            min_seconds_between_workers: min_seconds,
+        },
+        sleep_time: Duration::ZERO,
+        ..ManagerConfig::default()
+    }
+}
+
+async fn setup(
+    bundles: Vec<FakeBundle>,
+    password: &str,
+) -> (FakeCodaLab, CodaLabClient, FakeBackend) {
+    let server = FakeCodaLab::start().await.unwrap();
+    server.set_bundles(bundles);
+    let credentials = Credentials {
+        username: "alice".into(),
+        password: Secret::new(password),
+    };
+    let client = CodaLabClient::new(&server.url(), credentials).unwrap();
+    let backend = FakeBackend::new(WorkerShape::from_flags(4, 0, 8192));
+    (server, client, backend)
+}
+
+/// 12 bundles that fit and one that asks 64 CPUs.
+fn twelve_and_one_too_large() -> Vec<FakeBundle> {
+    let mut bundles: Vec<FakeBundle> = (0..12).map(|n| FakeBundle::new("alice", n)).collect();
+    bundles.push(FakeBundle {
+        cpus: 64,
+        ..FakeBundle::new("alice", 99)
+    });
+    bundles
+}
+
+#[tokio::test]
+async fn launches_one_per_tick_until_max_then_stops() {
+    let (_server, client, backend) = setup(twelve_and_one_too_large(), "alicepw").await;
+    let mut manager = Manager::new(config(0, 3, 0), client, Arc::new(backend.clone()));
+    let mut launched = Vec::new();
+    for _ in 0..5 {
+        let report = manager.tick().await.unwrap();
+        assert_eq!((report.staged, report.filtered), (12, 1));
+        launched.push(report.launched.len());
+    }
+    assert_eq!(launched, [1, 1, 1, 0, 0]);
+    let report = manager.tick().await.unwrap();
+    assert_eq!(report.decision.reason_codes(), "want_workers,max_reached");
+    assert_eq!(backend.launches().len(), 3);
+}
+
+#[tokio::test]
+async fn pending_jobs_covering_the_staged_bundles_stop_launches() {
+    let bundles = (0..2).map(|n| FakeBundle::new("alice", n)).collect();
+    let (_server, client, backend) = setup(bundles, "alicepw").await;
+    let mut manager = Manager::new(config(0, 10, 0), client, Arc::new(backend.clone()));
+    let mut launched = [0usize; 4];
+    for slot in launched.iter_mut() {
+        *slot = manager.tick().await.unwrap().launched.len();
+    }
+    assert_eq!(
+        launched,
+        [1, 1, 0, 0],
+        "2 pending jobs cover 2 staged bundles"
+    );
+    backend.set_state("1", JobState::Active);
+    assert_eq!(
+        manager.tick().await.unwrap().launched.len(),
+        1,
+        "1 pending < 2 staged again"
+    );
+}
+
+#[tokio::test]
+async fn rate_limit_holds_the_second_launch() {
+    let bundles = (0..5).map(|n| FakeBundle::new("alice", n)).collect();
+    let (_server, client, backend) = setup(bundles, "alicepw").await;
+    let mut manager = Manager::new(config(0, 10, 3600), client, Arc::new(backend));
+    assert_eq!(manager.tick().await.unwrap().launched.len(), 1);
+    let report = manager.tick().await.unwrap();
+    assert!(report.launched.is_empty());
+    assert_eq!(report.decision.reason_codes(), "want_workers,rate_limited");
+}
+
+#[tokio::test]
+async fn below_min_launches_with_nothing_staged() {
+    let (_server, client, backend) = setup(vec![], "alicepw").await;
+    let mut manager = Manager::new(config(2, 3, 3600), client, Arc::new(backend.clone()));
+    assert_eq!(
+        manager.tick().await.unwrap().decision.reason_codes(),
+        "no_staged_bundles,below_min"
+    );
+    assert_eq!(
+        manager.tick().await.unwrap().launched.len(),
+        1,
+        "min beats the rate limit"
+    );
+    assert_eq!(manager.tick().await.unwrap().launched.len(), 0);
+    assert_eq!(backend.launches().len(), 2);
+}
+
+#[tokio::test]
+async fn failed_jobs_are_counted_once_and_exit_after_num_failed_stops_the_loop() {
+    let bundles = (0..3).map(|n| FakeBundle::new("alice", n)).collect();
+    let (_server, client, backend) = setup(bundles, "alicepw").await;
+    let mut job = WorkerJob::new("old-failure", JobState::Failed);
+    job.reason = Some("NonZeroExitCode".into());
+    backend.insert(job);
+    backend.fail_starting(Some("Invalid partition name specified"));
+    let config = ManagerConfig {
+        exit_after_num_failed: Some(2),
+        ..config(0, 10, 0)
+    };
+    let mut manager = Manager::new(config, client, Arc::new(backend));
+    let (_stop, shutdown) = tokio::sync::watch::channel(false);
+    let outcome = manager.run(false, shutdown).await.unwrap();
+    // 1 failed job seen once + 2 failed submissions = 3 > 2.
+    assert_eq!(
+        outcome,
+        Outcome::TooManyFailures {
+            failed: 3,
+            limit: 2
+        }
+    );
+}
+
+#[tokio::test]
+async fn temporary_errors_skip_ticks_without_launching_and_the_loop_recovers() {
+    let bundles = (0..3).map(|n| FakeBundle::new("alice", n)).collect();
+    let (server, client, backend) = setup(bundles, "alicepw").await;
+    let mut manager = Manager::new(config(0, 10, 0), client, Arc::new(backend.clone()));
+    manager.tick().await.unwrap();
+    server.inject_faults(vec![
+        (503, "Service Unavailable".into()),
+        (500, "boom".into()),
+    ]);
+    let err = manager.tick().await.unwrap_err();
+    assert!(err.is_temporary());
+    backend.fail_listing(Some(
+        "slurm_load_jobs error: Unable to contact slurm controller",
+    ));
+    assert!(manager.tick().await.is_err(), "the second fault");
+    let err = manager.tick().await.unwrap_err();
+    assert!(matches!(
+        err,
+        Error::Backend {
+            temporary: true,
+            ..
+        }
+    ));
+    assert_eq!(
+        backend.launches().len(),
+        1,
+        "no launch on a tick that failed"
+    );
+    backend.fail_listing(None);
+    assert_eq!(manager.tick().await.unwrap().launched.len(), 1);
+}
+
+#[tokio::test]
+async fn once_returns_after_one_tick_and_surfaces_its_error() {
+    let (_server, client, backend) = setup(vec![FakeBundle::new("alice", 1)], "alicepw").await;
+    let mut manager = Manager::new(config(0, 10, 0), client, Arc::new(backend.clone()));
+    let (_stop, shutdown) = tokio::sync::watch::channel(false);
+    assert_eq!(
+        manager.run(true, shutdown.clone()).await.unwrap(),
+        Outcome::Once
+    );
+    assert_eq!(backend.launches().len(), 1);
+
+    let (_server, client, backend) = setup(vec![], "wrong").await;
+    let mut manager = Manager::new(config(0, 10, 0), client, Arc::new(backend));
+    let err = manager.run(true, shutdown).await.unwrap_err();
+    assert!(matches!(err, Error::Unauthenticated { .. }));
+}
+
+#[tokio::test]
+async fn a_wrong_password_stops_the_loop() {
+    let (_server, client, backend) = setup(vec![], "wrong").await;
+    let mut manager = Manager::new(config(0, 10, 0), client, Arc::new(backend));
+    let (_stop, shutdown) = tokio::sync::watch::channel(false);
+    assert!(manager.run(false, shutdown).await.unwrap_err().is_fatal());
+}
+
+#[tokio::test]
+async fn shutdown_finishes_the_current_tick_and_returns() {
+    let (_server, client, backend) = setup(vec![FakeBundle::new("alice", 1)], "alicepw").await;
+    let config = ManagerConfig {
+        sleep_time: Duration::from_secs(3600),
+        ..config(0, 10, 0)
+    };
+    let mut manager = Manager::new(config, client, Arc::new(backend.clone()));
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let run = tokio::spawn(async move { manager.run(false, shutdown).await });
+    // Wait for the first tick's launch (an event), then ask to stop during the long sleep.
+    for _ in 0..1000 {
+        if !backend.launches().is_empty() {
+            break;
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(backend.launches().len(), 1);
+    stop.send(true).unwrap();
+    assert_eq!(run.await.unwrap().unwrap(), Outcome::Shutdown);
+}
+
+#[tokio::test]
+async fn no_prefilter_keeps_large_bundles() {
+    let (_server, client, backend) = setup(twelve_and_one_too_large(), "alicepw").await;
+    let config = ManagerConfig {
+        no_prefilter: true,
+        ..config(0, 10, 0)
+    };
+    let mut manager = Manager::new(config, client, Arc::new(backend));
+    let report = manager.tick().await.unwrap();
+    assert_eq!((report.staged, report.filtered), (13, 0));
+}
+
+#[tokio::test]
+async fn dry_run_reaches_the_backend_as_a_dry_run() {
+    let (_server, client, backend) = setup(vec![FakeBundle::new("alice", 1)], "alicepw").await;
+    let config = ManagerConfig {
+        dry_run: true,
+        ..config(0, 10, 0)
+    };
+    let backend = Arc::new(backend);
+    let mut manager = Manager::new(config, client, backend.clone());
+    let report = manager.tick().await.unwrap();
+    assert!(
+        report.launched[0].id.starts_with("dry-run-"),
+        "{:?}",
+        report.launched
+    );
+    assert!(backend.get_worker_jobs().await.unwrap().is_empty());
+    assert!(backend.launches().is_empty());
+}
