@@ -1,0 +1,296 @@
+//! [`SlurmBackend`]: the [`WorkerBackend`] implementation on `sbatch`, `squeue` and `scancel`.
+
+use crate::config::{Settings, SlurmConfig, Target};
+use crate::error::{BACKEND, command_failed, slurm_message};
+use crate::script::{JobScript, redact};
+use crate::squeue;
+use crate::ssh::SshTransport;
+use crate::transport::{CallCounter, Invocation, Output, Transport};
+use codalab_wm_core::secret::Credentials;
+use codalab_wm_core::{
+    Error, JobState, LaunchRequest, Result, WorkerBackend, WorkerJob, WorkerShape, async_trait,
+};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// Saves the script (read from stdin) in its per-worker directory and submits it, in one
+/// command: `sh -c SUBMIT sh DIR FILE`.
+const SUBMIT: &str = r#"mkdir -p -- "$1" && cat > "$2" && exec sbatch --parsable "$2""#;
+
+/// Submits CodaLab workers as Slurm batch jobs, locally or on a login node over SSH.
+#[derive(Debug)]
+pub struct SlurmBackend {
+    settings: Settings,
+    transport: Transport,
+    credentials: Option<Credentials>,
+    calls: CallCounter,
+}
+
+impl SlurmBackend {
+    /// A backend for `config`. Without a password file, `credentials` are handed to the
+    /// workers through sbatch's environment (`CODALAB_USERNAME`/`CODALAB_PASSWORD`).
+    pub fn new(config: &SlurmConfig, credentials: Option<Credentials>) -> Result<Self> {
+        let settings = config.validate()?;
+        let transport = match &settings.target {
+            Target::Local => Transport::Local,
+            Target::Ssh(target) => Transport::Ssh(Arc::new(SshTransport::new(target.clone()))),
+        };
+        Ok(Self {
+            settings,
+            transport,
+            credentials,
+            calls: CallCounter::default(),
+        })
+    }
+
+    /// The validated settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The SSH transport, when the commands run on a login node.
+    pub fn ssh(&self) -> Option<&Arc<SshTransport>> {
+        match &self.transport {
+            Transport::Ssh(ssh) => Some(ssh),
+            Transport::Local => None,
+        }
+    }
+
+    /// How many Slurm commands (subprocesses or SSH commands) this backend ran so far:
+    /// `get_worker_jobs` runs exactly one, whatever the number of jobs.
+    pub fn calls(&self) -> u64 {
+        self.calls.get()
+    }
+
+    async fn run(&self, operation: &'static str, invocation: Invocation) -> Result<Output> {
+        self.calls.add();
+        let program = invocation.program().to_owned();
+        let output = self.transport.run(operation, invocation).await?;
+        if !output.success() {
+            return Err(command_failed(
+                operation,
+                &program,
+                slurm_message(&output.stderr, &output.stdout, output.status),
+            ));
+        }
+        if !output.stderr.trim().is_empty() {
+            tracing::warn!(program, stderr = %output.stderr.trim(), "slurm command printed warnings");
+        }
+        Ok(output)
+    }
+
+    /// The batch script a launch would submit, with the secrets redacted (what `--dry-run`
+    /// logs): for a caller that wants to print it.
+    pub fn render_script(&self, request: &LaunchRequest<'_>) -> String {
+        let script = JobScript::new(&self.settings, request.unique, request.worker);
+        redact(&script.text, &self.secrets())
+    }
+
+    fn secrets(&self) -> Vec<&str> {
+        self.credentials
+            .iter()
+            .map(|c| c.password.expose())
+            .collect()
+    }
+
+    fn submit_invocation(&self, script: &JobScript) -> Invocation {
+        let argv = ["sh", "-c", SUBMIT, "sh", &script.dir, &script.path]
+            .map(str::to_owned)
+            .to_vec();
+        let mut invocation = Invocation {
+            stdin: Some(script.text.clone().into_bytes()),
+            ..Invocation::new(argv)
+        };
+        if self.settings.config.password_file.is_none()
+            && let Some(credentials) = &self.credentials
+        {
+            invocation.secret_env = vec![
+                (
+                    "CODALAB_USERNAME".into(),
+                    codalab_wm_core::secret::Secret::new(credentials.username.clone()),
+                ),
+                ("CODALAB_PASSWORD".into(), credentials.password.clone()),
+            ];
+        }
+        invocation
+    }
+}
+
+/// The job id in `sbatch --parsable` output (`ID` or `ID;CLUSTER`).
+pub fn parse_submitted(stdout: &str) -> Result<String> {
+    let id = stdout.trim().split(';').next().unwrap_or_default();
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(Error::InvalidReply {
+            from: "sbatch".into(),
+            what: "submit a worker job".into(),
+            message: format!("no job id in {:?}", stdout.trim()),
+        });
+    }
+    Ok(id.to_owned())
+}
+
+/// `scancel` of a job that already ended is not an error: the job is stopped.
+fn already_gone(message: &str) -> bool {
+    message.contains("already completing or completed")
+        || message.contains("Invalid job id specified")
+}
+
+#[async_trait]
+impl WorkerBackend for SlurmBackend {
+    fn name(&self) -> &str {
+        BACKEND
+    }
+
+    fn worker_shape(&self) -> WorkerShape {
+        self.settings.worker_shape()
+    }
+
+    #[tracing::instrument(skip(self), fields(backend = BACKEND))]
+    async fn get_worker_jobs(&self) -> Result<Vec<WorkerJob>> {
+        let mut invocation = Invocation::new(squeue::command(&self.settings.user));
+        invocation.env.push(("TZ".into(), "UTC".into()));
+        let output = self.run("list worker jobs", invocation).await?;
+        let shape = Some(self.worker_shape());
+        let jobs = squeue::parse(&output.stdout, &self.settings.job_name_prefix())?;
+        Ok(jobs
+            .into_iter()
+            .map(|job| WorkerJob { shape, ..job })
+            .collect())
+    }
+
+    #[tracing::instrument(skip(self, request), fields(backend = BACKEND, unique = request.unique))]
+    async fn start_worker_job(&self, request: &LaunchRequest<'_>) -> Result<WorkerJob> {
+        let script = JobScript::new(&self.settings, request.unique, request.worker);
+        if request.dry_run {
+            let text = self.render_script(request);
+            tracing::info!(worker_id = %script.worker_id, path = %script.path, "dry run: would submit\n{text}");
+            let job = WorkerJob::new(format!("dry-run-{}", request.unique), JobState::Ended);
+            return Ok(WorkerJob {
+                name: script.worker_id,
+                ..job
+            });
+        }
+        if matches!(self.transport, Transport::Local) {
+            // `mkdir -p` in the submit command does this too; doing it here first gives a
+            // clear error naming the directory.
+            std::fs::create_dir_all(&script.dir).map_err(|e| {
+                Error::backend(
+                    BACKEND,
+                    "submit a worker job",
+                    format!("cannot create slurm work dir {}: {e}", script.dir),
+                )
+            })?;
+        }
+        let output = self
+            .run("submit a worker job", self.submit_invocation(&script))
+            .await?;
+        let id = parse_submitted(&output.stdout)?;
+        tracing::info!(job_id = %id, worker_id = %script.worker_id, "submitted worker job");
+        Ok(WorkerJob {
+            id,
+            name: script.worker_id,
+            state: JobState::Pending,
+            submitted_at: Some(SystemTime::now()),
+            shape: Some(self.worker_shape()),
+            reason: None,
+        })
+    }
+
+    #[tracing::instrument(skip(self, job), fields(backend = BACKEND, job_id = %job.id))]
+    async fn stop_worker_job(&self, job: &WorkerJob) -> Result<()> {
+        let invocation = Invocation::new(vec!["scancel".into(), job.id.clone()]);
+        match self.run("stop a worker job", invocation).await {
+            Err(Error::Backend { message, .. }) if already_gone(&message) => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use codalab_wm_core::WorkerOptions;
+    use codalab_wm_core::secret::Secret;
+
+    fn backend(config: SlurmConfig) -> SlurmBackend {
+        let config = SlurmConfig {
+            partition: Some("cpu".into()),
+            user: Some("alice".into()),
+            ..config
+        };
+        let credentials = Credentials {
+            username: "alice".into(),
+            password: Secret::new("hunter2"),
+        };
+        SlurmBackend::new(&config, Some(credentials)).unwrap()
+    }
+
+    #[test]
+    fn sbatch_output() {
+        assert_eq!(parse_submitted("42\n").unwrap(), "42");
+        assert_eq!(parse_submitted("42;cluster\n").unwrap(), "42");
+        let err = parse_submitted("Submitted batch job 42").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("no job id in \"Submitted batch job 42\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn credentials_go_to_the_environment_only_without_a_password_file() {
+        let script = JobScript::new(
+            backend(SlurmConfig::default()).settings(),
+            "u",
+            &WorkerOptions::default(),
+        );
+        let invocation = backend(SlurmConfig::default()).submit_invocation(&script);
+        let names: Vec<_> = invocation
+            .secret_env
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(names, ["CODALAB_USERNAME", "CODALAB_PASSWORD"]);
+        assert!(!format!("{invocation:?}").contains("hunter2"));
+        assert!(!invocation.shell_line().contains("hunter2"));
+        let with_file = backend(SlurmConfig {
+            password_file: Some("/pw".into()),
+            ..SlurmConfig::default()
+        });
+        assert!(with_file.submit_invocation(&script).secret_env.is_empty());
+    }
+
+    #[tokio::test]
+    async fn dry_run_submits_nothing() {
+        let backend = backend(SlurmConfig::default());
+        let worker = WorkerOptions::default();
+        let request = LaunchRequest {
+            unique: "abc",
+            worker: &worker,
+            dry_run: true,
+        };
+        let job = backend.start_worker_job(&request).await.unwrap();
+        assert_eq!(
+            (job.id.as_str(), job.state),
+            ("dry-run-abc", JobState::Ended)
+        );
+        assert_eq!(job.name, "alice-codalab-slurm-worker-abc");
+        assert_eq!(backend.calls(), 0);
+        let script = backend.render_script(&request);
+        assert!(
+            script.contains("#SBATCH --job-name=alice-codalab-slurm-worker-abc\n"),
+            "{script}"
+        );
+        assert!(!script.contains("hunter2"));
+    }
+
+    #[test]
+    fn scancel_of_a_finished_job_is_fine() {
+        assert!(already_gone(
+            "`scancel`: scancel: error: Kill job error on job id 5: Job/step already completing or completed"
+        ));
+        assert!(!already_gone(
+            "`scancel`: scancel: error: Unable to contact slurm controller"
+        ));
+    }
+}

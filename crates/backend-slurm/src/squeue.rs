@@ -1,0 +1,232 @@
+//! The one `squeue` call per tick and the parsing of its output.
+//!
+//! `squeue --noheader --states=all --user=USER --format=%i|%j|%T|%r|%V` lists every job of
+//! the user that the controller still knows (finished ones for `MinJobAge` seconds), one line
+//! each: id, name, state, reason, submit time. Whatever the number of jobs, one call.
+
+use codalab_wm_core::{Error, JobState, Result, WorkerJob};
+use std::time::{Duration, SystemTime};
+
+/// The `--format` of the listing: id, name, state, reason, submit time.
+pub const FORMAT: &str = "%i|%j|%T|%r|%V";
+
+/// The `squeue` argv listing every job of `user`. Run it with `TZ=UTC` so that submit times
+/// (printed without an offset) are UTC.
+pub fn command(user: &str) -> Vec<String> {
+    [
+        "squeue",
+        "--noheader",
+        "--states=all",
+        &format!("--user={user}"),
+        &format!("--format={FORMAT}"),
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// What a Slurm job state means to the manager.
+pub fn job_state(state: &str) -> JobState {
+    match state {
+        "PENDING" | "CONFIGURING" | "REQUEUED" | "REQUEUE_HOLD" | "REQUEUE_FED"
+        | "RESV_DEL_HOLD" => JobState::Pending,
+        // Still holding (or about to release) their resources: upstream #2391 for COMPLETING.
+        "RUNNING" | "COMPLETING" | "SUSPENDED" | "STOPPED" | "SIGNALING" | "STAGE_OUT"
+        | "RESIZING" => JobState::Active,
+        "FAILED" | "NODE_FAIL" | "BOOT_FAIL" | "OUT_OF_MEMORY" | "DEADLINE" | "SPECIAL_EXIT" => {
+            JobState::Failed
+        }
+        "COMPLETED" | "CANCELLED" | "TIMEOUT" | "PREEMPTED" | "REVOKED" => JobState::Ended,
+        other => {
+            // A state newer than this code: count it as capacity, so the manager never starts
+            // more workers than allowed because of it.
+            tracing::warn!(state = other, "unknown slurm job state, counted as pending");
+            JobState::Pending
+        }
+    }
+}
+
+/// Parses the listing and keeps the jobs whose name starts with `prefix`.
+pub fn parse(output: &str, prefix: &str) -> Result<Vec<WorkerJob>> {
+    let mut jobs = Vec::new();
+    for line in output.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let job = parse_line(line)?;
+        if job.name.starts_with(prefix) {
+            jobs.push(job);
+        }
+    }
+    Ok(jobs)
+}
+
+fn parse_line(line: &str) -> Result<WorkerJob> {
+    let bad = |why: &str| Error::InvalidReply {
+        from: "squeue".into(),
+        what: "list worker jobs".into(),
+        message: format!("{why} in line {line:?}"),
+    };
+    let (id, rest) = line.split_once('|').ok_or_else(|| bad("no `|`"))?;
+    // The name may contain `|` (other users' jobs); the last three fields cannot.
+    let mut tail = rest.rsplitn(4, '|');
+    let (Some(submitted), Some(reason), Some(state), Some(name)) =
+        (tail.next(), tail.next(), tail.next(), tail.next())
+    else {
+        return Err(bad("fewer than 5 fields"));
+    };
+    if id.is_empty()
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b'_' || b == b'[' || b == b']')
+    {
+        return Err(bad("bad job id"));
+    }
+    Ok(WorkerJob {
+        id: id.to_owned(),
+        name: name.to_owned(),
+        state: job_state(state),
+        submitted_at: parse_time(submitted),
+        shape: None,
+        reason: Some(reason.to_owned()).filter(|r| !r.is_empty() && r != "None"),
+    })
+}
+
+/// `2026-11-21T20:44:46` (UTC) as a [`SystemTime`]; `None` for `N/A`, `Unknown` or garbage.
+pub fn parse_time(text: &str) -> Option<SystemTime> {
+    let (date, time) = text.split_once('T')?;
+    let mut date = date.splitn(3, '-').map(str::parse::<i64>);
+    let (year, month, day) = (date.next()?.ok()?, date.next()?.ok()?, date.next()?.ok()?);
+    let mut time = time.splitn(3, ':').map(str::parse::<i64>);
+    let (hour, minute, second) = (time.next()?.ok()?, time.next()?.ok()?, time.next()?.ok()?);
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(seconds).ok()?))
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month_index = (month + 9) % 12;
+    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PREFIX: &str = "root-codalab-slurm-worker-";
+
+    #[test]
+    fn every_state_maps() {
+        let cases = [
+            ("PENDING", JobState::Pending),
+            ("CONFIGURING", JobState::Pending),
+            ("RUNNING", JobState::Active),
+            ("COMPLETING", JobState::Active),
+            ("FAILED", JobState::Failed),
+            ("NODE_FAIL", JobState::Failed),
+            ("BOOT_FAIL", JobState::Failed),
+            ("OUT_OF_MEMORY", JobState::Failed),
+            ("COMPLETED", JobState::Ended),
+            ("CANCELLED", JobState::Ended),
+            ("TIMEOUT", JobState::Ended),
+            ("PREEMPTED", JobState::Ended),
+            ("SOMETHING_NEW", JobState::Pending),
+        ];
+        for (state, expected) in cases {
+            assert_eq!(job_state(state), expected, "{state}");
+        }
+    }
+
+    /// The recorded `squeue -t all -h -o '%i|%T|%r|%e'` lines of the reference cluster, in our
+    /// format (name and submit time added), plus pending/running lines from the same report.
+    #[test]
+    fn parses_recorded_output() {
+        let output = "\
+32|root-codalab-slurm-worker-aa|PENDING|Resources|2026-11-21T20:45:01
+33|root-codalab-slurm-worker-bb|PENDING|Priority|2026-11-21T20:45:02
+1|root-codalab-slurm-worker-cc|RUNNING|None|2026-11-21T20:44:36
+6|root-codalab-slurm-worker-dd|CANCELLED|None|2026-11-21T20:44:40
+5|root-codalab-slurm-worker-ee|COMPLETED|None|2026-11-21T20:44:41
+4|root-codalab-slurm-worker-ff|FAILED|NonZeroExitCode|2026-11-21T20:44:42
+3|root-codalab-slurm-worker-gg|TIMEOUT|TimeLimit|2026-11-21T20:44:43
+7|sleeper|RUNNING|None|2026-11-21T20:44:36
+8|root-other-job-hh|RUNNING|None|N/A
+";
+        let jobs = parse(output, PREFIX).unwrap();
+        let seen: Vec<_> = jobs
+            .iter()
+            .map(|j| (j.id.as_str(), j.state, j.reason.as_deref()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("32", JobState::Pending, Some("Resources")),
+                ("33", JobState::Pending, Some("Priority")),
+                ("1", JobState::Active, None),
+                ("6", JobState::Ended, None),
+                ("5", JobState::Ended, None),
+                ("4", JobState::Failed, Some("NonZeroExitCode")),
+                ("3", JobState::Ended, Some("TimeLimit")),
+            ]
+        );
+        assert_eq!(jobs[2].name, "root-codalab-slurm-worker-cc");
+        assert_eq!(
+            jobs[2].submitted_at,
+            Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_293_876))
+        );
+    }
+
+    #[test]
+    fn names_with_bars_and_empty_output() {
+        assert!(parse("", PREFIX).unwrap().is_empty());
+        assert!(parse("\n  \n", PREFIX).unwrap().is_empty());
+        let jobs = parse("9|root-codalab-slurm-worker-x|y|RUNNING|None|N/A\n", PREFIX).unwrap();
+        assert_eq!(jobs[0].name, "root-codalab-slurm-worker-x|y");
+        assert_eq!(jobs[0].submitted_at, None);
+    }
+
+    #[test]
+    fn garbage_is_an_invalid_reply() {
+        for bad in [
+            "slurm_load_jobs error: Unable to contact slurm controller",
+            "x|a|RUNNING|None|N/A",
+            "1|a|b",
+        ] {
+            let err = parse(bad, PREFIX).unwrap_err();
+            assert!(err.is_temporary(), "{err}");
+            assert!(err.to_string().contains("squeue"), "{err}");
+        }
+    }
+
+    #[test]
+    fn times() {
+        assert_eq!(
+            parse_time("1970-01-01T00:00:00"),
+            Some(SystemTime::UNIX_EPOCH)
+        );
+        assert_eq!(
+            parse_time("2000-03-01T00:00:01"),
+            Some(SystemTime::UNIX_EPOCH + Duration::from_secs(951_868_801))
+        );
+        for bad in ["N/A", "Unknown", "2026-13-01T00:00:00", "2026-01-01"] {
+            assert_eq!(parse_time(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn one_command_for_all_jobs() {
+        assert_eq!(
+            command("alice").join(" "),
+            "squeue --noheader --states=all --user=alice --format=%i|%j|%T|%r|%V"
+        );
+    }
+}
