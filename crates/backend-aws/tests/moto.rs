@@ -1,0 +1,455 @@
+//! The real aws-sdk-batch client against a moto server on 127.0.0.1 (`cargo xtask services up
+//! moto`): moto runs each Batch job through the project's docker stub, so a job goes
+//! SUBMITTED → … → RUNNING and stays RUNNING until it is terminated or the stub is told to end
+//! it. Runs the core conformance suite, and checks job definition reuse, credential handling,
+//! more than a hundred own jobs and the endpoint environment variables.
+//!
+//! Set `AWS_ENDPOINT_URL` to use another moto than `http://127.0.0.1:5055`, and
+//! `SERVICES_DIR` when the services' state is not in `<repo>/.services`.
+
+use codalab_wm_aws::client::sdk_loader;
+use codalab_wm_aws::{AwsBatchBackend, AwsBatchConfig, BatchClient, HostEnvironment};
+use codalab_wm_core::backend::new_unique;
+use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_core::testing::{Harness, Polling, require_service, run_conformance};
+use codalab_wm_core::{JobState, LaunchRequest, WorkerBackend, WorkerJob, WorkerOptions};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+const PASSWORD: &str = "moto-test-password-3141";
+const SECRET_ARN: &str =
+    "arn:aws:secretsmanager:us-east-1:123456789012:secret:codalab-creds-AbCdEf";
+const ROLE_ARN: &str = "arn:aws:iam::123456789012:role/ecsTaskExecutionRole";
+
+fn endpoint() -> String {
+    std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| "http://127.0.0.1:5055".to_owned())
+}
+
+fn endpoint_address() -> String {
+    endpoint()
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+fn docker_stub_socket() -> PathBuf {
+    let services = std::env::var_os("SERVICES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.services"));
+    services.join("moto/docker.sock")
+}
+
+/// Whether moto answers and the docker stub is there.
+fn moto_available() -> bool {
+    let answers = endpoint_address()
+        .parse()
+        .ok()
+        .and_then(|addr| TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok())
+        .is_some();
+    answers && docker_stub_socket().exists()
+}
+
+/// One HTTP/1.1 request over `stream`; returns the status code and the body.
+fn http(mut stream: impl Read + Write, method: &str, path: &str, body: &str) -> (u16, String) {
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream
+        .write_all(request.as_bytes())
+        .expect("sending a request");
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).expect("reading a reply");
+    let status = reply
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = reply
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// A POST to moto's own API (`/moto-api/…`); the error says what moto answered.
+fn moto_api(path: &str, body: &str) -> Result<(), String> {
+    let stream =
+        TcpStream::connect(endpoint_address()).map_err(|e| format!("connecting to moto: {e}"))?;
+    match http(stream, "POST", path, body) {
+        (200..=299, _) => Ok(()),
+        (status, reply) => Err(format!("moto answered {status} to {path}: {reply}")),
+    }
+}
+
+/// A request to the docker stub's control API (`/stub/…`).
+fn docker_stub(path: &str, body: &str) -> String {
+    let stream = UnixStream::connect(docker_stub_socket()).expect("connecting to the docker stub");
+    let (status, reply) = http(stream, "POST", path, body);
+    assert_eq!(status, 200, "docker stub {path}: {reply}");
+    reply
+}
+
+fn credentials() -> Credentials {
+    Credentials {
+        username: "moto-user".into(),
+        password: Secret::new(PASSWORD),
+    }
+}
+
+fn worker() -> WorkerOptions {
+    WorkerOptions {
+        server: "http://127.0.0.1:9".into(),
+        ..WorkerOptions::default()
+    }
+}
+
+/// A config whose manager id and job definition name are new, so runs do not see each other.
+fn fresh_config() -> AwsBatchConfig {
+    let name = format!("wmtest-{}", &new_unique()[..12]);
+    AwsBatchConfig {
+        job_definition_name: name.clone(),
+        manager_id: Some(name),
+        ..AwsBatchConfig::default()
+    }
+}
+
+/// The SDK configuration for moto: the backend's loader, moto's endpoint, test credentials.
+async fn sdk_config(config: &AwsBatchConfig) -> aws_config::SdkConfig {
+    let credentials = aws_sdk_batch::config::Credentials::new("test", "test", None, None, "test");
+    sdk_loader(config)
+        .endpoint_url(endpoint())
+        .credentials_provider(credentials)
+        .load()
+        .await
+}
+
+async fn sdk_client(config: &AwsBatchConfig) -> aws_sdk_batch::Client {
+    aws_sdk_batch::Client::new(&sdk_config(config).await)
+}
+
+async fn backend(config: &AwsBatchConfig) -> AwsBatchBackend {
+    let client = BatchClient::new(&sdk_config(config).await);
+    let host = HostEnvironment::default();
+    AwsBatchBackend::with_client(config.clone(), &worker(), &credentials(), host, client)
+        .expect("a valid test config")
+}
+
+async fn launch(backend: &AwsBatchBackend) -> WorkerJob {
+    let unique = new_unique();
+    let worker = worker();
+    backend
+        .start_worker_job(&LaunchRequest {
+            unique: &unique,
+            worker: &worker,
+            dry_run: false,
+        })
+        .await
+        .unwrap()
+}
+
+/// Terminates every job of `backend` that still counts as a worker.
+async fn clean_up(backend: &AwsBatchBackend) {
+    for job in backend.get_worker_jobs().await.unwrap_or_default() {
+        if job.state.is_capacity() {
+            let _ = backend.stop_worker_job(&job).await;
+        }
+    }
+}
+
+/// Holding new jobs makes them wait in SUBMITTED: moto's state manager then needs a million
+/// steps per status. Dropping the guard (also on a failed assertion) lets them go on.
+struct MotoHarness {
+    config: AwsBatchConfig,
+}
+
+impl MotoHarness {
+    fn release() -> Result<(), String> {
+        moto_api(
+            "/moto-api/state-manager/unset-transition",
+            r#"{"model_name":"batch::job"}"#,
+        )
+    }
+}
+
+impl Drop for MotoHarness {
+    fn drop(&mut self) {
+        if let Err(err) = Self::release() {
+            eprintln!("could not release held jobs: {err}");
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Harness for MotoHarness {
+    async fn backend(&self) -> Arc<dyn WorkerBackend> {
+        Arc::new(backend(&self.config).await)
+    }
+    async fn hold_new_jobs(&self) -> bool {
+        moto_api(
+            "/moto-api/state-manager/set-transition",
+            r#"{"model_name":"batch::job","transition":{"progression":"manual","times":1000000}}"#,
+        )
+        .unwrap();
+        true
+    }
+    async fn release_jobs(&self) {
+        Self::release().unwrap();
+    }
+    async fn finish_job(&self, job: &WorkerJob) {
+        let reply = docker_stub(
+            "/stub/exit",
+            &format!(r#"{{"name":"{}","code":0}}"#, job.id),
+        );
+        let ended = reply.contains(r#""exited": 1"#) || reply.contains(r#""deferred": true"#);
+        assert!(ended, "the docker stub cannot end job {}: {reply}", job.id);
+    }
+    fn polling(&self) -> Polling {
+        Polling {
+            interval: Duration::from_millis(250),
+            attempts: 120,
+        }
+    }
+    fn worker_options(&self) -> WorkerOptions {
+        worker()
+    }
+}
+
+#[tokio::test]
+async fn conformance() {
+    if !require_service("moto", moto_available()) {
+        return;
+    }
+    let harness = MotoHarness {
+        config: fresh_config(),
+    };
+    let result = run_conformance(&harness).await;
+    clean_up(&backend(&harness.config).await).await;
+    result.unwrap();
+}
+
+#[tokio::test]
+async fn the_job_definition_is_registered_once_for_many_launches() {
+    if !require_service("moto", moto_available()) {
+        return;
+    }
+    let config = fresh_config();
+    let first = backend(&config).await;
+    for _ in 0..3 {
+        launch(&first).await;
+    }
+    let restarted = backend(&config).await;
+    for _ in 0..2 {
+        launch(&restarted).await;
+    }
+    let definitions = sdk_client(&config)
+        .await
+        .describe_job_definitions()
+        .job_definition_name(&config.job_definition_name)
+        .send()
+        .await
+        .unwrap();
+    let revisions: Vec<_> = definitions
+        .job_definitions()
+        .iter()
+        .map(|d| d.revision())
+        .collect();
+    assert_eq!(
+        revisions,
+        [Some(1)],
+        "one revision for five launches by two manager processes"
+    );
+    let jobs = restarted.get_worker_jobs().await.unwrap();
+    assert_eq!(jobs.len(), 5, "{jobs:?}");
+    let arn = definitions.job_definitions()[0]
+        .job_definition_arn()
+        .unwrap();
+    let described = sdk_client(&config)
+        .await
+        .describe_jobs()
+        .set_jobs(Some(jobs.iter().map(|j| j.id.clone()).collect()))
+        .send()
+        .await;
+    assert!(
+        described
+            .unwrap()
+            .jobs()
+            .iter()
+            .all(|j| j.job_definition() == Some(arn))
+    );
+    clean_up(&restarted).await;
+}
+
+#[tokio::test]
+async fn with_a_secret_arn_no_credential_is_registered() {
+    if !require_service("moto", moto_available()) {
+        return;
+    }
+    let config = AwsBatchConfig {
+        codalab_credentials_secret_arn: Some(SECRET_ARN.into()),
+        execution_role_arn: Some(ROLE_ARN.into()),
+        ..fresh_config()
+    };
+    let backend = backend(&config).await;
+    let job = launch(&backend).await;
+    let client = sdk_client(&config).await;
+    let definitions = client
+        .describe_job_definitions()
+        .job_definition_name(&config.job_definition_name)
+        .send()
+        .await
+        .unwrap();
+    let registered = format!("{definitions:?}");
+    assert!(
+        !registered.contains(PASSWORD),
+        "the password is in the job definition"
+    );
+    assert!(
+        !registered.contains("moto-user"),
+        "the user name is in the job definition"
+    );
+    let container = definitions.job_definitions()[0]
+        .container_properties()
+        .unwrap();
+    let secrets: Vec<_> = container
+        .secrets()
+        .iter()
+        .map(|s| (s.name(), s.value_from()))
+        .collect();
+    let password_from = format!("{SECRET_ARN}:password::");
+    assert!(
+        secrets.contains(&(Some("CODALAB_PASSWORD"), Some(password_from.as_str()))),
+        "{secrets:?}"
+    );
+    let jobs = client.describe_jobs().jobs(&job.id).send().await.unwrap();
+    assert!(
+        !format!("{jobs:?}").contains(PASSWORD),
+        "the password is in the job"
+    );
+    clean_up(&backend).await;
+}
+
+#[tokio::test]
+async fn lists_more_than_a_hundred_own_jobs() {
+    if !require_service("moto", moto_available()) {
+        return;
+    }
+    let config = fresh_config();
+    let backend = backend(&config).await;
+    let other = backend_with_prefix_of(&config).await;
+    let mut started = Vec::new();
+    for _ in 0..105 {
+        started.push(launch(&backend).await.id);
+    }
+    let foreign = launch(&other).await;
+    let listed = backend.get_worker_jobs().await.unwrap();
+    let mut ids: Vec<String> = listed.iter().map(|j| j.id.clone()).collect();
+    ids.sort();
+    started.sort();
+    assert_eq!(
+        ids, started,
+        "exactly our 105 jobs, not the other manager's"
+    );
+    assert!(listed.iter().all(|j| j.state.is_capacity()));
+    clean_up(&backend).await;
+    other.stop_worker_job(&foreign).await.unwrap();
+}
+
+/// A manager whose id starts with `config`'s manager id: its jobs match our name prefix.
+async fn backend_with_prefix_of(config: &AwsBatchConfig) -> AwsBatchBackend {
+    let id = format!("{}-gpu", config.manager_id());
+    backend(&AwsBatchConfig {
+        manager_id: Some(id),
+        ..config.clone()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_stopped_job_is_ended_not_failed() {
+    if !require_service("moto", moto_available()) {
+        return;
+    }
+    let backend = backend(&fresh_config()).await;
+    let job = launch(&backend).await;
+    backend.stop_worker_job(&job).await.unwrap();
+    let polling = Polling {
+        interval: Duration::from_millis(250),
+        attempts: 120,
+    };
+    let ended = codalab_wm_core::testing::wait_for_job(&backend, &job.id, polling, "ended", |j| {
+        j.is_some_and(|j| !j.state.is_capacity())
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(ended.state, JobState::Ended, "{ended:?}");
+}
+
+/// Child half of `the_endpoint_comes_from_the_environment`: the standard chain, nothing set
+/// in code.
+#[tokio::test]
+#[ignore = "run by the_endpoint_comes_from_the_environment with the environment set"]
+async fn child_lists_with_the_standard_chain() {
+    let backend = AwsBatchBackend::new(fresh_config(), &worker(), &credentials())
+        .await
+        .unwrap();
+    backend.get_worker_jobs().await.unwrap();
+}
+
+#[test]
+fn the_endpoint_comes_from_the_environment() {
+    if !require_service("moto", moto_available()) {
+        return;
+    }
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let child = |vars: &[(&str, &str)]| {
+        let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        command.args([
+            "--exact",
+            "child_lists_with_the_standard_chain",
+            "--ignored",
+            "--quiet",
+        ]);
+        command
+            .env_remove("AWS_ENDPOINT_URL")
+            .env_remove("AWS_ENDPOINT_URL_BATCH")
+            .env_remove("AWS_PROFILE");
+        command.envs([
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ]);
+        command.envs(vars.iter().copied());
+        command.output().unwrap()
+    };
+    let endpoint = endpoint();
+    let general = child(&[("AWS_ENDPOINT_URL", &endpoint)]);
+    assert!(
+        general.status.success(),
+        "AWS_ENDPOINT_URL: {}",
+        String::from_utf8_lossy(&general.stdout)
+    );
+    let batch = child(&[
+        ("AWS_ENDPOINT_URL", &dead),
+        ("AWS_ENDPOINT_URL_BATCH", &endpoint),
+    ]);
+    assert!(
+        batch.status.success(),
+        "AWS_ENDPOINT_URL_BATCH wins: {}",
+        String::from_utf8_lossy(&batch.stdout)
+    );
+    let wrong = child(&[("AWS_ENDPOINT_URL", &dead)]);
+    assert!(
+        !wrong.status.success(),
+        "a dead endpoint must fail the child"
+    );
+}
