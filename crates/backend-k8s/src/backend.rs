@@ -1,0 +1,290 @@
+//! [`KubernetesBackend`]: the [`WorkerBackend`] that runs each worker as a pod.
+
+use crate::client;
+use crate::config::KubernetesConfig;
+use crate::error::{BACKEND, from_kube};
+use crate::manifest::WorkerTemplate;
+use crate::pods::{finished_beyond_limit, job_from_pod};
+use codalab_wm_core::backend::{JobState, LaunchRequest, WorkerBackend, WorkerJob};
+use codalab_wm_core::bundle::WorkerShape;
+use codalab_wm_core::command::WorkerOptions;
+use codalab_wm_core::error::{Error, Result};
+use codalab_wm_core::secret::Credentials;
+use k8s_openapi::api::core::v1::{Pod, Secret as SecretObject};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Mutex;
+
+/// Runs `cl-worker`s as pods on a Kubernetes cluster.
+///
+/// Its pods are the ones carrying its labels (`app=cl-worker`,
+/// `app.kubernetes.io/managed-by=codalab-wm`, `codalab-wm/manager-id=<id>`), so a restarted
+/// manager with the same id finds them again. The workers' credentials live in a Secret.
+pub struct KubernetesBackend {
+    pods: Api<Pod>,
+    secrets: Api<SecretObject>,
+    template: WorkerTemplate,
+    shape: WorkerShape,
+    keep_finished_pods: usize,
+    /// Pod uid by name, from the last list and the creates since: the precondition of a
+    /// delete. Rebuilt on every list, so it holds only pods that still exist.
+    uids: Mutex<HashMap<String, String>>,
+    /// Whether the credentials Secret was created (or the given one found) by this process.
+    secret_ready: tokio::sync::Mutex<bool>,
+}
+
+impl fmt::Debug for KubernetesBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubernetesBackend")
+            .field("namespace", &self.template.namespace())
+            .field("selector", &self.template.selector())
+            .field("shape", &self.shape)
+            .field("keep_finished_pods", &self.keep_finished_pods)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubernetesBackend {
+    /// A backend for `config` whose workers log in with `credentials` and run with `worker`.
+    /// Validates the configuration and builds the client; it does not call the cluster yet.
+    pub async fn new(
+        config: &KubernetesConfig,
+        credentials: &Credentials,
+        worker: &WorkerOptions,
+    ) -> Result<Self> {
+        let template = WorkerTemplate::new(config, credentials, worker)?;
+        let client = client::connect(config).await?;
+        Ok(Self::with_parts(client, template, config))
+    }
+
+    /// A backend talking through `client` (tests, or callers with their own client setup).
+    pub fn with_client(
+        client: kube::Client,
+        config: &KubernetesConfig,
+        credentials: &Credentials,
+        worker: &WorkerOptions,
+    ) -> Result<Self> {
+        let template = WorkerTemplate::new(config, credentials, worker)?;
+        Ok(Self::with_parts(client, template, config))
+    }
+
+    fn with_parts(
+        client: kube::Client,
+        template: WorkerTemplate,
+        config: &KubernetesConfig,
+    ) -> Self {
+        Self {
+            pods: Api::namespaced(client.clone(), template.namespace()),
+            secrets: Api::namespaced(client, template.namespace()),
+            template,
+            shape: config.worker_shape(),
+            keep_finished_pods: config.keep_finished_pods,
+            uids: Mutex::default(),
+            secret_ready: tokio::sync::Mutex::new(false),
+        }
+    }
+
+    /// The manifests this backend renders.
+    pub fn template(&self) -> &WorkerTemplate {
+        &self.template
+    }
+
+    fn uids(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.uids
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn remember(&self, pod: &Pod) {
+        if let (Some(name), Some(uid)) = (&pod.metadata.name, &pod.metadata.uid) {
+            self.uids().insert(name.clone(), uid.clone());
+        }
+    }
+
+    /// Creates (or updates) the credentials Secret once per process; checks that a Secret
+    /// given by name exists, so pods do not wait forever on a missing one.
+    async fn ensure_secret(&self) -> Result<()> {
+        let mut ready = self.secret_ready.lock().await;
+        if *ready {
+            return Ok(());
+        }
+        let name = self.template.secret_name();
+        match self.template.secret() {
+            None => {
+                self.secrets.get(name).await.map_err(|e| match e {
+                    kube::Error::Api(s) if s.code == 404 => Error::InvalidConfig(format!(
+                        "kubernetes: credentials_secret `{name}` does not exist in namespace `{}`",
+                        self.template.namespace()
+                    )),
+                    e => from_kube("read the credentials secret", e),
+                })?;
+            }
+            Some(secret) => match self.secrets.create(&PostParams::default(), &secret).await {
+                Ok(_) => tracing::info!(secret = name, "created the worker credentials secret"),
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    self.secrets
+                        .replace(name, &PostParams::default(), &secret)
+                        .await
+                        .map_err(|e| from_kube("update the credentials secret", e))?;
+                    tracing::info!(secret = name, "updated the worker credentials secret");
+                }
+                Err(e) => return Err(from_kube("create the credentials secret", e)),
+            },
+        }
+        *ready = true;
+        Ok(())
+    }
+
+    /// Deletes pod `name` if it is still the pod with `uid`. A pod already gone, or replaced
+    /// by another pod of the same name, counts as deleted.
+    async fn delete_pod(
+        &self,
+        name: &str,
+        uid: Option<String>,
+        operation: &'static str,
+    ) -> Result<()> {
+        let params = DeleteParams {
+            preconditions: uid.map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.pods.delete(name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                tracing::debug!(pod = name, reason = %s.reason, "worker pod already gone");
+            }
+            Err(e) => return Err(from_kube(operation, e)),
+        }
+        self.uids().remove(name);
+        Ok(())
+    }
+
+    /// Deletes the finished pods past `keep_finished_pods`, oldest first. Failures are logged,
+    /// not returned: the next tick tries again.
+    async fn delete_old_finished(&self, pods: &[Pod]) -> Vec<String> {
+        let mut deleted = Vec::new();
+        for pod in finished_beyond_limit(pods, self.keep_finished_pods) {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let phase = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default();
+            match self
+                .delete_pod(
+                    &name,
+                    pod.metadata.uid.clone(),
+                    "delete a finished worker pod",
+                )
+                .await
+            {
+                Ok(()) => {
+                    tracing::info!(pod = %name, %phase, keep = self.keep_finished_pods, "deleted finished worker pod");
+                    deleted.push(name);
+                }
+                Err(error) => {
+                    tracing::warn!(pod = %name, %error, "could not delete finished worker pod")
+                }
+            }
+        }
+        deleted
+    }
+
+    fn dry_run(&self, request: &LaunchRequest<'_>) -> Result<WorkerJob> {
+        let pod = self.template.pod(request.unique);
+        let manifest = serde_json::to_string(&pod)
+            .map_err(|e| Error::backend(BACKEND, "render a worker pod", e.to_string()))?;
+        let name = pod.metadata.name.unwrap_or_default();
+        tracing::info!(pod = %name, %manifest, "dry run: would create this worker pod");
+        let mut job = WorkerJob::new(format!("dry-run-{}", request.unique), JobState::Ended);
+        job.name = name;
+        job.shape = Some(self.shape);
+        Ok(job)
+    }
+}
+
+#[async_trait::async_trait]
+impl WorkerBackend for KubernetesBackend {
+    fn name(&self) -> &str {
+        BACKEND
+    }
+
+    fn worker_shape(&self) -> WorkerShape {
+        self.shape
+    }
+
+    #[tracing::instrument(skip(self), fields(backend = BACKEND))]
+    async fn get_worker_jobs(&self) -> Result<Vec<WorkerJob>> {
+        let params = ListParams::default().labels(&self.template.selector());
+        let pods = self
+            .pods
+            .list(&params)
+            .await
+            .map_err(|e| from_kube("list worker pods", e))?
+            .items;
+        let uids = pods
+            .iter()
+            .filter_map(|p| Some((p.metadata.name.clone()?, p.metadata.uid.clone()?)));
+        *self.uids() = uids.collect();
+        let deleted = self.delete_old_finished(&pods).await;
+        let jobs = pods
+            .iter()
+            .filter(|p| {
+                !p.metadata
+                    .name
+                    .as_ref()
+                    .is_some_and(|n| deleted.contains(n))
+            })
+            .map(job_from_pod)
+            .collect();
+        Ok(jobs)
+    }
+
+    #[tracing::instrument(skip(self, request), fields(backend = BACKEND, unique = request.unique))]
+    async fn start_worker_job(&self, request: &LaunchRequest<'_>) -> Result<WorkerJob> {
+        if request.dry_run {
+            return self.dry_run(request);
+        }
+        self.ensure_secret().await?;
+        let pod = self.template.pod(request.unique);
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let created = match self.pods.create(&PostParams::default(), &pod).await {
+            Ok(created) => created,
+            Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
+                tracing::info!(pod = %name, "worker pod already exists: taking it as created");
+                self.pods
+                    .get(&name)
+                    .await
+                    .map_err(|e| from_kube("read an existing worker pod", e))?
+            }
+            Err(e) => return Err(from_kube("create a worker pod", e)),
+        };
+        self.remember(&created);
+        let image = self.template.image();
+        tracing::info!(pod = %name, %image, "started worker pod");
+        Ok(job_from_pod(&created))
+    }
+
+    #[tracing::instrument(skip(self, job), fields(backend = BACKEND, pod = %job.id))]
+    async fn stop_worker_job(&self, job: &WorkerJob) -> Result<()> {
+        let known = self.uids().get(&job.id).cloned();
+        let uid = match known {
+            Some(uid) => Some(uid),
+            None => match self
+                .pods
+                .get_opt(&job.id)
+                .await
+                .map_err(|e| from_kube("read a worker pod", e))?
+            {
+                Some(pod) => pod.metadata.uid,
+                None => return Ok(()),
+            },
+        };
+        self.delete_pod(&job.id, uid, "delete a worker pod").await?;
+        tracing::info!(pod = %job.id, "stopped worker pod");
+        Ok(())
+    }
+}

@@ -1,0 +1,366 @@
+//! The options of the Kubernetes backend (the `[kubernetes]` table of the config file and the
+//! flags of `cl-worker-manager kubernetes`), and their validation.
+
+use crate::names;
+use codalab_wm_core::bundle::WorkerShape;
+use codalab_wm_core::error::{Error, Result};
+use codalab_wm_core::secret::Secret;
+use serde::{Deserialize, Serialize};
+
+/// How workers run bundles (`cl-worker --bundle-runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BundleRuntime {
+    /// Bundles run as Docker containers next to the worker (upstream's default).
+    #[default]
+    Docker,
+    /// Bundles run as pods on the cluster; workers get the `--kubernetes-*` flags.
+    Kubernetes,
+}
+
+impl BundleRuntime {
+    /// The value of `--bundle-runtime`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BundleRuntime::Docker => "docker",
+            BundleRuntime::Kubernetes => "kubernetes",
+        }
+    }
+}
+
+/// The settings of the `kubernetes` backend.
+///
+/// Upstream's flags (`--bundle-runtime`, `--cluster-host`, `--auth-token`, `--cert-path`,
+/// `--cert`, `--nfs-volume-name`, `--cpus`, `--gpus`, `--memory-mb`) plus the namespace, the
+/// manager id that marks this manager's pods, and the history limit of finished pods.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubernetesConfig {
+    /// How workers run bundles (`docker` or `kubernetes`).
+    pub bundle_runtime: BundleRuntime,
+    /// URL of the API server (`https://host:6443`). When absent, the usual kubeconfig
+    /// (`KUBECONFIG`, `~/.kube/config`) or in-cluster service account is used.
+    pub cluster_host: Option<String>,
+    /// Bearer token for the API server at `cluster_host` (without `cluster_host` the kubeconfig's
+    /// credentials are used); with `bundle_runtime = "kubernetes"` workers get it too (through
+    /// the credentials Secret, never in the pod manifest).
+    pub auth_token: Option<Secret>,
+    /// Path of the cluster's CA certificate (PEM), for the client of `cluster_host`. `/dev/null`
+    /// means "use `cert` instead", as upstream. Kubernetes-runtime workers get the same path,
+    /// mounted read-only from their node.
+    pub cert_path: Option<String>,
+    /// Contents of the cluster's CA certificate (PEM; a literal `\n` counts as a newline, for
+    /// values passed through environment variables). Used when `cert_path` is absent or
+    /// `/dev/null`.
+    pub cert: Option<String>,
+    /// Name of the NFS volume: workers mount the claim `<name>-claim` as their work dir instead
+    /// of a host path.
+    pub nfs_volume_name: Option<String>,
+    /// CPUs per worker (a request of 0.5 CPU when this is 1, as upstream).
+    pub cpus: u32,
+    /// GPUs (`nvidia.com/gpu`) per worker.
+    pub gpus: u32,
+    /// Memory per worker, in MiB.
+    pub memory_mb: u64,
+    /// Namespace of the worker pods and the credentials Secret.
+    pub namespace: String,
+    /// Finished (succeeded or failed) worker pods kept for inspection; older ones are deleted.
+    pub keep_finished_pods: usize,
+    /// Marks the pods of this manager (label `codalab-wm/manager-id`). Two managers in one
+    /// namespace need different ids; a restarted manager must keep its id to find its pods.
+    pub manager_id: String,
+    /// Worker image; default `codalab/worker:<CODALAB_VERSION or latest>`, as upstream.
+    pub image: Option<String>,
+    /// Name of an existing Secret holding the worker credentials (keys `codalab-username`,
+    /// `codalab-password` and, for the kubernetes runtime, `kubernetes-auth-token` and
+    /// `kubernetes-cert`). When absent the manager creates and updates its own Secret.
+    pub credentials_secret: Option<String>,
+    /// Timeout of one API request, in seconds.
+    pub request_timeout_seconds: u64,
+}
+
+impl Default for KubernetesConfig {
+    fn default() -> Self {
+        Self {
+            bundle_runtime: BundleRuntime::Docker,
+            cluster_host: None,
+            auth_token: None,
+            cert_path: None,
+            cert: None,
+            nfs_volume_name: None,
+            cpus: 1,
+            gpus: 0,
+            memory_mb: 2048,
+            namespace: "default".to_owned(),
+            keep_finished_pods: 10,
+            manager_id: "default".to_owned(),
+            image: None,
+            credentials_secret: None,
+            request_timeout_seconds: 60,
+        }
+    }
+}
+
+/// Where the cluster's CA certificate comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CertSource {
+    /// No certificate configured.
+    None,
+    /// A PEM file at this path.
+    Path(String),
+    /// PEM contents (already with real newlines).
+    Contents(String),
+}
+
+impl KubernetesConfig {
+    /// The resources of one worker.
+    pub fn worker_shape(&self) -> WorkerShape {
+        WorkerShape::from_flags(self.cpus, self.gpus, self.memory_mb)
+    }
+
+    /// Where the CA certificate comes from, resolved as upstream: the contents are used when
+    /// the path is absent or `/dev/null` and the contents are not `/dev/null`.
+    pub fn cert_source(&self) -> CertSource {
+        let path = self
+            .cert_path
+            .as_deref()
+            .filter(|p| !p.is_empty() && *p != "/dev/null");
+        let contents = self
+            .cert
+            .as_deref()
+            .filter(|c| !c.trim().is_empty() && *c != "/dev/null");
+        match (path, contents) {
+            (Some(path), _) => CertSource::Path(path.to_owned()),
+            (None, Some(contents)) => CertSource::Contents(contents.replace(r"\n", "\n")),
+            (None, None) => CertSource::None,
+        }
+    }
+
+    /// The worker image.
+    pub fn image(&self) -> String {
+        match self.image.as_deref().filter(|i| !i.is_empty()) {
+            Some(image) => image.to_owned(),
+            None => {
+                let version = std::env::var("CODALAB_VERSION")
+                    .ok()
+                    .filter(|v| !v.is_empty());
+                format!("codalab/worker:{}", version.as_deref().unwrap_or("latest"))
+            }
+        }
+    }
+
+    /// The name of the Secret the workers' credentials are read from.
+    pub fn secret_name(&self) -> String {
+        match &self.credentials_secret {
+            Some(name) => name.clone(),
+            None => format!(
+                "codalab-wm-{}-credentials",
+                names::dns_label(&self.manager_id)
+            ),
+        }
+    }
+
+    /// Checks every setting; the error names the first unusable one.
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |message: String| Err(Error::InvalidConfig(format!("kubernetes: {message}")));
+        if self.cpus == 0 {
+            return invalid("cpus must be at least 1".into());
+        }
+        if self.memory_mb == 0 {
+            return invalid("memory_mb must be at least 1".into());
+        }
+        if self.request_timeout_seconds == 0 {
+            return invalid("request_timeout_seconds must be at least 1".into());
+        }
+        if !names::is_dns_label(&self.namespace) {
+            return invalid(format!(
+                "namespace `{}` is not a valid DNS label",
+                self.namespace
+            ));
+        }
+        if !names::is_label_value(&self.manager_id) || self.manager_id.is_empty() {
+            return invalid(format!(
+                "manager_id `{}` is not a valid label value (1-63 letters, digits, `-`, `_`, `.`, \
+                 starting and ending with a letter or digit)",
+                self.manager_id
+            ));
+        }
+        if let Some(name) = &self.nfs_volume_name
+            && !(names::is_dns_label(name) && name.len() + "-claim".len() <= 253)
+        {
+            return invalid(format!("nfs_volume_name `{name}` is not a valid DNS label"));
+        }
+        if let Some(name) = &self.credentials_secret
+            && !names::is_dns_subdomain(name)
+        {
+            return invalid(format!(
+                "credentials_secret `{name}` is not a valid DNS subdomain"
+            ));
+        }
+        if let Some(host) = &self.cluster_host
+            && !(host.starts_with("https://") || host.starts_with("http://"))
+        {
+            return invalid(format!(
+                "cluster_host `{host}` must be an http:// or https:// URL"
+            ));
+        }
+        if self
+            .image
+            .as_deref()
+            .is_some_and(|i| i.trim().is_empty() || i.contains(char::is_whitespace))
+        {
+            return invalid("image must be a non-empty image reference without spaces".into());
+        }
+        self.validate_kubernetes_runtime()
+    }
+
+    /// Workers with the kubernetes runtime need the cluster address, a token and a CA cert.
+    fn validate_kubernetes_runtime(&self) -> Result<()> {
+        if self.bundle_runtime != BundleRuntime::Kubernetes {
+            return Ok(());
+        }
+        let missing = |what: &str| {
+            Err(Error::InvalidConfig(format!(
+                "kubernetes: bundle_runtime `kubernetes` needs {what}: workers get it as their \
+                 --kubernetes-* flags"
+            )))
+        };
+        if self.cluster_host.is_none() {
+            return missing("cluster_host");
+        }
+        let given_secret = self.credentials_secret.is_some();
+        if !given_secret && self.auth_token.as_ref().is_none_or(Secret::is_empty) {
+            return missing("auth_token (or a credentials_secret holding `kubernetes-auth-token`)");
+        }
+        if !given_secret && self.cert_source() == CertSource::None {
+            return missing(
+                "cert_path or cert (or a credentials_secret holding `kubernetes-cert`)",
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(toml_like: serde_json::Value) -> Result<KubernetesConfig, serde_json::Error> {
+        serde_json::from_value(toml_like)
+    }
+
+    #[test]
+    fn defaults_are_upstreams() {
+        let config = KubernetesConfig::default();
+        assert_eq!((config.cpus, config.gpus, config.memory_mb), (1, 0, 2048));
+        assert_eq!(config.namespace, "default");
+        assert_eq!(config.keep_finished_pods, 10);
+        assert_eq!(config.bundle_runtime, BundleRuntime::Docker);
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let err = config(serde_json::json!({"cpu": 2}))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `cpu`"), "{err}");
+    }
+
+    #[test]
+    fn the_token_never_prints() {
+        let config = config(serde_json::json!({"auth_token": "tok-123"})).unwrap();
+        assert!(!format!("{config:?}").contains("tok-123"));
+        assert_eq!(config.auth_token.unwrap().expose(), "tok-123");
+    }
+
+    #[test]
+    fn cert_source_follows_upstream() {
+        let mut config = KubernetesConfig::default();
+        assert_eq!(config.cert_source(), CertSource::None);
+        config.cert = Some(r"-----BEGIN\nX".into());
+        assert_eq!(
+            config.cert_source(),
+            CertSource::Contents("-----BEGIN\nX".into())
+        );
+        config.cert_path = Some("/dev/null".into());
+        assert_eq!(
+            config.cert_source(),
+            CertSource::Contents("-----BEGIN\nX".into())
+        );
+        config.cert_path = Some("/etc/ca.pem".into());
+        assert_eq!(config.cert_source(), CertSource::Path("/etc/ca.pem".into()));
+        config.cert_path = None;
+        config.cert = Some("/dev/null".into());
+        assert_eq!(config.cert_source(), CertSource::None);
+    }
+
+    #[test]
+    fn validation_names_the_bad_setting() {
+        let cases = [
+            (serde_json::json!({"cpus": 0}), "cpus must be at least 1"),
+            (
+                serde_json::json!({"namespace": "Bad_NS"}),
+                "namespace `Bad_NS`",
+            ),
+            (serde_json::json!({"manager_id": "-x"}), "manager_id `-x`"),
+            (serde_json::json!({"manager_id": ""}), "manager_id ``"),
+            (
+                serde_json::json!({"nfs_volume_name": "nfs/x"}),
+                "nfs_volume_name `nfs/x`",
+            ),
+            (
+                serde_json::json!({"credentials_secret": "A"}),
+                "credentials_secret `A`",
+            ),
+            (
+                serde_json::json!({"cluster_host": "host:6443"}),
+                "cluster_host `host:6443`",
+            ),
+            (
+                serde_json::json!({"bundle_runtime": "kubernetes"}),
+                "needs cluster_host",
+            ),
+            (
+                serde_json::json!({"bundle_runtime": "kubernetes", "cluster_host": "https://h"}),
+                "needs auth_token",
+            ),
+            (
+                serde_json::json!({"bundle_runtime": "kubernetes", "cluster_host": "https://h",
+                                   "auth_token": "t"}),
+                "needs cert_path or cert",
+            ),
+        ];
+        for (value, expected) in cases {
+            let err = config(value.clone()).unwrap().validate().unwrap_err();
+            assert!(err.is_fatal());
+            assert!(err.to_string().contains(expected), "{value}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_given_secret_stands_in_for_token_and_cert() {
+        let config = config(serde_json::json!({
+            "bundle_runtime": "kubernetes", "cluster_host": "https://h",
+            "credentials_secret": "my-creds"
+        }))
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.secret_name(), "my-creds");
+    }
+
+    #[test]
+    fn the_created_secret_is_named_after_the_manager() {
+        let config = config(serde_json::json!({"manager_id": "Team_A.1"})).unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.secret_name(), "codalab-wm-team-a-1-credentials");
+    }
+
+    #[test]
+    fn image_defaults_to_upstreams() {
+        let mut config = KubernetesConfig::default();
+        assert!(config.image().starts_with("codalab/worker:"));
+        config.image = Some("registry.local/worker:1".into());
+        assert_eq!(config.image(), "registry.local/worker:1");
+    }
+}
