@@ -41,16 +41,22 @@ pub const ALL_BACKENDS: &[(&str, &str)] = &[
     ("kubernetes", "k8s"),
 ];
 
+/// The backends compiled into this binary.
+const COMPILED_IN: &[&str] = &[
+    "local",
+    #[cfg(feature = "slurm")]
+    "slurm-batch",
+    #[cfg(feature = "aws")]
+    "aws-batch",
+    #[cfg(feature = "azure")]
+    "azure-batch",
+    #[cfg(feature = "k8s")]
+    "kubernetes",
+];
+
 /// Whether the backend `name` is compiled into this binary.
 pub fn is_compiled_in(name: &str) -> bool {
-    match name {
-        "local" => true,
-        "slurm-batch" => cfg!(feature = "slurm"),
-        "aws-batch" => cfg!(feature = "aws"),
-        "azure-batch" => cfg!(feature = "azure"),
-        "kubernetes" => cfg!(feature = "k8s"),
-        _ => false,
-    }
+    COMPILED_IN.contains(&name)
 }
 
 /// The backend to run, with its flags.

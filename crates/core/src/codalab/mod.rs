@@ -431,7 +431,7 @@ fn first_line(body: &str) -> String {
     let mut line: String = line.chars().take(200).collect();
     if line.starts_with('<') {
         line = line
-            .replace(|c: char| c == '<' || c == '>', " ")
+            .replace(['<', '>'], " ")
             .trim()
             .to_owned();
     }
