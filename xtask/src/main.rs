@@ -6,8 +6,11 @@
 //! - `e2e`: the whole manager against a real CodaLab server.
 //! - `bench`: speed and memory figures.
 
+mod bench;
+mod chaos;
 mod ci;
 mod services;
+mod soak;
 
 use anyhow::{Result, bail};
 
@@ -21,6 +24,9 @@ fn main() -> Result<()> {
         "services" => services::run(rest),
         "ci" => ci::run(rest),
         "e2e" => ci::e2e(rest),
+        "bench" => bench::run(rest),
+        "chaos" => chaos::run(rest),
+        "soak" => soak::run(rest),
         "help" | "--help" | "-h" => {
             println!("{}", HELP);
             Ok(())
@@ -32,4 +38,7 @@ fn main() -> Result<()> {
 const HELP: &str = "usage: cargo xtask <task>
   services up|down|status <name>...   start/stop/check test services (codalab slurm sshd moto azure-mock k8s-validate all)
   ci                                  fmt check, clippy, all tests against real services (what .ci/run runs)
-  e2e                                 the manager end to end against a real CodaLab server";
+  e2e                                 the manager end to end against a real CodaLab server
+  bench [--quick]                     speed, memory and backend cost, side by side with the Python manager
+  chaos                               fault scenarios against real services through a fault-injecting proxy
+  soak [--minutes N]                  long run against the fake server; RSS and open files over time";

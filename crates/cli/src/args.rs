@@ -105,6 +105,16 @@ pub struct GlobalArgs {
     #[serde(skip_serializing_if = "is_false")]
     pub dry_run: bool,
 
+    /// Extra CA certificate (PEM) to trust for the CodaLab server
+    #[arg(long = "ca-cert", value_hint = ValueHint::FilePath, global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_cert: Option<PathBuf>,
+
+    /// Accept any TLS certificate from the CodaLab server (dangerous; warns at every start)
+    #[arg(long = "insecure-skip-tls-verify", global = true)]
+    #[serde(skip_serializing_if = "is_false")]
+    pub insecure_skip_tls_verify: bool,
+
     /// Log format [default: text]
     #[arg(long = "log-format", value_enum, global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]

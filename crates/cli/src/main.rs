@@ -147,7 +147,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         backend.worker_shape()
     );
     let client =
-        CodaLabClient::with_options(&settings.server, credentials, &ClientOptions::default())?;
+        CodaLabClient::with_options(&settings.server, credentials, &client_options(&settings)?)?;
     let config = ManagerConfig {
         policy,
         search: settings.search.clone(),
@@ -175,6 +175,24 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::from(EXIT_TOO_MANY_FAILURES))
         }
     }
+}
+
+/// TLS options of the CodaLab connection.
+fn client_options(settings: &Settings) -> Result<ClientOptions> {
+    let mut options = ClientOptions::default();
+    if let Some(path) = &settings.ca_cert {
+        let pem = std::fs::read(path).with_context(|| format!("cannot read --ca-cert {}", path.display()))?;
+        options.ca_certificates.push(pem);
+    }
+    if settings.insecure_skip_tls_verify {
+        tracing::warn!(
+            server = %settings.server,
+            "--insecure-skip-tls-verify: the CodaLab server's certificate is NOT verified; \
+             anyone on the network path can read the credentials"
+        );
+        options.insecure_skip_tls_verify = true;
+    }
+    Ok(options)
 }
 
 /// Credentials from `--password-file` (user on line 1, password on line 2) or from

@@ -50,6 +50,10 @@ pub struct Settings {
     pub exit_after_num_failed: Option<u32>,
     /// Render launches without submitting.
     pub dry_run: bool,
+    /// Extra CA certificate (PEM) for the CodaLab server.
+    pub ca_cert: Option<PathBuf>,
+    /// Accept any TLS certificate from the CodaLab server.
+    pub insecure_skip_tls_verify: bool,
     /// Log format.
     pub log_format: LogFormat,
     /// The backend to run when no subcommand is given.
@@ -85,6 +89,8 @@ impl Default for Settings {
             password_file: None,
             exit_after_num_failed: None,
             dry_run: false,
+            ca_cert: None,
+            insecure_skip_tls_verify: false,
             log_format: LogFormat::Text,
             backend: None,
             worker: WorkerSettings::default(),
