@@ -1,8 +1,9 @@
-//! `cargo xtask ci` and `cargo xtask e2e`.
+//! `cargo xtask ci` (what `.ci/run` runs) and `cargo xtask e2e`.
 
 use crate::services::{self, repo_root};
 use anyhow::{Context, Result, bail};
 use std::process::Command;
+use std::time::Instant;
 
 fn cargo(args: &[&str]) -> Result<()> {
     eprintln!("==> cargo {}", args.join(" "));
@@ -17,36 +18,35 @@ fn cargo(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-pub fn run(_args: &[String]) -> Result<()> {
-    cargo(&["fmt", "--all", "--check"])?;
-    cargo(&[
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--features",
-        "codalab-wm/full",
-        "--",
-        "-D",
-        "warnings",
-    ])?;
-    services::run(&["up".into(), "all".into()])?;
-    let tests = cargo(&["test", "--workspace", "--features", "codalab-wm/full"]);
-    let e2e = tests.as_ref().ok().map(|_| e2e(&[]));
-    tests?;
-    e2e.unwrap_or(Ok(()))
+fn step(name: &str, timings: &mut Vec<(String, u64)>, f: impl FnOnce() -> Result<()>) -> Result<()> {
+    let start = Instant::now();
+    let result = f();
+    timings.push((name.to_owned(), start.elapsed().as_secs()));
+    result.with_context(|| format!("ci step `{name}` failed"))
 }
 
+/// fmt check, clippy, services, every test (unit, transport, real services, e2e), then the
+/// bench in quick mode to prove it still works.
+pub fn run(_args: &[String]) -> Result<()> {
+    let mut timings = Vec::new();
+    let result = (|| {
+        step("fmt", &mut timings, || cargo(&["fmt", "--all", "--check"]))?;
+        step("clippy", &mut timings, || {
+            cargo(&[
+                "clippy", "--workspace", "--all-targets", "--features", "codalab-wm/full", "--", "-D", "warnings",
+            ])
+        })?;
+        step("services up", &mut timings, || services::run(&["up".into(), "all".into()]))?;
+        step("test", &mut timings, || cargo(&["test", "--workspace", "--features", "codalab-wm/full"]))?;
+        step("bench --quick", &mut timings, || crate::bench::run(&["--quick".into()]))?;
+        Ok(())
+    })();
+    eprintln!("==> ci step timings (s): {timings:?}");
+    result
+}
+
+/// The manager end to end against a real CodaLab server (and real Slurm).
 pub fn e2e(_args: &[String]) -> Result<()> {
-    cargo(&[
-        "test",
-        "-p",
-        "codalab-wm",
-        "--features",
-        "full",
-        "--test",
-        "e2e",
-        "--",
-        "--nocapture",
-        "--test-threads=1",
-    ])
+    services::run(&["up".into(), "codalab".into(), "slurm".into()])?;
+    cargo(&["test", "-p", "codalab-wm", "--features", "full", "--test", "e2e", "--", "--nocapture"])
 }
