@@ -255,3 +255,80 @@ fn help_lists_every_upstream_flag() {
         assert!(help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")), "{flag} missing");
     }
 }
+
+/// Starts the manager in the background with stderr in a file; returns the child and the file.
+fn spawn_logged(command: &mut Command, dir: &Path) -> (std::process::Child, PathBuf) {
+    let log = dir.join("stderr.log");
+    let child = command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    (child, log)
+}
+
+/// Waits (bounded: 60 s) until the log holds `needle` at least `count` times.
+fn wait_for_log(log: &Path, needle: &str, count: usize) -> String {
+    for _ in 0..6000 {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.matches(needle).count() >= count {
+            return text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("`{needle}` x{count} never logged:\n{}", std::fs::read_to_string(log).unwrap_or_default());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_the_step_and_exits_0() {
+    let server = FakeCodaLab::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let (mut child, log) = spawn_logged(
+        manager(&["--server", &server.url(), "--sleep-time", "3600", "--min-workers", "0", "local", "--state-dir", state.to_str().unwrap()])
+            .env("CODALAB_USERNAME", "alice")
+            .env("CODALAB_PASSWORD", "alicepw"),
+        dir.path(),
+    );
+    wait_for_log(&log, "worker jobs (min=0, max=10)", 1);
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let mut status = None;
+    for _ in 0..3000 {
+        status = child.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let Some(status) = status else {
+        child.kill().unwrap();
+        panic!("the manager did not exit on SIGTERM");
+    };
+    assert!(status.success(), "{status}");
+    assert!(std::fs::read_to_string(&log).unwrap().contains("shutdown requested; exiting"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_after_seconds_re_executes_with_the_same_arguments() {
+    let server = FakeCodaLab::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let (mut child, log) = spawn_logged(
+        manager(&[
+            "--server", &server.url(), "--sleep-time", "1", "--restart-after-seconds", "1", "--min-workers", "0",
+            "--log-format", "json", "local", "--state-dir", state.to_str().unwrap(),
+        ])
+        .env("CODALAB_USERNAME", "alice")
+        .env("CODALAB_PASSWORD", "alicepw"),
+        dir.path(),
+    );
+    let text = wait_for_log(&log, "started worker manager", 2);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(text.contains("restarting"), "{text}");
+    // The re-executed process kept the arguments: JSON logs, same server.
+    for line in text.lines().filter(|l| l.contains("started worker manager")) {
+        let event: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert_eq!(event["server"], server.url());
+    }
+}
