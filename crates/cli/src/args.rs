@@ -5,11 +5,16 @@
 use crate::backends::BackendCommand;
 use crate::settings::LogFormat;
 use clap::{Parser, ValueHint};
+use codalab_wm_core::LaunchMode;
 use serde::Serialize;
 use std::path::PathBuf;
 
 fn is_false(value: &bool) -> bool {
     !*value
+}
+
+fn parse_launch_mode(value: &str) -> Result<LaunchMode, String> {
+    value.parse()
 }
 
 /// Starts CodaLab workers on a compute backend as run bundles are staged, keeping the number
@@ -114,6 +119,16 @@ pub struct GlobalArgs {
     #[arg(long = "insecure-skip-tls-verify", global = true)]
     #[serde(skip_serializing_if = "is_false")]
     pub insecure_skip_tls_verify: bool,
+
+    /// compat: upstream's rules (one launch per tick); target: absolute target with burst launches [default: compat]
+    #[arg(long = "launch-mode", value_parser = parse_launch_mode)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launch_mode: Option<LaunchMode>,
+
+    /// Launches per tick at most, with --launch-mode target [default: 1]
+    #[arg(long = "max-launches-per-tick")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_launches_per_tick: Option<u32>,
 
     /// Log format [default: text]
     #[arg(long = "log-format", value_enum, global = true)]

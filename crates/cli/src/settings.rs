@@ -2,7 +2,38 @@
 //! (TOML), then `CODALAB_WM_*` environment variables (`__` separates tables:
 //! `CODALAB_WM_WORKER__TAG`, `CODALAB_WM_SLURM_BATCH__PARTITION`), then command-line flags.
 //! Unknown keys are errors that name the key.
+//!
+//! Instead of one backend, the config file can declare several pools, served by one manager
+//! (see `codalab_wm_core::pools`); each pool's backend settings go in a sub-table named like
+//! the backend's top-level table:
+//!
+//! ```toml
+//! [[pools]]
+//! name = "cpu"                # letters, digits, `_`
+//! backend = "slurm-batch"
+//! max = 20                    # min = 0, max = 10 by default
+//! cost = 1                    # the cheapest fitting pool gets a bundle (ties: file order)
+//! pending_timeout = 900       # stop jobs pending longer, the next fitting pool takes over
+//! max_launches_per_tick = 5   # launch_mode = "target" is the default for pools
+//! [pools.slurm_batch]
+//! partition = "cpu"
+//! gpus = 0
+//!
+//! [[pools]]
+//! name = "gpu"
+//! backend = "slurm-batch"
+//! cost = 10
+//! tag = "gpu"                 # bundles with request_queue = "gpu" need this pool
+//! [pools.slurm_batch]
+//! partition = "gpu"
+//! gpus = 1
+//! ```
+//!
+//! A Slurm pool without `job_name` gets `codalab-slurm-worker-<pool>` and a local pool without
+//! `state_dir` its own subdirectory, so that pools never adopt each other's jobs. Other
+//! backends must be given distinct queues, jobs or namespaces per pool.
 
+use codalab_wm_core::LaunchMode;
 use codalab_wm_core::command::WorkerOptions;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -56,8 +87,14 @@ pub struct Settings {
     pub insecure_skip_tls_verify: bool,
     /// Log format.
     pub log_format: LogFormat,
+    /// Launch mode of the single backend (`--launch-mode`): compat (upstream) or target.
+    pub launch_mode: LaunchMode,
+    /// Launches per tick at most in target mode (`--max-launches-per-tick`).
+    pub max_launches_per_tick: u32,
     /// The backend to run when no subcommand is given.
     pub backend: Option<String>,
+    /// `[[pools]]`: several pools served by one manager (instead of one backend).
+    pub pools: Vec<PoolSettings>,
     /// The `cl-worker` settings (`--worker-*`).
     pub worker: WorkerSettings,
     /// `[local]` backend table.
@@ -92,7 +129,10 @@ impl Default for Settings {
             ca_cert: None,
             insecure_skip_tls_verify: false,
             log_format: LogFormat::Text,
+            launch_mode: LaunchMode::Compat,
+            max_launches_per_tick: 1,
             backend: None,
+            pools: Vec::new(),
             worker: WorkerSettings::default(),
             local: None,
             slurm_batch: None,
@@ -100,6 +140,82 @@ impl Default for Settings {
             azure_batch: None,
             kubernetes: None,
         }
+    }
+}
+
+/// One `[[pools]]` entry. The backend's own settings go in the sub-table named like the
+/// backend's top-level table (`[pools.slurm_batch]`, `[pools.local]` …).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSettings {
+    /// Unique name: letters, digits and `_`.
+    pub name: String,
+    /// The backend (`slurm-batch`, `local` …).
+    pub backend: String,
+    /// Workers kept at least.
+    #[serde(default)]
+    pub min: u32,
+    /// Workers at most (jobs being stopped count).
+    #[serde(default = "default_pool_max")]
+    pub max: u32,
+    /// Tag put on the pool's workers; bundles with `request_queue` = tag go here.
+    pub tag: Option<String>,
+    /// The pool's workers run only bundles of their tag.
+    #[serde(default)]
+    pub tag_exclusive: bool,
+    /// Preference weight: the cheapest fitting pool gets a bundle (ties: file order).
+    #[serde(default)]
+    pub cost: f64,
+    /// Seconds a job may stay pending before it is stopped and replaced elsewhere.
+    pub pending_timeout: Option<u64>,
+    /// Seconds a job that just became active counts as free capacity (its worker has not yet
+    /// taken a bundle) [default: 30].
+    pub startup_grace: Option<u64>,
+    /// compat or target.
+    #[serde(default = "default_pool_mode")]
+    pub launch_mode: LaunchMode,
+    /// Launches per tick at most.
+    #[serde(default = "default_pool_cap")]
+    pub max_launches_per_tick: u32,
+    /// Seconds between two launches of this pool [default: the global setting].
+    pub min_seconds_between_workers: Option<u64>,
+    /// `[pools.local]` settings.
+    pub local: Option<serde_json::Value>,
+    /// `[pools.slurm_batch]` settings.
+    pub slurm_batch: Option<serde_json::Value>,
+    /// `[pools.aws_batch]` settings.
+    pub aws_batch: Option<serde_json::Value>,
+    /// `[pools.azure_batch]` settings.
+    pub azure_batch: Option<serde_json::Value>,
+    /// `[pools.kubernetes]` settings.
+    pub kubernetes: Option<serde_json::Value>,
+}
+
+fn default_pool_max() -> u32 {
+    10
+}
+
+fn default_pool_mode() -> LaunchMode {
+    LaunchMode::Target
+}
+
+fn default_pool_cap() -> u32 {
+    1
+}
+
+impl PoolSettings {
+    /// The backend tables given, by table name.
+    pub fn tables(&self) -> Vec<(&'static str, &serde_json::Value)> {
+        [
+            ("local", &self.local),
+            ("slurm_batch", &self.slurm_batch),
+            ("aws_batch", &self.aws_batch),
+            ("azure_batch", &self.azure_batch),
+            ("kubernetes", &self.kubernetes),
+        ]
+        .into_iter()
+        .filter_map(|(table, value)| value.as_ref().map(|v| (table, v)))
+        .collect()
     }
 }
 

@@ -8,16 +8,25 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 fn validator() -> PathBuf {
-    let dir = std::env::var_os("SERVICES_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join(".services"));
+    let dir = std::env::var_os("SERVICES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".services"));
     dir.join("k8s-validate/venv/bin/kubernetes-validate")
 }
 
 fn validate(file: &Path) -> std::process::Output {
-    Command::new(validator()).args(["--strict", "-k", "1.37.0"]).arg(file).output().unwrap()
+    Command::new(validator())
+        .args(["--strict", "-k", "1.37.0"])
+        .arg(file)
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -27,16 +36,36 @@ fn kubernetes_manifests_validate_strictly_and_a_broken_one_fails() {
     }
     let manifest = repo().join("deploy/kubernetes/manager.yaml");
     let output = validate(&manifest);
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(output.status.success(), "{text}");
-    for kind in ["serviceaccount", "role", "rolebinding", "configmap", "deployment"] {
-        assert!(text.to_lowercase().contains(&format!("{kind}/codalab-wm")), "{kind} not validated:\n{text}");
+    for kind in [
+        "serviceaccount",
+        "role",
+        "rolebinding",
+        "configmap",
+        "deployment",
+    ] {
+        assert!(
+            text.to_lowercase().contains(&format!("{kind}/codalab-wm")),
+            "{kind} not validated:\n{text}"
+        );
     }
 
     let broken = tempfile::NamedTempFile::new().unwrap();
     let original = std::fs::read_to_string(&manifest).unwrap();
-    std::fs::write(broken.path(), original.replace("mountPath: /etc/codalab-wm", "mountPth: /etc/codalab-wm")).unwrap();
-    assert!(!validate(broken.path()).status.success(), "the validator must reject an unknown field");
+    std::fs::write(
+        broken.path(),
+        original.replace("mountPath: /etc/codalab-wm", "mountPth: /etc/codalab-wm"),
+    )
+    .unwrap();
+    assert!(
+        !validate(broken.path()).status.success(),
+        "the validator must reject an unknown field"
+    );
 }
 
 #[test]
@@ -53,7 +82,12 @@ fn the_configmap_config_is_accepted_by_the_manager() {
     std::fs::write(file.path(), &config).unwrap();
     // `--dry-run --once` with no credentials stops right after the config is read and checked.
     let output = Command::new(env!("CARGO_BIN_EXE_cl-worker-manager"))
-        .args(["--config", file.path().to_str().unwrap(), "--once", "--dry-run"])
+        .args([
+            "--config",
+            file.path().to_str().unwrap(),
+            "--once",
+            "--dry-run",
+        ])
         .env_remove("CODALAB_USERNAME")
         .env_remove("CODALAB_PASSWORD")
         .output()
@@ -61,15 +95,25 @@ fn the_configmap_config_is_accepted_by_the_manager() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     let compiled_in = !stderr.contains("is not compiled in");
     if compiled_in {
-        assert!(stderr.contains("no CodaLab credentials"), "the config must parse: {stderr}");
+        assert!(
+            stderr.contains("no CodaLab credentials"),
+            "the config must parse: {stderr}"
+        );
     }
 }
 
 #[test]
 fn the_systemd_unit_keeps_the_password_off_the_command_line() {
-    let unit = std::fs::read_to_string(repo().join("deploy/systemd/cl-worker-manager.service")).unwrap();
+    let unit =
+        std::fs::read_to_string(repo().join("deploy/systemd/cl-worker-manager.service")).unwrap();
     let exec = unit.lines().find(|l| l.starts_with("ExecStart=")).unwrap();
-    assert!(exec.contains("--password-file ${CREDENTIALS_DIRECTORY}/"), "{exec}");
-    assert!(unit.lines().any(|l| l.starts_with("LoadCredential=codalab-password:")));
+    assert!(
+        exec.contains("--password-file ${CREDENTIALS_DIRECTORY}/"),
+        "{exec}"
+    );
+    assert!(
+        unit.lines()
+            .any(|l| l.starts_with("LoadCredential=codalab-password:"))
+    );
     assert!(!unit.contains("CODALAB_PASSWORD="));
 }

@@ -21,7 +21,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
 const SERVER: &str = "http://127.0.0.1:2900";
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 fn codalab_running() -> bool {
@@ -34,9 +37,15 @@ fn codalab_running() -> bool {
 }
 
 fn slurm_running() -> bool {
-    Command::new("sinfo").args(["-h", "-o", "%T"]).output().is_ok_and(|o| {
-        o.status.success() && String::from_utf8_lossy(&o.stdout).lines().any(|l| l.starts_with("idle") || l.starts_with("mix") || l.starts_with("alloc"))
-    })
+    Command::new("sinfo")
+        .args(["-h", "-o", "%T"])
+        .output()
+        .is_ok_and(|o| {
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout).lines().any(|l| {
+                    l.starts_with("idle") || l.starts_with("mix") || l.starts_with("alloc")
+                })
+        })
 }
 
 fn unique(prefix: &str) -> String {
@@ -57,8 +66,15 @@ fn stage(n: usize, flags: &[&str]) -> Vec<String> {
         .current_dir(repo())
         .output()
         .unwrap();
-    assert!(output.status.success(), "stage.sh failed: {}", String::from_utf8_lossy(&output.stderr));
-    let uuids: Vec<String> = String::from_utf8_lossy(&output.stdout).lines().map(str::to_owned).collect();
+    assert!(
+        output.status.success(),
+        "stage.sh failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let uuids: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
     assert_eq!(uuids.len(), n, "stage.sh printed {uuids:?}");
     uuids
 }
@@ -86,7 +102,8 @@ fn recorded(dir: &Path, prefix: &str) -> Vec<(String, String)> {
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
             let id = name.strip_prefix(prefix)?.to_owned();
-            (!id.ends_with(".tmp")).then(|| (id, std::fs::read_to_string(e.path()).unwrap_or_default()))
+            (!id.ends_with(".tmp"))
+                .then(|| (id, std::fs::read_to_string(e.path()).unwrap_or_default()))
         })
         .collect();
     files.sort();
@@ -126,7 +143,12 @@ impl Running {
     }
 
     fn ticks(&self) -> usize {
-        self.lines.lock().unwrap().iter().filter(|l| l.contains(" worker jobs (min=")).count()
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(" worker jobs (min="))
+            .count()
     }
 
     /// Waits (bounded: 180 s) until `done` holds.
@@ -136,7 +158,10 @@ impl Running {
                 return;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("manager exited ({status}) while waiting for {what}:\n{}", self.log());
+                panic!(
+                    "manager exited ({status}) while waiting for {what}:\n{}",
+                    self.log()
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -154,9 +179,17 @@ impl Drop for Running {
 /// Stops the stand-in workers recorded in a local state dir.
 fn stop_local_workers(state: &Path) {
     for entry in std::fs::read_dir(state).into_iter().flatten().flatten() {
-        let Ok(text) = std::fs::read_to_string(entry.path()) else { continue };
-        if let Some(pid) = text.split("\"pid\":").nth(1).and_then(|r| r.trim().split(',').next()) {
-            let _ = Command::new("kill").args(["-TERM", "--", &format!("-{}", pid.trim())]).status();
+        let Ok(text) = std::fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        if let Some(pid) = text
+            .split("\"pid\":")
+            .nth(1)
+            .and_then(|r| r.trim().split(',').next())
+        {
+            let _ = Command::new("kill")
+                .args(["-TERM", "--", &format!("-{}", pid.trim())])
+                .status();
         }
     }
 }
@@ -168,33 +201,83 @@ fn local_backend_against_a_real_codalab_server() {
     }
     let tag = unique("e2e-local-");
     let tags_flag = format!("--tags={tag}");
-    let fitting = stage(12, &["--request-cpus", "1", "--request-memory", "512m", &tags_flag]);
-    let too_large = stage(1, &["--request-cpus", "64", "--request-memory", "512g", &tags_flag]).remove(0);
+    let fitting = stage(
+        12,
+        &[
+            "--request-cpus",
+            "1",
+            "--request-memory",
+            "512m",
+            &tags_flag,
+        ],
+    );
+    let too_large = stage(
+        1,
+        &[
+            "--request-cpus",
+            "64",
+            "--request-memory",
+            "512g",
+            &tags_flag,
+        ],
+    )
+    .remove(0);
     let dir = tempfile::tempdir().unwrap();
     let worker = stand_in(dir.path());
     let state = dir.path().join("state");
     let args: Vec<String> = [
-        "--server", SERVER, "--search", &format!("tags={tag}"), "--min-workers", "0", "--max-workers", "3",
-        "--min-seconds-between-workers", "0", "--sleep-time", "1", "--worker-idle-seconds", "77",
-        "--worker-executable", worker.to_str().unwrap(), "local", "--cpus", "2", "--memory-mb", "4096",
-        "--state-dir", state.to_str().unwrap(),
+        "--server",
+        SERVER,
+        "--search",
+        &format!("tags={tag}"),
+        "--min-workers",
+        "0",
+        "--max-workers",
+        "3",
+        "--min-seconds-between-workers",
+        "0",
+        "--sleep-time",
+        "1",
+        "--worker-idle-seconds",
+        "77",
+        "--worker-executable",
+        worker.to_str().unwrap(),
+        "local",
+        "--cpus",
+        "2",
+        "--memory-mb",
+        "4096",
+        "--state-dir",
+        state.to_str().unwrap(),
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
 
     let mut first = Running::start(&args, "alicepw");
-    first.wait_until("three workers", |_| recorded(dir.path(), "argv-").len() == 3);
+    first.wait_until("three workers", |_| {
+        recorded(dir.path(), "argv-").len() == 3
+    });
     let ticks = first.ticks();
     first.wait_until("three more ticks", |m| m.ticks() >= ticks + 3);
     let log = first.log();
-    assert_eq!(recorded(dir.path(), "argv-").len(), 3, "never more than --max-workers:\n{log}");
-    assert!(log.contains("12 staged bundles"), "sees all 12 fitting bundles (more than the server's default 10):\n{log}");
+    assert_eq!(
+        recorded(dir.path(), "argv-").len(),
+        3,
+        "never more than --max-workers:\n{log}"
+    );
+    assert!(
+        log.contains("12 staged bundles"),
+        "sees all 12 fitting bundles (more than the server's default 10):\n{log}"
+    );
     assert!(
         log.contains(&format!("filtered out bundle {too_large} based on unfulfillable resource requested: request_cpus=64 > worker cpus=2")),
         "{log}"
     );
-    assert!(log.contains("don't launch") || log.contains("max_reached"), "{log}");
+    assert!(
+        log.contains("don't launch") || log.contains("max_reached"),
+        "{log}"
+    );
     assert!(!fitting.contains(&too_large));
     for (id, argv) in recorded(dir.path(), "argv-") {
         assert_eq!(
@@ -209,7 +292,10 @@ fn local_backend_against_a_real_codalab_server() {
     for (_, env) in recorded(dir.path(), "env-") {
         assert_eq!(env.trim(), "alice:alicepw");
     }
-    assert!(!log.contains("alicepw"), "the password must not reach the logs");
+    assert!(
+        !log.contains("alicepw"),
+        "the password must not reach the logs"
+    );
 
     // Kill the manager outright; a new one finds the three running workers and adds none.
     drop(first);
@@ -225,7 +311,10 @@ fn local_backend_against_a_real_codalab_server() {
     let log = String::from_utf8_lossy(&second.stderr);
     stop_local_workers(&state);
     assert!(second.status.success(), "{log}");
-    assert!(log.contains("3 worker jobs (min=0, max=3) (3 active, 0 pending)"), "{log}");
+    assert!(
+        log.contains("3 worker jobs (min=0, max=3) (3 active, 0 pending)"),
+        "{log}"
+    );
     assert_eq!(recorded(dir.path(), "argv-").len(), 3, "{log}");
 }
 
@@ -236,7 +325,13 @@ fn a_wrong_password_on_a_real_server_exits_1() {
     }
     let dir = tempfile::tempdir().unwrap();
     let output = Command::new(BIN)
-        .args(["--server", SERVER, "local", "--state-dir", dir.path().to_str().unwrap()])
+        .args([
+            "--server",
+            SERVER,
+            "local",
+            "--state-dir",
+            dir.path().to_str().unwrap(),
+        ])
         .env("CODALAB_USERNAME", "alice")
         .env("CODALAB_PASSWORD", "definitely-wrong")
         .env("NO_COLOR", "1")
@@ -244,41 +339,86 @@ fn a_wrong_password_on_a_real_server_exits_1() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("refused the credentials of user `alice`: Invalid credentials given. (invalid_grant)"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "refused the credentials of user `alice`: Invalid credentials given. (invalid_grant)"
+        ),
+        "{stderr}"
+    );
     assert!(!stderr.contains("definitely-wrong"));
 }
 
 fn squeue_names(prefix: &str) -> Vec<(String, String)> {
-    let output = Command::new("squeue").args(["-h", "-o", "%i|%j|%T"]).output().unwrap();
+    let output = Command::new("squeue")
+        .args(["-h", "-o", "%i|%j|%T"])
+        .output()
+        .unwrap();
     String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter_map(|l| {
             let mut parts = l.split('|');
             let (id, name, state) = (parts.next()?, parts.next()?, parts.next()?);
-            name.starts_with(prefix).then(|| (id.to_owned(), state.to_owned()))
+            name.starts_with(prefix)
+                .then(|| (id.to_owned(), state.to_owned()))
         })
         .collect()
 }
 
 #[test]
 fn slurm_backend_against_real_codalab_and_real_slurm() {
-    if !require_service("codalab", codalab_running()) || !require_service("slurm", slurm_running()) {
+    if !require_service("codalab", codalab_running()) || !require_service("slurm", slurm_running())
+    {
         return;
     }
     let tag = unique("e2e-slurm-");
     let job_name = unique("e2e");
     let user = std::env::var("USER").unwrap_or_else(|_| "root".into());
     let prefix = format!("{user}-{job_name}-");
-    stage(4, &["--request-cpus", "1", "--request-memory", "256m", &format!("--tags={tag}")]);
+    stage(
+        4,
+        &[
+            "--request-cpus",
+            "1",
+            "--request-memory",
+            "256m",
+            &format!("--tags={tag}"),
+        ],
+    );
     let dir = tempfile::tempdir().unwrap();
     let worker = stand_in(dir.path());
     let scratch = dir.path().join("scratch");
     let args: Vec<String> = [
-        "--server", SERVER, "--search", &format!("tags={tag}"), "--min-workers", "0", "--max-workers", "2",
-        "--min-seconds-between-workers", "0", "--sleep-time", "1",
-        "--worker-executable", worker.to_str().unwrap(), "slurm-batch", "--partition", "cpu", "--gpus", "0",
-        "--cpus", "1", "--memory-mb", "256", "--time", "10", "--job-name", &job_name, "--user", &user,
-        "--slurm-work-dir", scratch.to_str().unwrap(),
+        "--server",
+        SERVER,
+        "--search",
+        &format!("tags={tag}"),
+        "--min-workers",
+        "0",
+        "--max-workers",
+        "2",
+        "--min-seconds-between-workers",
+        "0",
+        "--sleep-time",
+        "1",
+        "--worker-executable",
+        worker.to_str().unwrap(),
+        "slurm-batch",
+        "--partition",
+        "cpu",
+        "--gpus",
+        "0",
+        "--cpus",
+        "1",
+        "--memory-mb",
+        "256",
+        "--time",
+        "10",
+        "--job-name",
+        &job_name,
+        "--user",
+        &user,
+        "--slurm-work-dir",
+        scratch.to_str().unwrap(),
     ]
     .iter()
     .map(|s| s.to_string())
@@ -297,12 +437,15 @@ fn slurm_backend_against_real_codalab_and_real_slurm() {
     let seen = max_seen.clone();
     let prefix_ = prefix.clone();
     let records = dir.path().to_path_buf();
-    manager.wait_until("two workers running the stand-in on the cluster", move |_| {
-        let jobs = squeue_names(&prefix_);
-        let mut max = seen.lock().unwrap();
-        *max = (*max).max(jobs.len());
-        recorded(&records, "argv-").len() == 2
-    });
+    manager.wait_until(
+        "two workers running the stand-in on the cluster",
+        move |_| {
+            let jobs = squeue_names(&prefix_);
+            let mut max = seen.lock().unwrap();
+            *max = (*max).max(jobs.len());
+            recorded(&records, "argv-").len() == 2
+        },
+    );
     let ticks = manager.ticks();
     let seen = max_seen.clone();
     let prefix_ = prefix.clone();
@@ -312,7 +455,11 @@ fn slurm_backend_against_real_codalab_and_real_slurm() {
         m.ticks() >= ticks + 3
     });
     let log = manager.log();
-    assert_eq!(*max_seen.lock().unwrap(), 2, "at most --max-workers jobs at any time:\n{log}");
+    assert_eq!(
+        *max_seen.lock().unwrap(),
+        2,
+        "at most --max-workers jobs at any time:\n{log}"
+    );
     let jobs = squeue_names(&prefix);
     assert_eq!(jobs.len(), 2, "{jobs:?}\n{log}");
     assert!(jobs.iter().all(|(_, state)| state == "RUNNING"), "{jobs:?}");
@@ -320,7 +467,10 @@ fn slurm_backend_against_real_codalab_and_real_slurm() {
     let argvs = recorded(dir.path(), "argv-");
     let envs = recorded(dir.path(), "env-");
     for ((id, argv), (_, env)) in argvs.iter().zip(&envs) {
-        assert!(id.starts_with(&prefix), "worker id is <user>-<job-name>-<hex>: {id}");
+        assert!(
+            id.starts_with(&prefix),
+            "worker id is <user>-<job-name>-<hex>: {id}"
+        );
         assert_eq!(
             argv.trim(),
             format!(

@@ -6,6 +6,8 @@
 //!
 //! The crate holds everything that is not platform-specific:
 //! - [`policy`]: the scaling policy, a pure function with reasons ([`policy::plan`]);
+//! - [`pools`]: several pools (shapes, backends, tags), burst targets, stuck-pending
+//!   replacement and failure backoff, also pure ([`pools::plan_pools`]);
 //! - [`codalab`]: the CodaLab REST client (login, token refresh, identity check, staged search);
 //! - [`backend`]: the [`WorkerBackend`] trait every compute platform implements;
 //! - [`command`]: the `cl-worker` command line, as upstream builds it;
@@ -59,6 +61,7 @@ pub mod error;
 pub mod local;
 pub mod manager;
 pub mod policy;
+pub mod pools;
 pub mod retry;
 pub mod secret;
 pub mod size;
@@ -71,6 +74,7 @@ pub use bundle::{StagedBundle, WorkerShape};
 pub use command::WorkerOptions;
 pub use error::{Error, Result};
 pub use manager::{Manager, ManagerConfig};
+pub use pools::{LaunchMode, Pool, PoolPolicy};
 
 /// The CodaLab server workers and the manager talk to unless told otherwise (upstream's default).
 pub const DEFAULT_SERVER: &str = "https://worksheets.codalab.org";

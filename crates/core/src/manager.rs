@@ -1,21 +1,32 @@
 //! The manager loop: observe → plan → act → sleep.
 //!
-//! One [`Manager::tick`] does what one upstream iteration does: search the staged bundles,
-//! prefilter them against the worker shape, list the backend's worker jobs, ask the
-//! [`policy`](crate::policy) and start what it decided. [`Manager::run`] repeats it every
+//! One [`Manager::tick`] does what one upstream iteration does, for every pool: search the
+//! staged bundles, list each pool's worker jobs, ask the pool policy
+//! ([`plan_pools`](crate::pools::plan_pools)) which pool takes which bundle and what each pool
+//! launches or stops, then do it. [`Manager::new`] is upstream's single-backend mode (one pool,
+//! [`LaunchMode::Compat`] by default: exactly [`policy::plan`](crate::policy::plan));
+//! [`Manager::with_pools`] serves several pools. The manager remembers per pool what the pure
+//! policy needs: last launch, failure backoff, jobs being stopped, since when jobs are pending.
+//! [`Manager::status`] is a snapshot for a status view; each [`TickReport`] lists the tick's
+//! [`TickEvent`]s for metrics. [`Manager::run`] repeats it every
 //! `sleep_time`, and is the one place that decides what an error means for the loop: fatal
 //! errors stop it, everything else is retried with exponential backoff (logged once per
 //! streak), so a server or batch system that is down never crashes the manager and never
 //! leads to launches on stale data.
 
 use crate::backend::{JobState, LaunchRequest, WorkerBackend, WorkerJob, new_unique};
-use crate::bundle::prefilter;
 use crate::codalab::{CodaLabClient, staged_keywords};
 use crate::command::WorkerOptions;
 use crate::error::{Error, Result};
-use crate::policy::{Decision, Observation, PolicyConfig, plan};
+use crate::policy::{Decision, PolicyConfig};
+use crate::pools::logs;
+use crate::pools::runtime::{self, PoolRuntime};
+use crate::pools::status::{Counters, FailureRecord, LaunchResult, Status, TickEvent};
+use crate::pools::{
+    LaunchMode, Pool, PoolDecision, PoolPolicy, PoolsDecision, PoolsObservation, plan_pools,
+};
 use crate::retry::Backoff;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -42,6 +53,12 @@ pub struct ManagerConfig {
     pub worker: WorkerOptions,
     /// Longest wait between tries while the server or backend keeps failing.
     pub max_backoff: Duration,
+    /// Launch mode of the single-backend pool (`--launch-mode`; compat is upstream's rules).
+    pub launch_mode: LaunchMode,
+    /// Launches per tick at most in target mode (`--max-launches-per-tick`).
+    pub max_launches_per_tick: u32,
+    /// Stop jobs of the single-backend pool pending longer than this (target mode only).
+    pub pending_timeout: Option<Duration>,
 }
 
 impl Default for ManagerConfig {
@@ -56,6 +73,9 @@ impl Default for ManagerConfig {
             dry_run: false,
             worker: WorkerOptions::default(),
             max_backoff: Duration::from_secs(300),
+            launch_mode: LaunchMode::Compat,
+            max_launches_per_tick: 1,
+            pending_timeout: None,
         }
     }
 }
@@ -81,12 +101,19 @@ pub struct TickReport {
     pub pending: usize,
     /// Jobs seen failed for the first time this tick.
     pub newly_failed: Vec<WorkerJob>,
-    /// The policy's decision.
+    /// Upstream's decision: in the single-backend mode the pool's decision with its reasons;
+    /// with several pools the total launches and no reasons (see `pools`).
     pub decision: Decision,
-    /// Jobs started this tick.
+    /// Jobs started this tick (all pools).
     pub launched: Vec<WorkerJob>,
     /// Launches that failed this tick, with the error.
     pub launch_errors: Vec<String>,
+    /// The pool policy's decision: per pool launches, stops and reasons; per bundle the pool
+    /// or the reason none takes it.
+    pub pools: PoolsDecision,
+    /// What happened, for metrics: launches by result, stops by reason, decisions by reason,
+    /// unserved bundles by reason, failed jobs, backoffs (see [`TickEvent::counter`]).
+    pub events: Vec<TickEvent>,
 }
 
 /// Why [`Manager::run`] returned.
@@ -107,43 +134,105 @@ pub enum Outcome {
     },
 }
 
-/// The worker manager: one CodaLab server, one backend.
+/// The worker manager: one CodaLab server, one or more pools of workers.
 #[derive(Debug)]
 pub struct Manager {
     config: ManagerConfig,
     client: CodaLabClient,
-    backend: Arc<dyn WorkerBackend>,
+    pools: Vec<PoolRuntime>,
+    /// The single-backend mode of upstream (one pool, queue matching by the server search).
+    single: bool,
     started: Instant,
-    last_launch: Option<Instant>,
+    /// Time added by [`Manager::advance_clock`].
+    skipped: Duration,
     staged_uuids: HashSet<String>,
-    reported_misfits: HashSet<String>,
-    failed_seen: HashSet<String>,
+    /// Unserved bundles already logged, with the reason logged.
+    reported: HashMap<String, &'static str>,
+    reported_malformed: HashSet<String>,
     num_failed: u32,
+    ticks: u64,
+    counters: Counters,
+    recent_failures: VecDeque<FailureRecord>,
+    status: watch::Sender<Status>,
 }
 
 impl Manager {
-    /// A manager for `backend`, fed by `client`.
+    /// A manager for one `backend`, fed by `client`: upstream's single-backend mode. The pool
+    /// is named after the backend and follows `config.launch_mode` (compat by default).
     pub fn new(
         config: ManagerConfig,
         client: CodaLabClient,
         backend: Arc<dyn WorkerBackend>,
     ) -> Self {
+        let policy = PoolPolicy {
+            min: config.policy.min_workers,
+            max: config.policy.max_workers,
+            match_request_queue: false,
+            check_shape: !config.no_prefilter,
+            pending_timeout: config.pending_timeout,
+            launch_mode: config.launch_mode,
+            max_launches_per_tick: config.max_launches_per_tick,
+            min_seconds_between_workers: config.policy.min_seconds_between_workers,
+            ..PoolPolicy::new(backend.name(), backend.worker_shape())
+        };
+        let pool = Pool {
+            policy,
+            backend,
+            worker: config.worker.clone(),
+        };
+        Self::build(config, client, vec![pool], true)
+    }
+
+    /// A manager for several pools. Pool names must be unique and each policy valid; the
+    /// staged search is not narrowed by a tag (each pool matches `request_queue` itself).
+    pub fn with_pools(
+        config: ManagerConfig,
+        client: CodaLabClient,
+        pools: Vec<Pool>,
+    ) -> Result<Self> {
+        if pools.is_empty() {
+            return Err(Error::InvalidConfig("no pools configured".into()));
+        }
+        let mut names = HashSet::new();
+        for pool in &pools {
+            pool.policy.validate().map_err(Error::InvalidConfig)?;
+            if !names.insert(pool.policy.name.as_str()) {
+                return Err(Error::InvalidConfig(format!(
+                    "two pools are named {}",
+                    pool.policy.name
+                )));
+            }
+        }
+        Ok(Self::build(config, client, pools, false))
+    }
+
+    fn build(config: ManagerConfig, client: CodaLabClient, pools: Vec<Pool>, single: bool) -> Self {
         Self {
             config,
             client,
-            backend,
+            pools: pools.into_iter().map(PoolRuntime::new).collect(),
+            single,
             started: Instant::now(),
-            last_launch: None,
+            skipped: Duration::ZERO,
             staged_uuids: HashSet::new(),
-            reported_misfits: HashSet::new(),
-            failed_seen: HashSet::new(),
+            reported: HashMap::new(),
+            reported_malformed: HashSet::new(),
             num_failed: 0,
+            ticks: 0,
+            counters: Counters::default(),
+            recent_failures: VecDeque::new(),
+            status: watch::channel(Status::default()).0,
         }
     }
 
-    /// The backend.
+    /// The backend (of the first pool).
     pub fn backend(&self) -> &Arc<dyn WorkerBackend> {
-        &self.backend
+        &self.pools[0].pool.backend
+    }
+
+    /// The pools' policies, in declaration order.
+    pub fn policies(&self) -> Vec<PoolPolicy> {
+        self.pools.iter().map(|p| p.pool.policy.clone()).collect()
     }
 
     /// Failed launches counted so far.
@@ -151,141 +240,283 @@ impl Manager {
         self.num_failed
     }
 
-    /// One iteration. Errors are those of the server search or the job listing; a failed
-    /// launch is reported in the [`TickReport`] and counted, not returned.
+    /// The status snapshot as of the last tick.
+    pub fn status(&self) -> Status {
+        self.status.borrow().clone()
+    }
+
+    /// A receiver that sees every new status snapshot (one per tick), for a status server
+    /// running beside [`Manager::run`].
+    pub fn subscribe_status(&self) -> watch::Receiver<Status> {
+        self.status.subscribe()
+    }
+
+    /// The manager clock: time since the manager started (plus [`Manager::advance_clock`]).
+    pub fn clock(&self) -> Duration {
+        self.started.elapsed() + self.skipped
+    }
+
+    /// Moves the manager clock forward by `by`, as if that much time had passed: for
+    /// simulations and tests of time-based rules (rate limit, pending timeout, backoff)
+    /// without sleeping.
+    pub fn advance_clock(&mut self, by: Duration) {
+        self.skipped += by;
+    }
+
+    fn keywords(&self) -> Vec<String> {
+        let (tag, exclusive) = if self.single {
+            (
+                self.config.worker.tag.as_deref(),
+                self.config.worker.tag_exclusive,
+            )
+        } else {
+            (None, false)
+        };
+        staged_keywords(&self.config.search, self.client.username(), tag, exclusive)
+    }
+
+    /// One iteration. Errors are those of the server search or, when every pool's listing
+    /// fails, the first listing error (a pool whose listing fails while others succeed is
+    /// skipped with reason `unobserved`). A failed launch is reported in the [`TickReport`]
+    /// and counted, not returned.
     pub async fn tick(&mut self) -> Result<TickReport> {
-        let keywords = staged_keywords(
-            &self.config.search,
-            self.client.username(),
-            self.config.worker.tag.as_deref(),
-            self.config.worker.tag_exclusive,
-        );
+        self.ticks += 1;
+        let result = self.tick_inner().await;
+        if let Err(error) = &result {
+            self.status.send_modify(|status| {
+                status.ticks = self.ticks;
+                status.last_error = Some(error.to_string());
+            });
+        }
+        result
+    }
+
+    async fn tick_inner(&mut self) -> Result<TickReport> {
+        let keywords = self.keywords();
         let search = self.client.search_bundles(&keywords).await?;
         let malformed = search.skipped.len();
         for skipped in &search.skipped {
-            if self.reported_misfits.insert(skipped.uuid.clone()) {
+            if self.reported_malformed.insert(skipped.uuid.clone()) {
                 tracing::warn!(bundle = %skipped.uuid, reason = %skipped.reason, "skipping malformed bundle");
             }
         }
-        let (bundles, rejected) = if self.config.no_prefilter {
-            (search.bundles, Vec::new())
-        } else {
-            prefilter(search.bundles, &self.backend.worker_shape())
-        };
-        for (bundle, misfit) in &rejected {
-            if self.reported_misfits.insert(bundle.uuid.clone()) {
-                tracing::info!(
-                    bundle = %bundle.uuid,
-                    "filtered out bundle {} based on unfulfillable resource requested: {misfit}",
-                    bundle.uuid
-                );
+        let skipped: HashSet<&str> = search.skipped.iter().map(|s| s.uuid.as_str()).collect();
+        self.reported_malformed
+            .retain(|uuid| skipped.contains(uuid.as_str()));
+        let mut unobserved = Vec::with_capacity(self.pools.len());
+        let mut first_error = None;
+        let mut news = Vec::new();
+        let listed_at = self.clock();
+        for runtime in &mut self.pools {
+            match runtime.pool.backend.get_worker_jobs().await {
+                Ok(jobs) => {
+                    news.push(runtime.take_listing(jobs, listed_at));
+                    unobserved.push(None);
+                }
+                Err(error) => {
+                    tracing::warn!(pool = runtime.name(), %error, "cannot list the pool's jobs; skipping the pool this tick");
+                    unobserved.push(Some(error.to_string()));
+                    first_error.get_or_insert(error);
+                }
             }
         }
-        let current: HashSet<&str> = bundles
-            .iter()
-            .map(|b| b.uuid.as_str())
-            .chain(rejected.iter().map(|(b, _)| b.uuid.as_str()))
-            .chain(search.skipped.iter().map(|s| s.uuid.as_str()))
-            .collect();
-        self.reported_misfits
-            .retain(|uuid| current.contains(uuid.as_str()));
-        let new_staged: HashSet<String> = bundles.iter().map(|b| b.uuid.clone()).collect();
-        let removed = self.staged_uuids.difference(&new_staged).count();
-        self.staged_uuids = new_staged;
-
-        let jobs = self.backend.get_worker_jobs().await?;
-        let newly_failed = self.note_failures(&jobs);
-        let pending = jobs.iter().filter(|j| j.state == JobState::Pending).count();
-        let active = jobs.iter().filter(|j| j.state == JobState::Active).count();
-        let observed = Observation {
-            staged: bundles.len(),
-            pending,
-            active,
-            since_last_launch: self.last_launch.map(|t| t.elapsed()),
-        };
-        let decision = plan(&observed, &self.config.policy);
-        let policy = self.config.policy;
-        tracing::info!(
-            staged = observed.staged,
-            removed,
-            jobs = observed.jobs(),
-            active,
-            pending,
-            launches = decision.launches,
-            reasons = %decision.reason_codes(),
-            "{} staged bundles ({removed} removed since last time), {} worker jobs (min={}, max={}) ({active} active, {pending} pending)",
-            observed.staged,
-            observed.jobs(),
-            policy.min_workers,
-            policy.max_workers,
-        );
-        for reason in &decision.reasons {
-            tracing::debug!(reason = reason.code(), "{reason}");
+        if let Some(error) = first_error.filter(|_| unobserved.iter().all(Option::is_some)) {
+            return Err(error);
         }
+        let now = self.clock();
+        let mut events = Vec::new();
+        let mut newly_failed = Vec::new();
+        for item in news {
+            self.num_failed += item.newly_failed.len() as u32;
+            newly_failed.extend(item.newly_failed);
+            events.extend(item.events);
+            runtime::remember(&mut self.recent_failures, item.failures);
+        }
+        let observed = PoolsObservation {
+            pools: self
+                .pools
+                .iter_mut()
+                .zip(unobserved)
+                .map(|(runtime, error)| runtime.observation(now, error))
+                .collect(),
+            bundles: search.bundles,
+        };
+        let policies = self.policies();
+        let decision = plan_pools(&observed, &policies, now);
+        let single = self.single;
+        let filtered = logs::note_unserved(&mut self.reported, single, &decision);
+        let staged = logs::fitting_uuids(&observed, &decision);
+        let removed = self.staged_uuids.difference(&staged).count();
+        self.staged_uuids = staged;
+        logs::log_decisions(
+            self.pools.iter().map(|p| &p.pool.policy),
+            &decision,
+            single,
+            self.staged_uuids.len(),
+            removed,
+        );
+        let totals = |f: fn(&PoolDecision) -> usize| decision.pools.iter().map(f).sum::<usize>();
+        let (active, pending) = (totals(|d| d.active), totals(|d| d.pending));
+        let upstream = if self.single {
+            decision.pools[0].as_upstream()
+        } else {
+            Decision {
+                launches: decision.launches(),
+                reasons: Vec::new(),
+            }
+        };
+        events.extend(logs::decision_events(&decision));
         let mut report = TickReport {
             keywords,
-            staged: observed.staged,
+            staged: self.staged_uuids.len(),
             removed,
-            filtered: rejected.len(),
+            filtered,
             malformed,
-            jobs: observed.jobs(),
+            jobs: active + pending,
             active,
             pending,
             newly_failed,
-            decision,
+            decision: upstream,
             launched: Vec::new(),
             launch_errors: Vec::new(),
+            pools: decision,
+            events,
         };
-        for _ in 0..report.decision.launches {
-            self.launch(&mut report).await;
-        }
+        self.act(&mut report).await;
+        self.counters.add(&report.events);
+        self.publish_status(&report);
         Ok(report)
     }
 
-    /// Counts jobs seen failed for the first time; forgets ids the backend no longer lists.
-    fn note_failures(&mut self, jobs: &[WorkerJob]) -> Vec<WorkerJob> {
-        let listed: HashSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
-        self.failed_seen.retain(|id| listed.contains(id.as_str()));
-        let mut newly_failed = Vec::new();
-        for job in jobs.iter().filter(|j| j.state == JobState::Failed) {
-            if self.failed_seen.insert(job.id.clone()) {
-                self.num_failed += 1;
-                tracing::error!(
-                    job = %job.id,
-                    reason = job.reason.as_deref().unwrap_or("unknown"),
-                    failed = self.num_failed,
-                    "worker job failed"
-                );
-                newly_failed.push(job.clone());
+    /// Stops stuck jobs, then launches, pool by pool.
+    async fn act(&mut self, report: &mut TickReport) {
+        let decisions = report.pools.pools.clone();
+        for (index, decision) in decisions.iter().enumerate() {
+            self.stop_stuck(index, decision, report).await;
+            for _ in 0..decision.launches {
+                if !self.launch(index, report).await {
+                    break;
+                }
             }
         }
-        newly_failed
+        for (runtime, decision) in self.pools.iter_mut().zip(&report.pools.pools) {
+            runtime.last_decision = Some(decision.clone());
+            runtime.assigned = report
+                .pools
+                .assignments
+                .iter()
+                .filter(|a| a.pool == decision.pool)
+                .map(|a| a.uuid.clone())
+                .collect();
+        }
     }
 
-    async fn launch(&mut self, report: &mut TickReport) {
+    async fn stop_stuck(&mut self, index: usize, decision: &PoolDecision, report: &mut TickReport) {
+        if decision.stops.is_empty() {
+            return;
+        }
+        let now = self.clock();
+        let runtime = &mut self.pools[index];
+        for id in &decision.stops {
+            let job = runtime
+                .listed
+                .iter()
+                .find(|j| &j.id == id)
+                .cloned()
+                .unwrap_or_else(|| WorkerJob::new(id.clone(), JobState::Pending));
+            let result = runtime.pool.backend.stop_worker_job(&job).await;
+            let ok = result.is_ok();
+            match result {
+                Ok(()) => {
+                    tracing::info!(pool = runtime.name(), job = %id, reason = "pending_timeout", "stopped a stuck pending job; its demand goes to the next fitting pool");
+                    runtime.stopping.insert(id.clone());
+                }
+                Err(error) => {
+                    tracing::warn!(pool = runtime.name(), job = %id, %error, "cannot stop a stuck pending job");
+                }
+            }
+            report.events.push(TickEvent::Stop {
+                pool: runtime.name().to_owned(),
+                job_id: id.clone(),
+                reason: "pending_timeout",
+                ok,
+            });
+        }
+        let news = runtime.fail(
+            now,
+            "pending_timeout",
+            format!("jobs {} pending too long", decision.stops.join(", ")),
+        );
+        report.events.extend(news.events);
+        runtime::remember(&mut self.recent_failures, news.failures);
+    }
+
+    /// One launch on pool `index`. Returns whether to go on launching on this pool this tick.
+    async fn launch(&mut self, index: usize, report: &mut TickReport) -> bool {
         let unique = new_unique();
+        let dry_run = self.config.dry_run;
+        let now = self.clock();
+        let runtime = &mut self.pools[index];
+        let pool_name = runtime.name().to_owned();
         let request = LaunchRequest {
             unique: &unique,
-            worker: &self.config.worker,
-            dry_run: self.config.dry_run,
+            worker: &runtime.pool.worker,
+            dry_run,
         };
-        match self.backend.start_worker_job(&request).await {
+        let result = runtime.pool.backend.start_worker_job(&request).await;
+        let (outcome, go_on) = match result {
             Ok(job) => {
-                tracing::info!(job = %job.id, backend = self.backend.name(), dry_run = self.config.dry_run, "started a worker job");
-                self.last_launch = Some(Instant::now());
+                tracing::info!(pool = %pool_name, job = %job.id, backend = runtime.pool.backend.name(), dry_run, "started a worker job");
+                runtime.launched(&job, now);
                 report.launched.push(job);
+                (
+                    if dry_run {
+                        LaunchResult::DryRun
+                    } else {
+                        LaunchResult::Started
+                    },
+                    true,
+                )
             }
             Err(error) if error.is_temporary() => {
-                tracing::warn!(%error, "could not start a worker job; will retry on a later tick");
+                tracing::warn!(pool = %pool_name, %error, "could not start a worker job; will retry on a later tick");
                 report.launch_errors.push(error.to_string());
+                (LaunchResult::TemporaryError, false)
             }
             Err(error) => {
-                self.last_launch = Some(Instant::now());
+                runtime.last_launch = Some(now);
                 self.num_failed += 1;
-                tracing::error!(%error, failed = self.num_failed, "failed to start a worker job");
+                tracing::error!(pool = %pool_name, %error, failed = self.num_failed, "failed to start a worker job");
                 report.launch_errors.push(error.to_string());
+                let news = runtime.fail(now, "submit_failed", error.to_string());
+                report.events.extend(news.events);
+                runtime::remember(&mut self.recent_failures, news.failures);
+                (
+                    LaunchResult::Failed,
+                    runtime.pool.policy.launch_mode == LaunchMode::Compat,
+                )
             }
-        }
+        };
+        report.events.push(TickEvent::Launch {
+            pool: pool_name,
+            result: outcome,
+        });
+        go_on
+    }
+
+    fn publish_status(&self, report: &TickReport) {
+        let now = self.clock();
+        let status = Status {
+            uptime_seconds: now.as_secs(),
+            ticks: self.ticks,
+            last_error: None,
+            staged: self.staged_uuids.len(),
+            pools: self.pools.iter().map(|p| p.status(now)).collect(),
+            unserved: report.pools.unserved.clone(),
+            recent_failures: self.recent_failures.iter().cloned().collect(),
+            counters: self.counters.snapshot(),
+        };
+        self.status.send_replace(status);
     }
 
     /// Whether `--exit-after-num-failed` has been exceeded.

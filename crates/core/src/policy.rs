@@ -70,7 +70,10 @@ impl Observation {
 }
 
 /// Why the policy decided what it did. Serialized in snake_case for logs, status and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+///
+/// The first six variants are upstream's rules ([`plan`]); the others come from the pool
+/// policy ([`crate::pools::plan_pools`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "reason", rename_all = "snake_case")]
 pub enum Reason {
     /// No staged bundle needs a worker.
@@ -108,6 +111,50 @@ pub enum Reason {
         /// `--min-workers`.
         min: u32,
     },
+    /// Pool policy: the absolute target of a pool in target mode.
+    Target {
+        /// Workers wanted: clamp(min, active + demand, max).
+        target: u32,
+        /// Workers that count as capacity (active + pending, not stuck).
+        capacity: usize,
+    },
+    /// Pool policy: more launches were wanted than `max_launches_per_tick` allows.
+    LaunchCapReached {
+        /// Launches wanted.
+        wanted: u32,
+        /// `max_launches_per_tick`.
+        cap: u32,
+    },
+    /// Pool policy: the pool failed recently and is skipped until `until_seconds` (manager clock).
+    BackingOff {
+        /// End of the backoff, in seconds since the manager started.
+        until_seconds: u64,
+        /// Seconds left.
+        remaining_seconds: u64,
+        /// Failures in the current streak.
+        failures: u32,
+    },
+    /// Pool policy: a job waited longer than the pool's `pending_timeout` and is stopped.
+    PendingTimeout {
+        /// The stuck job.
+        job_id: String,
+        /// Seconds it has been pending.
+        pending_seconds: u64,
+        /// The pool's `pending_timeout`.
+        timeout_seconds: u64,
+    },
+    /// Pool policy: the pool's jobs could not be listed this tick; it is skipped.
+    Unobserved {
+        /// The listing error.
+        error: String,
+    },
+    /// Pool policy: a bundle fits no pool (shape or queue).
+    NoFittingPool,
+    /// Pool policy: why one pool cannot take a bundle (shape or queue).
+    Misfit {
+        /// What does not fit.
+        detail: String,
+    },
 }
 
 impl Reason {
@@ -120,6 +167,13 @@ impl Reason {
             Reason::PendingCoversDemand { .. } => "pending_covers_demand",
             Reason::MaxReached { .. } => "max_reached",
             Reason::BelowMin { .. } => "below_min",
+            Reason::Target { .. } => "target",
+            Reason::LaunchCapReached { .. } => "launch_cap_reached",
+            Reason::BackingOff { .. } => "backing_off",
+            Reason::PendingTimeout { .. } => "pending_timeout",
+            Reason::Unobserved { .. } => "unobserved",
+            Reason::NoFittingPool => "no_fitting_pool",
+            Reason::Misfit { .. } => "misfit",
         }
     }
 }
@@ -157,6 +211,34 @@ impl fmt::Display for Reason {
                     "launch a worker because we are under the minimum ({jobs} < {min})"
                 )
             }
+            Reason::Target { target, capacity } => {
+                write!(f, "target {target} workers, {capacity} count as capacity")
+            }
+            Reason::LaunchCapReached { wanted, cap } => write!(
+                f,
+                "want {wanted} launches, at most {cap} per tick (max_launches_per_tick)"
+            ),
+            Reason::BackingOff {
+                remaining_seconds,
+                failures,
+                ..
+            } => write!(
+                f,
+                "skipped: backing off for {remaining_seconds} more seconds after {failures} failures"
+            ),
+            Reason::PendingTimeout {
+                job_id,
+                pending_seconds,
+                timeout_seconds,
+            } => write!(
+                f,
+                "stop job {job_id}: pending {pending_seconds} s, longer than pending_timeout {timeout_seconds} s"
+            ),
+            Reason::Unobserved { error } => {
+                write!(f, "skipped: cannot list the pool's jobs: {error}")
+            }
+            Reason::NoFittingPool => write!(f, "no pool can run this bundle"),
+            Reason::Misfit { detail } => write!(f, "{detail}"),
         }
     }
 }

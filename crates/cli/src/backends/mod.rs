@@ -134,6 +134,21 @@ impl BackendCommand {
         }
     }
 
+    /// The backend's config-file table (`slurm_batch`, `local` …).
+    pub fn table(&self) -> &'static str {
+        match self {
+            BackendCommand::Local(_) => local::TABLE,
+            #[cfg(feature = "slurm")]
+            BackendCommand::SlurmBatch(_) => slurm::TABLE,
+            #[cfg(feature = "aws")]
+            BackendCommand::AwsBatch(_) => aws::TABLE,
+            #[cfg(feature = "azure")]
+            BackendCommand::AzureBatch(_) => azure::TABLE,
+            #[cfg(feature = "k8s")]
+            BackendCommand::Kubernetes(_) => k8s::TABLE,
+        }
+    }
+
     /// Builds the backend from the merged configuration.
     pub async fn build(
         &self,
@@ -152,4 +167,41 @@ impl BackendCommand {
             BackendCommand::Kubernetes(_) => k8s::build(config, context).await,
         }
     }
+}
+
+/// The config-file table of backend `name`, compiled in or not.
+pub fn table_of(name: &str) -> Option<&'static str> {
+    match name {
+        "local" => Some("local"),
+        "slurm-batch" => Some("slurm_batch"),
+        "aws-batch" => Some("aws_batch"),
+        "azure-batch" => Some("azure_batch"),
+        "kubernetes" => Some("kubernetes"),
+        _ => None,
+    }
+}
+
+/// Builds backend `name` from `settings`, a figment holding the backend's own table as its
+/// root (a `[[pools]]` entry's `[pools.<table>]`): the same `build` the subcommand uses runs on
+/// it, so the same validation and the same errors (unknown keys named) apply.
+pub async fn build_by_name(
+    name: &str,
+    settings: Figment,
+    context: &BackendContext,
+) -> Result<Arc<dyn WorkerBackend>> {
+    let names: Vec<&str> = ALL_BACKENDS.iter().map(|(n, _)| *n).collect();
+    if let Some((_, feature)) = ALL_BACKENDS
+        .iter()
+        .find(|(n, _)| *n == name && !is_compiled_in(n))
+    {
+        anyhow::bail!("backend `{name}` is not compiled in: rebuild with `--features {feature}`");
+    }
+    let command = BackendCommand::from_name(name).ok_or_else(|| {
+        anyhow::anyhow!("unknown backend `{name}`: use one of {}", names.join(", "))
+    })?;
+    let table: serde_json::Value = settings
+        .extract()
+        .map_err(|e| anyhow::anyhow!("invalid [{}] settings: {e}", command.table()))?;
+    let config = Figment::from(Serialized::default(command.table(), table));
+    command.build(&config, context).await
 }

@@ -430,10 +430,7 @@ fn first_line(body: &str) -> String {
         .unwrap_or("(empty body)");
     let mut line: String = line.chars().take(200).collect();
     if line.starts_with('<') {
-        line = line
-            .replace(['<', '>'], " ")
-            .trim()
-            .to_owned();
+        line = line.replace(['<', '>'], " ").trim().to_owned();
     }
     line
 }

@@ -184,6 +184,7 @@ pub async fn run_conformance(harness: &dyn Harness) -> Result<(), String> {
 /// An in-memory backend for tests and simulations: jobs start pending, and the test moves them.
 #[derive(Debug, Clone)]
 pub struct FakeBackend {
+    name: &'static str,
     shape: WorkerShape,
     inner: Arc<Mutex<FakeState>>,
 }
@@ -196,15 +197,39 @@ struct FakeState {
     fail_list: Option<String>,
     fail_start: Option<String>,
     start_active: bool,
+    stops: Vec<String>,
+    slow_stop: bool,
 }
 
 impl FakeBackend {
     /// A fake backend whose workers have `shape`.
     pub fn new(shape: WorkerShape) -> Self {
+        Self::named("fake", shape)
+    }
+
+    /// A fake backend called `name` (as `WorkerBackend::name` reports it).
+    pub fn named(name: &'static str, shape: WorkerShape) -> Self {
         Self {
+            name,
             shape,
             inner: Arc::default(),
         }
+    }
+
+    /// The ids of the jobs stopped so far, in order.
+    pub fn stops(&self) -> Vec<String> {
+        self.state().stops.clone()
+    }
+
+    /// With `true`, a stopped job stays listed in its state until [`FakeBackend::set_state`]
+    /// ends it (a platform that takes a while to cancel).
+    pub fn slow_stop(&self, slow: bool) {
+        self.state().slow_stop = slow;
+    }
+
+    /// The current jobs.
+    pub fn jobs(&self) -> Vec<WorkerJob> {
+        self.state().jobs.clone()
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
@@ -249,7 +274,7 @@ impl FakeBackend {
 #[async_trait::async_trait]
 impl WorkerBackend for FakeBackend {
     fn name(&self) -> &str {
-        "fake"
+        self.name
     }
 
     fn worker_shape(&self) -> WorkerShape {
@@ -298,7 +323,14 @@ impl WorkerBackend for FakeBackend {
     }
 
     async fn stop_worker_job(&self, job: &WorkerJob) -> Result<()> {
-        self.set_state(&job.id, JobState::Ended);
+        let slow = {
+            let mut state = self.state();
+            state.stops.push(job.id.clone());
+            state.slow_stop
+        };
+        if !slow {
+            self.set_state(&job.id, JobState::Ended);
+        }
         Ok(())
     }
 }
@@ -349,6 +381,45 @@ impl Harness for FakeHarness {
 mod tests {
     use super::*;
 
+    #[test]
+    fn reaction_ticks_burst_versus_compat() {
+        use crate::pools::LaunchMode;
+        let burst = ReactionScenario::default();
+        let compat = ReactionScenario {
+            launch_mode: LaunchMode::Compat,
+            max_launches_per_tick: 1,
+            ..burst
+        };
+        // Upstream: one launch per 60 s at 5 s per tick: 1 + 99 · 12 ticks.
+        assert_eq!(reaction_ticks(&compat), Some(1189));
+        // Bursts of 10 every 60 s: 1 + 9 · 12 ticks.
+        assert_eq!(reaction_ticks(&burst), Some(109));
+        let unpaced = ReactionScenario {
+            min_seconds_between_workers: 0,
+            ..burst
+        };
+        assert_eq!(reaction_ticks(&unpaced), Some(10));
+        let all_at_once = ReactionScenario {
+            max_launches_per_tick: 100,
+            ..burst
+        };
+        assert_eq!(reaction_ticks(&all_at_once), Some(1));
+        assert_eq!(
+            reaction_ticks(&ReactionScenario {
+                min_seconds_between_workers: 0,
+                ..compat
+            }),
+            Some(100)
+        );
+        assert_eq!(
+            reaction_ticks(&ReactionScenario {
+                max_workers: 50,
+                ..burst
+            }),
+            None
+        );
+    }
+
     #[tokio::test]
     async fn the_fake_backend_passes_the_suite() {
         run_conformance(&FakeHarness::default()).await.unwrap();
@@ -389,4 +460,93 @@ mod tests {
             .unwrap_err();
         assert!(err.contains("adopted after a restart"), "{err}");
     }
+}
+
+/// A scenario for [`reaction_ticks`]: `bundles` staged bundles appear at once, nothing is
+/// running, and submitted jobs stay pending (the worst case: no worker comes up during the
+/// burst, so only the policy paces the launches).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReactionScenario {
+    /// Staged bundles.
+    pub bundles: usize,
+    /// Compat (upstream's one launch per tick) or target (burst).
+    pub launch_mode: crate::pools::LaunchMode,
+    /// `--max-launches-per-tick` (target mode).
+    pub max_launches_per_tick: u32,
+    /// `--max-workers`.
+    pub max_workers: u32,
+    /// `--min-seconds-between-workers`.
+    pub min_seconds_between_workers: u64,
+    /// `--sleep-time`: time between two ticks.
+    pub sleep_time: Duration,
+}
+
+impl Default for ReactionScenario {
+    /// 100 bundles, burst of 10 per tick, max 100 workers, upstream's 60 s between launches
+    /// and 5 s between ticks.
+    fn default() -> Self {
+        Self {
+            bundles: 100,
+            launch_mode: crate::pools::LaunchMode::Target,
+            max_launches_per_tick: 10,
+            max_workers: 100,
+            min_seconds_between_workers: 60,
+            sleep_time: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The bench figure of issue #8: how many ticks until `scenario.bundles` staged bundles got as
+/// many submissions, through the real pure policy ([`crate::pools::plan_pools`]; a compat pool
+/// runs upstream's [`crate::policy::plan`]). Tick 1 runs at time 0, tick `k` at
+/// `(k - 1) · sleep_time`. Deterministic; `None` when launches stop before every bundle got
+/// one (e.g. `max_workers` below the bundle count).
+pub fn reaction_ticks(scenario: &ReactionScenario) -> Option<u64> {
+    use crate::bundle::StagedBundle;
+    use crate::pools::{ObservedJob, PoolObservation, PoolPolicy, PoolsObservation, plan_pools};
+    let policy = PoolPolicy {
+        min: 0,
+        max: scenario.max_workers,
+        launch_mode: scenario.launch_mode,
+        max_launches_per_tick: scenario.max_launches_per_tick,
+        min_seconds_between_workers: scenario.min_seconds_between_workers,
+        ..PoolPolicy::new("bench", WorkerShape::from_flags(1, 0, 1024))
+    };
+    let bundles: Vec<StagedBundle> = (0..scenario.bundles)
+        .map(|n| StagedBundle::new(format!("0x{n:032x}")))
+        .collect();
+    let mut pending: Vec<ObservedJob> = Vec::new();
+    let mut last_launch = None;
+    // Without a launch for longer than the rate limit plus two ticks, none will come.
+    let stall = scenario.min_seconds_between_workers / scenario.sleep_time.as_secs().max(1) + 2;
+    let mut idle = 0;
+    for tick in 1..=1_000_000u64 {
+        let now = scenario.sleep_time * u32::try_from(tick - 1).ok()?;
+        let observed = PoolsObservation {
+            bundles: bundles.clone(),
+            pools: vec![PoolObservation {
+                jobs: pending.clone(),
+                since_last_launch: last_launch.map(|t: Duration| now - t),
+                ..PoolObservation::default()
+            }],
+        };
+        let launches = plan_pools(&observed, std::slice::from_ref(&policy), now).launches();
+        idle = if launches == 0 { idle + 1 } else { 0 };
+        if idle > stall {
+            return None;
+        }
+        for _ in 0..launches {
+            pending.push(ObservedJob {
+                id: pending.len().to_string(),
+                state: JobState::Pending,
+                pending_for: Duration::ZERO,
+                active_for: Duration::ZERO,
+            });
+            last_launch = Some(now);
+        }
+        if pending.len() >= scenario.bundles {
+            return Some(tick);
+        }
+    }
+    None
 }

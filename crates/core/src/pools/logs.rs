@@ -1,0 +1,137 @@
+//! The manager's log lines about a tick's decision (one per pool, and one per unserved bundle
+//! when its reason changes) and the decision's events for metrics.
+
+use super::status::TickEvent;
+use super::{LaunchMode, PoolPolicy, PoolsDecision, PoolsObservation};
+use crate::policy::Reason;
+use std::collections::{HashMap, HashSet};
+
+/// Logs unserved bundles once per bundle and reason (`reported` remembers what was
+/// logged); returns how many fit no pool.
+pub(crate) fn note_unserved(
+    reported: &mut HashMap<String, &'static str>,
+    single: bool,
+    decision: &PoolsDecision,
+) -> usize {
+    let mut current: HashMap<String, &'static str> = HashMap::new();
+    let mut filtered = 0;
+    for unserved in &decision.unserved {
+        let code = unserved.reason.code();
+        current.insert(unserved.uuid.clone(), code);
+        if unserved.reason == Reason::NoFittingPool {
+            filtered += 1;
+        }
+        if reported.get(&unserved.uuid) == Some(&code) {
+            continue;
+        }
+        let why = unserved
+            .pools
+            .iter()
+            .map(|v| {
+                if single {
+                    v.reason.to_string()
+                } else {
+                    format!("{}: {}", v.pool, v.reason)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        if single && unserved.reason == Reason::NoFittingPool {
+            tracing::info!(bundle = %unserved.uuid, "filtered out bundle {} based on unfulfillable resource requested: {why}", unserved.uuid);
+        } else {
+            tracing::info!(bundle = %unserved.uuid, reason = code, "bundle {} is not served: {} ({why})", unserved.uuid, unserved.reason);
+        }
+    }
+    *reported = current;
+    filtered
+}
+
+/// The uuids of the bundles that fit some pool.
+pub(crate) fn fitting_uuids(
+    observed: &PoolsObservation,
+    decision: &PoolsDecision,
+) -> HashSet<String> {
+    let misfits: HashSet<&str> = decision
+        .unserved
+        .iter()
+        .filter(|u| u.reason == Reason::NoFittingPool)
+        .map(|u| u.uuid.as_str())
+        .collect();
+    observed
+        .bundles
+        .iter()
+        .filter(|b| !misfits.contains(b.uuid.as_str()))
+        .map(|b| b.uuid.clone())
+        .collect()
+}
+
+/// Logs each pool's decision (upstream's line in the single-backend compat mode) and, at
+/// debug level, every reason.
+pub(crate) fn log_decisions<'a>(
+    policies: impl Iterator<Item = &'a PoolPolicy>,
+    decision: &PoolsDecision,
+    single: bool,
+    staged: usize,
+    removed: usize,
+) {
+    for (policy, pool) in policies.zip(&decision.pools) {
+        if single && policy.launch_mode == LaunchMode::Compat {
+            let jobs = pool.active + pool.pending;
+            tracing::info!(
+                staged = staged,
+                removed,
+                jobs,
+                active = pool.active,
+                pending = pool.pending,
+                launches = pool.launches,
+                reasons = %pool.reason_codes(),
+                "{} staged bundles ({removed} removed since last time), {jobs} worker jobs (min={}, max={}) ({} active, {} pending)",
+                staged,
+                policy.min,
+                policy.max,
+                pool.active,
+                pool.pending,
+            );
+        } else {
+            tracing::info!(
+                pool = %pool.pool,
+                demand = pool.demand,
+                active = pool.active,
+                pending = pool.pending,
+                stopping = pool.stopping,
+                target = pool.target,
+                launches = pool.launches,
+                stops = pool.stops.len(),
+                reasons = %pool.reason_codes(),
+                "pool {}: {} bundles assigned, {} active, {} pending, {} stopping (min={}, max={}): launch {}, stop {}",
+                pool.pool,
+                pool.demand,
+                pool.active,
+                pool.pending,
+                pool.stopping,
+                policy.min,
+                policy.max,
+                pool.launches,
+                pool.stops.len(),
+            );
+        }
+        for reason in &pool.reasons {
+            tracing::debug!(pool = %pool.pool, reason = reason.code(), "{reason}");
+        }
+    }
+}
+
+/// One event per reason of every pool's decision and per unserved bundle.
+pub(crate) fn decision_events(decision: &PoolsDecision) -> Vec<TickEvent> {
+    let pools = decision.pools.iter().flat_map(|pool| {
+        pool.reasons.iter().map(|reason| TickEvent::Decision {
+            pool: pool.pool.clone(),
+            reason: reason.code(),
+        })
+    });
+    let bundles = decision.unserved.iter().map(|u| TickEvent::Unserved {
+        bundle: u.uuid.clone(),
+        reason: u.reason.code(),
+    });
+    pools.chain(bundles).collect()
+}

@@ -1,0 +1,556 @@
+//! Resource-aware pools: one manager, several worker shapes and backends.
+//!
+//! [`plan_pools`] is pure (time comes in as the manager clock, `now`, the time since the manager
+//! started) and returns, for every pool, what to launch, which stuck jobs to stop and why, and
+//! for every staged bundle which pool takes it or why none does. The rules:
+//!
+//! 1. **Assignment.** Each staged bundle goes to the most preferred pool (lowest `cost`, then
+//!    declaration order) whose worker shape fits it and whose tag matches its `request_queue`
+//!    the way the CodaLab server matches bundles to workers ([`misfit`]). Pending workers are
+//!    used first (most constrained bundles first), then room to launch (up to `max`); a pool
+//!    that is backing off, unobserved or has a stuck job takes nothing, so its demand falls back
+//!    to the next fitting pool. Bundles no pool takes are [`UnservedBundle`]s with a reason
+//!    (`no_fitting_pool`, `backing_off`, `max_reached`, …).
+//! 2. **Target** (`launch_mode = target`). `target = clamp(min, busy + demand, max)` where
+//!    demand is the bundles assigned to the pool. One worker runs one bundle: a worker active
+//!    for longer than `startup_grace` is presumed busy (an idle one would have taken the staged
+//!    bundle already); pending and starting workers are free capacity. So
+//!    `target - (active + pending)` workers are launched,
+//!    at most `max_launches_per_tick` per tick and never beyond `max` counting jobs being
+//!    stopped. `min_seconds_between_workers` holds launches except those that restore `min`.
+//! 3. **Stuck pending.** A job pending longer than `pending_timeout` is stopped (`pending_timeout`
+//!    reason); the pool takes no bundle that tick (the manager also backs it off), so the demand
+//!    goes to the next fitting pool.
+//! 4. **Failure memory** ([`backoff`]): a backing-off pool launches nothing and takes no bundle.
+//! 5. **Compat** (`launch_mode = compat`): upstream's exact rules ([`crate::policy::plan`]) on the
+//!    bundles assigned to the pool, with no backoff and no pending timeout; a compat pool takes
+//!    every bundle that fits it.
+
+mod assign;
+pub mod backoff;
+pub(crate) mod logs;
+pub(crate) mod runtime;
+pub mod status;
+#[cfg(test)]
+mod tests;
+
+pub use assign::{BundleAssignment, Coverage, PoolVerdict, UnservedBundle, misfit};
+pub use backoff::PoolHealth;
+pub use runtime::Pool;
+
+use crate::backend::JobState;
+use crate::bundle::{StagedBundle, WorkerShape};
+use crate::policy::{Decision, Observation, PolicyConfig, Reason, plan};
+use assign::Slots;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::time::Duration;
+
+/// Default [`PoolPolicy::startup_grace`]: a worker has this long to take a bundle after its
+/// job became active.
+/// Longer means fewer duplicate workers while workers check in; shorter means less waiting
+/// when a starting worker was in fact taken by another bundle.
+pub const DEFAULT_STARTUP_GRACE: Duration = Duration::from_secs(30);
+
+/// How a pool decides its launches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LaunchMode {
+    /// Upstream's rules: at most one launch per tick, vetoes as `cl-worker-manager` has them.
+    #[default]
+    Compat,
+    /// An absolute target per tick, burst launches, stuck-pending replacement and backoff.
+    Target,
+}
+
+impl fmt::Display for LaunchMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LaunchMode::Compat => "compat",
+            LaunchMode::Target => "target",
+        })
+    }
+}
+
+impl std::str::FromStr for LaunchMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "compat" => Ok(LaunchMode::Compat),
+            "target" => Ok(LaunchMode::Target),
+            other => Err(format!(
+                "unknown launch mode `{other}`: use compat or target"
+            )),
+        }
+    }
+}
+
+/// The rules of one pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolPolicy {
+    /// The pool's name (unique).
+    pub name: String,
+    /// What one worker provides.
+    pub shape: WorkerShape,
+    /// Workers kept at least.
+    pub min: u32,
+    /// Workers never exceeded (jobs being stopped count until gone).
+    pub max: u32,
+    /// The tag put on the pool's workers; bundles with `request_queue == tag` need it.
+    pub tag: Option<String>,
+    /// The pool's workers run only bundles with `request_queue == tag`.
+    pub tag_exclusive: bool,
+    /// Match `request_queue` against `tag` as the server does. `false` in the single-backend
+    /// mode, where (as upstream) the server-side search does the queue filtering.
+    pub match_request_queue: bool,
+    /// Check bundles against `shape` (`false` with `--no-prefilter`).
+    pub check_shape: bool,
+    /// Preference: lower is preferred; ties go to the pool declared first.
+    pub cost: f64,
+    /// Stop jobs pending longer than this (target mode only).
+    pub pending_timeout: Option<Duration>,
+    /// A job active for less than this is still starting its worker (which has not yet taken
+    /// a bundle): it counts as free capacity, like a pending job (target mode).
+    pub startup_grace: Duration,
+    /// Compat or target.
+    pub launch_mode: LaunchMode,
+    /// Launches per tick at most (target mode).
+    pub max_launches_per_tick: u32,
+    /// Seconds between two launches of this pool.
+    pub min_seconds_between_workers: u64,
+}
+
+impl PoolPolicy {
+    /// A target-mode pool with `max` 10 and otherwise upstream's defaults.
+    pub fn new(name: impl Into<String>, shape: WorkerShape) -> Self {
+        Self {
+            name: name.into(),
+            shape,
+            min: 0,
+            max: 10,
+            tag: None,
+            tag_exclusive: false,
+            match_request_queue: true,
+            check_shape: true,
+            cost: 0.0,
+            pending_timeout: None,
+            startup_grace: DEFAULT_STARTUP_GRACE,
+            launch_mode: LaunchMode::Target,
+            max_launches_per_tick: 1,
+            min_seconds_between_workers: 60,
+        }
+    }
+
+    /// Checks the pool's settings; the message names the pool and the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        let name = &self.name;
+        if self.max < self.min {
+            return Err(format!(
+                "pool {name}: max ({}) is less than min ({})",
+                self.max, self.min
+            ));
+        }
+        if self.max_launches_per_tick == 0 {
+            return Err(format!(
+                "pool {name}: max_launches_per_tick must be at least 1"
+            ));
+        }
+        if !self.cost.is_finite() {
+            return Err(format!("pool {name}: cost must be a finite number"));
+        }
+        if self.launch_mode == LaunchMode::Compat {
+            if self.pending_timeout.is_some() {
+                return Err(format!(
+                    "pool {name}: pending_timeout needs launch_mode = \"target\" (compat keeps upstream's rules)"
+                ));
+            }
+            if self.max_launches_per_tick > 1 {
+                return Err(format!(
+                    "pool {name}: max_launches_per_tick {} needs launch mode target (compat launches at most one worker per tick, as upstream)",
+                    self.max_launches_per_tick
+                ));
+            }
+        }
+        if self.tag_exclusive && self.tag.as_deref().is_none_or(str::is_empty) {
+            return Err(format!("pool {name}: tag_exclusive needs a tag"));
+        }
+        Ok(())
+    }
+}
+
+/// One job of a pool as the policy sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedJob {
+    /// The platform's job id.
+    pub id: String,
+    /// Its state.
+    pub state: JobState,
+    /// How long the manager has seen it pending (zero when not pending).
+    pub pending_for: Duration,
+    /// How long the manager has seen it active (zero when not active).
+    pub active_for: Duration,
+}
+
+/// What the manager saw of one pool.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PoolObservation {
+    /// The pool's jobs, without those being stopped.
+    pub jobs: Vec<ObservedJob>,
+    /// Jobs the manager stopped that the platform still lists; they count toward `max`.
+    pub stopping: usize,
+    /// Time since this pool's last launch; `None` before the first.
+    pub since_last_launch: Option<Duration>,
+    /// The pool's failure memory.
+    pub health: PoolHealth,
+    /// Why the pool's jobs could not be listed this tick, if they could not.
+    pub unobserved: Option<String>,
+}
+
+/// What the manager saw this tick.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PoolsObservation {
+    /// Staged bundles.
+    pub bundles: Vec<StagedBundle>,
+    /// One observation per pool, in the order of the policies.
+    pub pools: Vec<PoolObservation>,
+}
+
+/// What one pool does this tick, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolDecision {
+    /// The pool's name.
+    pub pool: String,
+    /// The pool's launch mode.
+    pub launch_mode: LaunchMode,
+    /// Worker jobs to start now.
+    pub launches: u32,
+    /// Stuck jobs to stop now (each has a `pending_timeout` reason).
+    pub stops: Vec<String>,
+    /// The absolute target (target mode).
+    pub target: Option<u32>,
+    /// Staged bundles assigned to the pool.
+    pub demand: usize,
+    /// Active jobs.
+    pub active: usize,
+    /// Pending jobs (stuck ones included).
+    pub pending: usize,
+    /// Jobs being stopped.
+    pub stopping: usize,
+    /// Every rule that fired.
+    pub reasons: Vec<Reason>,
+}
+
+impl PoolDecision {
+    /// The reason codes joined by commas, for one-line logs.
+    pub fn reason_codes(&self) -> String {
+        self.reasons
+            .iter()
+            .map(Reason::code)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The decision as upstream's [`Decision`] (what `TickReport::decision` holds).
+    pub fn as_upstream(&self) -> Decision {
+        Decision {
+            launches: self.launches,
+            reasons: self.reasons.clone(),
+        }
+    }
+}
+
+/// What every pool does this tick, and where every staged bundle goes.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct PoolsDecision {
+    /// One decision per pool, in the order of the policies.
+    pub pools: Vec<PoolDecision>,
+    /// Bundles given to a pool.
+    pub assignments: Vec<BundleAssignment>,
+    /// Bundles no pool takes, with the reason.
+    pub unserved: Vec<UnservedBundle>,
+}
+
+impl PoolsDecision {
+    /// Total launches over all pools.
+    pub fn launches(&self) -> u32 {
+        self.pools.iter().map(|p| p.launches).sum()
+    }
+}
+
+/// Pool indices in preference order: lower cost first, then declaration order.
+pub fn preference_order(policies: &[PoolPolicy]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..policies.len()).collect();
+    order.sort_by(|&a, &b| {
+        policies[a]
+            .cost
+            .total_cmp(&policies[b].cost)
+            .then(a.cmp(&b))
+    });
+    order
+}
+
+/// Counts of one pool before assignment.
+#[derive(Debug, Clone)]
+struct Census {
+    active: usize,
+    /// Active for less than `startup_grace`: not yet busy.
+    starting: usize,
+    /// Pending and not stuck.
+    pending: usize,
+    stuck: Vec<Reason>,
+    stuck_ids: Vec<String>,
+    /// Every job that counts toward `max`: active, pending, stuck and stopping.
+    jobs: usize,
+    backing_off: Option<Reason>,
+}
+
+fn census(policy: &PoolPolicy, observed: &PoolObservation, now: Duration) -> Census {
+    let target = policy.launch_mode == LaunchMode::Target;
+    let mut census = Census {
+        active: 0,
+        starting: 0,
+        pending: 0,
+        stuck: Vec::new(),
+        stuck_ids: Vec::new(),
+        jobs: observed.stopping,
+        backing_off: None,
+    };
+    for job in &observed.jobs {
+        match job.state {
+            JobState::Active => {
+                census.active += 1;
+                if target && job.active_for < policy.startup_grace {
+                    census.starting += 1;
+                }
+            }
+            JobState::Pending => match policy.pending_timeout.filter(|_| target) {
+                Some(timeout) if job.pending_for >= timeout => {
+                    census.stuck_ids.push(job.id.clone());
+                    census.stuck.push(Reason::PendingTimeout {
+                        job_id: job.id.clone(),
+                        pending_seconds: job.pending_for.as_secs(),
+                        timeout_seconds: timeout.as_secs(),
+                    });
+                }
+                _ => census.pending += 1,
+            },
+            JobState::Failed | JobState::Ended => continue,
+        }
+        census.jobs += 1;
+    }
+    if target && let Some(until) = observed.health.backing_off(now) {
+        census.backing_off = Some(Reason::BackingOff {
+            until_seconds: until.as_secs(),
+            remaining_seconds: until.saturating_sub(now).as_secs(),
+            failures: observed.health.failures,
+        });
+    }
+    census
+}
+
+/// Decides launches, stops and assignments for every pool. Pure: `now` is the manager clock.
+/// `observed.pools` must hold one entry per policy (a missing one counts as unobserved).
+pub fn plan_pools(
+    observed: &PoolsObservation,
+    policies: &[PoolPolicy],
+    now: Duration,
+) -> PoolsDecision {
+    let missing = PoolObservation {
+        unobserved: Some("no observation".into()),
+        ..PoolObservation::default()
+    };
+    let observations: Vec<&PoolObservation> = (0..policies.len())
+        .map(|i| observed.pools.get(i).unwrap_or(&missing))
+        .collect();
+    let censuses: Vec<Census> = policies
+        .iter()
+        .zip(&observations)
+        .map(|(policy, obs)| census(policy, obs, now))
+        .collect();
+    let mut slots: Vec<Slots> = policies
+        .iter()
+        .zip(&observations)
+        .zip(&censuses)
+        .map(|((policy, obs), census)| Slots {
+            unavailable: obs
+                .unobserved
+                .as_ref()
+                .map(|error| Reason::Unobserved {
+                    error: error.clone(),
+                })
+                .or_else(|| census.backing_off.clone())
+                .or_else(|| census.stuck.first().cloned()),
+            compat: policy.launch_mode == LaunchMode::Compat,
+            pending: census.pending + census.starting,
+            room: (policy.max as usize).saturating_sub(census.jobs),
+            jobs_and_max: (census.jobs, policy.max),
+        })
+        .collect();
+    let order = preference_order(policies);
+    let (assigned, unserved) = assign::assign(&observed.bundles, policies, &order, &mut slots);
+    let mut demand = vec![0usize; policies.len()];
+    for (p, _, _) in &assigned {
+        demand[*p] += 1;
+    }
+    // Bundles that wait because every fitting pool is full still count as demand of their
+    // preferred pool (which then says `max_reached`); launches never exceed its room.
+    let waiting: std::collections::HashSet<&str> = unserved
+        .iter()
+        .filter(|u| matches!(u.reason, Reason::MaxReached { .. }))
+        .map(|u| u.uuid.as_str())
+        .collect();
+    for bundle in observed
+        .bundles
+        .iter()
+        .filter(|b| waiting.contains(b.uuid.as_str()))
+    {
+        if let Some(&p) = order
+            .iter()
+            .find(|&&p| misfit(&policies[p], bundle).is_none())
+        {
+            demand[p] += 1;
+        }
+    }
+    let pools = policies
+        .iter()
+        .enumerate()
+        .map(|(i, policy)| decide(policy, observations[i], &censuses[i], demand[i]))
+        .collect();
+    let assignments = assigned
+        .into_iter()
+        .map(|(p, b, coverage)| BundleAssignment {
+            uuid: observed.bundles[b].uuid.clone(),
+            pool: policies[p].name.clone(),
+            coverage,
+        })
+        .collect();
+    PoolsDecision {
+        pools,
+        assignments,
+        unserved,
+    }
+}
+
+fn decide(
+    policy: &PoolPolicy,
+    observed: &PoolObservation,
+    census: &Census,
+    demand: usize,
+) -> PoolDecision {
+    let mut decision = PoolDecision {
+        pool: policy.name.clone(),
+        launch_mode: policy.launch_mode,
+        launches: 0,
+        stops: Vec::new(),
+        target: None,
+        demand,
+        active: census.active,
+        pending: census.pending + census.stuck_ids.len(),
+        stopping: observed.stopping,
+        reasons: Vec::new(),
+    };
+    if let Some(error) = &observed.unobserved {
+        decision.reasons.push(Reason::Unobserved {
+            error: error.clone(),
+        });
+        return decision;
+    }
+    if policy.launch_mode == LaunchMode::Compat {
+        let upstream = plan(
+            &Observation {
+                staged: demand,
+                pending: census.pending,
+                active: census.active,
+                since_last_launch: observed.since_last_launch,
+            },
+            &PolicyConfig {
+                min_workers: policy.min,
+                max_workers: policy.max,
+                min_seconds_between_workers: policy.min_seconds_between_workers,
+            },
+        );
+        decision.launches = upstream.launches;
+        decision.reasons = upstream.reasons;
+        return decision;
+    }
+    decision.stops = census.stuck_ids.clone();
+    decision.reasons.extend(census.stuck.iter().cloned());
+    if let Some(backing_off) = &census.backing_off {
+        decision.reasons.push(backing_off.clone());
+        return decision;
+    }
+    if !census.stuck_ids.is_empty() {
+        // The pool just showed it cannot start jobs: it launches nothing this tick.
+        return decision;
+    }
+    decide_target(policy, observed, census, demand, &mut decision);
+    decision
+}
+
+fn decide_target(
+    policy: &PoolPolicy,
+    observed: &PoolObservation,
+    census: &Census,
+    demand: usize,
+    decision: &mut PoolDecision,
+) {
+    let reasons = &mut decision.reasons;
+    reasons.push(if demand > 0 {
+        Reason::WantWorkers { staged: demand }
+    } else {
+        Reason::NoStagedBundles
+    });
+    let capacity = census.active + census.pending;
+    let busy = census.active - census.starting;
+    let target = (busy + demand)
+        .max(policy.min as usize)
+        .min(policy.max as usize);
+    decision.target = Some(target as u32);
+    reasons.push(Reason::Target {
+        target: target as u32,
+        capacity,
+    });
+    let free = census.pending + census.starting;
+    if demand > 0 && free >= demand {
+        reasons.push(Reason::PendingCoversDemand {
+            pending: free,
+            staged: demand,
+        });
+    }
+    let needed = target.saturating_sub(capacity);
+    let room = (policy.max as usize).saturating_sub(census.jobs);
+    if needed > room || busy + demand > policy.max as usize {
+        reasons.push(Reason::MaxReached {
+            jobs: census.jobs,
+            max: policy.max,
+        });
+    }
+    let wanted = needed.min(room);
+    let deficit = (policy.min as usize).saturating_sub(capacity).min(room);
+    if deficit > 0 {
+        reasons.push(Reason::BelowMin {
+            jobs: capacity,
+            min: policy.min,
+        });
+    }
+    let mut allowed = wanted;
+    if let Some(since) = observed.since_last_launch {
+        let waited_seconds = since.as_secs();
+        if waited_seconds < policy.min_seconds_between_workers && wanted > deficit {
+            reasons.push(Reason::RateLimited {
+                waited_seconds,
+                min_seconds: policy.min_seconds_between_workers,
+            });
+            allowed = deficit;
+        }
+    }
+    let cap = policy.max_launches_per_tick;
+    let allowed = u32::try_from(allowed).unwrap_or(u32::MAX);
+    if allowed > cap {
+        reasons.push(Reason::LaunchCapReached {
+            wanted: allowed,
+            cap,
+        });
+    }
+    decision.launches = allowed.min(cap);
+}

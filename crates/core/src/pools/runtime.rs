@@ -1,0 +1,242 @@
+//! What the manager remembers about each pool between ticks (last launch, failure memory, jobs
+//! being stopped, since when jobs are pending, which jobs became active), and how a listing
+//! turns into the pure [`PoolObservation`].
+
+use super::status::{FailureRecord, PoolStatus, RECENT_FAILURES, TickEvent};
+use super::{LaunchMode, ObservedJob, PoolDecision, PoolHealth, PoolObservation, PoolPolicy};
+use crate::backend::{JobState, WorkerBackend, WorkerJob};
+use crate::command::WorkerOptions;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A pool the manager serves: its rules, its backend and the settings of its workers.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    /// The rules.
+    pub policy: PoolPolicy,
+    /// Where its workers run.
+    pub backend: Arc<dyn WorkerBackend>,
+    /// The `cl-worker` settings of its workers (tag and tag-exclusive included).
+    pub worker: WorkerOptions,
+}
+
+/// A pool and its memory.
+#[derive(Debug)]
+pub(crate) struct PoolRuntime {
+    pub pool: Pool,
+    pub last_launch: Option<Duration>,
+    pub health: PoolHealth,
+    /// Jobs stopped by the manager and still listed with a capacity state.
+    pub stopping: HashSet<String>,
+    pending_since: HashMap<String, Duration>,
+    active_since: HashMap<String, Duration>,
+    seen_active: HashSet<String>,
+    failed_seen: HashSet<String>,
+    /// The last listing (stopping jobs included), for stops.
+    pub listed: Vec<WorkerJob>,
+    pub failed_listed: usize,
+    pub last_decision: Option<PoolDecision>,
+    pub assigned: Vec<String>,
+}
+
+/// What a new listing showed, besides the observation.
+#[derive(Debug, Default)]
+pub(crate) struct ListingNews {
+    /// Jobs seen failed for the first time.
+    pub newly_failed: Vec<WorkerJob>,
+    pub events: Vec<TickEvent>,
+    pub failures: Vec<FailureRecord>,
+}
+
+impl PoolRuntime {
+    pub fn new(pool: Pool) -> Self {
+        Self {
+            pool,
+            last_launch: None,
+            health: PoolHealth::default(),
+            stopping: HashSet::new(),
+            pending_since: HashMap::new(),
+            active_since: HashMap::new(),
+            seen_active: HashSet::new(),
+            failed_seen: HashSet::new(),
+            listed: Vec::new(),
+            failed_listed: 0,
+            last_decision: None,
+            assigned: Vec::new(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.pool.policy.name
+    }
+
+    fn target_mode(&self) -> bool {
+        self.pool.policy.launch_mode == LaunchMode::Target
+    }
+
+    /// Records a failure of a target-mode pool (backoff) and returns its events.
+    pub fn fail(&mut self, now: Duration, kind: &'static str, detail: String) -> ListingNews {
+        let mut news = ListingNews::default();
+        news.failures.push(FailureRecord {
+            pool: self.name().to_owned(),
+            at_seconds: now.as_secs(),
+            kind,
+            detail,
+        });
+        if self.target_mode() {
+            self.health.record_failure(now);
+            let until = self.health.backoff_until.unwrap_or(now);
+            tracing::warn!(
+                pool = self.name(),
+                failures = self.health.failures,
+                until_seconds = until.as_secs(),
+                "pool {} backs off for {} s after {} failure(s) ({kind})",
+                self.name(),
+                until.saturating_sub(now).as_secs(),
+                self.health.failures
+            );
+            news.events.push(TickEvent::BackoffStarted {
+                pool: self.name().to_owned(),
+                failures: self.health.failures,
+                until_seconds: until.as_secs(),
+            });
+        }
+        news
+    }
+
+    /// Takes in a listing: forgets gone jobs, notes pending times, successes and failures.
+    pub fn take_listing(&mut self, jobs: Vec<WorkerJob>, now: Duration) -> ListingNews {
+        let listed: HashSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+        let live: HashSet<&str> = jobs
+            .iter()
+            .filter(|j| j.state.is_capacity())
+            .map(|j| j.id.as_str())
+            .collect();
+        self.stopping.retain(|id| live.contains(id.as_str()));
+        self.failed_seen.retain(|id| listed.contains(id.as_str()));
+        self.seen_active.retain(|id| listed.contains(id.as_str()));
+        self.pending_since
+            .retain(|id, _| live.contains(id.as_str()));
+        let mut news = ListingNews::default();
+        for job in &jobs {
+            match job.state {
+                JobState::Pending => {
+                    self.pending_since.entry(job.id.clone()).or_insert(now);
+                }
+                JobState::Active => {
+                    self.pending_since.remove(&job.id);
+                    self.active_since.entry(job.id.clone()).or_insert(now);
+                    if self.seen_active.insert(job.id.clone()) && self.health.failures > 0 {
+                        tracing::info!(pool = self.name(), job = %job.id, "a job became active; the pool's failure streak is forgotten");
+                        self.health.record_success();
+                    }
+                }
+                JobState::Failed => {
+                    if self.failed_seen.insert(job.id.clone()) {
+                        self.note_failed(job, now, &mut news);
+                    }
+                }
+                JobState::Ended => {}
+            }
+        }
+        self.failed_listed = jobs.iter().filter(|j| j.state == JobState::Failed).count();
+        self.listed = jobs;
+        news
+    }
+
+    fn note_failed(&mut self, job: &WorkerJob, now: Duration, news: &mut ListingNews) {
+        let before_active = !self.seen_active.contains(&job.id);
+        let reason = job.reason.clone().unwrap_or_else(|| "unknown".into());
+        tracing::error!(pool = self.name(), job = %job.id, reason = %reason, before_active, "worker job failed");
+        news.newly_failed.push(job.clone());
+        news.events.push(TickEvent::JobFailed {
+            pool: self.name().to_owned(),
+            job_id: job.id.clone(),
+            before_active,
+        });
+        if before_active {
+            let more = self.fail(
+                now,
+                "job_failed_before_active",
+                format!("job {}: {reason}", job.id),
+            );
+            news.events.extend(more.events);
+            news.failures.extend(more.failures);
+        }
+    }
+
+    /// The pure observation of this pool.
+    pub fn observation(&mut self, now: Duration, unobserved: Option<String>) -> PoolObservation {
+        self.health.expire(now);
+        let jobs = self
+            .listed
+            .iter()
+            .filter(|j| !self.stopping.contains(&j.id))
+            .map(|j| ObservedJob {
+                id: j.id.clone(),
+                state: j.state,
+                pending_for: self
+                    .pending_since
+                    .get(&j.id)
+                    .map(|since| now.saturating_sub(*since))
+                    .unwrap_or_default(),
+                active_for: self
+                    .active_since
+                    .get(&j.id)
+                    .map(|since| now.saturating_sub(*since))
+                    .unwrap_or_default(),
+            })
+            .collect();
+        PoolObservation {
+            jobs,
+            stopping: self.stopping.len(),
+            since_last_launch: self.last_launch.map(|t| now.saturating_sub(t)),
+            health: self.health,
+            unobserved,
+        }
+    }
+
+    /// Notes a job this manager just started.
+    pub fn launched(&mut self, job: &WorkerJob, now: Duration) {
+        self.last_launch = Some(now);
+        if job.state == JobState::Pending {
+            self.pending_since.insert(job.id.clone(), now);
+        }
+    }
+
+    /// The pool's part of the status snapshot.
+    pub fn status(&self, now: Duration) -> PoolStatus {
+        let policy = &self.pool.policy;
+        let decision = self.last_decision.as_ref();
+        PoolStatus {
+            name: policy.name.clone(),
+            backend: self.pool.backend.name().to_owned(),
+            launch_mode: policy.launch_mode,
+            shape: policy.shape.into(),
+            min: policy.min,
+            max: policy.max,
+            tag: policy.tag.clone(),
+            tag_exclusive: policy.tag_exclusive,
+            cost: policy.cost,
+            active: decision.map_or(0, |d| d.active),
+            pending: decision.map_or(0, |d| d.pending),
+            failed: self.failed_listed,
+            stopping: self.stopping.len(),
+            health: self.health,
+            backing_off_until: self.health.backing_off(now).map(|u| u.as_secs()),
+            last_decision: self.last_decision.clone(),
+            assigned: self.assigned.clone(),
+        }
+    }
+}
+
+/// Appends `records` to a bounded list of recent failures.
+pub(crate) fn remember(recent: &mut VecDeque<FailureRecord>, records: Vec<FailureRecord>) {
+    for record in records {
+        if recent.len() == RECENT_FAILURES {
+            recent.pop_front();
+        }
+        recent.push_back(record);
+    }
+}

@@ -1,0 +1,267 @@
+//! The status snapshot ([`Status`], from [`crate::Manager::status`]) and the per-tick events
+//! ([`TickEvent`], in [`crate::manager::TickReport::events`]) that the status view and the
+//! metrics of the manager are built from. Everything serialises to JSON in snake_case.
+
+use super::{LaunchMode, PoolDecision, PoolHealth, UnservedBundle};
+use crate::bundle::WorkerShape;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Failures kept in [`Status::recent_failures`].
+pub const RECENT_FAILURES: usize = 20;
+
+/// A worker shape, serialisable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ShapeStatus {
+    /// CPUs per worker.
+    pub cpus: u32,
+    /// GPUs per worker.
+    pub gpus: u32,
+    /// Memory per worker in bytes.
+    pub memory_bytes: u64,
+}
+
+impl From<WorkerShape> for ShapeStatus {
+    fn from(shape: WorkerShape) -> Self {
+        Self {
+            cpus: shape.cpus,
+            gpus: shape.gpus,
+            memory_bytes: shape.memory_bytes,
+        }
+    }
+}
+
+/// One pool in the status snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolStatus {
+    /// The pool's name.
+    pub name: String,
+    /// The backend's name (`slurm-batch`, `local` …).
+    pub backend: String,
+    /// Compat or target.
+    pub launch_mode: LaunchMode,
+    /// What one worker provides.
+    pub shape: ShapeStatus,
+    /// `min`.
+    pub min: u32,
+    /// `max`.
+    pub max: u32,
+    /// The pool's tag.
+    pub tag: Option<String>,
+    /// Whether the pool is exclusive to its tag.
+    pub tag_exclusive: bool,
+    /// Preference weight.
+    pub cost: f64,
+    /// Active jobs at the last tick.
+    pub active: usize,
+    /// Pending jobs at the last tick.
+    pub pending: usize,
+    /// Jobs listed as failed at the last tick.
+    pub failed: usize,
+    /// Jobs being stopped.
+    pub stopping: usize,
+    /// Failure memory.
+    pub health: PoolHealth,
+    /// The pool is skipped until then (seconds since the manager started), if it is.
+    pub backing_off_until: Option<u64>,
+    /// The last decision with its reasons.
+    pub last_decision: Option<PoolDecision>,
+    /// Staged bundles assigned to the pool at the last tick.
+    pub assigned: Vec<String>,
+}
+
+/// A failure remembered for the status view.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailureRecord {
+    /// The pool.
+    pub pool: String,
+    /// When (seconds since the manager started).
+    pub at_seconds: u64,
+    /// `submit_failed`, `job_failed_before_active` or `pending_timeout`.
+    pub kind: &'static str,
+    /// The error, the job's reason, or the job id.
+    pub detail: String,
+}
+
+/// A snapshot of the manager for the status view.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct Status {
+    /// Seconds since the manager started (the clock of every `*_seconds` field).
+    pub uptime_seconds: u64,
+    /// Ticks run (successful or not).
+    pub ticks: u64,
+    /// The error of the last tick, if it failed.
+    pub last_error: Option<String>,
+    /// Staged bundles seen at the last tick.
+    pub staged: usize,
+    /// Every pool.
+    pub pools: Vec<PoolStatus>,
+    /// Bundles no pool takes, with the reason.
+    pub unserved: Vec<UnservedBundle>,
+    /// The last [`RECENT_FAILURES`] failures, oldest first.
+    pub recent_failures: Vec<FailureRecord>,
+    /// Running totals of the tick events (see [`TickEvent::counter`]).
+    pub counters: Vec<Counter>,
+}
+
+/// How a launch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LaunchResult {
+    /// Submitted.
+    Started,
+    /// Rendered only (`--dry-run`).
+    DryRun,
+    /// Refused (counts as a failure; backs a target-mode pool off).
+    Failed,
+    /// A temporary error; retried on a later tick.
+    TemporaryError,
+}
+
+impl LaunchResult {
+    /// The snake_case name.
+    pub fn code(self) -> &'static str {
+        match self {
+            LaunchResult::Started => "started",
+            LaunchResult::DryRun => "dry_run",
+            LaunchResult::Failed => "failed",
+            LaunchResult::TemporaryError => "temporary_error",
+        }
+    }
+}
+
+/// Something that happened in one tick, for metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum TickEvent {
+    /// A launch was tried.
+    Launch {
+        /// The pool.
+        pool: String,
+        /// How it ended.
+        result: LaunchResult,
+    },
+    /// A job was stopped (or the stop failed).
+    Stop {
+        /// The pool.
+        pool: String,
+        /// The job.
+        job_id: String,
+        /// Why (`pending_timeout`).
+        reason: &'static str,
+        /// Whether the backend accepted the stop.
+        ok: bool,
+    },
+    /// A reason that fired in a pool's decision.
+    Decision {
+        /// The pool.
+        pool: String,
+        /// The reason code.
+        reason: &'static str,
+    },
+    /// A bundle no pool takes.
+    Unserved {
+        /// The bundle.
+        bundle: String,
+        /// The reason code.
+        reason: &'static str,
+    },
+    /// A job was seen failed for the first time.
+    JobFailed {
+        /// The pool.
+        pool: String,
+        /// The job.
+        job_id: String,
+        /// It never became active (a failed launch).
+        before_active: bool,
+    },
+    /// A pool started backing off.
+    BackoffStarted {
+        /// The pool.
+        pool: String,
+        /// Failures in the streak.
+        failures: u32,
+        /// End of the backoff (seconds since the manager started).
+        until_seconds: u64,
+    },
+}
+
+/// A running total in [`Status::counters`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Counter {
+    /// `launches`, `stops`, `decisions`, `unserved`, `job_failures` or `backoffs`.
+    pub metric: &'static str,
+    /// The pool (empty for `unserved`).
+    pub pool: String,
+    /// The result or reason (`started`, `pending_timeout`, `rate_limited` …).
+    pub label: String,
+    /// The total.
+    pub value: u64,
+}
+
+impl TickEvent {
+    /// The counter this event increments: `(metric, pool, label)`.
+    pub fn counter(&self) -> (&'static str, String, String) {
+        match self {
+            TickEvent::Launch { pool, result } => {
+                ("launches", pool.clone(), result.code().to_owned())
+            }
+            TickEvent::Stop {
+                pool, reason, ok, ..
+            } => (
+                "stops",
+                pool.clone(),
+                if *ok {
+                    (*reason).to_owned()
+                } else {
+                    format!("{reason}_failed")
+                },
+            ),
+            TickEvent::Decision { pool, reason } => {
+                ("decisions", pool.clone(), (*reason).to_owned())
+            }
+            TickEvent::Unserved { reason, .. } => ("unserved", String::new(), (*reason).to_owned()),
+            TickEvent::JobFailed {
+                pool,
+                before_active,
+                ..
+            } => (
+                "job_failures",
+                pool.clone(),
+                if *before_active {
+                    "before_active"
+                } else {
+                    "after_active"
+                }
+                .to_owned(),
+            ),
+            TickEvent::BackoffStarted { pool, .. } => {
+                ("backoffs", pool.clone(), "started".to_owned())
+            }
+        }
+    }
+}
+
+/// Running totals of events.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Counters(BTreeMap<(&'static str, String, String), u64>);
+
+impl Counters {
+    pub(crate) fn add(&mut self, events: &[TickEvent]) {
+        for event in events {
+            *self.0.entry(event.counter()).or_default() += 1;
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> Vec<Counter> {
+        self.0
+            .iter()
+            .map(|((metric, pool, label), value)| Counter {
+                metric,
+                pool: pool.clone(),
+                label: label.clone(),
+                value: *value,
+            })
+            .collect()
+    }
+}

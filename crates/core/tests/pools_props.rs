@@ -1,0 +1,297 @@
+//! Property tests of the pure pool policy (`pools::plan_pools`): over random pools and random
+//! sequences of observations, no pool ever exceeds its `max` (jobs being stopped included),
+//! and no bundle that fits a pool is left without a worker when capacity and rate allow.
+
+use codalab_wm_core::policy::Reason;
+use codalab_wm_core::pools::{
+    Coverage, LaunchMode, ObservedJob, PoolHealth, PoolObservation, PoolPolicy, PoolsObservation,
+    misfit, plan_pools,
+};
+use codalab_wm_core::{JobState, StagedBundle, WorkerShape};
+use proptest::prelude::*;
+use std::time::Duration;
+
+const TAGS: [&str; 3] = ["", "gpuq", "nlp"];
+
+fn policy_strategy(index: usize) -> impl Strategy<Value = PoolPolicy> {
+    (
+        (0u32..4, 0u32..6, 0u32..3, 0usize..3, any::<bool>()),
+        (
+            0u32..4,
+            1u32..6,
+            0u64..90,
+            prop::option::of(1u64..900),
+            any::<bool>(),
+        ),
+    )
+        .prop_map(
+            move |((min, extra, gpus, tag, exclusive), (cost, cap, rate, timeout, target))| {
+                let tag = TAGS[tag];
+                let launch_mode = if target {
+                    LaunchMode::Target
+                } else {
+                    LaunchMode::Compat
+                };
+                PoolPolicy {
+                    min,
+                    max: min + extra,
+                    tag: (!tag.is_empty()).then(|| tag.to_owned()),
+                    tag_exclusive: exclusive && !tag.is_empty(),
+                    cost: f64::from(cost),
+                    pending_timeout: timeout.map(Duration::from_secs).filter(|_| target),
+                    launch_mode,
+                    max_launches_per_tick: if target { cap } else { 1 },
+                    min_seconds_between_workers: rate,
+                    ..PoolPolicy::new(
+                        format!("pool{index}"),
+                        WorkerShape::from_flags(2 + 2 * gpus, gpus, 4096),
+                    )
+                }
+            },
+        )
+}
+
+fn policies_strategy() -> impl Strategy<Value = Vec<PoolPolicy>> {
+    (1usize..4).prop_flat_map(|n| (0..n).map(policy_strategy).collect::<Vec<_>>())
+}
+
+fn bundles_strategy() -> impl Strategy<Value = Vec<StagedBundle>> {
+    prop::collection::vec((1u32..8, 0u32..4, 0usize..3), 0..12).prop_map(|specs| {
+        specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (cpus, gpus, queue))| StagedBundle {
+                request_cpus: cpus,
+                request_gpus: gpus,
+                request_queue: TAGS[queue].to_owned(),
+                ..StagedBundle::new(format!("0x{i}"))
+            })
+            .collect()
+    })
+}
+
+/// What happens to one pool's jobs between two ticks.
+#[derive(Debug, Clone)]
+struct Churn {
+    activate: usize,
+    end: usize,
+    gone_stopping: usize,
+    fail_submit: bool,
+    unobserved: bool,
+}
+
+fn churn_strategy() -> impl Strategy<Value = Churn> {
+    (
+        0usize..3,
+        0usize..3,
+        0usize..3,
+        prop::bool::weighted(0.1),
+        prop::bool::weighted(0.05),
+    )
+        .prop_map(
+            |(activate, end, gone_stopping, fail_submit, unobserved)| Churn {
+                activate,
+                end,
+                gone_stopping,
+                fail_submit,
+                unobserved,
+            },
+        )
+}
+
+/// A simulated platform for one pool.
+#[derive(Debug, Default, Clone)]
+struct SimPool {
+    /// (id, state, pending since)
+    jobs: Vec<(u64, JobState, Duration)>,
+    stopping: Vec<u64>,
+    last_launch: Option<Duration>,
+    health: PoolHealth,
+}
+
+impl SimPool {
+    fn counted(&self) -> usize {
+        self.jobs.len() + self.stopping.len()
+    }
+
+    fn churn(&mut self, churn: &Churn) {
+        for job in self
+            .jobs
+            .iter_mut()
+            .filter(|j| j.1 == JobState::Pending)
+            .take(churn.activate)
+        {
+            job.1 = JobState::Active;
+        }
+        let ended = churn.end.min(self.jobs.len());
+        self.jobs.drain(..ended);
+        let gone = churn.gone_stopping.min(self.stopping.len());
+        self.stopping.drain(..gone);
+    }
+
+    fn observe(&self, now: Duration, unobserved: bool) -> PoolObservation {
+        PoolObservation {
+            jobs: self
+                .jobs
+                .iter()
+                .map(|(id, state, since)| ObservedJob {
+                    id: id.to_string(),
+                    state: *state,
+                    active_for: if *state == JobState::Active {
+                        now - *since
+                    } else {
+                        Duration::ZERO
+                    },
+                    pending_for: if *state == JobState::Pending {
+                        now - *since
+                    } else {
+                        Duration::ZERO
+                    },
+                })
+                .collect(),
+            stopping: self.stopping.len(),
+            since_last_launch: self.last_launch.map(|t| now - t),
+            health: self.health,
+            unobserved: unobserved.then(|| "listing failed".to_owned()),
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// Whatever is observed, tick after tick, a pool's jobs (pending, active, stuck and being
+    /// stopped) never exceed its max, launches never exceed the per-tick cap, and a pool that
+    /// is backing off launches nothing.
+    #[test]
+    fn no_pool_ever_exceeds_its_max(
+        policies in policies_strategy(),
+        steps in prop::collection::vec(
+            (bundles_strategy(), prop::collection::vec(churn_strategy(), 3), 1u64..400),
+            1..25,
+        ),
+    ) {
+        let mut sims = vec![SimPool::default(); policies.len()];
+        let mut now = Duration::ZERO;
+        let mut next_id = 0u64;
+        for (bundles, churns, advance) in steps {
+            now += Duration::from_secs(advance);
+            for (sim, churn) in sims.iter_mut().zip(&churns) {
+                sim.churn(churn);
+            }
+            let observed = PoolsObservation {
+                bundles,
+                pools: sims.iter().zip(&churns).map(|(s, c)| s.observe(now, c.unobserved)).collect(),
+            };
+            let decision = plan_pools(&observed, &policies, now);
+            for (i, (pool, policy)) in decision.pools.iter().zip(&policies).enumerate() {
+                let sim = &mut sims[i];
+                prop_assert!(pool.launches <= policy.max_launches_per_tick.max(1), "{pool:?}");
+                if policy.launch_mode == LaunchMode::Target && sim.health.backing_off(now).is_some() {
+                    prop_assert_eq!(pool.launches, 0, "backing off: {:?}", pool);
+                }
+                for id in &pool.stops {
+                    let id: u64 = id.parse().unwrap();
+                    sim.jobs.retain(|j| j.0 != id);
+                    sim.stopping.push(id);
+                }
+                if !pool.stops.is_empty() {
+                    sim.health.record_failure(now);
+                }
+                for _ in 0..pool.launches {
+                    if churns[i].fail_submit {
+                        sim.health.record_failure(now);
+                        break;
+                    }
+                    next_id += 1;
+                    sim.jobs.push((next_id, JobState::Pending, now));
+                    sim.last_launch = Some(now);
+                }
+                prop_assert!(
+                    sim.counted() <= policy.max as usize,
+                    "pool {} has {} jobs > max {} after {:?}", policy.name, sim.counted(), policy.max, pool
+                );
+            }
+        }
+    }
+
+    /// With no rate limit, a large per-tick cap, no backoff and every pool observed, every
+    /// bundle that fits a pool gets a pending worker or a launch, unless every pool it fits is
+    /// full.
+    #[test]
+    fn fitting_bundles_get_a_worker_when_capacity_and_rate_allow(
+        policies in policies_strategy(),
+        bundles in bundles_strategy(),
+        load in prop::collection::vec((0usize..4, 0usize..4, 0usize..2), 3),
+    ) {
+        let policies: Vec<PoolPolicy> = policies
+            .into_iter()
+            .map(|p| PoolPolicy {
+                launch_mode: LaunchMode::Target,
+                max_launches_per_tick: 1000,
+                pending_timeout: None,
+                ..p
+            })
+            .collect();
+        let pools: Vec<PoolObservation> = policies
+            .iter()
+            .zip(&load)
+            .map(|(policy, (active, pending, stopping))| {
+                // Start within max.
+                let mut left = policy.max as usize;
+                let stopping = (*stopping).min(left);
+                left -= stopping;
+                let active = (*active).min(left);
+                left -= active;
+                let pending = (*pending).min(left);
+                let mut jobs: Vec<ObservedJob> = (0..active)
+                    .map(|i| ObservedJob { id: format!("a{i}"), state: JobState::Active, pending_for: Duration::ZERO, active_for: Duration::from_secs(30 * (i as u64)) })
+                    .collect();
+                jobs.extend((0..pending).map(|i| ObservedJob {
+                    id: format!("p{i}"),
+                    state: JobState::Pending,
+                    pending_for: Duration::from_secs(1),
+                    active_for: Duration::ZERO,
+                }));
+                PoolObservation { jobs, stopping, ..PoolObservation::default() }
+            })
+            .collect();
+        let observed = PoolsObservation { bundles: bundles.clone(), pools: pools.clone() };
+        let decision = plan_pools(&observed, &policies, Duration::from_secs(1000));
+        for (i, pool) in decision.pools.iter().enumerate() {
+            let new_workers = decision
+                .assignments
+                .iter()
+                .filter(|a| a.pool == pool.pool && a.coverage == Coverage::NewWorker)
+                .count();
+            prop_assert!(pool.launches as usize >= new_workers, "{pool:?} has {new_workers} bundles needing a launch");
+            prop_assert_eq!(pool.stops.len(), 0);
+            let jobs = pools[i].jobs.len() + pools[i].stopping;
+            prop_assert!(jobs + pool.launches as usize <= policies[i].max as usize);
+        }
+        for bundle in &bundles {
+            let fitting: Vec<usize> = (0..policies.len()).filter(|&p| misfit(&policies[p], bundle).is_none()).collect();
+            if let Some(assignment) = decision.assignments.iter().find(|a| a.uuid == bundle.uuid) {
+                let p = policies.iter().position(|p| p.name == assignment.pool).unwrap();
+                prop_assert!(fitting.contains(&p), "assigned to a pool it does not fit");
+                continue;
+            }
+            let unserved = decision.unserved.iter().find(|u| u.uuid == bundle.uuid);
+            prop_assert!(unserved.is_some(), "bundle {} neither assigned nor unserved", bundle.uuid);
+            let unserved = unserved.unwrap();
+            if fitting.is_empty() {
+                prop_assert_eq!(&unserved.reason, &Reason::NoFittingPool);
+            } else {
+                prop_assert!(matches!(unserved.reason, Reason::MaxReached { .. }), "{unserved:?}");
+                for p in fitting {
+                    let jobs = pools[p].jobs.len() + pools[p].stopping;
+                    prop_assert_eq!(
+                        jobs + decision.pools[p].launches as usize,
+                        policies[p].max as usize,
+                        "bundle {} waits although pool {} has room", bundle.uuid, policies[p].name
+                    );
+                }
+            }
+        }
+    }
+}
