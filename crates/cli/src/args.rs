@@ -29,7 +29,30 @@ pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
     #[command(subcommand)]
-    pub backend: Option<BackendCommand>,
+    pub command: Option<Command>,
+}
+
+/// A backend to run the manager on, or one of the tools.
+// Parsed once at start; boxing the backend flags would only add noise.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    #[command(flatten)]
+    Backend(BackendCommand),
+    /// Show what a running manager is doing (or what one tick would do), like `ray status`
+    Status(crate::commands::status::Args),
+    /// Replay a workload through the real scaling policy with a simulated backend
+    Simulate(crate::commands::simulate::Args),
+    /// Write a commented config template, or check a config file without contacting anything
+    #[command(subcommand)]
+    Config(crate::commands::config::ConfigCommand),
+    /// Stop every worker job this manager owns (and what it created), or list them with --dry-run
+    Down(crate::commands::down::Args),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell)
+    Completions(crate::commands::completions::Args),
+    /// Print the man page (roff)
+    #[command(hide = true)]
+    Man,
 }
 
 /// Flags that apply to every backend.
