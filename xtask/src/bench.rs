@@ -1,7 +1,51 @@
-//! `cargo xtask bench` (placeholder).
+//! `cargo xtask bench [--quick]`: speed, memory and backend cost of our manager, side by side
+//! with the Python `cl-worker-manager` 1.7.5 on identical input.
+//!
+//! The measuring happens in `bench-harness` (`xtask/src/bin/bench_harness/`), which links the
+//! manager core and the backends. This task only builds it in release mode (feature `bench`,
+//! so that plain `cargo xtask` stays light) and runs `bench-harness run`, which prints the
+//! table, writes `bench/results.json` and the table in `BENCH.md` (`--quick`, for CI: small
+//! sizes, seconds, results in `target/bench/results-quick.json` only).
 
-use anyhow::{Result, bail};
+use crate::services::repo_root;
+use anyhow::{Context, Result, bail};
+use std::process::Command;
 
-pub fn run(_args: &[String]) -> Result<()> {
-    bail!("`cargo xtask bench` is not implemented yet")
+pub fn run(args: &[String]) -> Result<()> {
+    for arg in args {
+        if arg != "--quick" {
+            bail!("unknown bench option `{arg}` (usage: cargo xtask bench [--quick])");
+        }
+    }
+    let root = repo_root();
+    let build = [
+        "build",
+        "--release",
+        "--package",
+        "xtask",
+        "--features",
+        "bench",
+        "--bin",
+        "bench-harness",
+    ];
+    eprintln!("==> cargo {}", build.join(" "));
+    let status = Command::new(env!("CARGO"))
+        .args(build)
+        .current_dir(&root)
+        .status()
+        .context("building bench-harness")?;
+    if !status.success() {
+        bail!("building bench-harness failed ({status})");
+    }
+    let harness = root.join("target/release/bench-harness");
+    let status = Command::new(&harness)
+        .arg("run")
+        .args(args)
+        .current_dir(&root)
+        .status()
+        .with_context(|| format!("running {}", harness.display()))?;
+    if !status.success() {
+        bail!("the bench failed ({status})");
+    }
+    Ok(())
 }

@@ -377,9 +377,7 @@ impl CodaLabClient {
             what: "staged bundle search".into(),
             message,
         };
-        let document: serde_json::Value =
-            serde_json::from_slice(&body).map_err(|e| invalid(format!("not JSON: {e}")))?;
-        jsonapi::parse_bundles(&document).map_err(invalid)
+        jsonapi::parse_bundles_slice(&body).map_err(invalid)
     }
 }
 

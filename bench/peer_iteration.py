@@ -1,0 +1,156 @@
+"""The Python peer for `cargo xtask bench`: codalab 1.7.5's own WorkerManager.run_one_iteration,
+driven on the same fake CodaLab server and the same worker jobs as our manager.
+
+Run by `bench-harness run` with the venv of `cargo xtask services up codalab`:
+    python bench/peer_iteration.py --server URL --bundles N --jobs J --mode ticks --warmup W --ticks T
+    python bench/peer_iteration.py ... --mode first-tick     # prints `first-tick` after one iteration
+    python bench/peer_iteration.py ... --mode reaction       # iterations until N workers started
+    python bench/peer_iteration.py ... --mode slurm-calls --stub DIR   # upstream's Slurm listing
+Prints one JSON line. CODALAB_USERNAME/CODALAB_PASSWORD come from the environment, as for
+`cl-worker-manager`. Logging is set up as `cl-worker-manager` does (INFO, to stderr).
+
+The backend is a subclass of upstream's abstract WorkerManager: `get_worker_jobs` returns the
+same J jobs as ours (even index pending, odd active) and `start_worker_job` submits nothing
+(in reaction mode it records a pending job, like our FakeBackend).
+
+`slurm-calls` builds upstream's own SlurmBatchWorkerManager against the bench's stub
+`squeue`/`scontrol` (first on PATH) listing J own jobs, and counts the Slurm commands one
+`get_worker_jobs` runs (the stubs log every call).
+"""
+import argparse
+import json
+import logging
+import os
+import time
+import urllib.request
+
+# The same imports as the `cl-worker-manager` entry point (all backends' modules), so that
+# start-up time and peak RSS are those of the real command.
+from codalab.worker_manager.main import main as _cl_worker_manager_main  # noqa: F401
+from codalab.worker_manager.worker_manager import WorkerJob, WorkerManager
+
+
+def request_counts(server):
+    with urllib.request.urlopen(server + '/bench/requests') as reply:
+        return json.load(reply)
+
+
+def status_kb(field):
+    with open('/proc/self/status') as status:
+        for line in status:
+            if line.startswith(field + ':'):
+                return int(line.split()[1])
+    return 0
+
+
+class BenchWorkerManager(WorkerManager):
+    NAME = 'bench'
+    DESCRIPTION = 'bench peer: fixed worker jobs, launches nothing'
+
+    def __init__(self, args, jobs):
+        super().__init__(args)
+        self.jobs = [WorkerJob(active=(n % 2 == 1)) for n in range(jobs)]
+        self.started = 0
+
+    def get_worker_jobs(self):
+        return list(self.jobs)
+
+    def start_worker_job(self):
+        self.started += 1
+        if self.args.reaction:
+            self.jobs.append(WorkerJob(active=False))
+
+
+def manager_args(opts, max_workers):
+    # Every attribute WorkerManager.__init__/run_one_iteration/filter_bundles reads, with the
+    # values the bench gives our manager: 4 CPUs, 1 GPU, 8 GiB, no prefilter rejects.
+    return argparse.Namespace(
+        server=opts.server, temp_session=True, search=[], worker_tag=None,
+        worker_tag_exclusive=False, no_prefilter=False, cpus=4, gpus=1, memory_mb=8192,
+        restart_after_seconds=None, min_workers=0, max_workers=max_workers,
+        min_seconds_between_workers=0, sleep_time=5, reaction=opts.mode == 'reaction',
+    )
+
+
+def slurm_calls(opts):
+    from codalab.worker_manager.slurm_batch_worker_manager import SlurmBatchWorkerManager
+
+    args = manager_args(opts, opts.jobs)
+    args.user, args.partition, args.job_name = 'alice', 'x', 'codalab-slurm-worker'
+    args.password_file, args.exit_after_num_failed = None, None
+    manager = SlurmBatchWorkerManager(args)  # its constructor lists the jobs once (squeue)
+    log = os.path.join(opts.stub, 'calls.log')
+    open(log, 'w').close()
+    wall = []
+    for _ in range(opts.rounds):
+        w0 = time.perf_counter()
+        jobs = manager.get_worker_jobs()
+        wall.append((time.perf_counter() - w0) * 1000.0)
+        assert len(jobs) == opts.jobs, len(jobs)
+    with open(log) as calls:
+        count = sum(1 for _ in calls)
+    print(json.dumps({'backend': 'slurm', 'jobs': opts.jobs, 'calls_per_tick': count / opts.rounds,
+                      'wall_samples': wall}))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--server', required=True)
+    parser.add_argument('--bundles', type=int, required=True)
+    parser.add_argument('--jobs', type=int, required=True)
+    parser.add_argument(
+        '--mode', choices=['ticks', 'first-tick', 'reaction', 'slurm-calls'], default='ticks'
+    )
+    parser.add_argument('--stub')
+    parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--warmup', type=int, default=1)
+    parser.add_argument('--ticks', type=int, default=10)
+    opts = parser.parse_args()
+    logging.basicConfig(format='%(asctime)s %(message)s', level=logging.INFO)
+
+    if opts.mode == 'first-tick':
+        manager = BenchWorkerManager(manager_args(opts, opts.jobs), opts.jobs)
+        manager.run_one_iteration()
+        print('first-tick', flush=True)
+        assert len(manager.staged_uuids) == opts.bundles, len(manager.staged_uuids)
+        print(json.dumps({'vm_hwm_kb': status_kb('VmHWM')}), flush=True)
+        return
+
+    if opts.mode == 'slurm-calls':
+        slurm_calls(opts)
+        return
+
+    if opts.mode == 'reaction':
+        manager = BenchWorkerManager(manager_args(opts, opts.bundles), 0)
+        ticks = 0
+        while manager.started < opts.bundles and ticks < 10 * opts.bundles + 10:
+            manager.run_one_iteration()
+            ticks += 1
+        print(json.dumps({'mode': 'compat', 'bundles': opts.bundles, 'ticks': ticks,
+                          'submitted': manager.started}))
+        return
+
+    manager = BenchWorkerManager(manager_args(opts, opts.jobs), opts.jobs)
+    for _ in range(opts.warmup):
+        manager.run_one_iteration()
+    before = request_counts(opts.server)
+    cpu, wall = [], []
+    for _ in range(opts.ticks):
+        c0, w0 = time.process_time(), time.perf_counter()
+        manager.run_one_iteration()
+        c1, w1 = time.process_time(), time.perf_counter()
+        cpu.append((c1 - c0) * 1000.0)
+        wall.append((w1 - w0) * 1000.0)
+        assert len(manager.staged_uuids) == opts.bundles, len(manager.staged_uuids)
+        assert manager.started == 0
+    after = request_counts(opts.server)
+    http = sum(after.values()) - sum(before.values())
+    searches = after.get('/rest/bundles', 0) - before.get('/rest/bundles', 0)
+    print(json.dumps({'bundles': opts.bundles, 'jobs': opts.jobs, 'cpu_samples': cpu,
+                      'wall_samples': wall, 'vm_hwm_kb': status_kb('VmHWM'),
+                      'vm_rss_kb': status_kb('VmRSS'), 'http_per_tick': http / opts.ticks,
+                      'searches_per_tick': searches / opts.ticks}))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,295 @@
+//! `bench-harness ours --server URL --bundles N --jobs J …`: our manager, measured from inside
+//! its own process.
+//!
+//! The manager is core's [`Manager`] with the real [`CodaLabClient`] and a [`FakeBackend`] that
+//! lists `J` jobs (half pending, half active), on a current-thread runtime with an INFO
+//! subscriber writing to a sink, as the `cl-worker-manager` binary runs it. `--max-workers J`
+//! so that no tick launches: every tick is the steady-state observe → plan.
+//!
+//! Modes (one JSON line on stdout each):
+//! - default: `--warmup W --ticks T` ticks back to back; CPU and wall per tick, peak RSS, CodaLab
+//!   requests per tick, then the floor: the same bundle pages fetched once and parsed with
+//!   `serde_json::from_slice::<Value>` (and, for comparison, into a typed struct), `T` times;
+//! - `--first-tick`: prints `first-tick` as soon as the first tick completed (the parent times
+//!   from spawn to that line);
+//! - `--reaction`: jobs start pending and stay so; ticks until `N` workers were submitted.
+
+use crate::serve::{PASSWORD, USER, request_counts};
+use crate::stats::{ms, process_cpu, status_kb, summarize};
+use crate::{flag, required};
+use anyhow::{Context, Result, ensure};
+use codalab_wm_core::codalab::{CodaLabClient, SEARCH_PAGE_SIZE};
+use codalab_wm_core::policy::PolicyConfig;
+use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_core::testing::FakeBackend;
+use codalab_wm_core::{JobState, Manager, ManagerConfig, WorkerJob, WorkerOptions, WorkerShape};
+use serde_json::json;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The worker shape of both sides: 4 CPUs, 1 GPU, 8 GiB (no bench bundle is filtered out).
+pub fn shape() -> WorkerShape {
+    WorkerShape::from_flags(4, 1, 8192)
+}
+
+struct Setup {
+    server: String,
+    bundles: usize,
+    jobs: usize,
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let setup = Setup {
+        server: required(args, "--server")?,
+        bundles: required(args, "--bundles")?,
+        jobs: required(args, "--jobs")?,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    if args.iter().any(|a| a == "--first-tick") {
+        return runtime.block_on(first_tick(&setup));
+    }
+    if args.iter().any(|a| a == "--reaction") {
+        return runtime.block_on(reaction(&setup));
+    }
+    let warmup = flag(args, "--warmup")?.unwrap_or(3);
+    let ticks = required(args, "--ticks")?;
+    runtime.block_on(ticks_loop(&setup, warmup, ticks))
+}
+
+fn install_subscriber() {
+    // As the binary: an INFO subscriber (formatting every event), here into a sink.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+        .with_writer(std::io::sink)
+        .try_init();
+}
+
+fn manager(setup: &Setup, backend: &FakeBackend, max_workers: usize) -> Result<Manager> {
+    let credentials = Credentials {
+        username: USER.into(),
+        password: Secret::new(PASSWORD),
+    };
+    let client = CodaLabClient::new(&setup.server, credentials)?;
+    let config = ManagerConfig {
+        policy: PolicyConfig {
+            min_workers: 0,
+            max_workers: max_workers as u32,
+            min_seconds_between_workers: 0,
+        },
+        worker: WorkerOptions {
+            server: setup.server.clone(),
+            ..WorkerOptions::default()
+        },
+        ..ManagerConfig::default()
+    };
+    Ok(Manager::new(config, client, Arc::new(backend.clone())))
+}
+
+fn backend_with_jobs(jobs: usize) -> FakeBackend {
+    let backend = FakeBackend::new(shape());
+    for n in 0..jobs {
+        let state = if n % 2 == 0 {
+            JobState::Pending
+        } else {
+            JobState::Active
+        };
+        backend.insert(WorkerJob::new(format!("job-{n}"), state));
+    }
+    backend
+}
+
+async fn first_tick(setup: &Setup) -> Result<()> {
+    install_subscriber();
+    let backend = backend_with_jobs(setup.jobs);
+    let mut manager = manager(setup, &backend, setup.jobs)?;
+    let report = manager.tick().await?;
+    println!("first-tick");
+    std::io::stdout().flush()?;
+    ensure!(
+        report.staged == setup.bundles,
+        "saw {} bundles",
+        report.staged
+    );
+    println!("{}", json!({"vm_hwm_kb": status_kb("VmHWM")}));
+    Ok(())
+}
+
+async fn reaction(setup: &Setup) -> Result<()> {
+    install_subscriber();
+    let backend = FakeBackend::new(shape());
+    let mut manager = manager(setup, &backend, setup.bundles)?;
+    let mut ticks = 0;
+    let cap = 10 * setup.bundles + 10;
+    while backend.launches().len() < setup.bundles && ticks < cap {
+        manager.tick().await?;
+        ticks += 1;
+    }
+    println!(
+        "{}",
+        json!({"mode": "compat", "bundles": setup.bundles, "ticks": ticks,
+               "submitted": backend.launches().len()})
+    );
+    Ok(())
+}
+
+async fn ticks_loop(setup: &Setup, warmup: usize, ticks: usize) -> Result<()> {
+    install_subscriber();
+    let backend = backend_with_jobs(setup.jobs);
+    let mut manager = manager(setup, &backend, setup.jobs)?;
+    for _ in 0..warmup {
+        manager.tick().await?;
+    }
+    let http = reqwest::Client::new();
+    let before = request_counts(&http, &setup.server).await?;
+    let (mut cpu, mut wall) = (Vec::new(), Vec::new());
+    for _ in 0..ticks {
+        let (c0, w0) = (process_cpu(), Instant::now());
+        let report = manager.tick().await?;
+        let (c1, w1) = (process_cpu(), Instant::now());
+        cpu.push(ms(c1 - c0));
+        wall.push(ms(w1 - w0));
+        ensure!(
+            report.staged == setup.bundles,
+            "saw {} bundles",
+            report.staged
+        );
+        ensure!(report.launched.is_empty(), "a steady-state tick launched");
+    }
+    let hwm = status_kb("VmHWM");
+    let rss = status_kb("VmRSS");
+    let after = request_counts(&http, &setup.server).await?;
+    let searches = after.get("/rest/bundles").copied().unwrap_or(0)
+        - before.get("/rest/bundles").copied().unwrap_or(0);
+    let all: u64 = after.values().sum::<u64>() - before.values().sum::<u64>();
+    let pages = fetch_pages(&http, &setup.server).await?;
+    let payload: usize = pages.iter().map(Vec::len).sum();
+    let floor = parse_floor(&pages, ticks.max(10), |page| {
+        serde_json::from_slice::<serde_json::Value>(page).map(drop)
+    })?;
+    let typed = parse_floor(&pages, ticks.max(10), |page| {
+        serde_json::from_slice::<typed::Document>(page).map(drop)
+    })?;
+    let out = json!({
+        "bundles": setup.bundles, "jobs": setup.jobs,
+        "cpu": summarize(&cpu).json(), "wall": summarize(&wall).json(),
+        "vm_hwm_kb": hwm, "vm_rss_kb": rss,
+        "http_per_tick": all as f64 / ticks as f64,
+        "searches_per_tick": searches as f64 / ticks as f64,
+        "payload_bytes": payload, "pages": pages.len(),
+        "parse_value_cpu": summarize(&floor).json(),
+        "parse_typed_cpu": summarize(&typed).json(),
+    });
+    println!("{out}");
+    Ok(())
+}
+
+/// CPU per round of parsing every page, `rounds` times.
+fn parse_floor(
+    pages: &[Vec<u8>],
+    rounds: usize,
+    parse: impl Fn(&[u8]) -> serde_json::Result<()>,
+) -> Result<Vec<f64>> {
+    let mut samples = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let start = process_cpu();
+        for page in pages {
+            parse(page)?;
+        }
+        samples.push(ms(process_cpu() - start));
+    }
+    Ok(samples)
+}
+
+/// The bundle pages exactly as the client requests them (same query, `.limit`, `.offset`).
+async fn fetch_pages(http: &reqwest::Client, server: &str) -> Result<Vec<Vec<u8>>> {
+    let token: serde_json::Value = http
+        .post(format!("{server}/rest/oauth2/token"))
+        .header("Authorization", "Basic Y29kYWxhYl9jbGlfY2xpZW50Og==")
+        .form(&[
+            ("grant_type", "password"),
+            ("username", USER),
+            ("password", PASSWORD),
+        ])
+        .send()
+        .await?
+        .json()
+        .await?;
+    let access = token["access_token"].as_str().context("no access token")?;
+    let mut pages = Vec::new();
+    for page in 0.. {
+        let mut query: Vec<(&str, String)> = vec![
+            ("include", "owner".into()),
+            ("worksheet", "None".into()),
+            ("keywords", "state=staged".into()),
+            ("keywords", ".mine".into()),
+            ("keywords", format!(".limit={SEARCH_PAGE_SIZE}")),
+        ];
+        if page > 0 {
+            query.push(("keywords", format!(".offset={}", page * SEARCH_PAGE_SIZE)));
+        }
+        let body = http
+            .get(format!("{server}/rest/bundles"))
+            .header("X-Requested-With", "XMLHttpRequest")
+            .bearer_auth(access)
+            .query(&query)
+            .send()
+            .await?
+            .bytes()
+            .await?;
+        let count = typed_count(&body)?;
+        pages.push(body.to_vec());
+        if count < SEARCH_PAGE_SIZE {
+            break;
+        }
+    }
+    Ok(pages)
+}
+
+fn typed_count(body: &[u8]) -> Result<usize> {
+    Ok(serde_json::from_slice::<typed::Document>(body)?.data.len())
+}
+
+/// The fields the manager uses, as a typed serde model (what a typed client would parse into).
+mod typed {
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    pub struct Document {
+        pub data: Vec<Resource>,
+        #[serde(default)]
+        #[allow(dead_code)]
+        pub included: Vec<serde::de::IgnoredAny>,
+    }
+
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    pub struct Resource {
+        pub id: String,
+        pub attributes: Attributes,
+    }
+
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    pub struct Attributes {
+        pub uuid: String,
+        pub metadata: Metadata,
+    }
+
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    pub struct Metadata {
+        #[serde(default)]
+        pub request_cpus: serde_json::Value,
+        #[serde(default)]
+        pub request_gpus: serde_json::Value,
+        #[serde(default)]
+        pub request_memory: serde_json::Value,
+        #[serde(default)]
+        pub request_queue: serde_json::Value,
+        #[serde(default)]
+        pub tags: serde_json::Value,
+    }
+}

@@ -1,0 +1,91 @@
+//! Clocks, peak memory and summary statistics.
+
+use std::time::Duration;
+
+/// CPU time of this process (all threads), `CLOCK_PROCESS_CPUTIME_ID`: the clock Python's
+/// `time.process_time()` reads.
+pub fn process_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// A `/proc/self/status` field in kB (`VmHWM` = peak RSS, `VmRSS` = current RSS).
+pub fn status_kb(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|line| {
+                let rest = line.strip_prefix(field)?.strip_prefix(':')?;
+                rest.trim().trim_end_matches("kB").trim().parse().ok()
+            })
+        })
+        .unwrap_or(0)
+}
+
+/// Median and p99 (nearest rank) of samples in milliseconds.
+#[derive(Debug, Clone, Copy)]
+pub struct Summary {
+    pub median: f64,
+    pub p99: f64,
+    pub samples: usize,
+}
+
+pub fn summarize(samples: &[f64]) -> Summary {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = |q: f64| {
+        if sorted.is_empty() {
+            return f64::NAN;
+        }
+        let index = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+        sorted[index]
+    };
+    let median = match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    };
+    Summary {
+        median,
+        p99: rank(0.99),
+        samples: sorted.len(),
+    }
+}
+
+impl Summary {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({"median_ms": self.median, "p99_ms": self.p99, "samples": self.samples})
+    }
+
+    pub fn from_json(value: &serde_json::Value) -> Self {
+        Self {
+            median: value["median_ms"].as_f64().unwrap_or(f64::NAN),
+            p99: value["p99_ms"].as_f64().unwrap_or(f64::NAN),
+            samples: value["samples"].as_u64().unwrap_or(0) as usize,
+        }
+    }
+}
+
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_and_p99() {
+        let s = summarize(&[3.0, 1.0, 2.0, 100.0]);
+        assert_eq!(s.median, 2.5);
+        assert_eq!(s.p99, 100.0);
+        let one = summarize(&[7.0]);
+        assert_eq!((one.median, one.p99), (7.0, 7.0));
+    }
+
+    #[test]
+    fn reads_own_status() {
+        assert!(status_kb("VmHWM") > 0);
+        assert!(process_cpu() > Duration::ZERO);
+    }
+}
