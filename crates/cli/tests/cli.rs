@@ -198,7 +198,7 @@ async fn every_upstream_flag_reaches_the_worker_command_exactly() {
     assert_eq!(
         search.query,
         "include=owner&worksheet=None&keywords=state%3Dstaged&keywords=request_queue%3Dgpuq\
-         &keywords=.orderby%3Dcreated&keywords=.mine&keywords=request_queue%3Dgpuq%2Ctag%3Dgpuq&keywords=.limit%3D5000"
+         &keywords=.orderby%3Dcreated&keywords=.mine&keywords=request_queue%3Dgpuq%2Ctag%3Dgpuq&keywords=.limit%3D1000"
     );
     let logs = text(&output);
     assert!(

@@ -21,10 +21,11 @@ use tokio::sync::Mutex;
 
 /// The OAuth2 client the CodaLab CLI (and upstream's worker manager) logs in as.
 const CLI_CLIENT_ID: &str = "codalab_cli_client";
-/// Results asked for per search page (`.limit`); the server's default is 10.
-pub const SEARCH_PAGE_SIZE: usize = 5000;
+/// Results asked for per search page (`.limit`); the server's default is 10. A page of 1,000
+/// bundles is about 1 MB of JSON, which keeps the manager's peak memory small (see BENCH.md).
+pub const SEARCH_PAGE_SIZE: usize = 1000;
 /// Pages read at most per search, so a misbehaving server cannot keep the loop busy forever.
-const MAX_SEARCH_PAGES: usize = 20;
+const MAX_SEARCH_PAGES: usize = 100;
 /// Refresh the token when less than this is left (the Python client uses 10 minutes).
 const REFRESH_MARGIN: Duration = Duration::from_secs(600);
 
