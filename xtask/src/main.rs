@@ -9,6 +9,9 @@
 mod bench;
 mod chaos;
 mod ci;
+mod dist;
+mod fuzz;
+mod proxy;
 mod services;
 mod soak;
 
@@ -25,8 +28,10 @@ fn main() -> Result<()> {
         "ci" => ci::run(rest),
         "e2e" => ci::e2e(rest),
         "bench" => bench::run(rest),
+        "dist" => dist::run(rest),
         "chaos" => chaos::run(rest),
         "soak" => soak::run(rest),
+        "fuzz" => fuzz::run(rest),
         "help" | "--help" | "-h" => {
             println!("{}", HELP);
             Ok(())
@@ -41,4 +46,5 @@ const HELP: &str = "usage: cargo xtask <task>
   e2e                                 the manager end to end against a real CodaLab server
   bench [--quick]                     speed, memory and backend cost, side by side with the Python manager
   chaos                               fault scenarios against real services through a fault-injecting proxy
-  soak [--minutes N]                  long run against the fake server; RSS and open files over time";
+  soak [--minutes N]                  long run against the fake server; RSS and open files over time
+  fuzz [--seconds N]                  every cargo-fuzz target for N seconds each (RUSTC_BOOTSTRAP=1 on stable)";

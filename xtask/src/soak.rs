@@ -1,7 +1,251 @@
-//! `cargo xtask soak` (placeholder).
+//! `cargo xtask soak [--minutes N]`: the real `cl-worker-manager` for N minutes (default 10)
+//! at 1 s ticks against the fake CodaLab server (`soak-fake`, a process of its own) whose staged
+//! bundles change every 2 s, with the `local` backend and a stand-in worker that exits after
+//! 3 s, so bundles and jobs keep coming and going. Every 5 s the manager's resident memory
+//! (`VmRSS`) and open file descriptors (`/proc/PID/fd`) are sampled.
+//!
+//! Verdict "flat": the average RSS of the last window is within 10% of the average of the
+//! second window, and the fewest open fds (between requests and children) are the same in both
+//! windows, the most at most 2 above. A window is a minute, or a quarter of runs shorter than
+//! 4 minutes; the first one is warm-up. Exits non-zero when not flat, or when the manager
+//! exits, or when fewer than 5 workers a minute were started (the run did not churn).
 
-use anyhow::{Result, bail};
+use crate::services::repo_root;
+use anyhow::{Context, Result, bail};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
 
-pub fn run(_args: &[String]) -> Result<()> {
-    bail!("`cargo xtask soak` is not implemented yet")
+const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    seconds: u64,
+    rss_kib: u64,
+    fds: usize,
+}
+
+/// Kills and reaps a child when dropped.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let minutes: u64 = match args {
+        [] => 10,
+        [flag, n] if flag == "--minutes" => n
+            .parse()
+            .with_context(|| format!("--minutes `{n}` is not a number"))?,
+        _ => bail!("usage: cargo xtask soak [--minutes N]"),
+    };
+    if minutes == 0 {
+        bail!("--minutes must be at least 1");
+    }
+    build()?;
+    let dir = repo_root().join(format!("target/soak/{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let total = Duration::from_secs(minutes * 60);
+    let (fake, url) = start_fake(total + Duration::from_secs(60))?;
+    let manager = start_manager(&url, &dir)?;
+    eprintln!(
+        "soak: manager pid {} against {url} for {minutes} min (log: {})",
+        manager.0.id(),
+        dir.join("manager.log").display()
+    );
+    let samples = sample(manager, total, &dir)?;
+    drop(fake);
+    let verdict = report(&samples, minutes);
+    let launched = std::fs::read_to_string(dir.join("manager.log"))
+        .unwrap_or_default()
+        .matches("started a worker job")
+        .count();
+    println!("worker jobs started during the soak: {launched}");
+    if launched < (minutes as usize) * 5 {
+        bail!("only {launched} workers started in {minutes} min: the soak did not churn");
+    }
+    verdict?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+fn build() -> Result<()> {
+    for args in [
+        &["build", "-p", "codalab-wm", "--features", "full"][..],
+        &[
+            "build",
+            "-p",
+            "xtask",
+            "--features",
+            "soak",
+            "--bin",
+            "soak-fake",
+        ][..],
+    ] {
+        eprintln!("soak: cargo {}", args.join(" "));
+        let status = Command::new(env!("CARGO"))
+            .args(args)
+            .current_dir(repo_root())
+            .status()?;
+        if !status.success() {
+            bail!("cargo {} failed", args.join(" "));
+        }
+    }
+    Ok(())
+}
+
+fn start_fake(lifetime: Duration) -> Result<(Guard, String)> {
+    let mut child = Command::new(repo_root().join("target/debug/soak-fake"))
+        .arg(lifetime.as_secs().to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting soak-fake")?;
+    let stdout = child.stdout.take().context("soak-fake stdout")?;
+    let guard = Guard(child);
+    let mut url = String::new();
+    BufReader::new(stdout).read_line(&mut url)?;
+    let url = url.trim().to_owned();
+    if !url.starts_with("http://127.0.0.1:") {
+        bail!("soak-fake printed `{url}` instead of its URL");
+    }
+    Ok((guard, url))
+}
+
+fn start_manager(url: &str, dir: &Path) -> Result<Guard> {
+    let worker = dir.join("stand-in-worker.sh");
+    std::fs::write(&worker, "#!/bin/sh\nsleep 3\n")?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&worker, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let log = std::fs::File::create(dir.join("manager.log"))?;
+    // A copy: the shared target directory may be rebuilt while the soak runs.
+    let binary = dir.join("cl-worker-manager");
+    std::fs::copy(repo_root().join("target/debug/cl-worker-manager"), &binary)
+        .context("copying target/debug/cl-worker-manager")?;
+    let mut command = Command::new(binary);
+    command
+        .args(["--server", url, "--min-workers", "0", "--max-workers", "4"])
+        .args(["--sleep-time", "1", "--min-seconds-between-workers", "0"])
+        .args(["--worker-executable", &worker.display().to_string()])
+        .args(["local", "--cpus", "1", "--memory-mb", "1024"])
+        .args(["--state-dir", &dir.join("state").display().to_string()])
+        .env("CODALAB_USERNAME", "alice")
+        .env("CODALAB_PASSWORD", "alicepw")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("CODALAB_WM_") {
+            command.env_remove(key);
+        }
+    }
+    Ok(Guard(
+        command.spawn().context("starting cl-worker-manager")?,
+    ))
+}
+
+fn sample(mut manager: Guard, total: Duration, dir: &Path) -> Result<Vec<Sample>> {
+    let pid = manager.0.id();
+    let start = Instant::now();
+    let mut samples = Vec::new();
+    let mut next = Duration::from_secs(1);
+    while start.elapsed() < total {
+        if let Some(status) = manager.0.try_wait()? {
+            bail!(
+                "the manager exited during the soak ({status}); see {}",
+                dir.join("manager.log").display()
+            );
+        }
+        if start.elapsed() >= next {
+            let sample = Sample {
+                seconds: start.elapsed().as_secs(),
+                rss_kib: rss_kib(pid)?,
+                fds: std::fs::read_dir(format!("/proc/{pid}/fd"))?.count(),
+            };
+            if sample.seconds % 60 < 5 {
+                eprintln!(
+                    "soak: {:>4} s  rss {:>6} KiB  fds {}",
+                    sample.seconds, sample.rss_kib, sample.fds
+                );
+            }
+            samples.push(sample);
+            next += SAMPLE_EVERY;
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+    Ok(samples)
+}
+
+fn rss_kib(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmRSS in /proc/PID/status")
+}
+
+fn window(samples: &[Sample], from: u64, to: u64) -> Vec<Sample> {
+    samples
+        .iter()
+        .filter(|s| s.seconds >= from && s.seconds < to)
+        .copied()
+        .collect()
+}
+
+fn report(samples: &[Sample], minutes: u64) -> Result<()> {
+    let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+        bail!("no samples");
+    };
+    // A minute, or a quarter of a short run: the first window is warm-up.
+    let width = (minutes * 60 / 4).min(60);
+    let end = minutes * 60;
+    let second = window(samples, width, 2 * width);
+    let final_window = window(samples, end - width, end + 1);
+    let average = |w: &[Sample]| w.iter().map(|s| s.rss_kib).sum::<u64>() / w.len().max(1) as u64;
+    let fds = |w: &[Sample]| {
+        (
+            w.iter().map(|s| s.fds).min().unwrap_or(0),
+            w.iter().map(|s| s.fds).max().unwrap_or(0),
+        )
+    };
+    let max_rss = samples.iter().map(|s| s.rss_kib).max().unwrap_or(0);
+    let max_fds = samples.iter().map(|s| s.fds).max().unwrap_or(0);
+    let (rss_second, rss_last) = (average(&second), average(&final_window));
+    let (fds_second, fds_last) = (fds(&second), fds(&final_window));
+    println!(
+        "\n## soak report ({minutes} min, {} samples every 5 s)\n",
+        samples.len()
+    );
+    println!("| | first | last | max | window 2 | last window |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    println!(
+        "| RSS KiB | {} | {} | {max_rss} | avg {rss_second} | avg {rss_last} |",
+        first.rss_kib, last.rss_kib
+    );
+    println!(
+        "| open fds | {} | {} | {max_fds} | {}..{} | {}..{} |",
+        first.fds, last.fds, fds_second.0, fds_second.1, fds_last.0, fds_last.1
+    );
+    let rss_flat = rss_last as f64 <= rss_second as f64 * 1.10;
+    let fds_flat = fds_last.0 == fds_second.0 && fds_last.1 <= fds_second.1 + 2;
+    println!(
+        "\nverdict: RSS {} (last-window average {:+.1}% vs window 2), fds {}",
+        if rss_flat { "flat" } else { "GROWING" },
+        (rss_last as f64 / rss_second.max(1) as f64 - 1.0) * 100.0,
+        if fds_flat { "flat" } else { "GROWING" }
+    );
+    if !rss_flat || !fds_flat {
+        bail!("the manager's memory or open files grew during the soak");
+    }
+    Ok(())
 }

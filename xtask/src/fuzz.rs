@@ -1,0 +1,75 @@
+//! `cargo xtask fuzz [--seconds N] [TARGET…]`: runs every cargo-fuzz target of `fuzz/` for N
+//! seconds (default 60) each, starting from the seeds kept in `fuzz/seeds/<target>` (new
+//! inputs go to `fuzz/corpus/<target>`, not kept in git). Fails on the first crash; the input
+//! is left in `fuzz/artifacts/<target>`.
+//!
+//! cargo-fuzz needs nightly-only flags (`-Zsanitizer`); this project builds on stable, so the
+//! task sets `RUSTC_BOOTSTRAP=1` for the fuzz build only. Needs `cargo install cargo-fuzz`.
+
+use crate::services::repo_root;
+use anyhow::{Context, Result, bail};
+use std::process::Command;
+
+/// The targets in `fuzz/Cargo.toml`.
+const TARGETS: &[&str] = &["squeue", "sbatch", "jsonapi", "size", "config"];
+
+pub fn run(args: &[String]) -> Result<()> {
+    let mut seconds = 60u64;
+    let mut targets: Vec<&str> = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--seconds" => {
+                let value = args.next().context("--seconds needs a number")?;
+                seconds = value
+                    .parse()
+                    .with_context(|| format!("--seconds `{value}` is not a number"))?;
+            }
+            name if TARGETS.contains(&name) => targets.push(name),
+            other => bail!(
+                "usage: cargo xtask fuzz [--seconds N] [TARGET…]; unknown `{other}` (targets: {})",
+                TARGETS.join(" ")
+            ),
+        }
+    }
+    if targets.is_empty() {
+        targets = TARGETS.to_vec();
+    }
+    let fuzz_dir = repo_root().join("fuzz");
+    let installed = Command::new(env!("CARGO"))
+        .args(["fuzz", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !installed {
+        bail!("cargo-fuzz is not installed: run `cargo install cargo-fuzz`");
+    }
+    for target in &targets {
+        let corpus = fuzz_dir.join("corpus").join(target);
+        std::fs::create_dir_all(&corpus)?;
+        eprintln!("==> fuzz {target} for {seconds} s");
+        let status = Command::new(env!("CARGO"))
+            .args(["fuzz", "run", "--release", target])
+            .arg(&corpus)
+            .arg(fuzz_dir.join("seeds").join(target))
+            .args([
+                "--",
+                &format!("-max_total_time={seconds}"),
+                "-max_len=65536",
+            ])
+            .current_dir(&fuzz_dir)
+            .env("RUSTC_BOOTSTRAP", "1")
+            .status()
+            .with_context(|| format!("running cargo fuzz run {target}"))?;
+        if !status.success() {
+            bail!(
+                "fuzz target `{target}` failed ({status}): see fuzz/artifacts/{target} and reproduce with \
+                 `cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run {target} <artifact>`"
+            );
+        }
+    }
+    eprintln!(
+        "fuzz: {} targets ran {seconds} s each with no crash",
+        targets.len()
+    );
+    Ok(())
+}
