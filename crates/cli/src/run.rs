@@ -9,7 +9,7 @@ use codalab_wm_core::codalab::{ClientOptions, CodaLabClient};
 use codalab_wm_core::manager::Outcome;
 use codalab_wm_core::policy::PolicyConfig;
 use codalab_wm_core::secret::{Credentials, Secret};
-use codalab_wm_core::{LaunchMode, Manager, ManagerConfig, Pool, PoolPolicy, WorkerOptions};
+use codalab_wm_core::{LaunchMode, Manager, ManagerConfig, Pool, WorkerOptions};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use std::path::Path;
@@ -21,19 +21,31 @@ pub const EXIT_TOO_MANY_FAILURES: u8 = 3;
 
 /// The configuration layers, lowest first.
 pub fn figment(global: &GlobalArgs, backend: Option<&BackendCommand>) -> Result<Figment> {
+    layered(global.config.as_deref(), flag_layers(global, backend))
+}
+
+/// The layers from the command line (global flags, then the backend's), highest of all.
+pub fn flag_layers(global: &GlobalArgs, backend: Option<&BackendCommand>) -> Figment {
+    let mut flags = Figment::from(Serialized::defaults(global));
+    if let Some(backend) = backend {
+        flags = flags.merge(backend.flags());
+    }
+    flags
+}
+
+/// Defaults, then the config file at `path`, then `CODALAB_WM_*`, then `flags` (what a reload
+/// reads again, with the flags given at start).
+pub fn layered(path: Option<&Path>, flags: Figment) -> Result<Figment> {
     let mut figment = Figment::from(Serialized::defaults(Settings::default()));
-    if let Some(path) = &global.config {
+    if let Some(path) = path {
         if !path.is_file() {
             bail!("config file {} does not exist", path.display());
         }
         figment = figment.merge(Toml::file_exact(path));
     }
-    figment = figment.merge(Env::prefixed("CODALAB_WM_").split("__"));
-    figment = figment.merge(Serialized::defaults(global));
-    if let Some(backend) = backend {
-        figment = figment.merge(backend.flags());
-    }
-    Ok(figment)
+    // `CODALAB_WM_LOG` is the log filter (see `init_logging`), not a setting.
+    figment = figment.merge(Env::prefixed("CODALAB_WM_").ignore(&["LOG"]).split("__"));
+    Ok(figment.merge(flags))
 }
 
 /// Runs the manager until it is told to stop.
@@ -43,25 +55,18 @@ pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<
         .extract()
         .map_err(|e| anyhow!("invalid configuration: {e}"))?;
     init_logging(settings.verbose, settings.log_format);
-
-    let mut manager = if settings.pools.is_empty() {
-        single_backend(backend, figment, &settings).await?
-    } else {
-        if backend.is_some() || settings.backend.is_some() {
-            bail!(
-                "choose either a backend (a subcommand or `backend = \"…\"`) or [[pools]] in the config file, not both"
-            );
-        }
-        let config = manager_config(&settings, settings.worker.options(&settings.server));
-        let credentials = credentials(settings.password_file.as_deref())?;
-        let pools = build_pools(&settings, &credentials).await?;
-        let client = CodaLabClient::with_options(
-            &settings.server,
-            credentials,
-            &client_options(&settings)?,
-        )?;
-        Manager::with_pools(config, client, pools)?
+    let listener = match settings.listen {
+        Some(addr) => Some(crate::http::bind(addr).await?),
+        None => None,
     };
+    let flags = flag_layers(&global, backend.as_ref());
+    let start = figment.clone();
+    let mut manager = build_manager(backend, figment, &settings).await?;
+    crate::commands::config::reload::install(&mut manager, global.config, flags, &start, &settings)?;
+    if let Some(listener) = listener {
+        let sleep_time = Duration::from_secs(settings.sleep_time);
+        crate::http::spawn(listener, manager.subscribe_status(), sleep_time);
+    }
     let shutdown = shutdown_signal()?;
     match manager.run(settings.once, shutdown).await? {
         Outcome::Shutdown => {
@@ -77,6 +82,29 @@ pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<
             Ok(ExitCode::from(EXIT_TOO_MANY_FAILURES))
         }
     }
+}
+
+/// The manager the settings describe: one backend (the subcommand or `backend = "…"`) or
+/// the `[[pools]]` of the config file.
+pub async fn build_manager(
+    backend: Option<BackendCommand>,
+    figment: Figment,
+    settings: &Settings,
+) -> Result<Manager> {
+    if settings.pools.is_empty() {
+        return single_backend(backend, figment, settings).await;
+    }
+    if backend.is_some() || settings.backend.is_some() {
+        bail!(
+            "choose either a backend (a subcommand or `backend = \"…\"`) or [[pools]] in the config file, not both"
+        );
+    }
+    let config = manager_config(settings, settings.worker.options(&settings.server));
+    let credentials = credentials(settings.password_file.as_deref())?;
+    let pools = build_pools(settings, &credentials).await?;
+    let client =
+        CodaLabClient::with_options(&settings.server, credentials, &client_options(settings)?)?;
+    Ok(Manager::with_pools(config, client, pools)?)
 }
 
 /// The manager settings shared by both modes.
@@ -151,6 +179,8 @@ pub async fn single_backend(
         .build(&figment, &context)
         .await
         .with_context(|| format!("cannot set up the {} backend", backend_command.name()))?;
+    let pool = backend.name().to_owned();
+    let backend = crate::http::metered(backend, &pool);
     tracing::info!(
         backend = backend.name(),
         server = %settings.server,
@@ -225,25 +255,8 @@ pub async fn build_pools(settings: &Settings, credentials: &Credentials) -> Resu
         )
         .await
         .with_context(|| format!("cannot set up pool {name} ({})", entry.backend))?;
-        let policy = PoolPolicy {
-            min: entry.min,
-            max: entry.max,
-            tag: entry.tag.clone(),
-            tag_exclusive: entry.tag_exclusive,
-            check_shape: !settings.no_prefilter,
-            cost: entry.cost,
-            pending_timeout: entry.pending_timeout.map(Duration::from_secs),
-            startup_grace: entry.startup_grace.map_or(
-                codalab_wm_core::pools::DEFAULT_STARTUP_GRACE,
-                Duration::from_secs,
-            ),
-            launch_mode: entry.launch_mode,
-            max_launches_per_tick: entry.max_launches_per_tick,
-            min_seconds_between_workers: entry
-                .min_seconds_between_workers
-                .unwrap_or(settings.min_seconds_between_workers),
-            ..PoolPolicy::new(name.clone(), backend.worker_shape())
-        };
+        let backend = crate::http::metered(backend, name);
+        let policy = entry.policy(settings, backend.worker_shape());
         policy.validate().map_err(|e| anyhow!(e))?;
         tracing::info!(
             pool = %name,

@@ -235,6 +235,7 @@ async fn config_file_env_and_flags_layer_in_that_order() {
     .env("CODALAB_USERNAME", "alice")
     .env("CODALAB_PASSWORD", "alicepw")
     .env("CODALAB_WM_MAX_WORKERS", "5")
+    .env("CODALAB_WM_LOG", "info,codalab_wm_core=debug")
     .env("CODALAB_WM_WORKER__IDLE_SECONDS", "22")
     .output_bounded()
     .unwrap();
