@@ -18,7 +18,11 @@ fn cargo(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-fn step(name: &str, timings: &mut Vec<(String, u64)>, f: impl FnOnce() -> Result<()>) -> Result<()> {
+fn step(
+    name: &str,
+    timings: &mut Vec<(String, u64)>,
+    f: impl FnOnce() -> Result<()>,
+) -> Result<()> {
     let start = Instant::now();
     let result = f();
     timings.push((name.to_owned(), start.elapsed().as_secs()));
@@ -26,19 +30,50 @@ fn step(name: &str, timings: &mut Vec<(String, u64)>, f: impl FnOnce() -> Result
 }
 
 /// fmt check, clippy, services, every test (unit, transport, real services, e2e), then the
-/// bench in quick mode to prove it still works.
+/// other proofs: bench in quick mode, a short soak, the fault scenarios and a bounded fuzz run.
 pub fn run(_args: &[String]) -> Result<()> {
     let mut timings = Vec::new();
     let result = (|| {
         step("fmt", &mut timings, || cargo(&["fmt", "--all", "--check"]))?;
         step("clippy", &mut timings, || {
             cargo(&[
-                "clippy", "--workspace", "--all-targets", "--features", "codalab-wm/full", "--", "-D", "warnings",
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--features",
+                "codalab-wm/full",
+                "--",
+                "-D",
+                "warnings",
+            ])?;
+            cargo(&[
+                "clippy",
+                "-p",
+                "xtask",
+                "--all-targets",
+                "--features",
+                "bench,soak",
+                "--",
+                "-D",
+                "warnings",
             ])
         })?;
-        step("services up", &mut timings, || services::run(&["up".into(), "all".into()]))?;
-        step("test", &mut timings, || cargo(&["test", "--workspace", "--features", "codalab-wm/full"]))?;
-        step("bench --quick", &mut timings, || crate::bench::run(&["--quick".into()]))?;
+        step("services up", &mut timings, || {
+            services::run(&["up".into(), "all".into()])
+        })?;
+        step("test", &mut timings, || {
+            cargo(&["test", "--workspace", "--features", "codalab-wm/full"])
+        })?;
+        step("bench --quick", &mut timings, || {
+            crate::bench::run(&["--quick".into()])
+        })?;
+        step("soak --minutes 2", &mut timings, || {
+            crate::soak::run(&["--minutes".into(), "2".into()])
+        })?;
+        step("chaos", &mut timings, || crate::chaos::run(&[]))?;
+        step("fuzz --seconds 60", &mut timings, || {
+            crate::fuzz::run(&["--seconds".into(), "60".into()])
+        })?;
         Ok(())
     })();
     eprintln!("==> ci step timings (s): {timings:?}");
@@ -48,5 +83,15 @@ pub fn run(_args: &[String]) -> Result<()> {
 /// The manager end to end against a real CodaLab server (and real Slurm).
 pub fn e2e(_args: &[String]) -> Result<()> {
     services::run(&["up".into(), "codalab".into(), "slurm".into()])?;
-    cargo(&["test", "-p", "codalab-wm", "--features", "full", "--test", "e2e", "--", "--nocapture"])
+    cargo(&[
+        "test",
+        "-p",
+        "codalab-wm",
+        "--features",
+        "full",
+        "--test",
+        "e2e",
+        "--",
+        "--nocapture",
+    ])
 }
