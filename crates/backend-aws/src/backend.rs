@@ -13,7 +13,8 @@ use crate::definition::{HostEnvironment, JobDefinitionSpec, Launch, work_root};
 use crate::error::BACKEND;
 use codalab_wm_core::secret::Credentials;
 use codalab_wm_core::{
-    Error, JobState, LaunchRequest, Result, WorkerBackend, WorkerJob, WorkerOptions, WorkerShape,
+    CleanupItem, Error, JobState, LaunchRequest, Result, WorkerBackend, WorkerJob, WorkerOptions,
+    WorkerShape,
 };
 use regex::Regex;
 use std::collections::BTreeMap;
@@ -24,6 +25,15 @@ use tokio::sync::Mutex;
 /// The `reason` given to `TerminateJob`; a FAILED job with this status reason was stopped by
 /// a manager, so it is reported as [`JobState::Ended`], not as a failure.
 pub const STOP_REASON: &str = "stopped by cl-worker-manager";
+
+/// How a FAILED job's status reason starts when its spot instance was reclaimed
+/// (`Host EC2 (instance i-0abc…) terminated.`): a preemption, not a failure of the worker.
+pub const RECLAIMED_REASON: &str = "Host EC2 (instance ";
+
+/// Whether a FAILED job's status reason says its host was taken away (spot reclaim).
+pub fn is_reclaimed(reason: &str) -> bool {
+    reason.starts_with(RECLAIMED_REASON) && reason.contains(") terminated")
+}
 
 /// Submits `cl-worker` jobs to an AWS Batch job queue.
 pub struct AwsBatchBackend {
@@ -190,6 +200,7 @@ pub fn job_state(status: &str, reason: Option<&str>) -> JobState {
         "RUNNING" => JobState::Active,
         "SUCCEEDED" => JobState::Ended,
         "FAILED" if reason.is_some_and(|r| r.starts_with(STOP_REASON)) => JobState::Ended,
+        "FAILED" if reason.is_some_and(is_reclaimed) => JobState::Preempted,
         "FAILED" => JobState::Failed,
         // A status this code does not know yet: count it, rather than launch too many.
         _ => JobState::Pending,
@@ -290,6 +301,28 @@ impl WorkerBackend for AwsBatchBackend {
         tracing::info!(job_id = %job.id, "terminated a worker job");
         Ok(())
     }
+
+    /// Deregisters every ACTIVE job definition revision this manager registered (tagged with
+    /// its manager id and a spec hash). Jobs need no clean-up: Batch forgets finished jobs.
+    async fn cleanup(&self, dry_run: bool) -> Result<Vec<CleanupItem>> {
+        let arns = self
+            .client
+            .owned_job_definitions(self.config.manager_id())
+            .await?;
+        let mut items = Vec::with_capacity(arns.len());
+        for arn in arns {
+            let item = CleanupItem::found("job definition", &arn);
+            if dry_run {
+                items.push(item);
+                continue;
+            }
+            let result = self.client.deregister_job_definition(&arn).await;
+            tracing::info!(%arn, ok = result.is_ok(), "deregistered a job definition revision");
+            items.push(item.outcome(result));
+        }
+        *self.registered.lock().await = None;
+        Ok(items)
+    }
 }
 
 #[cfg(test)]
@@ -312,6 +345,12 @@ mod tests {
             ),
             ("FAILED", None, JobState::Failed),
             ("FAILED", Some(STOP_REASON), JobState::Ended),
+            (
+                "FAILED",
+                Some("Host EC2 (instance i-0123456789abcdef0) terminated."),
+                JobState::Preempted,
+            ),
+            ("FAILED", Some("Host EC2 lost"), JobState::Failed),
             ("SOMETHING_NEW", None, JobState::Pending),
         ];
         for (status, reason, expected) in cases {

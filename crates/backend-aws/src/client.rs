@@ -2,7 +2,7 @@
 //! and codalab-wm errors. No decisions here beyond paging: every list follows every page.
 
 use crate::config::AwsBatchConfig;
-use crate::definition::{JobDefinitionSpec, SPEC_HASH_TAG, SubmitSpec};
+use crate::definition::{JobDefinitionSpec, MANAGER_ID_TAG, SPEC_HASH_TAG, SubmitSpec};
 use crate::error::{from_sdk, missing};
 use aws_config::{BehaviorVersion, ConfigLoader, Region};
 use aws_sdk_batch::config::retry::RetryConfig;
@@ -112,6 +112,44 @@ impl BatchClient {
         Ok(newest
             .and_then(|d| d.job_definition_arn())
             .map(str::to_owned))
+    }
+
+    /// The ARNs of every ACTIVE job definition revision (of any name) that carries both the
+    /// tag `codalab-wm:manager-id` = `manager_id` and a spec hash tag: the revisions a
+    /// manager with this id registered.
+    pub async fn owned_job_definitions(&self, manager_id: &str) -> Result<Vec<String>> {
+        const WHAT: &str = "describe job definitions";
+        let definitions: Vec<_> = self
+            .client
+            .describe_job_definitions()
+            .status("ACTIVE")
+            .into_paginator()
+            .items()
+            .send()
+            .collect::<Result<_, _>>()
+            .await
+            .map_err(|e| from_sdk(WHAT, e))?;
+        Ok(definitions
+            .iter()
+            .filter(|d| {
+                d.tags().is_some_and(|t| {
+                    t.get(MANAGER_ID_TAG).is_some_and(|m| m == manager_id)
+                        && t.contains_key(SPEC_HASH_TAG)
+                })
+            })
+            .filter_map(|d| d.job_definition_arn().map(str::to_owned))
+            .collect())
+    }
+
+    /// Deregisters the job definition revision `arn` (it becomes INACTIVE).
+    pub async fn deregister_job_definition(&self, arn: &str) -> Result<()> {
+        self.client
+            .deregister_job_definition()
+            .job_definition(arn)
+            .send()
+            .await
+            .map_err(|e| from_sdk("deregister a job definition", e))?;
+        Ok(())
     }
 
     /// Registers `spec` as a new revision and returns its ARN.

@@ -22,7 +22,11 @@ use crate::models::{
 use crate::sign::SharedKeyCredential;
 use codalab_wm_core::bundle::WorkerShape;
 use codalab_wm_core::secret::Credentials;
-use codalab_wm_core::{Error, JobState, LaunchRequest, Result, WorkerBackend, WorkerJob};
+use codalab_wm_core::{
+    CleanupItem, Error, JobState, LaunchRequest, Result, WorkerBackend, WorkerJob,
+};
+use std::collections::HashSet;
+use std::sync::Mutex;
 use std::time::SystemTime;
 
 /// The id prefix of the tasks this backend owns.
@@ -44,6 +48,9 @@ pub struct AzureBatchBackend {
     credentials: Credentials,
     client: BatchClient,
     image: String,
+    /// Failed tasks already reported by a listing of this process: the next listing deletes
+    /// them (they would linger in the job forever), so the manager sees each failure once.
+    reported_failed: Mutex<HashSet<String>>,
 }
 
 impl AzureBatchBackend {
@@ -67,7 +74,40 @@ impl AzureBatchBackend {
             credentials,
             client,
             image,
+            reported_failed: Mutex::default(),
         })
+    }
+
+    fn reported_failed(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.reported_failed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Deletes the failed tasks an earlier listing reported; returns the ids deleted. A
+    /// delete that fails is logged and tried again at the next listing.
+    async fn delete_reported_failed(&self, jobs: &[WorkerJob]) -> HashSet<String> {
+        let due: Vec<String> = {
+            let reported = self.reported_failed();
+            jobs.iter()
+                .filter(|j| matches!(j.state, JobState::Failed | JobState::Preempted))
+                .filter(|j| reported.contains(&j.id))
+                .map(|j| j.id.clone())
+                .collect()
+        };
+        let mut deleted = HashSet::new();
+        for id in due {
+            match self.client.delete_task(&id).await {
+                Ok(_) => {
+                    tracing::info!(task_id = %id, "deleted a failed worker task");
+                    deleted.insert(id);
+                }
+                Err(error) => {
+                    tracing::warn!(task_id = %id, %error, "could not delete a failed worker task")
+                }
+            }
+        }
+        deleted
     }
 
     /// The client, for requests the backend does not wrap.
@@ -215,11 +255,25 @@ impl WorkerBackend for AzureBatchBackend {
     async fn get_worker_jobs(&self) -> Result<Vec<WorkerJob>> {
         let tasks = self.client.list_tasks(TASK_FILTER, TASK_SELECT).await?;
         let shape = self.worker_shape();
-        Ok(tasks
+        let jobs: Vec<WorkerJob> = tasks
             .iter()
             .filter(|t| t.id.starts_with(TASK_PREFIX))
             .map(|t| worker_job(t, shape))
-            .collect())
+            .collect();
+        let deleted = self.delete_reported_failed(&jobs).await;
+        let jobs: Vec<WorkerJob> = jobs
+            .into_iter()
+            .filter(|j| !deleted.contains(&j.id))
+            .collect();
+        let mut reported = self.reported_failed();
+        reported.clear();
+        reported.extend(
+            jobs.iter()
+                .filter(|j| matches!(j.state, JobState::Failed | JobState::Preempted))
+                .map(|j| j.id.clone()),
+        );
+        drop(reported);
+        Ok(jobs)
     }
 
     #[tracing::instrument(skip_all, fields(backend = BACKEND, job_id = %self.config.job_id, unique = request.unique))]
@@ -256,6 +310,27 @@ impl WorkerBackend for AzureBatchBackend {
             outcome => tracing::info!(?outcome, "worker task was already over"),
         }
         Ok(())
+    }
+
+    /// Deletes this manager's completed tasks (`cl_worker_…`) from the job; the job itself is
+    /// the operator's and stays.
+    #[tracing::instrument(skip_all, fields(backend = BACKEND, job_id = %self.config.job_id))]
+    async fn cleanup(&self, dry_run: bool) -> Result<Vec<CleanupItem>> {
+        let tasks = self.client.list_tasks(TASK_FILTER, TASK_SELECT).await?;
+        let mut items = Vec::new();
+        for task in tasks.iter().filter(|t| t.id.starts_with(TASK_PREFIX)) {
+            if task.state != Some(TaskState::Completed) {
+                continue;
+            }
+            let item = CleanupItem::found("finished task", &task.id);
+            if dry_run {
+                items.push(item);
+                continue;
+            }
+            let result = self.client.delete_task(&task.id).await.map(|_| ());
+            items.push(item.outcome(result));
+        }
+        Ok(items)
     }
 }
 

@@ -216,6 +216,12 @@ impl BatchClient {
             .await
     }
 
+    /// The signed `Task_Delete` request for task `task_id`.
+    pub async fn delete_task_request(&self, task_id: &str) -> Result<Request, Error> {
+        self.prepare(Method::DELETE, self.url(&[task_id], &[]), None)
+            .await
+    }
+
     /// Sends `request` and returns the status, headers and body of the reply.
     async fn send(
         &self,
@@ -305,6 +311,23 @@ impl BatchClient {
         match (status, crate::error::error_code(&body).as_deref()) {
             (StatusCode::CONFLICT, Some("TaskCompleted")) => Ok(TerminateOutcome::AlreadyCompleted),
             (StatusCode::NOT_FOUND, Some("TaskNotFound")) => Ok(TerminateOutcome::NotFound),
+            _ => Err(response_error(OPERATION, status, &headers, &body)),
+        }
+    }
+}
+
+impl BatchClient {
+    /// Deletes task `task_id`; returns whether it existed.
+    pub async fn delete_task(&self, task_id: &str) -> Result<bool, Error> {
+        const OPERATION: &str = "delete a finished worker task";
+        let (status, headers, body) = self
+            .send(self.delete_task_request(task_id).await?, OPERATION)
+            .await?;
+        if status.is_success() {
+            return Ok(true);
+        }
+        match (status, crate::error::error_code(&body).as_deref()) {
+            (StatusCode::NOT_FOUND, Some("TaskNotFound")) => Ok(false),
             _ => Err(response_error(OPERATION, status, &headers, &body)),
         }
     }

@@ -319,6 +319,14 @@ fn serve(
         (Method::POST, ["jobs", _, "tasks"]) => add_task(state, headers, body),
         (Method::GET, ["jobs", _, "tasks"]) => list_tasks(state, &params),
         (Method::POST, ["jobs", _, "tasks", id, "terminate"]) => terminate(state, id),
+        (Method::DELETE, ["jobs", _, "tasks", id]) => match state.tasks.remove(*id) {
+            Some(_) => StatusCode::OK.into_response(),
+            None => error(
+                StatusCode::NOT_FOUND,
+                "TaskNotFound",
+                "The specified task does not exist.",
+            ),
+        },
         _ => error(
             StatusCode::NOT_FOUND,
             "ResourceNotFound",

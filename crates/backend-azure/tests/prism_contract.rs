@@ -107,6 +107,11 @@ async fn every_request_the_backend_sends_passes_spec_validation() {
         send(client.terminate_task_request(&task.id).await.unwrap()).await,
         204,
     );
+    assert_valid(
+        "Task_Delete",
+        send(client.delete_task_request(&task.id).await.unwrap()).await,
+        200,
+    );
 
     // The backend's own calls succeed end to end, and the list page parses as a
     // CloudTaskListResult (Prism's placeholder page has a placeholder next link, so only one

@@ -4,8 +4,9 @@ use crate::client;
 use crate::config::KubernetesConfig;
 use crate::error::{BACKEND, from_kube};
 use crate::manifest::WorkerTemplate;
-use crate::pods::{finished_beyond_limit, job_from_pod};
-use codalab_wm_core::backend::{JobState, LaunchRequest, WorkerBackend, WorkerJob};
+use crate::names::{MANAGED_BY_LABEL, MANAGER_ID_LABEL};
+use crate::pods::{finished_beyond_limit, is_finished, job_from_pod};
+use codalab_wm_core::backend::{CleanupItem, JobState, LaunchRequest, WorkerBackend, WorkerJob};
 use codalab_wm_core::bundle::WorkerShape;
 use codalab_wm_core::command::WorkerOptions;
 use codalab_wm_core::error::{Error, Result};
@@ -193,6 +194,35 @@ impl KubernetesBackend {
         deleted
     }
 
+    /// The credentials Secret, if this manager created it (not one given by name) and it still
+    /// exists with this manager's labels.
+    async fn own_secret(&self) -> Result<Option<String>> {
+        if self.template.secret().is_none() {
+            return Ok(None);
+        }
+        let name = self.template.secret_name();
+        let Some(secret) = self
+            .secrets
+            .get_opt(name)
+            .await
+            .map_err(|e| from_kube("read the credentials secret", e))?
+        else {
+            return Ok(None);
+        };
+        let labels = secret.metadata.labels.unwrap_or_default();
+        let ours = self.template.labels();
+        let owned = [MANAGED_BY_LABEL.0, MANAGER_ID_LABEL]
+            .iter()
+            .all(|key| labels.get(*key).is_some_and(|v| ours.get(*key) == Some(v)));
+        if !owned {
+            tracing::warn!(
+                secret = name,
+                "the credentials secret does not carry this manager's labels; leaving it"
+            );
+        }
+        Ok(owned.then(|| name.to_owned()))
+    }
+
     fn dry_run(&self, request: &LaunchRequest<'_>) -> Result<WorkerJob> {
         let pod = self.template.pod(request.unique);
         let manifest = serde_json::to_string(&pod)
@@ -286,5 +316,51 @@ impl WorkerBackend for KubernetesBackend {
         self.delete_pod(&job.id, uid, "delete a worker pod").await?;
         tracing::info!(pod = %job.id, "stopped worker pod");
         Ok(())
+    }
+
+    /// Deletes this manager's finished pods (kept as history) and the credentials Secret it
+    /// created; a Secret given by name (`credentials_secret`) is never touched.
+    #[tracing::instrument(skip(self), fields(backend = BACKEND))]
+    async fn cleanup(&self, dry_run: bool) -> Result<Vec<CleanupItem>> {
+        let params = ListParams::default().labels(&self.template.selector());
+        let pods = self
+            .pods
+            .list(&params)
+            .await
+            .map_err(|e| from_kube("list worker pods", e))?
+            .items;
+        let mut items = Vec::new();
+        for pod in pods.iter().filter(|p| is_finished(p)) {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let item = CleanupItem::found("finished pod", &name);
+            if dry_run {
+                items.push(item);
+                continue;
+            }
+            let result = self
+                .delete_pod(
+                    &name,
+                    pod.metadata.uid.clone(),
+                    "delete a finished worker pod",
+                )
+                .await;
+            items.push(item.outcome(result));
+        }
+        if let Some(name) = self.own_secret().await? {
+            let item = CleanupItem::found("secret", &name);
+            if dry_run {
+                items.push(item);
+            } else {
+                let result = match self.secrets.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                    Err(e) => Err(from_kube("delete the credentials secret", e)),
+                };
+                *self.secret_ready.lock().await = false;
+                tracing::info!(secret = %name, ok = result.is_ok(), "deleted the worker credentials secret");
+                items.push(item.outcome(result));
+            }
+        }
+        Ok(items)
     }
 }

@@ -33,7 +33,10 @@ impl BundleRuntime {
 /// Upstream's flags (`--bundle-runtime`, `--cluster-host`, `--auth-token`, `--cert-path`,
 /// `--cert`, `--nfs-volume-name`, `--cpus`, `--gpus`, `--memory-mb`) plus the namespace, the
 /// manager id that marks this manager's pods, and the history limit of finished pods.
-#[derive(Debug, Clone, Deserialize)]
+///
+/// `Serialize` is for `cl-worker-manager config init`, which writes the defaults into its
+/// template; the token is never serialized.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct KubernetesConfig {
     /// How workers run bundles (`docker` or `kubernetes`).
@@ -44,6 +47,7 @@ pub struct KubernetesConfig {
     /// Bearer token for the API server at `cluster_host` (without `cluster_host` the kubeconfig's
     /// credentials are used); with `bundle_runtime = "kubernetes"` workers get it too (through
     /// the credentials Secret, never in the pod manifest).
+    #[serde(skip_serializing)]
     pub auth_token: Option<Secret>,
     /// Path of the cluster's CA certificate (PEM), for the client of `cluster_host`. `/dev/null`
     /// means "use `cert` instead", as upstream. Kubernetes-runtime workers get the same path,

@@ -9,12 +9,22 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
+/// Pod `status.reason`s of a Failed pod that the cluster, not the worker, ended: eviction
+/// (node pressure, API eviction), preemption by a higher-priority pod, node shutdown.
+pub const PREEMPTED_REASONS: &[&str] = &[
+    "Evicted",
+    "Preempting",
+    "NodeShutdown",
+    "Shutdown",
+    "Terminated",
+];
+
 /// The job a pod stands for.
 ///
 /// Pending is pending and Running is active, unless the pod is terminating (it has a
 /// `deletionTimestamp`): a terminating pod is no longer capacity. Succeeded is ended and
-/// Failed is failed. `Unknown` (the node stopped reporting) still holds its resources, so it
-/// counts as active.
+/// Failed is failed, or preempted when the pod's reason is one of [`PREEMPTED_REASONS`].
+/// `Unknown` (the node stopped reporting) still holds its resources, so it counts as active.
 pub fn job_from_pod(pod: &Pod) -> WorkerJob {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let phase = pod
@@ -23,7 +33,11 @@ pub fn job_from_pod(pod: &Pod) -> WorkerJob {
         .and_then(|s| s.phase.as_deref())
         .unwrap_or("Pending");
     let terminating = pod.metadata.deletion_timestamp.is_some();
+    let pod_reason = pod.status.as_ref().and_then(|s| s.reason.as_deref());
     let state = match (phase, terminating) {
+        ("Failed", _) if pod_reason.is_some_and(|r| PREEMPTED_REASONS.contains(&r)) => {
+            JobState::Preempted
+        }
         ("Failed", _) => JobState::Failed,
         ("Succeeded", _) | (_, true) => JobState::Ended,
         ("Pending", false) => JobState::Pending,
@@ -178,6 +192,26 @@ mod tests {
         assert_eq!(
             job_from_pod(&pod(json!({"metadata": {"name": "p"}}))).state,
             JobState::Pending
+        );
+    }
+
+    #[test]
+    fn evicted_pods_are_preempted_other_failures_failed() {
+        let failed = |reason: &str| {
+            job_from_pod(&pod(json!({
+                "metadata": {"name": "p"},
+                "status": {"phase": "Failed", "reason": reason,
+                    "message": "The node was low on resource: memory."}
+            })))
+        };
+        let evicted = failed("Evicted");
+        assert_eq!(evicted.state, JobState::Preempted);
+        assert_eq!(evicted.reason.as_deref(), Some("Evicted"));
+        assert_eq!(failed("Preempting").state, JobState::Preempted);
+        assert_eq!(failed("DeadlineExceeded").state, JobState::Failed);
+        assert_eq!(
+            job_from_pod(&phase_pod("p", "Failed")).state,
+            JobState::Failed
         );
     }
 

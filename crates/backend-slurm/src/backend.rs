@@ -3,12 +3,13 @@
 use crate::config::{Settings, SlurmConfig, Target};
 use crate::error::{BACKEND, command_failed, slurm_message};
 use crate::script::{JobScript, redact};
-use crate::squeue;
 use crate::ssh::SshTransport;
 use crate::transport::{CallCounter, Invocation, Output, Transport};
+use crate::{scratch, squeue};
 use codalab_wm_core::secret::Credentials;
 use codalab_wm_core::{
-    Error, JobState, LaunchRequest, Result, WorkerBackend, WorkerJob, WorkerShape, async_trait,
+    CleanupItem, Error, JobState, LaunchRequest, Result, WorkerBackend, WorkerJob, WorkerShape,
+    async_trait,
 };
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -203,6 +204,51 @@ impl WorkerBackend for SlurmBackend {
             Err(Error::Backend { message, .. }) if already_gone(&message) => Ok(()),
             other => other.map(|_| ()),
         }
+    }
+
+    /// The scratch directories (`--slurm-work-dir/<worker id>`) of this manager's workers
+    /// whose job is over, listed and removed where the Slurm commands run (locally or on the
+    /// login node).
+    #[tracing::instrument(skip(self), fields(backend = BACKEND))]
+    async fn cleanup(&self, dry_run: bool) -> Result<Vec<CleanupItem>> {
+        let jobs = self.get_worker_jobs().await?;
+        let base = self.settings.config.slurm_work_dir.to_string_lossy();
+        let base = base.trim_end_matches('/');
+        let listing = self
+            .run(
+                "list scratch directories",
+                Invocation::new(scratch::list_command(base)),
+            )
+            .await?;
+        let prefix = self.settings.job_name_prefix();
+        let dirs: Vec<String> = scratch::finished_worker_dirs(&listing.stdout, &prefix, &jobs)
+            .into_iter()
+            .map(|name| format!("{base}/{name}"))
+            .collect();
+        let items = dirs.iter().map(|d| CleanupItem::found("scratch dir", d));
+        if dry_run || dirs.is_empty() {
+            return Ok(items.collect());
+        }
+        let removed = self
+            .run(
+                "remove scratch directories",
+                Invocation::new(scratch::remove_command(&dirs)),
+            )
+            .await
+            .err()
+            .map(|e| e.to_string());
+        tracing::info!(
+            count = dirs.len(),
+            error = removed.as_deref(),
+            "removed the scratch directories of finished workers"
+        );
+        Ok(items
+            .map(|item| CleanupItem {
+                removed: removed.is_none(),
+                error: removed.clone(),
+                ..item
+            })
+            .collect())
     }
 }
 

@@ -30,6 +30,7 @@
 pub mod backend;
 pub mod config;
 pub mod error;
+pub mod scratch;
 pub mod script;
 pub mod squeue;
 pub mod ssh;

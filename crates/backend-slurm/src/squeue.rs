@@ -32,10 +32,11 @@ pub fn job_state(state: &str) -> JobState {
         // Still holding (or about to release) their resources: upstream #2391 for COMPLETING.
         "RUNNING" | "COMPLETING" | "SUSPENDED" | "STOPPED" | "SIGNALING" | "STAGE_OUT"
         | "RESIZING" => JobState::Active,
-        "FAILED" | "NODE_FAIL" | "BOOT_FAIL" | "OUT_OF_MEMORY" | "DEADLINE" | "SPECIAL_EXIT" => {
-            JobState::Failed
-        }
-        "COMPLETED" | "CANCELLED" | "TIMEOUT" | "PREEMPTED" | "REVOKED" => JobState::Ended,
+        // BOOT_FAIL: the node never came up for the job, which never ran: a failed launch.
+        "FAILED" | "BOOT_FAIL" | "OUT_OF_MEMORY" | "DEADLINE" | "SPECIAL_EXIT" => JobState::Failed,
+        // The job had its resources and lost them: preempted, or its node died under it.
+        "PREEMPTED" | "NODE_FAIL" => JobState::Preempted,
+        "COMPLETED" | "CANCELLED" | "TIMEOUT" | "REVOKED" => JobState::Ended,
         other => {
             // A state newer than this code: count it as capacity, so the manager never starts
             // more workers than allowed because of it.
@@ -132,13 +133,13 @@ mod tests {
             ("RUNNING", JobState::Active),
             ("COMPLETING", JobState::Active),
             ("FAILED", JobState::Failed),
-            ("NODE_FAIL", JobState::Failed),
+            ("NODE_FAIL", JobState::Preempted),
             ("BOOT_FAIL", JobState::Failed),
             ("OUT_OF_MEMORY", JobState::Failed),
             ("COMPLETED", JobState::Ended),
             ("CANCELLED", JobState::Ended),
             ("TIMEOUT", JobState::Ended),
-            ("PREEMPTED", JobState::Ended),
+            ("PREEMPTED", JobState::Preempted),
             ("SOMETHING_NEW", JobState::Pending),
         ];
         for (state, expected) in cases {
@@ -182,6 +183,30 @@ mod tests {
         assert_eq!(
             jobs[2].submitted_at,
             Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_293_876))
+        );
+    }
+
+    /// Lines as the controller prints them for a preempted job and a job whose node died
+    /// (`squeue -t all`, reason as `%r` shows it).
+    #[test]
+    fn preempted_and_node_failed_jobs_are_preempted() {
+        let output = "\
+40|root-codalab-slurm-worker-pp|PREEMPTED|None|2026-11-21T20:45:01
+41|root-codalab-slurm-worker-nf|NODE_FAIL|NodeDown|2026-11-21T20:45:02
+42|root-codalab-slurm-worker-bf|BOOT_FAIL|None|2026-11-21T20:45:03
+";
+        let jobs = parse(output, PREFIX).unwrap();
+        let seen: Vec<_> = jobs
+            .iter()
+            .map(|j| (j.id.as_str(), j.state, j.reason.as_deref()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("40", JobState::Preempted, None),
+                ("41", JobState::Preempted, Some("NodeDown")),
+                ("42", JobState::Failed, None),
+            ]
         );
     }
 

@@ -158,6 +158,11 @@ pub struct GlobalArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_format: Option<LogFormat>,
 
+    /// Serve /metrics (Prometheus), /healthz and /status on this address, e.g. 127.0.0.1:9464 [default: off]
+    #[arg(long, value_name = "ADDR", global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<std::net::SocketAddr>,
+
     #[command(flatten)]
     #[serde(rename = "worker")]
     pub worker: WorkerArgs,

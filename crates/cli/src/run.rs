@@ -62,7 +62,13 @@ pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<
     let flags = flag_layers(&global, backend.as_ref());
     let start = figment.clone();
     let mut manager = build_manager(backend, figment, &settings).await?;
-    crate::commands::config::reload::install(&mut manager, global.config, flags, &start, &settings)?;
+    crate::commands::config::reload::install(
+        &mut manager,
+        global.config,
+        flags,
+        &start,
+        &settings,
+    )?;
     if let Some(listener) = listener {
         let sleep_time = Duration::from_secs(settings.sleep_time);
         crate::http::spawn(listener, manager.subscribe_status(), sleep_time);

@@ -87,6 +87,8 @@ pub struct Settings {
     pub insecure_skip_tls_verify: bool,
     /// Log format.
     pub log_format: LogFormat,
+    /// Serve `/metrics`, `/healthz` and `/status` on this address (`--listen`); off when unset.
+    pub listen: Option<std::net::SocketAddr>,
     /// Launch mode of the single backend (`--launch-mode`): compat (upstream) or target.
     pub launch_mode: LaunchMode,
     /// Launches per tick at most in target mode (`--max-launches-per-tick`).
@@ -129,6 +131,7 @@ impl Default for Settings {
             ca_cert: None,
             insecure_skip_tls_verify: false,
             log_format: LogFormat::Text,
+            listen: None,
             launch_mode: LaunchMode::Compat,
             max_launches_per_tick: 1,
             backend: None,
@@ -216,6 +219,34 @@ impl PoolSettings {
         .into_iter()
         .filter_map(|(table, value)| value.as_ref().map(|v| (table, v)))
         .collect()
+    }
+
+    /// The pool's rules for a backend whose workers have `shape` (what `run` starts the pool
+    /// with and what a reload applies).
+    pub fn policy(
+        &self,
+        settings: &Settings,
+        shape: codalab_wm_core::WorkerShape,
+    ) -> codalab_wm_core::PoolPolicy {
+        codalab_wm_core::PoolPolicy {
+            min: self.min,
+            max: self.max,
+            tag: self.tag.clone(),
+            tag_exclusive: self.tag_exclusive,
+            check_shape: !settings.no_prefilter,
+            cost: self.cost,
+            pending_timeout: self.pending_timeout.map(std::time::Duration::from_secs),
+            startup_grace: self.startup_grace.map_or(
+                codalab_wm_core::pools::DEFAULT_STARTUP_GRACE,
+                std::time::Duration::from_secs,
+            ),
+            launch_mode: self.launch_mode,
+            max_launches_per_tick: self.max_launches_per_tick,
+            min_seconds_between_workers: self
+                .min_seconds_between_workers
+                .unwrap_or(settings.min_seconds_between_workers),
+            ..codalab_wm_core::PoolPolicy::new(self.name.clone(), shape)
+        }
     }
 }
 

@@ -43,7 +43,9 @@ fn slurm_running() -> bool {
         .is_ok_and(|o| {
             o.status.success()
                 && String::from_utf8_lossy(&o.stdout).lines().any(|l| {
-                    l.starts_with("idle") || l.starts_with("mix") || l.starts_with("alloc")
+                    ["idle", "mix", "alloc", "comp"]
+                        .iter()
+                        .any(|s| l.starts_with(s))
                 })
         })
 }

@@ -20,8 +20,15 @@ pub enum JobState {
     Pending,
     /// Running (or finishing: Slurm COMPLETING still holds its resources).
     Active,
-    /// Ended without ever running properly, or failed (Slurm FAILED/NODE_FAIL, Batch FAILED).
+    /// Ended without ever running properly, or failed (Slurm FAILED/BOOT_FAIL, Batch FAILED).
     Failed,
+    /// Ended because the platform took its resources away: Slurm PREEMPTED/NODE_FAIL, an AWS
+    /// spot reclaim (`Host EC2 (instance …) terminated.`), an evicted pod. (Azure Batch puts a
+    /// task of a preempted node back in the queue itself, so it never ends this way.) Not the
+    /// worker's fault: no capacity, not a failure (it does not count
+    /// toward `--exit-after-num-failed` nor back a pool off); its demand is launched again by
+    /// the normal rules.
+    Preempted,
     /// Ended normally, cancelled or timed out; no longer capacity.
     Ended,
 }
@@ -30,6 +37,51 @@ impl JobState {
     /// Whether a job in this state counts as a worker (toward `--max-workers` and capacity).
     pub fn is_capacity(self) -> bool {
         matches!(self, JobState::Pending | JobState::Active)
+    }
+
+    /// Whether the job is over (failed, preempted or ended).
+    pub fn is_finished(self) -> bool {
+        !self.is_capacity()
+    }
+}
+
+/// Something a backend created besides its worker jobs (a job definition, a credentials
+/// Secret, a scratch directory), as [`WorkerBackend::cleanup`] found or removed it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CleanupItem {
+    /// What it is: `job definition`, `secret`, `scratch dir`, `task` …
+    pub kind: &'static str,
+    /// Its name, ARN or path.
+    pub name: String,
+    /// Whether it was removed (never in a dry run).
+    pub removed: bool,
+    /// Why removing it failed, when it did.
+    pub error: Option<String>,
+}
+
+impl CleanupItem {
+    /// An item found (and, unless `dry_run`, about to be removed).
+    pub fn found(kind: &'static str, name: impl Into<String>) -> Self {
+        Self {
+            kind,
+            name: name.into(),
+            removed: false,
+            error: None,
+        }
+    }
+
+    /// This item with the outcome of removing it.
+    pub fn outcome(self, result: Result<()>) -> Self {
+        match result {
+            Ok(()) => Self {
+                removed: true,
+                ..self
+            },
+            Err(error) => Self {
+                error: Some(error.to_string()),
+                ..self
+            },
+        }
     }
 }
 
@@ -104,6 +156,19 @@ pub trait WorkerBackend: Send + Sync + Debug + 'static {
             operation: "stopping a worker job",
         })
     }
+
+    /// Removes what this backend created besides worker jobs and no live worker job needs
+    /// any more (job definitions it registered, a credentials Secret it created, scratch
+    /// directories of finished workers), or with `dry_run` only lists it. Ownership comes
+    /// from the same names, labels and tags as [`WorkerBackend::get_worker_jobs`], so no
+    /// running manager is needed (`cl-worker-manager down`). A removal that fails is
+    /// reported in its item, not returned; an error means nothing could be listed.
+    async fn cleanup(&self, _dry_run: bool) -> Result<Vec<CleanupItem>> {
+        Err(Error::Unsupported {
+            backend: self.name().to_owned(),
+            operation: "cleaning up created resources",
+        })
+    }
 }
 
 /// A fresh 32-hex-digit unique id for a launch.
@@ -121,6 +186,8 @@ mod tests {
         assert!(JobState::Active.is_capacity());
         assert!(!JobState::Failed.is_capacity());
         assert!(!JobState::Ended.is_capacity());
+        assert!(!JobState::Preempted.is_capacity());
+        assert!(JobState::Preempted.is_finished());
     }
 
     #[test]

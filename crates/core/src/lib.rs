@@ -64,12 +64,13 @@ pub mod policy;
 pub mod pools;
 pub mod retry;
 pub mod secret;
+pub mod simulate;
 pub mod size;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use async_trait::async_trait;
-pub use backend::{JobState, LaunchRequest, WorkerBackend, WorkerJob};
+pub use backend::{CleanupItem, JobState, LaunchRequest, WorkerBackend, WorkerJob};
 pub use bundle::{StagedBundle, WorkerShape};
 pub use command::WorkerOptions;
 pub use error::{Error, Result};

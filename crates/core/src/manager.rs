@@ -29,8 +29,11 @@ use crate::retry::Backoff;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+
+mod reconfigure;
+pub use reconfigure::{Change, Reconfiguration};
 
 /// Everything the loop needs besides the server and the backend.
 #[derive(Debug, Clone)]
@@ -154,6 +157,10 @@ pub struct Manager {
     counters: Counters,
     recent_failures: VecDeque<FailureRecord>,
     status: watch::Sender<Status>,
+    /// New configurations to apply before the next tick ([`Manager::reload_from`]).
+    reloads: Option<mpsc::UnboundedReceiver<Reconfiguration>>,
+    /// When the current tick started, for [`Status::last_tick_duration_seconds`].
+    tick_started: Instant,
 }
 
 impl Manager {
@@ -164,22 +171,7 @@ impl Manager {
         client: CodaLabClient,
         backend: Arc<dyn WorkerBackend>,
     ) -> Self {
-        let policy = PoolPolicy {
-            min: config.policy.min_workers,
-            max: config.policy.max_workers,
-            match_request_queue: false,
-            check_shape: !config.no_prefilter,
-            pending_timeout: config.pending_timeout,
-            launch_mode: config.launch_mode,
-            max_launches_per_tick: config.max_launches_per_tick,
-            min_seconds_between_workers: config.policy.min_seconds_between_workers,
-            ..PoolPolicy::new(backend.name(), backend.worker_shape())
-        };
-        let pool = Pool {
-            policy,
-            backend,
-            worker: config.worker.clone(),
-        };
+        let pool = Self::single_pool(&config, backend);
         Self::build(config, client, vec![pool], true)
     }
 
@@ -222,6 +214,8 @@ impl Manager {
             counters: Counters::default(),
             recent_failures: VecDeque::new(),
             status: watch::channel(Status::default()).0,
+            reloads: None,
+            tick_started: Instant::now(),
         }
     }
 
@@ -281,11 +275,18 @@ impl Manager {
     /// and counted, not returned.
     pub async fn tick(&mut self) -> Result<TickReport> {
         self.ticks += 1;
+        self.tick_started = Instant::now();
         let result = self.tick_inner().await;
         if let Err(error) = &result {
+            let kind = tick_error_kind(error).to_owned();
+            self.counters.count(("server_errors", String::new(), kind));
+            let now = self.clock();
             self.status.send_modify(|status| {
+                status.uptime_seconds = now.as_secs();
                 status.ticks = self.ticks;
                 status.last_error = Some(error.to_string());
+                status.last_tick_duration_seconds = self.tick_started.elapsed().as_secs_f64();
+                status.counters = self.counters.snapshot();
             });
         }
         result
@@ -510,6 +511,8 @@ impl Manager {
             uptime_seconds: now.as_secs(),
             ticks: self.ticks,
             last_error: None,
+            last_success_seconds: Some(now.as_secs()),
+            last_tick_duration_seconds: self.tick_started.elapsed().as_secs_f64(),
             staged: self.staged_uuids.len(),
             pools: self.pools.iter().map(|p| p.status(now)).collect(),
             unserved: report.pools.unserved.clone(),
@@ -541,6 +544,7 @@ impl Manager {
         );
         let mut streak: Option<String> = None;
         loop {
+            self.apply_reloads();
             if let Some(limit) = self.config.restart_after
                 && self.started.elapsed() > limit
             {
@@ -600,6 +604,20 @@ impl Manager {
                 _ = shutdown.wait_for(|stop| *stop) => return Ok(Outcome::Shutdown),
             }
         }
+    }
+}
+
+/// The `kind` label of a failed tick in the `server_errors` counter (few, stable values).
+fn tick_error_kind(error: &Error) -> &'static str {
+    match error {
+        Error::Unreachable { .. } => "unreachable",
+        Error::Server { status: 429, .. } | Error::RateLimited { .. } => "rate_limited",
+        Error::Server { status, .. } if *status >= 500 => "server_error",
+        Error::Server { .. } => "client_error",
+        Error::Unauthenticated { .. } => "unauthenticated",
+        Error::InvalidReply { .. } => "invalid_reply",
+        Error::Backend { .. } | Error::Unsupported { .. } => "backend",
+        _ => "other",
     }
 }
 

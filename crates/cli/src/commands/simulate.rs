@@ -1,14 +1,402 @@
-//! `cl-worker-manager simulate` (placeholder until it lands).
+//! `cl-worker-manager simulate`: replays a workload through the real pool policy with a
+//! simulated backend (`codalab_wm_core::simulate`). This file only turns the configuration
+//! into pool policies (shapes read from the backend tables, no backend built) and prints.
 
 use crate::args::GlobalArgs;
-use anyhow::{Result, bail};
+use crate::backends::table_of;
+use crate::settings::{PoolSettings, Settings};
+use anyhow::{Context, Result, anyhow, bail};
+use clap::ValueHint;
+use codalab_wm_core::pools::DEFAULT_STARTUP_GRACE;
+use codalab_wm_core::simulate::{BundleTemplate, PoissonRate, SimConfig, Workload, simulate};
+use codalab_wm_core::{LaunchMode, PoolPolicy, WorkerShape};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+const ABOUT: &str = "\
+Answers \"what would these min/max/burst/timeout settings have done to last week's workload?\":
+the pools come from the usual configuration ([[pools]] in --config, or the single-backend
+settings such as --min-workers/--max-workers before `simulate`), bundles from a trace or a
+Poisson generator, and the backend is simulated: jobs pend for --start-latency, some fail
+(--failure-rate) or never start (--stuck-rate), workers exit after --worker-idle-seconds without
+a bundle. The output gives per pool the queue-wait percentiles, worker-hours (cost), launches,
+failures and peak workers; --svg plots staged bundles and workers over time. The same input and
+--seed give byte-identical output.
+
+A trace is CSV with a header (time,cpus,gpus,memory,queue,duration; only time and duration are
+required), a JSON array of such objects, or JSON lines. time is in seconds (relative or since
+the epoch), memory in bytes or like 4g, duration in seconds.";
+
+const SHORT: &str = "Answers \"what would these min/max/burst/timeout settings have done to last week's workload?\" (--help: the model and examples)";
+
+const EXAMPLES: &str = "\
+Examples:
+  # Last week's bundles against the pools of the production config, with max raised to 40:
+  cl-worker-manager --config wm.toml simulate --trace last-week.csv --set cpu.max=40 --svg week.svg
+
+  # Upstream's rules versus bursts, on 2 bundles per minute of 20-minute runs:
+  cl-worker-manager --max-workers 20 simulate --arrivals poisson:2 --bundles 5000 \\
+      --mix cpus=1,memory=2g,duration=1200
+  cl-worker-manager --max-workers 20 --launch-mode target --max-launches-per-tick 5 \\
+      simulate --arrivals poisson:2 --bundles 5000 --mix cpus=1,memory=2g,duration=1200
+
+  # Stuck jobs, and a pending timeout that moves their demand to the next pool:
+  cl-worker-manager --config wm.toml simulate --trace t.json --stuck-rate 0.2 \\
+      --set gpu.pending_timeout=600";
+
+fn long_help() -> String {
+    format!("{ABOUT}\n\n{EXAMPLES}")
+}
 
 /// Flags of `cl-worker-manager simulate`.
-#[derive(Debug, Default, clap::Args)]
-pub struct Args {}
+#[derive(Debug, clap::Args)]
+// The subcommand's doc line (in args.rs) is its about; the explanation and the examples go
+// after the flags.
+#[command(after_help = SHORT, after_long_help = long_help())]
+pub struct Args {
+    /// Bundle trace: CSV with a header, a JSON array or JSON lines
+    #[arg(long, value_hint = ValueHint::FilePath, required_unless_present = "arrivals", conflicts_with = "arrivals")]
+    pub trace: Option<PathBuf>,
+
+    /// Generate arrivals instead: poisson:RATE, RATE in bundles per minute (or poisson:2/s, poisson:90/h)
+    #[arg(long)]
+    pub arrivals: Option<PoissonRate>,
+
+    /// Bundles to generate with --arrivals
+    #[arg(long, default_value_t = 1000)]
+    pub bundles: usize,
+
+    /// A kind of generated bundle, repeatable: cpus=N,gpus=N,memory=SIZE,queue=Q,duration=MEAN_SECONDS,weight=N [default: cpus=1,memory=1g,duration=600]
+    #[arg(long = "mix", value_name = "SPEC")]
+    pub mix: Vec<BundleTemplate>,
+
+    /// Seed of the generator and of the simulated backend
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// Seconds a launched job is pending before its worker is active: N, or MIN-MAX (uniform)
+    #[arg(long, value_name = "SECONDS", default_value = "60")]
+    pub start_latency: String,
+
+    /// Fraction of launched jobs that fail before their worker is active
+    #[arg(long, default_value_t = 0.0)]
+    pub failure_rate: f64,
+
+    /// Fraction of launched jobs that stay pending until stopped (pending_timeout)
+    #[arg(long, default_value_t = 0.0)]
+    pub stuck_rate: f64,
+
+    /// A worker with no bundle for this long exits; 0: never [default: the [worker] idle_seconds setting, 600]
+    #[arg(long = "worker-idle-seconds", value_name = "SECONDS")]
+    pub worker_idle_seconds: Option<u64>,
+
+    /// Stop this long after the last arrival even if bundles still wait
+    #[arg(long, value_name = "SECONDS", default_value_t = 86_400)]
+    pub drain_seconds: u64,
+
+    /// What-if: change a pool setting, [POOL.]KEY=VALUE (no POOL: every pool), repeatable. KEY: min, max, cost, pending_timeout (0: none), startup_grace, launch_mode, max_launches_per_tick, min_seconds_between_workers, cpus, gpus, memory_mb
+    #[arg(long = "set", value_name = "[POOL.]KEY=VALUE")]
+    pub set: Vec<String>,
+
+    /// Without [[pools]]: the backend whose worker shape the single pool has [default: `backend` in the config, else local]
+    #[arg(long)]
+    pub backend: Option<String>,
+
+    /// Write the plot (staged bundles and workers per pool over time) to this SVG file
+    #[arg(long, value_hint = ValueHint::FilePath)]
+    pub svg: Option<PathBuf>,
+
+    /// Print the report as JSON
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// Runs `cl-worker-manager simulate`.
-pub async fn run(_args: Args, _global: GlobalArgs) -> Result<ExitCode> {
-    bail!("`cl-worker-manager simulate` is not implemented yet")
+pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
+    let settings: Settings = crate::run::figment(&global, None)?
+        .extract()
+        .map_err(|e| anyhow!("invalid configuration: {e}"))?;
+    let mut policies = policies(&settings, args.backend.as_deref())?;
+    for change in &args.set {
+        apply(&mut policies, change)?;
+    }
+    for policy in &policies {
+        policy.validate().map_err(|e| anyhow!(e))?;
+    }
+    let workload = workload(&args)?;
+    let config = SimConfig {
+        sleep_time: Duration::from_secs(settings.sleep_time),
+        start_latency: latency(&args.start_latency)?,
+        failure_rate: args.failure_rate,
+        stuck_rate: args.stuck_rate,
+        worker_idle: Duration::from_secs(
+            args.worker_idle_seconds
+                .unwrap_or(settings.worker.idle_seconds),
+        ),
+        worker_max_runs: settings
+            .worker
+            .exit_after_num_runs
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| *n > 0),
+        seed: args.seed,
+        drain: Duration::from_secs(args.drain_seconds),
+    };
+    let started = Instant::now();
+    let report = simulate(&workload, &policies, &config)?;
+    tracing::debug!(seconds = started.elapsed().as_secs_f64(), "simulated");
+    if let Some(path) = &args.svg {
+        std::fs::write(path, report.to_svg())
+            .with_context(|| format!("cannot write the plot to {}", path.display()))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.to_text());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn workload(args: &Args) -> Result<Workload> {
+    if let Some(path) = &args.trace {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the trace {}", path.display()))?;
+        return Workload::parse(&text).with_context(|| format!("in {}", path.display()));
+    }
+    let rate = args
+        .arrivals
+        .ok_or_else(|| anyhow!("give --trace FILE or --arrivals poisson:RATE"))?;
+    Ok(Workload::poisson(rate, args.bundles, &args.mix, args.seed))
+}
+
+/// `60` or `30-120` seconds.
+fn latency(text: &str) -> Result<(Duration, Duration)> {
+    let seconds = |s: &str| -> Result<Duration> {
+        let value: f64 = s.trim().parse().map_err(|_| {
+            anyhow!("invalid --start-latency `{text}`: expected N or MIN-MAX seconds")
+        })?;
+        if !value.is_finite() || value < 0.0 {
+            bail!("invalid --start-latency `{text}`: seconds must be >= 0");
+        }
+        Ok(Duration::from_millis((value * 1000.0).round() as u64))
+    };
+    match text.split_once('-') {
+        Some((low, high)) => Ok((seconds(low)?, seconds(high)?)),
+        None => seconds(text).map(|d| (d, d)),
+    }
+}
+
+/// The pool policies the manager would build, without building any backend.
+fn policies(settings: &Settings, backend: Option<&str>) -> Result<Vec<PoolPolicy>> {
+    if settings.pools.is_empty() {
+        return single_pool(settings, backend).map(|p| vec![p]);
+    }
+    if backend.is_some() {
+        bail!("--backend is for the single-backend mode; the config file declares [[pools]]");
+    }
+    settings
+        .pools
+        .iter()
+        .map(|entry| pool(settings, entry))
+        .collect()
+}
+
+/// Upstream's mode, as `Manager::new` builds its pool.
+fn single_pool(settings: &Settings, backend: Option<&str>) -> Result<PoolPolicy> {
+    let name = backend.or(settings.backend.as_deref()).unwrap_or("local");
+    let table = table_of(name).ok_or_else(|| anyhow!("unknown backend `{name}`"))?;
+    let values = match table {
+        "local" => settings.local.as_ref(),
+        "slurm_batch" => settings.slurm_batch.as_ref(),
+        "aws_batch" => settings.aws_batch.as_ref(),
+        "azure_batch" => settings.azure_batch.as_ref(),
+        _ => settings.kubernetes.as_ref(),
+    };
+    if settings.max_launches_per_tick > 1 && settings.launch_mode == LaunchMode::Compat {
+        bail!(
+            "--max-launches-per-tick {} needs --launch-mode target (compat launches at most one worker per tick, as upstream)",
+            settings.max_launches_per_tick
+        );
+    }
+    Ok(PoolPolicy {
+        min: settings.min_workers,
+        max: settings.max_workers,
+        // The server's search does the queue filtering in this mode; the simulated server
+        // still runs a bundle only on a worker with its tag.
+        match_request_queue: false,
+        tag: settings.worker.tag.clone(),
+        tag_exclusive: settings.worker.tag_exclusive,
+        check_shape: !settings.no_prefilter,
+        launch_mode: settings.launch_mode,
+        max_launches_per_tick: settings.max_launches_per_tick,
+        min_seconds_between_workers: settings.min_seconds_between_workers,
+        ..PoolPolicy::new(name, shape(name, values)?)
+    })
+}
+
+/// One `[[pools]]` entry, as `run::build_pools` makes its policy.
+fn pool(settings: &Settings, entry: &PoolSettings) -> Result<PoolPolicy> {
+    let name = &entry.name;
+    let table = table_of(&entry.backend)
+        .ok_or_else(|| anyhow!("pool {name}: unknown backend `{}`", entry.backend))?;
+    let mut values = None;
+    for (given, value) in entry.tables() {
+        if given != table {
+            bail!(
+                "pool {name}: [pools.{given}] does not belong to backend {}; its settings go in [pools.{table}]",
+                entry.backend
+            );
+        }
+        values = Some(value);
+    }
+    Ok(PoolPolicy {
+        min: entry.min,
+        max: entry.max,
+        tag: entry.tag.clone(),
+        tag_exclusive: entry.tag_exclusive,
+        check_shape: !settings.no_prefilter,
+        cost: entry.cost,
+        pending_timeout: entry.pending_timeout.map(Duration::from_secs),
+        startup_grace: entry
+            .startup_grace
+            .map_or(DEFAULT_STARTUP_GRACE, Duration::from_secs),
+        launch_mode: entry.launch_mode,
+        max_launches_per_tick: entry.max_launches_per_tick,
+        min_seconds_between_workers: entry
+            .min_seconds_between_workers
+            .unwrap_or(settings.min_seconds_between_workers),
+        ..PoolPolicy::new(name.clone(), shape(&entry.backend, values)?)
+    })
+}
+
+/// The worker shape from a backend table's `cpus`, `gpus` and `memory_mb`, with the backend's
+/// defaults (1 CPU, 2048 MB; Slurm asks for 1 GPU by default, as upstream, the others none).
+fn shape(backend: &str, table: Option<&serde_json::Value>) -> Result<WorkerShape> {
+    let (cpus, gpus, memory_mb) = default_shape(backend);
+    let field = |key: &str, default: u64| -> Result<u64> {
+        match table.and_then(|t| t.get(key)) {
+            None => Ok(default),
+            Some(value) => value
+                .as_u64()
+                .ok_or_else(|| anyhow!("{backend} `{key}` = {value} is not a whole number")),
+        }
+    };
+    let cpus = u32::try_from(field("cpus", cpus.into())?).context("cpus is too large")?;
+    let gpus = u32::try_from(field("gpus", gpus.into())?).context("gpus is too large")?;
+    Ok(WorkerShape::from_flags(
+        cpus,
+        gpus,
+        field("memory_mb", memory_mb)?,
+    ))
+}
+
+/// `(cpus, gpus, memory_mb)` a backend gives a worker when its table does not say.
+pub fn default_shape(backend: &str) -> (u32, u32, u64) {
+    match backend {
+        "slurm-batch" => (1, 1, 2048),
+        _ => (1, 0, 2048),
+    }
+}
+
+/// Applies one `--set [POOL.]KEY=VALUE`.
+fn apply(policies: &mut [PoolPolicy], change: &str) -> Result<()> {
+    let (target, value) = change
+        .split_once('=')
+        .ok_or_else(|| anyhow!("invalid --set `{change}`: expected [POOL.]KEY=VALUE"))?;
+    let (pool, key) = match target.split_once('.') {
+        Some((pool, key)) => (Some(pool), key),
+        None => (None, target),
+    };
+    if let Some(pool) = pool
+        && !policies.iter().any(|p| p.name == pool)
+    {
+        let names: Vec<&str> = policies.iter().map(|p| p.name.as_str()).collect();
+        bail!(
+            "--set `{change}`: no pool named {pool} (pools: {})",
+            names.join(", ")
+        );
+    }
+    for policy in policies
+        .iter_mut()
+        .filter(|p| pool.is_none_or(|name| p.name == name))
+    {
+        set(policy, key.trim(), value.trim())
+            .with_context(|| format!("invalid --set `{change}`"))?;
+    }
+    Ok(())
+}
+
+fn set(policy: &mut PoolPolicy, key: &str, value: &str) -> Result<()> {
+    let number = || -> Result<u64> {
+        value
+            .parse()
+            .map_err(|_| anyhow!("`{value}` is not a whole number"))
+    };
+    let small = || -> Result<u32> { Ok(u32::try_from(number()?)?) };
+    match key {
+        "min" => policy.min = small()?,
+        "max" => policy.max = small()?,
+        "cost" => {
+            policy.cost = value
+                .parse()
+                .map_err(|_| anyhow!("`{value}` is not a number"))?
+        }
+        "pending_timeout" => {
+            policy.pending_timeout = Some(number()?).filter(|s| *s > 0).map(Duration::from_secs)
+        }
+        "startup_grace" => policy.startup_grace = Duration::from_secs(number()?),
+        "launch_mode" => policy.launch_mode = value.parse().map_err(|e: String| anyhow!(e))?,
+        "max_launches_per_tick" => policy.max_launches_per_tick = small()?,
+        "min_seconds_between_workers" => policy.min_seconds_between_workers = number()?,
+        "cpus" => policy.shape.cpus = small()?,
+        "gpus" => policy.shape.gpus = small()?,
+        "memory_mb" => policy.shape.memory_bytes = number()?.saturating_mul(1 << 20),
+        other => bail!(
+            "unknown key `{other}`: use min, max, cost, pending_timeout, startup_grace, launch_mode, max_launches_per_tick, min_seconds_between_workers, cpus, gpus, memory_mb"
+        ),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_shapes_match_the_backends() {
+        let local = codalab_wm_core::local::LocalConfig::default();
+        assert_eq!(
+            default_shape("local"),
+            (local.cpus, local.gpus, local.memory_mb)
+        );
+        #[cfg(feature = "slurm")]
+        {
+            let slurm = codalab_wm_slurm::SlurmConfig::default();
+            assert_eq!(
+                default_shape("slurm-batch"),
+                (slurm.cpus, slurm.gpus, slurm.memory_mb)
+            );
+        }
+    }
+
+    #[test]
+    fn set_changes_one_pool_or_all() {
+        let shape = WorkerShape::from_flags(1, 0, 1024);
+        let mut pools = vec![PoolPolicy::new("a", shape), PoolPolicy::new("b", shape)];
+        apply(&mut pools, "a.max=3").unwrap();
+        apply(&mut pools, "pending_timeout=600").unwrap();
+        apply(&mut pools, "b.launch_mode=compat").unwrap();
+        assert_eq!((pools[0].max, pools[1].max), (3, 10));
+        assert_eq!(pools[1].pending_timeout, Some(Duration::from_secs(600)));
+        assert_eq!(pools[1].launch_mode, LaunchMode::Compat);
+        assert!(
+            apply(&mut pools, "c.max=1")
+                .unwrap_err()
+                .to_string()
+                .contains("no pool named c")
+        );
+        assert!(apply(&mut pools, "colour=red").is_err());
+        assert_eq!(latency("30-90").unwrap().1, Duration::from_secs(90));
+        assert!(latency("x").is_err());
+    }
 }

@@ -1,14 +1,369 @@
-//! `cl-worker-manager status` (placeholder until it lands).
+//! `cl-worker-manager status`: what a running manager is doing, like `ray status`.
+//!
+//! By default it reads `/status` of a manager started with `--listen` (`--url`, or the `listen`
+//! address of the config). With `--dry-tick` it builds the manager from the config and flags
+//! exactly as a run would, runs one tick with `--dry-run` forced (nothing is submitted), and
+//! shows that tick. Both print the same compact view, or with `--json` the `/status` document.
+//!
+//! The view is rendered from the JSON document (not the core types), so that it shows what any
+//! manager version serves and the two paths cannot drift apart.
 
 use crate::args::GlobalArgs;
-use anyhow::{Result, bail};
+use crate::backends::BackendCommand;
+use crate::run;
+use crate::settings::Settings;
+use anyhow::{Context, Result, anyhow, bail};
+use figment::providers::Serialized;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::fmt::Write as _;
 use std::process::ExitCode;
 
 /// Flags of `cl-worker-manager status`.
 #[derive(Debug, Default, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Address of a running manager's --listen server [default: http://<listen> from the config]
+    #[arg(long, value_name = "URL", conflicts_with = "dry_tick")]
+    pub url: Option<String>,
+
+    /// Ask no running manager: build one from the config and flags and run one tick here with --dry-run (nothing is submitted)
+    #[arg(long = "dry-tick")]
+    pub dry_tick: bool,
+
+    /// Print the status document (as /status serves it) instead of the view
+    #[arg(long)]
+    pub json: bool,
+
+    /// With --dry-tick: the backend (as when running the manager), unless the config names one
+    #[command(subcommand)]
+    pub backend: Option<BackendCommand>,
+}
 
 /// Runs `cl-worker-manager status`.
-pub async fn run(_args: Args, _global: GlobalArgs) -> Result<ExitCode> {
-    bail!("`cl-worker-manager status` is not implemented yet")
+pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
+    if args.backend.is_some() && !args.dry_tick {
+        bail!("a backend after `status` needs --dry-tick");
+    }
+    let document = if args.dry_tick {
+        dry_tick(args.backend, &global).await?
+    } else {
+        let figment = run::figment(&global, None)?;
+        let settings: Settings = figment
+            .extract()
+            .map_err(|e| anyhow!("invalid configuration: {e}"))?;
+        fetch(&base_url(args.url, &settings)?).await?
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&document)?);
+    } else {
+        let view: StatusView =
+            serde_json::from_value(document).context("the status document is not understood")?;
+        print!("{}", render(&view));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--url`, or `http://<listen>` (a wildcard `listen` address is asked on loopback).
+fn base_url(url: Option<String>, settings: &Settings) -> Result<String> {
+    if let Some(url) = url {
+        return Ok(url);
+    }
+    let mut addr = settings.listen.ok_or_else(|| {
+        anyhow!(
+            "no manager to ask: pass --url http://127.0.0.1:9464 (a manager started with --listen), set `listen` in the config, or use --dry-tick"
+        )
+    })?;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    Ok(format!("http://{addr}"))
+}
+
+/// `GET <base>/status`.
+async fn fetch(base: &str) -> Result<Value> {
+    let base = base.trim_end_matches('/');
+    let url = if base.ends_with("/status") {
+        base.to_owned()
+    } else {
+        format!("{base}/status")
+    };
+    let reply = reqwest::get(&url)
+        .await
+        .with_context(|| format!("cannot reach the manager at {url}"))?;
+    let code = reply.status();
+    if !code.is_success() {
+        bail!("the manager at {url} answered {code}");
+    }
+    reply
+        .json()
+        .await
+        .with_context(|| format!("invalid status document from {url}"))
+}
+
+/// Builds the manager as `run` does, with `dry_run` forced, and runs one tick.
+async fn dry_tick(backend: Option<BackendCommand>, global: &GlobalArgs) -> Result<Value> {
+    let figment =
+        run::figment(global, backend.as_ref())?.merge(Serialized::default("dry_run", true));
+    let settings: Settings = figment
+        .extract()
+        .map_err(|e| anyhow!("invalid configuration: {e}"))?;
+    if settings.verbose {
+        run::init_logging(true, settings.log_format);
+    }
+    let mut manager = run::build_manager(backend, figment, &settings).await?;
+    manager
+        .tick()
+        .await
+        .context("the dry tick failed (nothing was submitted)")?;
+    Ok(serde_json::to_value(manager.status())?)
+}
+
+/// The parts of the `/status` document the view shows.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct StatusView {
+    uptime_seconds: u64,
+    ticks: u64,
+    last_error: Option<String>,
+    last_success_seconds: Option<u64>,
+    staged: usize,
+    pools: Vec<PoolView>,
+    unserved: Vec<UnservedView>,
+    recent_failures: Vec<FailureView>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct PoolView {
+    name: String,
+    backend: String,
+    launch_mode: String,
+    shape: ShapeView,
+    min: u32,
+    max: u32,
+    tag: Option<String>,
+    tag_exclusive: bool,
+    cost: f64,
+    active: usize,
+    pending: usize,
+    failed: usize,
+    stopping: usize,
+    health: HealthView,
+    backing_off_until: Option<u64>,
+    last_decision: Option<DecisionView>,
+    assigned: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ShapeView {
+    cpus: u32,
+    gpus: u32,
+    memory_bytes: u64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct HealthView {
+    failures: u32,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct DecisionView {
+    launches: u32,
+    stops: Vec<String>,
+    target: Option<u32>,
+    demand: usize,
+    reasons: Vec<Map<String, Value>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct UnservedView {
+    uuid: String,
+    pools: Vec<Map<String, Value>>,
+    /// `reason` and its fields.
+    #[serde(flatten)]
+    reason: Map<String, Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct FailureView {
+    pool: String,
+    at_seconds: u64,
+    kind: String,
+    detail: String,
+}
+
+/// The compact text view.
+pub fn render(status: &StatusView) -> String {
+    let mut out = String::new();
+    let last = match status.last_success_seconds {
+        Some(at) => format!(
+            "last successful tick {} s ago",
+            status.uptime_seconds.saturating_sub(at)
+        ),
+        None => "no successful tick yet".to_owned(),
+    };
+    let _ = writeln!(
+        out,
+        "cl-worker-manager: up {}, {} ticks, {last}",
+        duration(status.uptime_seconds),
+        status.ticks
+    );
+    if let Some(error) = &status.last_error {
+        let _ = writeln!(out, "last tick failed: {error}");
+    }
+    let assigned: usize = status.pools.iter().map(|p| p.assigned.len()).sum();
+    let _ = writeln!(
+        out,
+        "staged bundles: {} a pool can run, {assigned} assigned; {} unserved",
+        status.staged,
+        status.unserved.len()
+    );
+    for pool in &status.pools {
+        render_pool(&mut out, pool, status.uptime_seconds);
+    }
+    if !status.unserved.is_empty() {
+        let _ = writeln!(out, "\nunserved bundles:");
+        for bundle in &status.unserved {
+            let verdicts: Vec<String> = bundle
+                .pools
+                .iter()
+                .map(|v| {
+                    let pool = v.get("pool").and_then(Value::as_str).unwrap_or("?");
+                    format!("{pool}: {}", reason(v))
+                })
+                .collect();
+            let _ = write!(out, "  {}  {}", bundle.uuid, reason(&bundle.reason));
+            if !verdicts.is_empty() {
+                let _ = write!(out, " ({})", verdicts.join("; "));
+            }
+            out.push('\n');
+        }
+    }
+    if !status.recent_failures.is_empty() {
+        let _ = writeln!(out, "\nrecent failures:");
+        for failure in &status.recent_failures {
+            let _ = writeln!(
+                out,
+                "  at {:>6}  {}  {}: {}",
+                duration(failure.at_seconds),
+                failure.pool,
+                failure.kind,
+                failure.detail
+            );
+        }
+    }
+    out
+}
+
+fn render_pool(out: &mut String, pool: &PoolView, now: u64) {
+    let shape = &pool.shape;
+    let mut limits = format!("min {}, max {}, cost {}", pool.min, pool.max, pool.cost);
+    if let Some(tag) = &pool.tag {
+        let exclusive = if pool.tag_exclusive {
+            " (exclusive)"
+        } else {
+            ""
+        };
+        let _ = write!(limits, ", tag {tag}{exclusive}");
+    }
+    let _ = writeln!(
+        out,
+        "\npool {} ({}, {}): {} cpus, {} gpus, {} per worker; {limits}",
+        pool.name,
+        pool.backend,
+        pool.launch_mode,
+        shape.cpus,
+        shape.gpus,
+        memory(shape.memory_bytes)
+    );
+    let _ = writeln!(
+        out,
+        "  workers   {} active, {} pending, {} failed, {} stopping",
+        pool.active, pool.pending, pool.failed, pool.stopping
+    );
+    let backoff = match pool.backing_off_until {
+        Some(until) => format!(
+            "backing off for {} more s after {} failures",
+            until.saturating_sub(now),
+            pool.health.failures
+        ),
+        None if pool.health.failures > 0 => {
+            format!("none ({} recent failures)", pool.health.failures)
+        }
+        None => "none".to_owned(),
+    };
+    let _ = writeln!(out, "  backoff   {backoff}");
+    let decision = match &pool.last_decision {
+        Some(d) => {
+            let mut head = format!("launch {}", d.launches);
+            if !d.stops.is_empty() {
+                let _ = write!(head, ", stop {}", d.stops.join(" "));
+            }
+            if let Some(target) = d.target {
+                let _ = write!(head, " (target {target}, demand {})", d.demand);
+            } else {
+                let _ = write!(head, " (demand {})", d.demand);
+            }
+            let reasons: Vec<String> = d.reasons.iter().map(reason).collect();
+            format!("{head}: {}", reasons.join("; "))
+        }
+        None => "none yet".to_owned(),
+    };
+    let _ = writeln!(out, "  decision  {decision}");
+    let _ = writeln!(out, "  bundles   {} assigned", pool.assigned.len());
+}
+
+/// A reason object (`{"reason": "max_reached", "jobs": 3, "max": 3}`) as
+/// `max_reached (jobs=3, max=3)`; a `detail` or `error` field follows a colon.
+fn reason(object: &Map<String, Value>) -> String {
+    let code = object.get("reason").and_then(Value::as_str).unwrap_or("?");
+    let mut fields = Vec::new();
+    let mut text = None;
+    for (key, value) in object {
+        match (key.as_str(), value) {
+            ("reason" | "pool", _) => {}
+            ("detail" | "error", Value::String(s)) => text = Some(s.clone()),
+            (_, Value::String(s)) => fields.push(format!("{key}={s}")),
+            _ => fields.push(format!("{key}={value}")),
+        }
+    }
+    let mut out = code.to_owned();
+    if !fields.is_empty() {
+        let _ = write!(out, " ({})", fields.join(", "));
+    }
+    if let Some(text) = text {
+        let _ = write!(out, ": {text}");
+    }
+    out
+}
+
+/// `3h 02m`, `5m 07s`, `42s`.
+fn duration(seconds: u64) -> String {
+    let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m {s:02}s"),
+        _ => format!("{h}h {m:02}m"),
+    }
+}
+
+/// `8 GiB`, `512 MiB`, `1.5 GiB`.
+fn memory(bytes: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    if bytes >= GIB {
+        let gib = bytes as f64 / GIB as f64;
+        if bytes.is_multiple_of(GIB) {
+            format!("{} GiB", bytes / GIB)
+        } else {
+            format!("{gib:.1} GiB")
+        }
+    } else {
+        format!("{} MiB", bytes / MIB)
+    }
 }

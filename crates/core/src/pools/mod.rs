@@ -334,7 +334,7 @@ fn census(policy: &PoolPolicy, observed: &PoolObservation, now: Duration) -> Cen
                 }
                 _ => census.pending += 1,
             },
-            JobState::Failed | JobState::Ended => continue,
+            JobState::Failed | JobState::Preempted | JobState::Ended => continue,
         }
         census.jobs += 1;
     }

@@ -114,7 +114,8 @@ impl PoolRuntime {
             .map(|j| j.id.as_str())
             .collect();
         self.stopping.retain(|id| live.contains(id.as_str()));
-        self.failed_seen.retain(|id| listed.contains(id.as_str()));
+        self.failed_seen
+            .retain(|id| listed.contains(id.as_str()) && !live.contains(id.as_str()));
         self.seen_active.retain(|id| listed.contains(id.as_str()));
         self.pending_since
             .retain(|id, _| live.contains(id.as_str()));
@@ -135,6 +136,11 @@ impl PoolRuntime {
                 JobState::Failed => {
                     if self.failed_seen.insert(job.id.clone()) {
                         self.note_failed(job, now, &mut news);
+                    }
+                }
+                JobState::Preempted => {
+                    if self.failed_seen.insert(job.id.clone()) {
+                        self.note_preempted(job, &mut news);
                     }
                 }
                 JobState::Ended => {}
@@ -164,6 +170,19 @@ impl PoolRuntime {
             news.events.extend(more.events);
             news.failures.extend(more.failures);
         }
+    }
+
+    /// A preempted job, once: logged and counted, but neither a failure nor a reason to back
+    /// off (the worker did run, or would have; the platform took it away). Its demand is
+    /// served again by the normal rules, as it is no longer capacity.
+    fn note_preempted(&mut self, job: &WorkerJob, news: &mut ListingNews) {
+        let reason = job.reason.clone();
+        tracing::warn!(pool = self.name(), job = %job.id, reason = reason.as_deref().unwrap_or("unknown"), "worker job was preempted; its demand is launched again by the normal rules");
+        news.events.push(TickEvent::JobPreempted {
+            pool: self.name().to_owned(),
+            job_id: job.id.clone(),
+            reason,
+        });
     }
 
     /// The pure observation of this pool.

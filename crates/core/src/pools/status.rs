@@ -92,6 +92,10 @@ pub struct Status {
     pub ticks: u64,
     /// The error of the last tick, if it failed.
     pub last_error: Option<String>,
+    /// When the last successful tick ended (seconds since the manager started), if one has.
+    pub last_success_seconds: Option<u64>,
+    /// How long the last tick took (successful or not), in seconds.
+    pub last_tick_duration_seconds: f64,
     /// Staged bundles seen at the last tick.
     pub staged: usize,
     /// Every pool.
@@ -175,6 +179,17 @@ pub enum TickEvent {
         /// It never became active (a failed launch).
         before_active: bool,
     },
+    /// A job was seen preempted for the first time (the platform took its resources: Slurm
+    /// PREEMPTED/NODE_FAIL, spot reclaim, eviction). Not a failure: no backoff, not counted
+    /// toward `--exit-after-num-failed`.
+    JobPreempted {
+        /// The pool.
+        pool: String,
+        /// The job.
+        job_id: String,
+        /// The platform's reason, when it gave one.
+        reason: Option<String>,
+    },
     /// A pool started backing off.
     BackoffStarted {
         /// The pool.
@@ -189,7 +204,8 @@ pub enum TickEvent {
 /// A running total in [`Status::counters`].
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Counter {
-    /// `launches`, `stops`, `decisions`, `unserved`, `job_failures` or `backoffs`.
+    /// `launches`, `stops`, `decisions`, `unserved`, `job_failures`, `job_preemptions` or
+    /// `backoffs`.
     pub metric: &'static str,
     /// The pool (empty for `unserved`).
     pub pool: String,
@@ -235,6 +251,9 @@ impl TickEvent {
                 }
                 .to_owned(),
             ),
+            TickEvent::JobPreempted { pool, .. } => {
+                ("job_preemptions", pool.clone(), "preempted".to_owned())
+            }
             TickEvent::BackoffStarted { pool, .. } => {
                 ("backoffs", pool.clone(), "started".to_owned())
             }
@@ -249,8 +268,14 @@ pub(crate) struct Counters(BTreeMap<(&'static str, String, String), u64>);
 impl Counters {
     pub(crate) fn add(&mut self, events: &[TickEvent]) {
         for event in events {
-            *self.0.entry(event.counter()).or_default() += 1;
+            self.count(event.counter());
         }
+    }
+
+    /// Adds one to the counter `(metric, pool, label)`; also used for failed ticks
+    /// (`server_errors`, no pool, the kind of error).
+    pub(crate) fn count(&mut self, key: (&'static str, String, String)) {
+        *self.0.entry(key).or_default() += 1;
     }
 
     pub(crate) fn snapshot(&self) -> Vec<Counter> {

@@ -5,7 +5,9 @@
 //! `GET /rest/user`, and `GET /rest/bundles` with `keywords` (`state=staged`, `.mine`,
 //! `.limit` with the server's default of 10, `.offset`, `request_queue=a,tag=a`, `tags=x`).
 //! Like the real server, a request with an invalid token runs as anonymous. Faults can be
-//! injected: the next N replies as HTTP errors with a plain-text body, or revoked tokens.
+//! injected: the next N replies as HTTP errors with a plain-text body, or revoked tokens; and
+//! the whole server can be stopped and started again on the same port ([`FakeCodaLab::stop`],
+//! [`FakeCodaLab::restart`]), as an outage would.
 
 use axum::Router;
 use axum::extract::{Form, RawQuery, State};
@@ -114,6 +116,33 @@ struct FakeState {
 pub struct FakeCodaLab {
     addr: SocketAddr,
     state: Arc<Mutex<FakeState>>,
+    serving: Arc<Mutex<Option<Serving>>>,
+}
+
+/// The serving task and how to stop it.
+#[derive(Debug)]
+struct Serving {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Serving {
+    fn spawn(listener: tokio::net::TcpListener, state: Shared) -> Self {
+        let app = Router::new()
+            .route("/rest/oauth2/token", post(token))
+            .route("/rest/user", get(user))
+            .route("/rest/bundles", get(bundles))
+            .with_state(state);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        Self { stop, task }
+    }
 }
 
 type Shared = Arc<Mutex<FakeState>>;
@@ -133,17 +162,37 @@ impl FakeCodaLab {
             s.users.insert("codalab".into(), "codalab".into());
             s.expires_in = 3600;
         }
-        let app = Router::new()
-            .route("/rest/oauth2/token", post(token))
-            .route("/rest/user", get(user))
-            .route("/rest/bundles", get(bundles))
-            .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Ok(Self { addr, state })
+        let serving = Serving::spawn(listener, state.clone());
+        Ok(Self {
+            addr,
+            state,
+            serving: Arc::new(Mutex::new(Some(serving))),
+        })
+    }
+
+    /// Stops serving: the port is closed (connections are refused) and open connections are
+    /// closed once their request is answered. Returns when the server is down.
+    pub async fn stop(&self) {
+        let serving = self
+            .serving
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(serving) = serving {
+            let _ = serving.stop.send(());
+            let _ = serving.task.await;
+        }
+    }
+
+    /// Serves again on the same port, with the same users, tokens and bundles.
+    pub async fn restart(&self) -> std::io::Result<()> {
+        self.stop().await;
+        let listener = tokio::net::TcpListener::bind(self.addr).await?;
+        let serving = Serving::spawn(listener, self.state.clone());
+        *self.serving.lock().unwrap_or_else(|p| p.into_inner()) = Some(serving);
+        Ok(())
     }
 
     /// `http://127.0.0.1:<port>`.

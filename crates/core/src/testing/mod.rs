@@ -245,6 +245,15 @@ impl FakeBackend {
         }
     }
 
+    /// Sets the state and reason of job `id`, as the platform reports a job that ended (a
+    /// preempted job with the platform's reason).
+    pub fn set_state_with_reason(&self, id: &str, state: JobState, reason: Option<&str>) {
+        if let Some(job) = self.state().jobs.iter_mut().find(|j| j.id == id) {
+            job.state = state;
+            job.reason = reason.map(str::to_owned);
+        }
+    }
+
     /// Whether new jobs start `Active` (a platform with free capacity) instead of `Pending`.
     pub fn start_active(&self, active: bool) {
         self.state().start_active = active;

@@ -1,0 +1,226 @@
+//! `config init`: a commented TOML template with every option, its default and its help,
+//! required values set to [`PLACEHOLDER`], all generated from [`super::schema`].
+
+use super::schema::{self, BackendSchema, PLACEHOLDER, TableSchema};
+use serde_json::Value;
+use std::fmt::Write;
+
+/// A TOML value for a JSON default (`None` for an unset option).
+pub fn toml_value(value: &Value) -> Option<String> {
+    let rendered = match value {
+        Value::Null => return None,
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => toml_edit::Value::from(s.as_str()).to_string(),
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().filter_map(toml_value).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::Object(_) => return None,
+    };
+    Some(rendered.trim().to_owned())
+}
+
+/// Writes one option: its help as a comment, then `key = default`, the placeholder of a
+/// required key, or (unset by default) a commented-out example.
+fn option(out: &mut String, table: &TableSchema, key: &str, required: Option<&str>) {
+    let doc = table.docs.get(key).map(String::as_str).unwrap_or_default();
+    let default = table.defaults.get(key).and_then(toml_value);
+    // A set default is printed as the value; an unset one keeps the help's explanation.
+    let doc = match &default {
+        Some(_) => doc.split(" [default:").next().unwrap_or_default().trim(),
+        None => doc,
+    };
+    match (required, default) {
+        (Some(placeholder), _) => {
+            let _ = writeln!(out, "# {doc} (required)\n{key} = {placeholder}");
+        }
+        (None, Some(value)) => {
+            let _ = writeln!(out, "# {doc}\n{key} = {value}");
+        }
+        (None, None) => {
+            let example = schema::example(table.name, key).unwrap_or("\"\"");
+            let unset = if doc.contains("[default:") {
+                ""
+            } else {
+                " (unset by default)"
+            };
+            let _ = writeln!(out, "# {doc}{unset}\n# {key} = {example}");
+        }
+    }
+}
+
+/// Writes the options of `table`, skipping `skip`; `set` overrides values (already TOML).
+fn options(
+    out: &mut String,
+    table: &TableSchema,
+    required: &[(&str, &str)],
+    skip: &[&str],
+    set: &[(&str, &str)],
+) {
+    for key in table.options().filter(|k| !skip.contains(k)) {
+        if let Some((_, value)) = set.iter().find(|(k, _)| *k == key) {
+            let doc = table.docs.get(key).map(String::as_str).unwrap_or_default();
+            let doc = doc.split(" [default:").next().unwrap_or_default().trim();
+            let _ = writeln!(out, "# {doc}\n{key} = {value}");
+            continue;
+        }
+        let placeholder = required.iter().find(|(k, _)| *k == key).map(|(_, p)| *p);
+        option(out, table, key, placeholder);
+    }
+}
+
+fn header(out: &mut String, backend: &BackendSchema, pools: bool) {
+    let flags = if pools { " --pools" } else { "" };
+    let _ = writeln!(
+        out,
+        "# cl-worker-manager configuration, written by `cl-worker-manager config init --backend {}{flags}`.\n\
+         # Every option is listed with its default. Settings are layered: built-in defaults, then this\n\
+         # file (--config FILE), then CODALAB_WM_* environment variables, then command-line flags.\n\
+         #\n\
+         # 1. Replace every {PLACEHOLDER}:  grep -n {PLACEHOLDER} FILE\n\
+         # 2. Check the file (contacts nothing):      cl-worker-manager config check FILE\n\
+         # 3. Run:                                    cl-worker-manager --config FILE\n\
+         # 4. After editing limits, shapes or rates:  kill -HUP <manager pid>  (applied at the next tick)\n",
+        backend.backend
+    );
+}
+
+/// The whole template for `backend`, single-backend or (`pools`) with a two-pool example.
+pub fn render(backend: &BackendSchema, pools: bool) -> String {
+    let mut out = String::new();
+    header(&mut out, backend, pools);
+    let top = schema::top();
+    let _ = writeln!(out, "# ---- global settings ----\n");
+    if pools {
+        let _ = writeln!(
+            out,
+            "# With [[pools]], leave `backend` unset: each pool names its own backend.\n\
+             # min_workers, max_workers, launch_mode and max_launches_per_tick below apply to the\n\
+             # single-backend mode only; pools have their own.\n"
+        );
+        options(&mut out, &top, &[], &[], &[]);
+    } else {
+        let name = format!("\"{}\"", backend.backend);
+        options(&mut out, &top, &[], &[], &[("backend", &name)]);
+    }
+    let _ = writeln!(
+        out,
+        "\n# ---- the cl-worker settings (--worker-* flags) ----\n[worker]"
+    );
+    let skip: &[&str] = if pools {
+        &["tag", "tag_exclusive"]
+    } else {
+        &[]
+    };
+    options(&mut out, &schema::worker(), &[], skip, &[]);
+    if pools {
+        pools_example(&mut out, backend);
+    } else {
+        let _ = writeln!(
+            out,
+            "\n# ---- the {} backend ----\n[{}]",
+            backend.backend, backend.table.name
+        );
+        options(&mut out, &backend.table, backend.required, &[], &[]);
+        extra_tables(&mut out, backend, backend.table.name);
+    }
+    out
+}
+
+/// Sub-tables a backend may have (Azure's Entra ID app), commented out.
+fn extra_tables(out: &mut String, backend: &BackendSchema, prefix: &str) {
+    #[cfg(feature = "azure")]
+    if backend.backend == "azure-batch" {
+        let doc = backend.table.docs.get("entra").cloned().unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "\n# {doc}; give it instead of account_key (unset by default):\n# [{prefix}.entra]"
+        );
+        for field in schema::fields_of::<codalab_wm_azure::EntraConfig>() {
+            let _ = writeln!(out, "# {field} = \"\"");
+        }
+    }
+    let _ = (out, backend, prefix);
+}
+
+/// Keys of a pool's backend table that each pool gets its own default of (so that pools never
+/// own each other's jobs): written commented out.
+const PER_POOL: &[&str] = &["job_name", "state_dir"];
+
+/// What makes the second (`gpu`) pool different, per backend.
+fn gpu_pool_settings(backend: &str) -> Vec<(&'static str, String)> {
+    let mut set = vec![("gpus", "1".to_owned())];
+    match backend {
+        "aws-batch" => {
+            set.push(("job_queue", "\"codalab-batch-gpu\"".into()));
+            set.push(("manager_id", "\"codalab-worker-gpu\"".into()));
+        }
+        "kubernetes" => set.push(("manager_id", "\"codalab-gpu\"".into())),
+        "azure-batch" => set.push(("job_id", format!("\"{PLACEHOLDER}-gpu\""))),
+        _ => {}
+    }
+    set
+}
+
+fn pools_example(out: &mut String, backend: &BackendSchema) {
+    let pools = schema::pools();
+    let table = backend.table.name;
+    let name = format!("\"{}\"", backend.backend);
+    let _ = writeln!(
+        out,
+        "\n# ---- pools: one manager, several worker shapes; each bundle goes to the cheapest pool it fits ----\n\
+         [[pools]]"
+    );
+    options(
+        out,
+        &pools,
+        &[],
+        &[],
+        &[("name", "\"cpu\""), ("backend", &name)],
+    );
+    let _ = writeln!(
+        out,
+        "\n# The pool's backend settings: every [{table}] key is accepted here.\n[pools.{table}]"
+    );
+    // What `run` gives pool `cpu` when these are unset.
+    let mut own = serde_json::Map::new();
+    crate::run::own_jobs(
+        "cpu",
+        table,
+        &mut own,
+        &crate::settings::Settings::default(),
+    );
+    for key in PER_POOL {
+        if backend.table.fields.contains(key) {
+            let doc = backend.table.docs.get(*key).cloned().unwrap_or_default();
+            let doc = doc.split(" [default:").next().unwrap_or_default().trim();
+            let value = own.get(*key).and_then(toml_value).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "# {doc} [default: one per pool, so that pools never share jobs]\n# {key} = {value}"
+            );
+        }
+    }
+    let gpus0 = [("gpus", "0")];
+    options(out, &backend.table, backend.required, PER_POOL, &gpus0);
+    extra_tables(out, backend, &format!("pools.{table}"));
+    let _ = writeln!(
+        out,
+        "\n# A second pool: GPU workers, preferred only for bundles that need them.\n\
+         [[pools]]\nname = \"gpu\"\nbackend = {name}\nmax = 4\ncost = 10\n\
+         launch_mode = \"target\"\nmax_launches_per_tick = 2\n\
+         pending_timeout = 900\n\n[pools.{table}]"
+    );
+    for (key, placeholder) in backend.required {
+        if !gpu_pool_settings(backend.backend)
+            .iter()
+            .any(|(k, _)| k == key)
+        {
+            let _ = writeln!(out, "{key} = {placeholder}");
+        }
+    }
+    for (key, value) in gpu_pool_settings(backend.backend) {
+        let _ = writeln!(out, "{key} = {value}");
+    }
+}

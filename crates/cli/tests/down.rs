@@ -1,0 +1,294 @@
+//! `cl-worker-manager down` against the real Slurm cluster (`cargo xtask services up slurm`:
+//! real `slurmctld`/`slurmd` on 127.0.0.1). Jobs are submitted through the Slurm backend: one
+//! worker that fails at once (its scratch directory stays behind), two that run or wait until
+//! stopped. `down --dry-run` lists them and changes nothing; `down` stops every owned job and
+//! removes the scratch directories of the finished workers, and leaves other directories
+//! alone. No CodaLab credentials are given to `down`: it needs none.
+//!
+//! Skipped locally when the cluster is not running; under `CI=true` a missing cluster fails.
+#![cfg(feature = "slurm")]
+
+use codalab_wm_core::backend::new_unique;
+use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_core::testing::{Polling, require_service, wait_for_job};
+use codalab_wm_core::{JobState, LaunchRequest, WorkerBackend, WorkerJob, WorkerOptions};
+use codalab_wm_slurm::{SlurmBackend, SlurmConfig};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
+
+/// Runs until the file `stop` appears next to it (at most 5 minutes).
+const STAND_IN: &str = "#!/bin/sh\ndir=$(dirname \"$0\")\ni=0\nwhile [ ! -e \"$dir/stop\" ] && [ $i -lt 1500 ]; do i=$((i + 1)); sleep 0.2; done\n";
+const FAILING: &str = "#!/bin/sh\nexit 3\n";
+
+fn succeeds(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn slurm_available() -> bool {
+    require_service(
+        "slurm",
+        succeeds("scontrol", &["ping"]) && succeeds("sinfo", &["-h"]),
+    )
+}
+
+/// The test's directory; on drop stops the stand-ins and cancels whatever jobs are left.
+struct Scratch {
+    dir: tempfile::TempDir,
+    config: SlurmConfig,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("codalab-wm-down-")
+            .tempdir()
+            .unwrap();
+        for (name, text) in [("stand-in", STAND_IN), ("failing", FAILING)] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let config = SlurmConfig {
+            job_name: format!("wmdown{}", &new_unique()[..8]),
+            partition: Some("cpu".into()),
+            cpus: 1,
+            gpus: 0,
+            memory_mb: 128,
+            time: "10".into(),
+            slurm_work_dir: dir.path().join("slurm"),
+            ..SlurmConfig::default()
+        };
+        Self { dir, config }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn backend(&self) -> SlurmBackend {
+        let credentials = Credentials {
+            username: "codalab-test".into(),
+            password: Secret::new("not-a-real-password"),
+        };
+        SlurmBackend::new(&self.config, Some(credentials)).unwrap()
+    }
+
+    async fn launch(&self, backend: &SlurmBackend, executable: &str) -> WorkerJob {
+        let worker = WorkerOptions {
+            server: "http://127.0.0.1:9".into(),
+            executable: self.path(executable).display().to_string(),
+            ..WorkerOptions::default()
+        };
+        backend
+            .start_worker_job(&LaunchRequest {
+                unique: &new_unique(),
+                worker: &worker,
+                dry_run: false,
+            })
+            .await
+            .unwrap()
+    }
+
+    /// The backend's flags on the command line.
+    fn flags(&self) -> Vec<String> {
+        let work_dir = self.config.slurm_work_dir.display().to_string();
+        [
+            "slurm-batch",
+            "--partition",
+            "cpu",
+            "--job-name",
+            &self.config.job_name,
+            "--cpus",
+            "1",
+            "--gpus",
+            "0",
+            "--memory-mb",
+            "128",
+            "--slurm-work-dir",
+            &work_dir,
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    }
+
+    /// The same settings as a config file.
+    fn config_file(&self) -> PathBuf {
+        let path = self.path("wm.toml");
+        let text = format!(
+            "backend = \"slurm-batch\"\n[slurm_batch]\npartition = \"cpu\"\njob_name = \"{}\"\ncpus = 1\ngpus = 0\nmemory_mb = 128\nslurm_work_dir = \"{}\"\n",
+            self.config.job_name,
+            self.config.slurm_work_dir.display()
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// The owned scratch directories left.
+    fn owned_dirs(&self, backend: &SlurmBackend) -> Vec<String> {
+        let prefix = backend.settings().job_name_prefix();
+        let mut dirs: Vec<String> = std::fs::read_dir(&self.config.slurm_work_dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|name| name.starts_with(&prefix))
+            .collect();
+        dirs.sort();
+        dirs
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.path("stop"), "");
+        let prefix = format!(
+            "{}-{}-",
+            self.backend().settings().user,
+            self.config.job_name
+        );
+        let Ok(out) = Command::new("squeue").args(["-h", "-o", "%i %j"]).output() else {
+            return;
+        };
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if let Some((id, name)) = line.split_once(' ')
+                && name.starts_with(&prefix)
+            {
+                let _ = Command::new("scancel").arg(id).status();
+            }
+        }
+    }
+}
+
+/// `cl-worker-manager down ARGS` with no CodaLab credentials in the environment.
+fn down(args: &[String], cwd: &Path) -> Output {
+    Command::new(BIN)
+        .arg("down")
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("CODALAB_USERNAME")
+        .env_remove("CODALAB_PASSWORD")
+        .env_remove("CODALAB_WM_LOG")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+fn polling() -> Polling {
+    Polling {
+        interval: Duration::from_millis(200),
+        attempts: 150,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn down_stops_every_owned_job_and_removes_finished_scratch_dirs() {
+    if !slurm_available() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let backend = scratch.backend();
+    let failed = scratch.launch(&backend, "failing").await;
+    wait_for_job(&backend, &failed.id, polling(), "failed", |j| {
+        j.is_some_and(|j| j.state == JobState::Failed)
+    })
+    .await
+    .unwrap();
+    let live = [
+        scratch.launch(&backend, "stand-in").await,
+        scratch.launch(&backend, "stand-in").await,
+    ];
+    let decoy = scratch.config.slurm_work_dir.join("someone-elses-dir");
+    std::fs::create_dir_all(&decoy).unwrap();
+    let before = scratch.owned_dirs(&backend);
+    assert_eq!(before.len(), 3, "{before:?}");
+
+    // --dry-run: the list, and nothing changes.
+    let out = down(
+        &[["--dry-run".to_owned()].as_slice(), &scratch.flags()].concat(),
+        scratch.dir.path(),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    println!("{stdout}");
+    assert!(stdout.starts_with("POOL"), "{stdout}");
+    for job in &live {
+        assert!(
+            stdout.contains(&format!("{} ({})", job.id, job.name)) && stdout.contains("would stop"),
+            "{stdout}"
+        );
+    }
+    let failed_dir = format!(
+        "{}/{}",
+        scratch.config.slurm_work_dir.display(),
+        failed.name
+    );
+    assert!(
+        stdout.lines().any(|l| l.contains(&failed_dir)
+            && l.contains("scratch dir")
+            && l.contains("would remove")),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("someone-elses-dir"), "{stdout}");
+    assert!(
+        stdout.contains("dry run: would stop 2 job(s) and remove 1 resource(s)"),
+        "{stdout}"
+    );
+    let jobs = backend.get_worker_jobs().await.unwrap();
+    for job in &live {
+        let now = jobs.iter().find(|j| j.id == job.id).unwrap();
+        assert!(now.state.is_capacity(), "{now:?} after --dry-run");
+    }
+    assert_eq!(
+        scratch.owned_dirs(&backend),
+        before,
+        "--dry-run removed nothing"
+    );
+
+    // down with the config file: every owned job stopped, finished workers' dirs removed.
+    let config = scratch.config_file();
+    let out = down(
+        &["--config".to_owned(), config.display().to_string()],
+        scratch.dir.path(),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    println!("{stdout}");
+    assert!(stdout.contains("stopped 2 job(s)"), "{stdout}");
+    let jobs = backend.get_worker_jobs().await.unwrap();
+    let left: Vec<_> = jobs.iter().filter(|j| j.state.is_capacity()).collect();
+    assert!(left.is_empty(), "owned jobs left: {left:?}");
+    assert_eq!(
+        scratch.owned_dirs(&backend),
+        Vec::<String>::new(),
+        "{stdout}"
+    );
+    assert!(decoy.is_dir(), "another directory was removed");
+
+    // Again: nothing left to do.
+    let out = down(
+        &["--config".to_owned(), config.display().to_string()],
+        scratch.dir.path(),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("stopped 0 job(s), removed 0 resource(s)"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn down_without_a_backend_says_what_to_give() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = down(&[], dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no backend given"), "{stderr}");
+}

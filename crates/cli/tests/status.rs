@@ -1,0 +1,369 @@
+//! `cl-worker-manager status`: the view (text and `--json`) of a known status snapshot served
+//! as `/status` by an in-process server, as a running manager serves it; and `--dry-tick`,
+//! which runs one tick here against the in-process fake CodaLab server and submits nothing.
+
+use axum::Router;
+use axum::routing::get;
+use codalab_wm_core::LaunchMode;
+use codalab_wm_core::policy::Reason;
+use codalab_wm_core::pools::status::{Counter, FailureRecord, PoolStatus, ShapeStatus, Status};
+use codalab_wm_core::pools::{PoolDecision, PoolHealth, PoolVerdict, UnservedBundle};
+use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
+
+fn pool(name: &str, shape: ShapeStatus) -> PoolStatus {
+    PoolStatus {
+        name: name.into(),
+        backend: "slurm-batch".into(),
+        launch_mode: LaunchMode::Target,
+        shape,
+        min: 0,
+        max: 4,
+        tag: None,
+        tag_exclusive: false,
+        cost: 1.0,
+        active: 0,
+        pending: 0,
+        failed: 0,
+        stopping: 0,
+        health: PoolHealth::default(),
+        backing_off_until: None,
+        last_decision: None,
+        assigned: Vec::new(),
+    }
+}
+
+/// A manager 200 s up with a busy CPU pool and a GPU pool that backs off.
+fn known_status() -> Status {
+    let cpu = PoolStatus {
+        active: 3,
+        pending: 1,
+        failed: 1,
+        assigned: vec!["0x01".into(), "0x02".into()],
+        last_decision: Some(PoolDecision {
+            pool: "cpu".into(),
+            launch_mode: LaunchMode::Target,
+            launches: 0,
+            stops: Vec::new(),
+            target: Some(4),
+            demand: 2,
+            active: 3,
+            pending: 1,
+            stopping: 0,
+            reasons: vec![
+                Reason::WantWorkers { staged: 2 },
+                Reason::Target {
+                    target: 4,
+                    capacity: 4,
+                },
+                Reason::MaxReached { jobs: 4, max: 4 },
+            ],
+        }),
+        ..pool(
+            "cpu",
+            ShapeStatus {
+                cpus: 4,
+                gpus: 0,
+                memory_bytes: 8 << 30,
+            },
+        )
+    };
+    let gpu = PoolStatus {
+        tag: Some("gpu".into()),
+        tag_exclusive: true,
+        cost: 10.0,
+        health: PoolHealth {
+            failures: 2,
+            last_failure: Some(Duration::from_secs(150)),
+            backoff_until: Some(Duration::from_secs(270)),
+        },
+        backing_off_until: Some(270),
+        last_decision: Some(PoolDecision {
+            pool: "gpu".into(),
+            launch_mode: LaunchMode::Target,
+            launches: 0,
+            stops: Vec::new(),
+            target: None,
+            demand: 0,
+            active: 0,
+            pending: 0,
+            stopping: 0,
+            reasons: vec![Reason::BackingOff {
+                until_seconds: 270,
+                remaining_seconds: 70,
+                failures: 2,
+            }],
+        }),
+        ..pool(
+            "gpu",
+            ShapeStatus {
+                cpus: 8,
+                gpus: 1,
+                memory_bytes: 1536 << 20,
+            },
+        )
+    };
+    Status {
+        uptime_seconds: 200,
+        ticks: 41,
+        last_error: None,
+        last_success_seconds: Some(198),
+        last_tick_duration_seconds: 0.25,
+        staged: 4,
+        pools: vec![cpu, gpu],
+        unserved: vec![
+            UnservedBundle {
+                uuid: "0x03".into(),
+                reason: Reason::NoFittingPool,
+                pools: vec![
+                    PoolVerdict {
+                        pool: "cpu".into(),
+                        reason: Reason::Misfit {
+                            detail: "request_cpus=64 > worker cpus=4".into(),
+                        },
+                    },
+                    PoolVerdict {
+                        pool: "gpu".into(),
+                        reason: Reason::Misfit {
+                            detail: "no request_queue, and the pool is exclusive to tag gpu".into(),
+                        },
+                    },
+                ],
+            },
+            UnservedBundle {
+                uuid: "0x04".into(),
+                reason: Reason::BackingOff {
+                    until_seconds: 270,
+                    remaining_seconds: 70,
+                    failures: 2,
+                },
+                pools: Vec::new(),
+            },
+        ],
+        recent_failures: vec![FailureRecord {
+            pool: "gpu".into(),
+            at_seconds: 150,
+            kind: "submit_failed",
+            detail: "sbatch: error: invalid partition specified: gpu".into(),
+        }],
+        counters: vec![Counter {
+            metric: "launches",
+            pool: "cpu".into(),
+            label: "started".into(),
+            value: 4,
+        }],
+    }
+}
+
+const KNOWN_VIEW: &str = "\
+cl-worker-manager: up 3m 20s, 41 ticks, last successful tick 2 s ago
+staged bundles: 4 a pool can run, 2 assigned; 2 unserved
+
+pool cpu (slurm-batch, target): 4 cpus, 0 gpus, 8 GiB per worker; min 0, max 4, cost 1
+  workers   3 active, 1 pending, 1 failed, 0 stopping
+  backoff   none
+  decision  launch 0 (target 4, demand 2): want_workers (staged=2); target (capacity=4, target=4); max_reached (jobs=4, max=4)
+  bundles   2 assigned
+
+pool gpu (slurm-batch, target): 8 cpus, 1 gpus, 1.5 GiB per worker; min 0, max 4, cost 10, tag gpu (exclusive)
+  workers   0 active, 0 pending, 0 failed, 0 stopping
+  backoff   backing off for 70 more s after 2 failures
+  decision  launch 0 (demand 0): backing_off (failures=2, remaining_seconds=70, until_seconds=270)
+  bundles   0 assigned
+
+unserved bundles:
+  0x03  no_fitting_pool (cpu: misfit: request_cpus=64 > worker cpus=4; gpu: misfit: no request_queue, and the pool is exclusive to tag gpu)
+  0x04  backing_off (failures=2, remaining_seconds=70, until_seconds=270)
+
+recent failures:
+  at 2m 30s  gpu  submit_failed: sbatch: error: invalid partition specified: gpu
+";
+
+/// Serves `status` as `/status` on 127.0.0.1, like `--listen`; returns the base URL.
+async fn serve(status: Status) -> String {
+    let document = serde_json::to_value(status).unwrap();
+    let app = Router::new().route(
+        "/status",
+        get(move || {
+            let document = document.clone();
+            async move { axum::Json(document) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
+/// Runs the binary (bounded: killed after 60 s) without the caller's `CODALAB_WM_*`.
+async fn run(args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || {
+        let dir = tempfile::tempdir().unwrap();
+        let (out, err) = (dir.path().join("out"), dir.path().join("err"));
+        let mut command = Command::new(BIN);
+        command
+            .args(&args)
+            .env("CODALAB_USERNAME", "alice")
+            .env("CODALAB_PASSWORD", "alicepw")
+            .env("NO_COLOR", "1")
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap());
+        for (key, _) in std::env::vars() {
+            if key.starts_with("CODALAB_WM_") {
+                command.env_remove(key);
+            }
+        }
+        let mut child = command.spawn().unwrap();
+        for _ in 0..6_000 {
+            if let Some(status) = child.try_wait().unwrap() {
+                return Output {
+                    status,
+                    stdout: std::fs::read(&out).unwrap(),
+                    stderr: std::fs::read(&err).unwrap(),
+                };
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child.kill().unwrap();
+        panic!(
+            "cl-worker-manager did not exit within 60 s: {}",
+            std::fs::read_to_string(&err).unwrap()
+        );
+    })
+    .await
+    .unwrap()
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_view_of_a_known_status() {
+    let url = serve(known_status()).await;
+    let output = run(strings(&["status", "--url", &url])).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(stdout, KNOWN_VIEW, "\n{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_is_the_status_document() {
+    let url = serve(known_status()).await;
+    let output = run(strings(&[
+        "status",
+        "--url",
+        &format!("{url}/status"),
+        "--json",
+    ]))
+    .await;
+    assert!(output.status.success());
+    let printed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(printed, serde_json::to_value(known_status()).unwrap());
+    assert_eq!(printed["pools"][1]["backing_off_until"], 270);
+    assert_eq!(printed["unserved"][0]["reason"], "no_fitting_pool");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_url_defaults_to_listen_of_the_config_and_an_absent_manager_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("wm.toml");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    std::fs::write(&config, format!("listen = \"0.0.0.0:{port}\"\n")).unwrap();
+    let output = run(strings(&["--config", config.to_str().unwrap(), "status"])).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot reach the manager at http://127.0.0.1:{port}/status"
+        )),
+        "{stderr}"
+    );
+    let output = run(strings(&["status"])).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no manager to ask: pass --url"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_tick_shows_what_one_tick_would_do_and_submits_nothing() {
+    let server = FakeCodaLab::start().await.unwrap();
+    server.set_bundles(vec![
+        FakeBundle::new("alice", 1),
+        FakeBundle {
+            cpus: 64,
+            ..FakeBundle::new("alice", 2)
+        },
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let base = [
+        "--server",
+        &server.url(),
+        "--min-workers",
+        "0",
+        "--worker-executable",
+        "/bin/false",
+        "status",
+        "--dry-tick",
+    ];
+    let local = [
+        "local",
+        "--cpus",
+        "2",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ];
+    let output = run(strings(&[&base[..], &local[..]].concat())).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("1 ticks, last successful tick 0 s ago"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("staged bundles: 1 a pool can run, 1 assigned; 1 unserved"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("  0x00000000000000000000000000000002  no_fitting_pool (local: misfit: request_cpus=64 > worker cpus=2)"),
+        "the bundle asking 64 cpus is unserved, with why: {stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "pool local (local, compat): 2 cpus, 0 gpus, 2 GiB per worker; min 0, max 10, cost 0"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("decision  launch 1 (demand 1): want_workers (staged=1)"),
+        "{stdout}"
+    );
+    assert!(
+        !state.exists() || std::fs::read_dir(&state).unwrap().next().is_none(),
+        "a dry tick starts no worker"
+    );
+
+    let json = [&base[..], &["--json"], &local[..]].concat();
+    let output = run(strings(&json)).await;
+    assert!(output.status.success());
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let launches = status["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["metric"] == "launches")
+        .unwrap();
+    assert_eq!(launches["label"], "dry_run", "{status}");
+}

@@ -1,0 +1,307 @@
+//! Live reconfiguration: new limits, shapes and rates for a running manager, applied between
+//! two ticks without forgetting its workers.
+//!
+//! [`Manager::reconfigure`] takes a whole new [`ManagerConfig`] and the pools (rules, backend
+//! and worker settings), checks them as [`Manager::with_pools`] would, and either applies all
+//! of it or nothing. What the manager remembers per pool (its jobs, when they became pending
+//! or active, jobs being stopped, the last launch, the failure backoff) is kept: a pool is
+//! matched by name. What would make the manager lose track of jobs it started is refused:
+//! adding, removing or renaming a pool, or changing the kind of a pool's backend. (Whether a
+//! backend's own identity, such as a Slurm job name, changed is the caller's to check: only
+//! it knows the backend's settings.) [`Manager::reload_from`] hands the manager a channel of
+//! [`Reconfiguration`]s that [`Manager::run`] applies before its next tick.
+
+use super::{Manager, ManagerConfig};
+use crate::error::{Error, Result};
+use crate::pools::{Pool, PoolPolicy};
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// One setting that a reconfiguration changed, for the log: `pool gpu: max 1 → 3`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// Where the setting lives: `manager`, or `pool <name>`.
+    pub scope: String,
+    /// The setting, as the config file names it.
+    pub key: String,
+    /// The value before.
+    pub old: String,
+    /// The value after.
+    pub new: String,
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {} {} → {}",
+            self.scope, self.key, self.old, self.new
+        )
+    }
+}
+
+/// A new configuration for a running manager, sent to it through [`Manager::reload_from`].
+#[derive(Debug)]
+pub struct Reconfiguration {
+    /// The manager settings.
+    pub config: ManagerConfig,
+    /// The pools: in the single-backend mode exactly one, made with [`Manager::single_pool`].
+    pub pools: Vec<Pool>,
+}
+
+/// Collects the differences between two values of the same settings.
+struct Diff<'a> {
+    scope: String,
+    changes: &'a mut Vec<Change>,
+}
+
+impl Diff<'_> {
+    fn note<T: PartialEq + fmt::Debug>(&mut self, key: &str, old: &T, new: &T) {
+        if old != new {
+            self.push(key, format!("{old:?}"), format!("{new:?}"));
+        }
+    }
+
+    fn note_shown<T: PartialEq + fmt::Display>(&mut self, key: &str, old: &T, new: &T) {
+        if old != new {
+            self.push(key, old.to_string(), new.to_string());
+        }
+    }
+
+    fn push(&mut self, key: &str, old: String, new: String) {
+        self.changes.push(Change {
+            scope: self.scope.clone(),
+            key: key.to_owned(),
+            old,
+            new,
+        });
+    }
+}
+
+impl Manager {
+    /// The pool of the single-backend mode for `config` and `backend`, as [`Manager::new`]
+    /// builds it (named after the backend, limits and launch mode from `config`).
+    pub fn single_pool(
+        config: &ManagerConfig,
+        backend: Arc<dyn crate::backend::WorkerBackend>,
+    ) -> Pool {
+        let policy = PoolPolicy {
+            min: config.policy.min_workers,
+            max: config.policy.max_workers,
+            match_request_queue: false,
+            check_shape: !config.no_prefilter,
+            pending_timeout: config.pending_timeout,
+            launch_mode: config.launch_mode,
+            max_launches_per_tick: config.max_launches_per_tick,
+            min_seconds_between_workers: config.policy.min_seconds_between_workers,
+            ..PoolPolicy::new(backend.name(), backend.worker_shape())
+        };
+        Pool {
+            policy,
+            backend,
+            worker: config.worker.clone(),
+        }
+    }
+
+    /// Applies a new configuration at once, keeping every pool's memory, and returns what
+    /// changed (empty when nothing did). On error nothing is applied: the pools must be the
+    /// same ones (matched by name; their order may change), each pool's backend of the same
+    /// kind, and every policy valid.
+    pub fn reconfigure(&mut self, config: ManagerConfig, pools: Vec<Pool>) -> Result<Vec<Change>> {
+        self.check_reconfiguration(&config, &pools)?;
+        let mut changes = Vec::new();
+        config_changes(&self.config, &config, &mut changes);
+        let mut old = std::mem::take(&mut self.pools);
+        for pool in pools {
+            let index = old
+                .iter()
+                .position(|r| r.pool.policy.name == pool.policy.name)
+                .expect("checked above");
+            let mut runtime = old.swap_remove(index);
+            pool_changes(&runtime.pool, &pool, self.single, &mut changes);
+            runtime.pool = pool;
+            self.pools.push(runtime);
+        }
+        self.config = config;
+        Ok(changes)
+    }
+
+    fn check_reconfiguration(&self, config: &ManagerConfig, pools: &[Pool]) -> Result<()> {
+        let invalid = |message: String| Err(Error::InvalidConfig(message));
+        config.policy.validate().map_err(Error::InvalidConfig)?;
+        if self.single && pools.len() != 1 {
+            return invalid(format!(
+                "the single-backend mode has one pool, not {}",
+                pools.len()
+            ));
+        }
+        let old: Vec<&str> = self.pools.iter().map(|r| r.name()).collect();
+        let mut names = HashSet::new();
+        for pool in pools {
+            pool.policy.validate().map_err(Error::InvalidConfig)?;
+            let name = pool.policy.name.as_str();
+            if !names.insert(name) {
+                return invalid(format!("two pools are named {name}"));
+            }
+            let Some(runtime) = self.pools.iter().find(|r| r.name() == name) else {
+                return invalid(format!(
+                    "pool {name} is new: pools cannot be added while running (restart the manager)"
+                ));
+            };
+            let (was, is) = (runtime.pool.backend.name(), pool.backend.name());
+            if was != is {
+                return invalid(format!(
+                    "pool {name}: the backend cannot change from {was} to {is} while running: \
+                     the jobs it started would be orphaned (run `cl-worker-manager down`, then restart)"
+                ));
+            }
+        }
+        if let Some(gone) = old.iter().find(|name| !names.contains(*name)) {
+            return invalid(format!(
+                "pool {gone} is gone: pools cannot be removed while running, its jobs would be \
+                 orphaned (run `cl-worker-manager down` for it, then restart)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every pool's name and backend, in order (what a reload compares new settings with).
+    pub fn pool_backends(&self) -> Vec<(String, Arc<dyn crate::backend::WorkerBackend>)> {
+        self.pools
+            .iter()
+            .map(|r| (r.name().to_owned(), r.pool.backend.clone()))
+            .collect()
+    }
+
+    /// Hands the manager a channel of new configurations; [`Manager::run`] applies each one
+    /// before its next tick and logs what changed, or why it was refused (the old one keeps
+    /// running).
+    pub fn reload_from(&mut self, reloads: mpsc::UnboundedReceiver<Reconfiguration>) {
+        self.reloads = Some(reloads);
+    }
+
+    /// Applies the reconfigurations waiting in the channel, logging each outcome.
+    pub(super) fn apply_reloads(&mut self) {
+        let mut waiting = Vec::new();
+        if let Some(reloads) = &mut self.reloads {
+            while let Ok(reload) = reloads.try_recv() {
+                waiting.push(reload);
+            }
+        }
+        for reload in waiting {
+            match self.reconfigure(reload.config, reload.pools) {
+                Ok(changes) if changes.is_empty() => {
+                    tracing::info!("configuration reloaded; nothing changed")
+                }
+                Ok(changes) => {
+                    for change in &changes {
+                        tracing::info!(scope = %change.scope, key = %change.key, old = %change.old, new = %change.new, "reconfigured {change}");
+                    }
+                    tracing::info!(
+                        changes = changes.len(),
+                        "configuration reloaded; applied from this tick on"
+                    );
+                }
+                Err(error) => {
+                    tracing::error!(%error, "new configuration refused; the old one keeps running")
+                }
+            }
+        }
+    }
+}
+
+fn config_changes(old: &ManagerConfig, new: &ManagerConfig, changes: &mut Vec<Change>) {
+    let mut diff = Diff {
+        scope: "manager".into(),
+        changes,
+    };
+    diff.note("search", &old.search, &new.search);
+    diff.note("sleep_time", &old.sleep_time, &new.sleep_time);
+    diff.note("no_prefilter", &old.no_prefilter, &new.no_prefilter);
+    diff.note(
+        "restart_after_seconds",
+        &old.restart_after,
+        &new.restart_after,
+    );
+    diff.note(
+        "exit_after_num_failed",
+        &old.exit_after_num_failed,
+        &new.exit_after_num_failed,
+    );
+    diff.note("dry_run", &old.dry_run, &new.dry_run);
+    diff.note("max_backoff", &old.max_backoff, &new.max_backoff);
+}
+
+fn pool_changes(old: &Pool, new: &Pool, single: bool, changes: &mut Vec<Change>) {
+    let (a, b) = (&old.policy, &new.policy);
+    let mut diff = Diff {
+        scope: format!("pool {}", b.name),
+        changes,
+    };
+    let (min, max, rate, mode, burst) = if single {
+        (
+            "min_workers",
+            "max_workers",
+            "min_seconds_between_workers",
+            "launch_mode",
+            "max_launches_per_tick",
+        )
+    } else {
+        (
+            "min",
+            "max",
+            "min_seconds_between_workers",
+            "launch_mode",
+            "max_launches_per_tick",
+        )
+    };
+    diff.note_shown("shape", &a.shape, &b.shape);
+    diff.note(min, &a.min, &b.min);
+    diff.note(max, &a.max, &b.max);
+    diff.note(
+        rate,
+        &a.min_seconds_between_workers,
+        &b.min_seconds_between_workers,
+    );
+    diff.note_shown(mode, &a.launch_mode, &b.launch_mode);
+    diff.note(burst, &a.max_launches_per_tick, &b.max_launches_per_tick);
+    diff.note("tag", &a.tag, &b.tag);
+    diff.note("tag_exclusive", &a.tag_exclusive, &b.tag_exclusive);
+    diff.note_shown("cost", &a.cost, &b.cost);
+    diff.note("pending_timeout", &a.pending_timeout, &b.pending_timeout);
+    diff.note("startup_grace", &a.startup_grace, &b.startup_grace);
+    diff.note("check_shape", &a.check_shape, &b.check_shape);
+    diff.note(
+        "match_request_queue",
+        &a.match_request_queue,
+        &b.match_request_queue,
+    );
+    worker_changes(&old.worker, &new.worker, &mut diff);
+}
+
+fn worker_changes(
+    old: &crate::command::WorkerOptions,
+    new: &crate::command::WorkerOptions,
+    diff: &mut Diff<'_>,
+) {
+    if old == new {
+        return;
+    }
+    let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
+        (serde_json::to_value(old), serde_json::to_value(new))
+    else {
+        return;
+    };
+    for (key, value) in &b {
+        let before = a.get(key).unwrap_or(&serde_json::Value::Null);
+        if before != value {
+            diff.push(
+                &format!("worker.{key}"),
+                before.to_string(),
+                value.to_string(),
+            );
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! What a simulation found: per pool queue waits, cost and launches, as a table, JSON or an
+//! SVG plot over time.
+
+use crate::pools::LaunchMode;
+use serde::Serialize;
+use std::fmt::Write as _;
+
+/// Queue-wait percentiles (nearest rank) in seconds; `None` when no bundle ran.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct WaitStats {
+    /// Median.
+    pub p50_seconds: Option<f64>,
+    /// 90th percentile.
+    pub p90_seconds: Option<f64>,
+    /// 99th percentile.
+    pub p99_seconds: Option<f64>,
+    /// Longest.
+    pub max_seconds: Option<f64>,
+}
+
+impl WaitStats {
+    /// The percentiles of `waits` (milliseconds; sorted in place).
+    pub fn of(waits: &mut [u64]) -> Self {
+        waits.sort_unstable();
+        let rank = |p: f64| {
+            let n = waits.len();
+            (n > 0).then(|| {
+                let index = ((p / 100.0 * n as f64).ceil() as usize).clamp(1, n) - 1;
+                waits[index] as f64 / 1000.0
+            })
+        };
+        Self {
+            p50_seconds: rank(50.0),
+            p90_seconds: rank(90.0),
+            p99_seconds: rank(99.0),
+            max_seconds: rank(100.0),
+        }
+    }
+}
+
+/// One pool's figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolReport {
+    /// The pool's name.
+    pub name: String,
+    /// Compat or target.
+    pub launch_mode: LaunchMode,
+    /// The worker shape.
+    pub shape: String,
+    /// `min`.
+    pub min: u32,
+    /// `max`.
+    pub max: u32,
+    /// Jobs launched.
+    pub launches: u64,
+    /// Jobs that failed before their worker was active.
+    pub failures: u64,
+    /// Pending jobs stopped by `pending_timeout`.
+    pub stuck_stops: u64,
+    /// Most jobs (pending + active) at once.
+    pub peak_workers: usize,
+    /// Active worker time (what a cloud bills), hours.
+    pub worker_hours: f64,
+    /// Time workers spent running bundles, hours.
+    pub busy_hours: f64,
+    /// Bundles started on the pool's workers.
+    pub bundles_run: usize,
+    /// Queue waits of those bundles.
+    pub wait: WaitStats,
+}
+
+/// Per tick values, downsampled to at most [`Series::MAX_ROWS`] rows by keeping the maximum
+/// of each interval (peaks stay visible).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Series {
+    /// Values per row.
+    pub width: usize,
+    /// Ticks per row.
+    pub ticks_per_row: u64,
+    /// Start time of each row, milliseconds.
+    pub times_ms: Vec<u64>,
+    /// `width` values per row, flattened.
+    pub values: Vec<u32>,
+    filled: u64,
+}
+
+impl Series {
+    /// Rows kept at most (halved by merging pairs when reached).
+    pub const MAX_ROWS: usize = 2048;
+
+    /// An empty series of rows of `width` values.
+    pub fn new(width: usize) -> Self {
+        Self {
+            width,
+            ticks_per_row: 1,
+            ..Self::default()
+        }
+    }
+
+    /// Adds one tick's values.
+    pub fn push(&mut self, time_ms: u64, row: &[u32]) {
+        if !self.times_ms.is_empty() && self.filled < self.ticks_per_row {
+            let start = self.values.len() - self.width;
+            for (kept, value) in self.values[start..].iter_mut().zip(row) {
+                *kept = (*kept).max(*value);
+            }
+            self.filled += 1;
+            return;
+        }
+        if self.times_ms.len() == Self::MAX_ROWS {
+            self.halve();
+        }
+        self.times_ms.push(time_ms);
+        self.values.extend_from_slice(row);
+        self.filled = 1;
+    }
+
+    fn halve(&mut self) {
+        let width = self.width;
+        let rows = self.times_ms.len() / 2;
+        for r in 0..rows {
+            self.times_ms[r] = self.times_ms[2 * r];
+            for c in 0..width {
+                self.values[r * width + c] =
+                    self.values[2 * r * width + c].max(self.values[(2 * r + 1) * width + c]);
+            }
+        }
+        self.times_ms.truncate(rows);
+        self.values.truncate(rows * width);
+        self.ticks_per_row *= 2;
+    }
+
+    /// The rows.
+    pub fn rows(&self) -> impl Iterator<Item = (u64, &[u32])> {
+        self.times_ms
+            .iter()
+            .copied()
+            .zip(self.values.chunks(self.width.max(1)))
+    }
+}
+
+/// Everything a simulation found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SimReport {
+    /// The seed used.
+    pub seed: u64,
+    /// Seconds between ticks.
+    pub sleep_seconds: f64,
+    /// Simulated time from the first arrival to the end.
+    pub simulated_seconds: f64,
+    /// Manager ticks simulated.
+    pub ticks: u64,
+    /// Bundles in the workload.
+    pub bundles: usize,
+    /// Bundles that started.
+    pub started: usize,
+    /// Bundles that finished.
+    pub finished: usize,
+    /// Bundles some pool could run that had not finished at the end.
+    pub unfinished: usize,
+    /// Bundles no pool's workers can run (tag or resources).
+    pub unrunnable: usize,
+    /// Bundles still staged at the end that the policy fits to no pool.
+    pub staged_for_no_pool: usize,
+    /// The end came from the drain limit, not from the last bundle finishing.
+    pub drained: bool,
+    /// Queue waits over all pools.
+    pub total_wait: WaitStats,
+    /// Per pool, in declaration order.
+    pub pools: Vec<PoolReport>,
+    /// Per pool staged bundles (preferred pool), jobs and active workers per tick.
+    #[serde(skip)]
+    pub series: Series,
+}
+
+impl SimReport {
+    /// The report as an aligned text table.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "simulated {} ({} ticks of {}s), seed {}",
+            human(self.simulated_seconds),
+            self.ticks,
+            self.sleep_seconds,
+            self.seed
+        );
+        let _ = writeln!(
+            out,
+            "bundles: {} arrived, {} started, {} finished, {} unfinished, {} no pool can run{}",
+            self.bundles,
+            self.started,
+            self.finished,
+            self.unfinished,
+            self.unrunnable,
+            if self.drained {
+                " (stopped at the drain limit)"
+            } else {
+                ""
+            }
+        );
+        out.push('\n');
+        let header = [
+            "pool", "mode", "min", "max", "launches", "failed", "stuck", "peak", "worker-h",
+            "busy", "ran", "wait p50", "p90", "p99", "max",
+        ];
+        let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+        for pool in &self.pools {
+            rows.push(vec![
+                pool.name.clone(),
+                pool.launch_mode.to_string(),
+                pool.min.to_string(),
+                pool.max.to_string(),
+                pool.launches.to_string(),
+                pool.failures.to_string(),
+                pool.stuck_stops.to_string(),
+                pool.peak_workers.to_string(),
+                format!("{:.1}", pool.worker_hours),
+                percent(pool.busy_hours, pool.worker_hours),
+                pool.bundles_run.to_string(),
+                wait(pool.wait.p50_seconds),
+                wait(pool.wait.p90_seconds),
+                wait(pool.wait.p99_seconds),
+                wait(pool.wait.max_seconds),
+            ]);
+        }
+        let sum = |f: fn(&PoolReport) -> f64| self.pools.iter().map(f).sum::<f64>();
+        let (worker_h, busy_h) = (sum(|p| p.worker_hours), sum(|p| p.busy_hours));
+        rows.push(vec![
+            "total".into(),
+            String::new(),
+            String::new(),
+            String::new(),
+            (sum(|p| p.launches as f64) as u64).to_string(),
+            (sum(|p| p.failures as f64) as u64).to_string(),
+            (sum(|p| p.stuck_stops as f64) as u64).to_string(),
+            String::new(),
+            format!("{worker_h:.1}"),
+            percent(busy_h, worker_h),
+            self.started.to_string(),
+            wait(self.total_wait.p50_seconds),
+            wait(self.total_wait.p90_seconds),
+            wait(self.total_wait.p99_seconds),
+            wait(self.total_wait.max_seconds),
+        ]);
+        out.push_str(&table(&rows));
+        for pool in &self.pools {
+            let _ = writeln!(out, "  {}: {}", pool.name, pool.shape);
+        }
+        out
+    }
+}
+
+fn percent(part: f64, whole: f64) -> String {
+    if whole > 0.0 {
+        format!("{:.0}%", part / whole * 100.0)
+    } else {
+        "-".into()
+    }
+}
+
+fn wait(seconds: Option<f64>) -> String {
+    seconds.map_or_else(|| "-".into(), human)
+}
+
+/// `45s`, `12m05s`, `3h07m`, `2d04h`.
+pub(crate) fn human(seconds: f64) -> String {
+    let s = seconds.round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// Columns separated by two spaces; the first left-aligned, the others right-aligned.
+fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c == 0 {
+                let _ = write!(line, "{cell:<w$}", w = widths[c]);
+            } else {
+                let _ = write!(line, "  {cell:>w$}", w = widths[c]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let mut waits: Vec<u64> = (1..=100).rev().map(|s| s * 1000).collect();
+        let stats = WaitStats::of(&mut waits);
+        assert_eq!(stats.p50_seconds, Some(50.0));
+        assert_eq!(stats.p90_seconds, Some(90.0));
+        assert_eq!(stats.p99_seconds, Some(99.0));
+        assert_eq!(stats.max_seconds, Some(100.0));
+        assert_eq!(WaitStats::of(&mut []), WaitStats::default());
+    }
+
+    #[test]
+    fn series_keeps_peaks_when_halving() {
+        let mut series = Series::new(1);
+        for t in 0..(Series::MAX_ROWS as u64 * 3) {
+            series.push(t, &[u32::from(t == 777)]);
+        }
+        assert!(series.times_ms.len() <= Series::MAX_ROWS);
+        assert_eq!(series.ticks_per_row, 4);
+        assert_eq!(series.rows().filter(|(_, v)| v[0] == 1).count(), 1);
+        assert_eq!(series.times_ms[1], 4);
+    }
+
+    #[test]
+    fn human_durations() {
+        assert_eq!(human(0.4), "0s");
+        assert_eq!(human(725.0), "12m05s");
+        assert_eq!(human(3.0 * 3600.0 + 420.0), "3h07m");
+        assert_eq!(human(2.0 * 86400.0 + 4.0 * 3600.0), "2d04h");
+    }
+}

@@ -1,0 +1,293 @@
+//! The simulator against hand-computed timelines, and the exactness of the policy view.
+
+use super::rng::SplitMix64;
+use super::*;
+use crate::backend::JobState;
+use crate::bundle::{StagedBundle, WorkerShape};
+use crate::pools::{LaunchMode, ObservedJob, PoolObservation, PoolsObservation, plan_pools};
+
+fn pool(name: &str, max: u32) -> PoolPolicy {
+    PoolPolicy {
+        max,
+        min_seconds_between_workers: 0,
+        max_launches_per_tick: 10,
+        ..PoolPolicy::new(name, WorkerShape::from_flags(2, 0, 4096))
+    }
+}
+
+fn trace(rows: &[(f64, f64)]) -> Workload {
+    let mut csv = String::from("time,cpus,duration\n");
+    for (time, duration) in rows {
+        csv.push_str(&format!("{time},1,{duration}\n"));
+    }
+    Workload::parse(&csv).unwrap()
+}
+
+#[test]
+fn one_bundle_waits_for_one_start_latency() {
+    let config = SimConfig::default();
+    let report = simulate(&trace(&[(0.0, 100.0)]), &[pool("cpu", 5)], &config).unwrap();
+    let cpu = &report.pools[0];
+    // Tick at 0 launches, the worker is active at 60 s and runs the bundle until 160 s.
+    assert_eq!(cpu.launches, 1);
+    assert_eq!(cpu.wait.max_seconds, Some(60.0));
+    assert_eq!(report.simulated_seconds, 160.0);
+    assert_eq!(
+        cpu.worker_hours,
+        (100.0f64 / 3600.0 * 1000.0).round() / 1000.0
+    );
+    assert_eq!(
+        (report.finished, report.unfinished, report.drained),
+        (1, 0, false)
+    );
+}
+
+#[test]
+fn idle_workers_take_later_bundles_and_exit_when_idle() {
+    let config = SimConfig {
+        worker_idle: Duration::from_secs(30),
+        ..SimConfig::default()
+    };
+    // The second bundle comes while the worker is idle: no launch, no wait. The third comes
+    // after the worker exited (idle from 160 s, gone at 190 s): a new launch.
+    let work = trace(&[(0.0, 100.0), (170.0, 10.0), (400.0, 10.0)]);
+    let report = simulate(&work, &[pool("cpu", 5)], &config).unwrap();
+    let cpu = &report.pools[0];
+    assert_eq!(cpu.launches, 2);
+    assert_eq!(cpu.bundles_run, 3);
+    // Waits: 60 s, 0 s, and 400 → tick 400, active 460.
+    assert_eq!(cpu.wait.p50_seconds, Some(60.0));
+    assert_eq!(cpu.wait.max_seconds, Some(60.0));
+    let mut waits = vec![60_000, 0, 60_000];
+    assert_eq!(cpu.wait, WaitStats::of(&mut waits));
+}
+
+#[test]
+fn stuck_jobs_are_replaced_by_the_next_pool_and_failures_back_off() {
+    let mut first = pool("first", 3);
+    first.pending_timeout = Some(Duration::from_secs(120));
+    let second = PoolPolicy {
+        cost: 1.0,
+        ..pool("second", 3)
+    };
+    let config = SimConfig {
+        stuck_rate: 1.0,
+        drain: Duration::from_secs(3600),
+        ..SimConfig::default()
+    };
+    let report = simulate(&trace(&[(0.0, 10.0)]), &[first, second], &config).unwrap();
+    assert!(report.pools[0].stuck_stops >= 1, "{report:?}");
+    assert!(report.pools[1].launches >= 1, "{report:?}");
+    assert!(report.drained, "every job is stuck: nothing ever runs");
+    let config = SimConfig {
+        failure_rate: 1.0,
+        drain: Duration::from_secs(3600),
+        ..SimConfig::default()
+    };
+    let report = simulate(&trace(&[(0.0, 10.0)]), &[pool("cpu", 3)], &config).unwrap();
+    let cpu = &report.pools[0];
+    // Backoff 5, 10, 20, 30 min: far fewer launches than one per tick for an hour.
+    assert!((3..=6).contains(&cpu.launches), "{cpu:?}");
+    assert_eq!(cpu.failures, cpu.launches);
+}
+
+#[test]
+fn unrunnable_bundles_do_not_hold_the_end() {
+    let mut csv = String::from("time,gpus,duration\n0,1,10\n0,0,10\n");
+    csv.push_str("5,0,10\n");
+    let report = simulate(
+        &Workload::parse(&csv).unwrap(),
+        &[pool("cpu", 2)],
+        &SimConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        (report.unrunnable, report.finished, report.drained),
+        (1, 2, false)
+    );
+    assert_eq!(report.staged_for_no_pool, 1);
+}
+
+#[test]
+fn invalid_settings_are_refused() {
+    let work = trace(&[(0.0, 1.0)]);
+    let bad = SimConfig {
+        failure_rate: 1.5,
+        ..SimConfig::default()
+    };
+    assert!(simulate(&work, &[pool("a", 1)], &bad).is_err());
+    assert!(simulate(&work, &[], &SimConfig::default()).is_err());
+    assert!(simulate(&work, &[pool("a", 1), pool("a", 2)], &SimConfig::default()).is_err());
+}
+
+/// The simulator shows the policy at most `2·Σmax + 2` bundles of each class; launches and
+/// stops must be those of the full list, over random pools, jobs and queues.
+#[test]
+fn policy_view_is_exact() {
+    let mut rng = SplitMix64::new(99);
+    for case in 0..2000 {
+        let pools: Vec<PoolPolicy> = (0..1 + rng.between(0, 2))
+            .map(|i| PoolPolicy {
+                min: rng.between(0, 1) as u32,
+                max: 1 + rng.between(0, 4) as u32,
+                cost: rng.between(0, 2) as f64,
+                launch_mode: if rng.between(0, 3) == 0 {
+                    LaunchMode::Compat
+                } else {
+                    LaunchMode::Target
+                },
+                max_launches_per_tick: 1 + rng.between(0, 5) as u32,
+                min_seconds_between_workers: 0,
+                pending_timeout: None,
+                tag: (i == 2).then(|| "gpu".to_owned()),
+                ..PoolPolicy::new(
+                    format!("p{i}"),
+                    WorkerShape::from_flags(1 + i as u32, i as u32, 4096),
+                )
+            })
+            .map(|p| PoolPolicy {
+                max_launches_per_tick: if p.launch_mode == LaunchMode::Compat {
+                    1
+                } else {
+                    p.max_launches_per_tick
+                },
+                ..p
+            })
+            .collect();
+        let observations: Vec<PoolObservation> = pools
+            .iter()
+            .map(|p| PoolObservation {
+                jobs: (0..rng.between(0, u64::from(p.max)))
+                    .map(|j| ObservedJob {
+                        id: format!("{}-{j}", p.name),
+                        state: if rng.between(0, 1) == 0 {
+                            JobState::Pending
+                        } else {
+                            JobState::Active
+                        },
+                        pending_for: Duration::ZERO,
+                        active_for: Duration::from_secs(rng.between(0, 100)),
+                    })
+                    .collect(),
+                ..PoolObservation::default()
+            })
+            .collect();
+        let kinds = [
+            (1, 0, ""),
+            (2, 0, ""),
+            (1, 2, "gpu"),
+            (3, 0, ""),
+            (9, 0, ""),
+        ];
+        let sum_max: u64 = pools.iter().map(|p| u64::from(p.max)).sum();
+        let bundles: Vec<(usize, StagedBundle)> = (0..rng.between(0, 6 * sum_max + 6))
+            .map(|b| {
+                let k = rng.between(0, kinds.len() as u64 - 1) as usize;
+                let (cpus, gpus, queue) = kinds[k];
+                (
+                    k,
+                    StagedBundle {
+                        request_cpus: cpus,
+                        request_gpus: gpus,
+                        request_queue: queue.into(),
+                        ..StagedBundle::new(format!("b{b}"))
+                    },
+                )
+            })
+            .collect();
+        // The cap of a kind: Σmax + largest max over the pools that fit it, plus one.
+        let caps: Vec<usize> = kinds
+            .iter()
+            .map(|&(cpus, gpus, queue)| {
+                let probe = StagedBundle {
+                    request_cpus: cpus,
+                    request_gpus: gpus,
+                    request_queue: queue.into(),
+                    ..StagedBundle::new("probe")
+                };
+                let maxes: Vec<usize> = pools
+                    .iter()
+                    .filter(|p| crate::pools::misfit(p, &probe).is_none())
+                    .map(|p| p.max as usize)
+                    .collect();
+                maxes.iter().sum::<usize>() + maxes.iter().max().unwrap_or(&0) + 1
+            })
+            .collect();
+        let mut seen = [0usize; 5];
+        let view: Vec<StagedBundle> = bundles
+            .iter()
+            .filter(|(k, _)| {
+                seen[*k] += 1;
+                seen[*k] <= caps[*k]
+            })
+            .map(|(_, b)| b.clone())
+            .collect();
+        let plan = |bundles: Vec<StagedBundle>| {
+            let decision = plan_pools(
+                &PoolsObservation {
+                    bundles,
+                    pools: observations.clone(),
+                },
+                &pools,
+                Duration::from_secs(1000),
+            );
+            decision
+                .pools
+                .iter()
+                .map(|d| (d.launches, d.stops.clone(), d.target))
+                .collect::<Vec<_>>()
+        };
+        let full = plan(bundles.iter().map(|(_, b)| b.clone()).collect());
+        assert_eq!(full, plan(view), "case {case}: {pools:?}");
+    }
+}
+
+/// The speed figure of the simulator: `cargo test --release -p codalab-wm-core --lib
+/// million_bundles -- --ignored --nocapture`.
+#[test]
+#[ignore = "a timing run; use --release"]
+fn million_bundles() {
+    let mix: Vec<BundleTemplate> = [
+        "cpus=1,memory=2g,duration=40,weight=8",
+        "cpus=4,memory=24g,duration=60,weight=1",
+        "gpus=1,queue=gpu,memory=8g,duration=120,weight=1",
+    ]
+    .iter()
+    .map(|s| s.parse().unwrap())
+    .collect();
+    let started = std::time::Instant::now();
+    let workload = Workload::poisson(PoissonRate { per_second: 2.0 }, 1_000_000, &mix, 1);
+    let generated = started.elapsed();
+    let target = |name: &str, max, cpus, gpus, memory_gb: u64| PoolPolicy {
+        max,
+        max_launches_per_tick: 10,
+        min_seconds_between_workers: 0,
+        pending_timeout: Some(Duration::from_secs(600)),
+        ..PoolPolicy::new(name, WorkerShape::from_flags(cpus, gpus, memory_gb * 1024))
+    };
+    let pools = [
+        target("cpu", 100, 4, 0, 16),
+        PoolPolicy {
+            cost: 5.0,
+            ..target("overflow", 50, 8, 0, 32)
+        },
+        PoolPolicy {
+            tag: Some("gpu".into()),
+            ..target("gpu", 20, 8, 1, 64)
+        },
+    ];
+    let config = SimConfig {
+        failure_rate: 0.02,
+        stuck_rate: 0.02,
+        start_latency: (Duration::from_secs(20), Duration::from_secs(90)),
+        worker_idle: Duration::from_secs(300),
+        ..SimConfig::default()
+    };
+    let report = simulate(&workload, &pools, &config).unwrap();
+    println!(
+        "generated 1,000,000 arrivals in {generated:?}; simulated {} ticks in {:?} in all",
+        report.ticks,
+        started.elapsed()
+    );
+    print!("{}", report.to_text());
+}

@@ -1,0 +1,298 @@
+//! `Manager::reconfigure`: new limits, shapes and rates applied to a running manager without
+//! forgetting its workers (jobs, pending times), all-or-nothing refusal of what would orphan
+//! jobs, the list of changes for the log, and the reload channel `Manager::run` drains before
+//! a tick. Against the in-process fake CodaLab server and in-memory `FakeBackend`s; time moves
+//! with `Manager::advance_clock`.
+
+use codalab_wm_core::codalab::CodaLabClient;
+use codalab_wm_core::manager::Reconfiguration;
+use codalab_wm_core::policy::PolicyConfig;
+use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_core::testing::FakeBackend;
+use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
+use codalab_wm_core::{
+    JobState, LaunchMode, Manager, ManagerConfig, Pool, PoolPolicy, WorkerOptions, WorkerShape,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn shape() -> WorkerShape {
+    WorkerShape::from_flags(1, 0, 2048)
+}
+
+async fn server(bundles: usize) -> FakeCodaLab {
+    let server = FakeCodaLab::start().await.unwrap();
+    server.set_bundles(
+        (1..=bundles as u64)
+            .map(|n| FakeBundle::new("alice", n))
+            .collect(),
+    );
+    server
+}
+
+fn client(server: &FakeCodaLab) -> CodaLabClient {
+    let credentials = Credentials {
+        username: "alice".into(),
+        password: Secret::new("alicepw"),
+    };
+    CodaLabClient::new(&server.url(), credentials).unwrap()
+}
+
+fn single_config(server: &FakeCodaLab, max: u32) -> ManagerConfig {
+    ManagerConfig {
+        policy: PolicyConfig {
+            min_workers: 0,
+            max_workers: max,
+            min_seconds_between_workers: 0,
+        },
+        sleep_time: Duration::ZERO,
+        launch_mode: LaunchMode::Target,
+        max_launches_per_tick: 3,
+        worker: WorkerOptions {
+            server: server.url(),
+            ..WorkerOptions::default()
+        },
+        ..ManagerConfig::default()
+    }
+}
+
+fn pool(name: &str, backend: &FakeBackend, shape: WorkerShape, max: u32) -> Pool {
+    Pool {
+        policy: PoolPolicy {
+            max,
+            max_launches_per_tick: 5,
+            min_seconds_between_workers: 0,
+            pending_timeout: Some(Duration::from_secs(600)),
+            ..PoolPolicy::new(name, shape)
+        },
+        backend: Arc::new(backend.clone()),
+        worker: WorkerOptions::default(),
+    }
+}
+
+#[tokio::test]
+async fn raising_max_launches_more_and_keeps_the_first_job() {
+    let server = server(3).await;
+    let backend = FakeBackend::named("fake", shape());
+    let config = single_config(&server, 1);
+    let mut manager = Manager::new(config.clone(), client(&server), Arc::new(backend.clone()));
+    manager.tick().await.unwrap();
+    let first = backend.jobs();
+    assert_eq!(first.len(), 1);
+
+    let raised = ManagerConfig {
+        policy: PolicyConfig {
+            max_workers: 3,
+            ..config.policy
+        },
+        ..config
+    };
+    let pool = Manager::single_pool(&raised, manager.backend().clone());
+    let changes = manager.reconfigure(raised, vec![pool]).unwrap();
+    let shown: Vec<String> = changes.iter().map(ToString::to_string).collect();
+    assert_eq!(shown, ["pool fake: max_workers 1 → 3"]);
+
+    manager.tick().await.unwrap();
+    let jobs = backend.jobs();
+    assert_eq!(jobs.len(), 3, "two more for the two bundles left");
+    assert_eq!(
+        jobs[0].id, first[0].id,
+        "the first job is kept, not restarted"
+    );
+    manager.tick().await.unwrap();
+    assert_eq!(backend.jobs().len(), 3, "never more than the new max");
+}
+
+#[tokio::test]
+async fn lowering_max_launches_nothing_and_stops_nothing() {
+    let server = server(3).await;
+    let backend = FakeBackend::named("fake", shape());
+    let config = single_config(&server, 3);
+    let mut manager = Manager::new(config.clone(), client(&server), Arc::new(backend.clone()));
+    manager.tick().await.unwrap();
+    assert_eq!(backend.jobs().len(), 3);
+    let lowered = ManagerConfig {
+        policy: PolicyConfig {
+            max_workers: 1,
+            ..config.policy
+        },
+        ..config
+    };
+    let pool = Manager::single_pool(&lowered, manager.backend().clone());
+    manager.reconfigure(lowered, vec![pool]).unwrap();
+    server.set_bundles((4..=6).map(|n| FakeBundle::new("alice", n)).collect());
+    manager.tick().await.unwrap();
+    assert_eq!(backend.jobs().len(), 3, "over the new max: no launch");
+    assert!(
+        backend.stops().is_empty(),
+        "running workers are not stopped"
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_configuration_is_refused_and_the_old_one_keeps_running() {
+    let server = server(1).await;
+    let backend = FakeBackend::named("fake", shape());
+    let config = single_config(&server, 2);
+    let mut manager = Manager::new(config.clone(), client(&server), Arc::new(backend.clone()));
+    let before = manager.policies();
+
+    let inverted = ManagerConfig {
+        policy: PolicyConfig {
+            min_workers: 5,
+            max_workers: 2,
+            min_seconds_between_workers: 0,
+        },
+        ..config.clone()
+    };
+    let pool = Manager::single_pool(&inverted, manager.backend().clone());
+    let err = manager.reconfigure(inverted, vec![pool]).unwrap_err();
+    assert!(err.to_string().contains("less than"), "{err}");
+
+    let burst_in_compat = ManagerConfig {
+        launch_mode: LaunchMode::Compat,
+        max_launches_per_tick: 4,
+        ..config.clone()
+    };
+    let pool = Manager::single_pool(&burst_in_compat, manager.backend().clone());
+    let err = manager
+        .reconfigure(burst_in_compat, vec![pool])
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("needs launch mode target"),
+        "{err}"
+    );
+
+    let other = Arc::new(FakeBackend::named("other", shape()));
+    let pool = Manager::single_pool(&config, other);
+    let err = manager.reconfigure(config, vec![pool]).unwrap_err();
+    assert!(err.to_string().contains("pool other is new"), "{err}");
+    assert_eq!(manager.policies(), before, "nothing was applied");
+}
+
+#[tokio::test]
+async fn pools_cannot_be_added_removed_or_change_backend() {
+    let server = server(0).await;
+    let (a, b) = (
+        FakeBackend::named("fake-a", shape()),
+        FakeBackend::named("fake-b", shape()),
+    );
+    let config = single_config(&server, 2);
+    let pools = vec![pool("cpu", &a, shape(), 2), pool("big", &b, shape(), 2)];
+    let mut manager = Manager::with_pools(config.clone(), client(&server), pools).unwrap();
+    let before = manager.policies();
+
+    let err = manager
+        .reconfigure(config.clone(), vec![pool("cpu", &a, shape(), 2)])
+        .unwrap_err();
+    assert!(err.to_string().contains("pool big is gone"), "{err}");
+    let err = manager
+        .reconfigure(
+            config.clone(),
+            vec![
+                pool("cpu", &a, shape(), 2),
+                pool("big", &b, shape(), 2),
+                pool("new", &b, shape(), 2),
+            ],
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("pool new is new"), "{err}");
+    let err = manager
+        .reconfigure(
+            config.clone(),
+            vec![pool("cpu", &a, shape(), 2), pool("big", &a, shape(), 2)],
+        )
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("backend cannot change from fake-b to fake-a"),
+        "{err}"
+    );
+    assert_eq!(manager.policies(), before);
+}
+
+#[tokio::test]
+async fn a_bigger_shape_serves_bundles_that_fit_no_pool_before() {
+    let server = FakeCodaLab::start().await.unwrap();
+    server.set_bundles(vec![FakeBundle {
+        cpus: 4,
+        ..FakeBundle::new("alice", 1)
+    }]);
+    let small = FakeBackend::named("fake", shape());
+    let config = single_config(&server, 2);
+    let pools = vec![pool("cpu", &small, shape(), 2)];
+    let mut manager = Manager::with_pools(config.clone(), client(&server), pools).unwrap();
+    let report = manager.tick().await.unwrap();
+    assert_eq!(report.launched.len(), 0, "4 CPUs do not fit 1");
+
+    let big_shape = WorkerShape::from_flags(8, 0, 16384);
+    let big = FakeBackend::named("fake", big_shape);
+    let changes = manager
+        .reconfigure(config, vec![pool("cpu", &big, big_shape, 2)])
+        .unwrap();
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(changes[0].key, "shape");
+    assert_eq!(changes[0].new, big_shape.to_string());
+    let report = manager.tick().await.unwrap();
+    assert_eq!(report.launched.len(), 1);
+    assert_eq!(
+        big.launches().len(),
+        1,
+        "new launches go to the new backend"
+    );
+}
+
+#[tokio::test]
+async fn pending_times_survive_a_reconfiguration() {
+    let server = server(1).await;
+    let backend = FakeBackend::named("fake-a", shape());
+    let config = single_config(&server, 2);
+    let pools = vec![pool("cpu", &backend, shape(), 2)];
+    let mut manager = Manager::with_pools(config.clone(), client(&server), pools).unwrap();
+    manager.tick().await.unwrap();
+    assert_eq!(backend.jobs().len(), 1);
+    assert_eq!(backend.jobs()[0].state, JobState::Pending);
+    manager.advance_clock(Duration::from_secs(500));
+    manager.tick().await.unwrap();
+
+    let changes = manager
+        .reconfigure(config, vec![pool("cpu", &backend, shape(), 4)])
+        .unwrap();
+    assert_eq!(changes[0].to_string(), "pool cpu: max 2 → 4");
+    manager.advance_clock(Duration::from_secs(200));
+    let report = manager.tick().await.unwrap();
+    assert_eq!(
+        report.pools.pools[0].stops.len(),
+        1,
+        "pending for 700 s in all, over the 600 s timeout: the pending time was kept"
+    );
+}
+
+#[tokio::test]
+async fn run_applies_what_the_reload_channel_holds_before_its_tick() {
+    let server = server(3).await;
+    let backend = FakeBackend::named("fake", shape());
+    let config = single_config(&server, 1);
+    let mut manager = Manager::new(config.clone(), client(&server), Arc::new(backend.clone()));
+    manager.tick().await.unwrap();
+    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+    manager.reload_from(receiver);
+    let raised = ManagerConfig {
+        policy: PolicyConfig {
+            max_workers: 3,
+            ..config.policy
+        },
+        ..config
+    };
+    let pool = Manager::single_pool(&raised, manager.backend().clone());
+    sender
+        .send(Reconfiguration {
+            config: raised,
+            pools: vec![pool],
+        })
+        .unwrap();
+    let (_stop, shutdown) = tokio::sync::watch::channel(false);
+    manager.run(true, shutdown).await.unwrap();
+    assert_eq!(backend.jobs().len(), 3);
+    assert_eq!(manager.policies()[0].max, 3);
+}
