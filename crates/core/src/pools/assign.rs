@@ -113,7 +113,9 @@ pub(super) fn assign(
         .collect();
     let mut assigned: Vec<Option<(usize, Coverage)>> = vec![None; bundles.len()];
     // Pass 1: existing pending workers first, most constrained bundles first, so that a
-    // pending worker is not spent on a bundle that fits elsewhere too.
+    // pending worker is not spent on a bundle that fits elsewhere too. A compat pool ends the
+    // scan: the bundle is left to pass 2, where preference order decides between it and the
+    // pools before it.
     let mut by_constraint: Vec<usize> = (0..bundles.len()).collect();
     by_constraint.sort_by_key(|&b| fitting[b].len());
     for &b in &by_constraint {
@@ -123,7 +125,6 @@ pub(super) fn assign(
                 continue;
             }
             if slot.compat {
-                assigned[b] = Some((p, Coverage::Compat));
                 break;
             }
             if slot.pending > 0 {
@@ -133,14 +134,22 @@ pub(super) fn assign(
             }
         }
     }
-    // Pass 2: room to launch, in bundle order.
+    // Pass 2: in bundle order, the first pool in preference order that is a compat pool (it
+    // takes every bundle that reaches it, as upstream) or has room to launch.
     for b in 0..bundles.len() {
         if assigned[b].is_some() {
             continue;
         }
         for &p in &fitting[b] {
             let slot = &mut slots[p];
-            if slot.unavailable.is_none() && slot.room > 0 {
+            if slot.unavailable.is_some() {
+                continue;
+            }
+            if slot.compat {
+                assigned[b] = Some((p, Coverage::Compat));
+                break;
+            }
+            if slot.room > 0 {
                 slot.room -= 1;
                 assigned[b] = Some((p, Coverage::NewWorker));
                 break;

@@ -98,6 +98,18 @@ fn assignment_prefers_the_cheapest_fitting_pool() {
         name: "cpu2".into(),
         ..cpu()
     };
+    // A compat pool later in preference order must not take bundles a cheaper target pool
+    // has room for (found by `simulate`).
+    let compat_overflow = PoolPolicy {
+        name: "overflow".into(),
+        cost: 5.0,
+        launch_mode: LaunchMode::Compat,
+        ..cpu()
+    };
+    let cheap_compat = PoolPolicy {
+        cost: -5.0,
+        ..compat_overflow.clone()
+    };
     #[rustfmt::skip]
     let cases: Vec<(&str, StagedBundle, Vec<PoolPolicy>, &str)> = vec![
         ("cpu bundle → cheap cpu pool", bundle(1, 1, 0, ""), vec![gpu(), cpu()], "cpu"),
@@ -111,6 +123,8 @@ fn assignment_prefers_the_cheapest_fitting_pool() {
         ("untagged bundle on non-exclusive tagged pool", bundle(1, 1, 1, ""), vec![cpu(), tagged], "gpu"),
         ("untagged bundle not on exclusive pool", bundle(1, 1, 1, ""), vec![cpu(), exclusive.clone()], "no_fitting_pool"),
         ("tagged bundle on exclusive pool", bundle(1, 1, 1, "gpuq"), vec![cpu(), exclusive], "gpu"),
+        ("cheaper target pool before a compat pool", bundle(1, 1, 0, ""), vec![compat_overflow, cpu()], "cpu"),
+        ("cheaper compat pool before a target pool", bundle(1, 1, 0, ""), vec![cpu(), cheap_compat], "overflow"),
     ];
     for (case, bundle, policies, expected) in cases {
         let observed = vec![PoolObservation::default(); policies.len()];
