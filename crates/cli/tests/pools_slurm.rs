@@ -7,6 +7,9 @@
 //!
 //! - GPU bundles get GPU workers (partition `gpu`, `gres/gpu`), CPU bundles CPU workers, and a
 //!   pool whose submits fail (a partition that does not exist) backs off and says so.
+//! - With the REAL CodaLab 1.7.5 server (`cargo xtask services up codalab`) and bundles staged
+//!   by real `cl run`: a GPU bundle gets a worker of the GPU pool and a CPU bundle one of the
+//!   cheaper CPU pool.
 //! - A pool whose partition cannot start jobs (`scontrol update PartitionName=gpu State=DOWN`,
 //!   restored by a drop guard) has its pending job stopped after `pending_timeout` and replaced
 //!   on the other pool.
@@ -92,11 +95,16 @@ impl Scratch {
 
     /// Starts the manager on `pools` against `server`, one tick per second, logs in a file.
     fn start(&mut self, server: &str, pools: &[String]) {
+        self.start_with(server, "", pools);
+    }
+
+    /// Starts the manager with extra top-level settings (`top`, TOML lines).
+    fn start_with(&mut self, server: &str, top: &str, pools: &[String]) {
         let config = self.path("wm.toml");
         std::fs::write(
             &config,
             format!(
-                "server = \"{server}\"\nsleep_time = 1\n[worker]\nexecutable = \"{}\"\n{}",
+                "server = \"{server}\"\nsleep_time = 1\n{top}\n[worker]\nexecutable = \"{}\"\n{}",
                 self.path("cl-worker-stand-in.sh").display(),
                 pools.join("\n")
             ),
@@ -354,4 +362,83 @@ fn a_pending_job_on_a_partition_that_cannot_start_jobs_is_replaced_on_the_other_
         .filter(|j| j.0 == "fallback")
         .count();
     assert_eq!(fallback, 1, "exactly one replacement:\n{logs}");
+}
+
+fn codalab_running() -> bool {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    Command::new("bash")
+        .arg(repo.join("xtask/services/codalab/status.sh"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Stages `n` bundles as alice on the real server with real `cl run`.
+fn stage_real(n: usize, flags: &[&str]) {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let output = Command::new("bash")
+        .arg(repo.join("xtask/services/codalab/stage.sh"))
+        .arg("alice")
+        .arg(n.to_string())
+        .args(flags)
+        .current_dir(&repo)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "stage.sh: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn bundles_staged_on_the_real_codalab_server_get_workers_of_the_right_pool() {
+    if !slurm_available() || !require_service("codalab", codalab_running()) {
+        return;
+    }
+    let _cluster = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let mut scratch = Scratch::new();
+    let tag = format!("pools-{}", scratch.prefix);
+    let tags = format!("--tags={tag}");
+    stage_real(
+        1,
+        &["--request-cpus", "1", "--request-memory", "256m", &tags],
+    );
+    stage_real(
+        1,
+        &[
+            "--request-cpus",
+            "1",
+            "--request-gpus",
+            "1",
+            "--request-memory",
+            "256m",
+            &tags,
+        ],
+    );
+    // The stand-in never checks in, so the real server keeps both bundles staged: max = 1 per
+    // pool keeps each pool at one worker.
+    let pools = [
+        scratch.pool("cpu", "cpu", 0, "cost = 1\nmax = 1"),
+        scratch.pool("gpu", "gpu", 1, "cost = 2\nmax = 1"),
+    ];
+    scratch.start_with(
+        "http://127.0.0.1:2900",
+        &format!("search = [\"tags={tag}\"]"),
+        &pools,
+    );
+    let jobs = scratch.wait_for("a running worker in each pool", |jobs| {
+        ["cpu", "gpu"]
+            .iter()
+            .all(|pool| jobs.iter().any(|j| j.0 == *pool && j.2 == "RUNNING"))
+    });
+    let logs = scratch.logs();
+    assert!(logs.contains("pool cpu: 1 bundles assigned"), "{logs}");
+    assert!(logs.contains("pool gpu: 1 bundles assigned"), "{logs}");
+    let cpu: Vec<_> = jobs.iter().filter(|j| j.0 == "cpu").collect();
+    let gpu: Vec<_> = jobs.iter().filter(|j| j.0 == "gpu").collect();
+    assert_eq!((cpu.len(), gpu.len()), (1, 1), "{jobs:?}");
+    assert_eq!(cpu[0].1, "cpu", "{jobs:?}");
+    assert!(!cpu[0].3.contains("gpu"), "{jobs:?}");
+    assert_eq!(gpu[0].1, "gpu", "{jobs:?}");
+    assert!(gpu[0].3.contains("gpu:1"), "{jobs:?}");
 }
