@@ -48,6 +48,9 @@ pub struct AzureBatchBackend {
     credentials: Credentials,
     client: BatchClient,
     image: String,
+    /// `CODALAB_BUNDLE_MOUNT` when `CODALAB_SHARED_FILE_SYSTEM=true` (read at start, as
+    /// upstream reads it): workers get `--shared-file-system` and the mount.
+    shared_bundle_mount: Option<String>,
     /// Failed tasks already reported by a listing of this process: the next listing deletes
     /// them (they would linger in the job forever), so the manager sees each failure once.
     reported_failed: Mutex<HashSet<String>>,
@@ -69,11 +72,15 @@ impl AzureBatchBackend {
         };
         let client = BatchClient::new(&config.service_url, &config.job_id, auth, http)?;
         let image = config.image();
+        let shared_bundle_mount = (std::env::var("CODALAB_SHARED_FILE_SYSTEM").as_deref()
+            == Ok("true"))
+        .then(|| std::env::var("CODALAB_BUNDLE_MOUNT").unwrap_or_default());
         Ok(Self {
             config,
             credentials,
             client,
             image,
+            shared_bundle_mount,
             reported_failed: Mutex::default(),
         })
     }
@@ -128,9 +135,9 @@ impl AzureBatchBackend {
             .clone()
             .filter(|p| !p.is_empty())
             .unwrap_or_else(|| "/tmp/".to_owned());
-        let argv = worker.build_command(request.unique, &work_dir);
+        let mut argv = worker.build_command(request.unique, &work_dir);
         let task_id = Self::task_id(request.unique);
-        let run_options = [
+        let mut run_options = vec![
             format!("--cpus {}", self.config.cpus),
             format!("--memory {}M", self.config.memory_mb),
             "--volume /var/run/docker.sock:/var/run/docker.sock".to_owned(),
@@ -140,6 +147,13 @@ impl AzureBatchBackend {
             ),
             format!("--user {}", shell_words::quote(&self.config.user)),
         ];
+        if let Some(mount) = &self.shared_bundle_mount {
+            argv.push("--shared-file-system".to_owned());
+            run_options.push(format!(
+                "--volume {}",
+                shell_words::quote(&format!("shared_dir:{mount}"))
+            ));
+        }
         TaskAddParameter {
             command_line: format!(
                 "/bin/bash -c {}",
@@ -403,6 +417,34 @@ mod tests {
             ]
         });
         assert_eq!(body, expected);
+    }
+
+    /// `CODALAB_SHARED_FILE_SYSTEM=true`: as upstream, the worker gets `--shared-file-system`
+    /// and the container the bundle mount.
+    #[test]
+    fn shared_file_system_mounts_the_bundle_store() {
+        let mut backend = backend();
+        backend.shared_bundle_mount = Some("/bundles".into());
+        let options = options();
+        let task = backend.task_for(&LaunchRequest {
+            unique: "u",
+            worker: &options,
+            dry_run: false,
+        });
+        assert!(
+            task.command_line.ends_with(" --shared-file-system'"),
+            "{}",
+            task.command_line
+        );
+        let run = task
+            .container_settings
+            .unwrap()
+            .container_run_options
+            .unwrap();
+        assert!(
+            run.ends_with("--user root --volume shared_dir:/bundles"),
+            "{run}"
+        );
     }
 
     #[test]
