@@ -37,7 +37,7 @@ pub fn run(args: &[String]) -> Result<()> {
     if !status.success() {
         bail!("building bench-harness failed ({status})");
     }
-    let harness = root.join("target/release/bench-harness");
+    let harness = crate::services::target_dir().join("release/bench-harness");
     let status = Command::new(&harness)
         .arg("run")
         .args(args)

@@ -53,7 +53,7 @@ pub fn run(args: &[String]) -> Result<()> {
     if !status.success() {
         bail!("building cl-worker-manager failed ({status})");
     }
-    let binary = root.join("target/release/cl-worker-manager");
+    let binary = crate::services::target_dir().join("release/cl-worker-manager");
     let dist = root.join("target/dist");
     std::fs::create_dir_all(dist.join("completions"))
         .with_context(|| format!("creating {}", dist.display()))?;

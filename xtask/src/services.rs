@@ -19,6 +19,16 @@ pub const SERVICES: &[&str] = &[
     "k8s-validate",
 ];
 
+/// Where cargo puts build artefacts: `CARGO_TARGET_DIR` (relative to the repository root when
+/// relative), else `<repo>/target`. CI keeps it outside the clone.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() => dir,
+        Some(dir) => repo_root().join(dir),
+        None => repo_root().join("target"),
+    }
+}
+
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

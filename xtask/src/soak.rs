@@ -101,7 +101,7 @@ fn build() -> Result<()> {
 }
 
 fn start_fake(lifetime: Duration) -> Result<(Guard, String)> {
-    let mut child = Command::new(repo_root().join("target/debug/soak-fake"))
+    let mut child = Command::new(crate::services::target_dir().join("debug/soak-fake"))
         .arg(lifetime.as_secs().to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -128,8 +128,11 @@ fn start_manager(url: &str, dir: &Path) -> Result<Guard> {
     let log = std::fs::File::create(dir.join("manager.log"))?;
     // A copy: the shared target directory may be rebuilt while the soak runs.
     let binary = dir.join("cl-worker-manager");
-    std::fs::copy(repo_root().join("target/debug/cl-worker-manager"), &binary)
-        .context("copying target/debug/cl-worker-manager")?;
+    std::fs::copy(
+        crate::services::target_dir().join("debug/cl-worker-manager"),
+        &binary,
+    )
+    .context("copying target/debug/cl-worker-manager")?;
     let mut command = Command::new(binary);
     command
         .args(["--server", url, "--min-workers", "0", "--max-workers", "4"])

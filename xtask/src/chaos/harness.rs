@@ -125,7 +125,7 @@ impl ManagerSpec {
 /// Copies `target/debug/cl-worker-manager` (just built with every backend) to `dir`: the
 /// shared target directory may be rebuilt with other features while the scenarios run.
 pub fn copy_binary(dir: &Path) -> Result<()> {
-    let built = repo_root().join("target/debug/cl-worker-manager");
+    let built = crate::services::target_dir().join("debug/cl-worker-manager");
     std::fs::copy(&built, dir.join("cl-worker-manager"))
         .with_context(|| format!("copying {}", built.display()))?;
     let check = Command::new(dir.join("cl-worker-manager"))
