@@ -105,7 +105,7 @@ pub async fn build_manager(
             "choose either a backend (a subcommand or `backend = \"…\"`) or [[pools]] in the config file, not both"
         );
     }
-    let config = manager_config(settings, settings.worker.options(&settings.server));
+    let config = manager_config(settings, settings.worker.for_server(&settings.server));
     let credentials = credentials(settings.password_file.as_deref())?;
     let pools = build_pools(settings, &credentials).await?;
     let client =
@@ -161,7 +161,7 @@ pub async fn single_backend(
             })?
         }
     };
-    let config = manager_config(settings, settings.worker.options(&settings.server));
+    let config = manager_config(settings, settings.worker.for_server(&settings.server));
     config.policy.validate().map_err(|e| anyhow!(e))?;
     if config.max_launches_per_tick == 0 {
         bail!("--max-launches-per-tick must be at least 1");
@@ -247,7 +247,7 @@ pub async fn build_pools(settings: &Settings, credentials: &Credentials) -> Resu
                 .to_owned();
             job_names.push((name.clone(), job_name));
         }
-        let mut worker = settings.worker.options(&settings.server);
+        let mut worker = settings.worker.for_server(&settings.server);
         worker.tag = entry.tag.clone();
         worker.tag_exclusive = entry.tag_exclusive;
         let context = BackendContext {

@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkerOptions {
-    /// URL of the CodaLab server the workers connect to.
+    /// URL of the CodaLab server the workers connect to. Not read from a `[worker]` table:
+    /// the manager's own `--server` is used (see [`WorkerOptions::for_server`]).
+    #[serde(skip)]
     pub server: String,
     /// The worker executable (`--worker-executable`).
     pub executable: String,
@@ -64,6 +66,14 @@ impl Default for WorkerOptions {
 }
 
 impl WorkerOptions {
+    /// These options for workers of `server`.
+    pub fn for_server(&self, server: &str) -> WorkerOptions {
+        WorkerOptions {
+            server: server.to_owned(),
+            ..self.clone()
+        }
+    }
+
     /// The `cl-worker` argv for worker `worker_id` working in `work_dir`, flag for flag as
     /// upstream builds it. Backends append their own flags (Slurm adds
     /// `--pass-down-termination`, Kubernetes its `--bundle-runtime` flags).

@@ -113,7 +113,7 @@ async fn backends(
     }
     let context = BackendContext {
         credentials,
-        worker: settings.worker.options(&settings.server),
+        worker: settings.worker.for_server(&settings.server),
     };
     let backend = command
         .build(&figment, &context)

@@ -150,7 +150,7 @@ impl Reloader {
             .map_err(|e| anyhow!("invalid configuration: {e}"))?;
         fixed_settings(&self.current, &settings)?;
         let config =
-            crate::run::manager_config(&settings, settings.worker.options(&settings.server));
+            crate::run::manager_config(&settings, settings.worker.for_server(&settings.server));
         config.policy.validate().map_err(|e| anyhow!(e))?;
         let credentials = crate::run::credentials(settings.password_file.as_deref())?;
         let mut built = Vec::new();
@@ -191,7 +191,7 @@ impl Reloader {
                     );
                 }
                 let (_, table) = pool_table(entry, &settings)?;
-                let mut worker = settings.worker.options(&settings.server);
+                let mut worker = settings.worker.for_server(&settings.server);
                 worker.tag = entry.tag.clone();
                 worker.tag_exclusive = entry.tag_exclusive;
                 let context = BackendContext {
@@ -372,7 +372,7 @@ mod tests {
             let credentials = crate::run::credentials(settings.password_file.as_deref()).unwrap();
             let context = BackendContext {
                 credentials,
-                worker: settings.worker.options(&settings.server),
+                worker: settings.worker.for_server(&settings.server),
             };
             let handle = BackendCommand::from_name("local")
                 .unwrap()
