@@ -9,6 +9,9 @@
 //! unique name, so runs never see each other's bundles or jobs. Locally a missing service
 //! skips the test; under `CI=true` it fails.
 
+mod support;
+use support::{SERVER, codalab_running, slurm_running, stage, unique};
+
 use codalab_wm_core::testing::require_service;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -18,56 +21,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
-const SERVER: &str = "http://127.0.0.1:2900";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-fn codalab_running() -> bool {
-    Command::new("bash")
-        .arg(repo().join("xtask/services/codalab/status.sh"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn slurm_running() -> bool {
-    Command::new("sinfo")
-        .args(["-h", "-o", "%T"])
-        .output()
-        .is_ok_and(|o| {
-            o.status.success()
-                && String::from_utf8_lossy(&o.stdout).lines().any(|l| {
-                    l.starts_with("idle") || l.starts_with("mix") || l.starts_with("alloc")
-                })
-        })
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}{}", &codalab_wm_core::backend::new_unique()[..10])
-}
-
-/// Stages `n` bundles as alice with real `cl run`.
-fn stage(n: usize, flags: &[&str]) {
-    let output = Command::new("bash")
-        .arg(repo().join("xtask/services/codalab/stage.sh"))
-        .arg("alice")
-        .arg(n.to_string())
-        .args(flags)
-        .current_dir(repo())
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "stage.sh failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
 
 /// A worker stand-in that waits (bounded), so that its Slurm job stays RUNNING.
 fn stand_in(dir: &Path) -> PathBuf {

@@ -14,6 +14,9 @@
 //!   restored by a drop guard) has its pending job stopped after `pending_timeout` and replaced
 //!   on the other pool.
 
+mod support;
+use support::{codalab_running, stage};
+
 use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
 use codalab_wm_core::testing::require_service;
 use std::os::unix::fs::PermissionsExt;
@@ -364,32 +367,6 @@ fn a_pending_job_on_a_partition_that_cannot_start_jobs_is_replaced_on_the_other_
     assert_eq!(fallback, 1, "exactly one replacement:\n{logs}");
 }
 
-fn codalab_running() -> bool {
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    Command::new("bash")
-        .arg(repo.join("xtask/services/codalab/status.sh"))
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// Stages `n` bundles as alice on the real server with real `cl run`.
-fn stage_real(n: usize, flags: &[&str]) {
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let output = Command::new("bash")
-        .arg(repo.join("xtask/services/codalab/stage.sh"))
-        .arg("alice")
-        .arg(n.to_string())
-        .args(flags)
-        .current_dir(&repo)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "stage.sh: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
 #[test]
 fn bundles_staged_on_the_real_codalab_server_get_workers_of_the_right_pool() {
     if !slurm_available() || !require_service("codalab", codalab_running()) {
@@ -399,11 +376,11 @@ fn bundles_staged_on_the_real_codalab_server_get_workers_of_the_right_pool() {
     let mut scratch = Scratch::new();
     let tag = format!("pools-{}", scratch.prefix);
     let tags = format!("--tags={tag}");
-    stage_real(
+    stage(
         1,
         &["--request-cpus", "1", "--request-memory", "256m", &tags],
     );
-    stage_real(
+    stage(
         1,
         &[
             "--request-cpus",

@@ -7,6 +7,9 @@
 //! name and are cancelled by a drop guard. No sleeps as synchronisation: bounded polling of
 //! squeue and of the manager's log.
 
+mod support;
+use support::{SERVER, codalab_running, slurm_running, stage, unique};
+
 use codalab_wm_core::testing::require_service;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -16,42 +19,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
-const SERVER: &str = "http://127.0.0.1:2900";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-fn codalab_running() -> bool {
-    Command::new("bash")
-        .arg(repo().join("xtask/services/codalab/status.sh"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn slurm_running() -> bool {
-    Command::new("sinfo")
-        .args(["-h", "-o", "%T"])
-        .output()
-        .is_ok_and(|o| {
-            o.status.success()
-                && String::from_utf8_lossy(&o.stdout).lines().any(|l| {
-                    // A node still completing another test's jobs is up: ours queue meanwhile.
-                    ["idle", "mix", "alloc", "comp"]
-                        .iter()
-                        .any(|state| l.starts_with(state))
-                })
-        })
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}{}", &codalab_wm_core::backend::new_unique()[..10])
-}
 
 /// `(job id, state)` of the jobs whose name starts with `prefix`, in submission order.
 fn squeue(prefix: &str) -> Vec<(String, String)> {
@@ -88,21 +55,6 @@ fn stand_in(dir: &Path) -> PathBuf {
     std::fs::write(&path, "#!/bin/sh\nexec sleep 600\n").unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     path
-}
-
-fn stage(n: usize, tag: &str) {
-    let output = Command::new("bash")
-        .arg(repo().join("xtask/services/codalab/stage.sh"))
-        .args(["alice", &n.to_string(), "--request-cpus", "1"])
-        .args(["--request-memory", "256m", &format!("--tags={tag}")])
-        .current_dir(repo())
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "stage.sh failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 /// The config file, with `max_workers` as given.
@@ -211,7 +163,16 @@ fn sighup_raises_max_from_1_to_3_without_restarting_the_first_worker() {
     let user = std::env::var("USER").unwrap_or_else(|_| "root".into());
     let prefix = format!("{user}-{job_name}-");
     let _cancel = Cancel(prefix.clone());
-    stage(3, &tag);
+    stage(
+        3,
+        &[
+            "--request-cpus",
+            "1",
+            "--request-memory",
+            "256m",
+            &format!("--tags={tag}"),
+        ],
+    );
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("wm.toml");
     std::fs::write(&file, config(1, &tag, &job_name, &user, dir.path())).unwrap();

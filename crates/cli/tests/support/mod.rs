@@ -1,0 +1,73 @@
+//! Shared by the tests that run against the real services started by `cargo xtask services up`
+//! (the real CodaLab 1.7.5 server on 127.0.0.1:2900 and the real Slurm cluster): where the
+//! repository is, whether a service is up, and staging bundles with real `cl run`.
+// Each test binary uses a different subset.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The real CodaLab server of `cargo xtask services up codalab`.
+pub const SERVER: &str = "http://127.0.0.1:2900";
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// Whether the real CodaLab server answers (`xtask/services/codalab/status.sh`).
+pub fn codalab_running() -> bool {
+    Command::new("bash")
+        .arg(repo().join("xtask/services/codalab/status.sh"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether the Slurm node is up. A node still completing another test's jobs is up: ours
+/// queue meanwhile.
+pub fn slurm_running() -> bool {
+    Command::new("sinfo")
+        .args(["-h", "-o", "%T"])
+        .output()
+        .is_ok_and(|o| {
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout).lines().any(|l| {
+                    ["idle", "mix", "alloc", "comp"]
+                        .iter()
+                        .any(|state| l.starts_with(state))
+                })
+        })
+}
+
+/// `prefix` followed by 10 random hex digits.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}{}", &codalab_wm_core::backend::new_unique()[..10])
+}
+
+/// Stages `n` bundles as alice with real `cl run` and returns their uuids.
+pub fn stage(n: usize, flags: &[&str]) -> Vec<String> {
+    let output = Command::new("bash")
+        .arg(repo().join("xtask/services/codalab/stage.sh"))
+        .arg("alice")
+        .arg(n.to_string())
+        .args(flags)
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "stage.sh failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let uuids: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(uuids.len(), n, "stage.sh printed {uuids:?}");
+    uuids
+}
