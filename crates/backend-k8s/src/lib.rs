@@ -18,12 +18,17 @@
 //! Modules: [`config`] (options and validation), [`manifest`] (the Pod and Secret),
 //! [`names`] (name and label syntax), [`pods`] (reading pods back), [`backend`] (the trait
 //! implementation); the kube client setup and the error mapping are private.
+//!
+//! - `fake` (feature `fake`): an in-process fake Kubernetes API server (plain HTTP, no auth)
+//!   for transport tests and benchmarks.
 #![warn(missing_docs)]
 
 pub mod backend;
 mod client;
 pub mod config;
 mod error;
+#[cfg(feature = "fake")]
+pub mod fake;
 pub mod manifest;
 pub mod names;
 pub mod pods;

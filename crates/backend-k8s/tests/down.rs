@@ -3,20 +3,16 @@
 //! [`WorkerBackend::cleanup`] deletes the own finished pods kept as history and the credentials
 //! Secret the manager created. A Secret given by name (`credentials_secret`) is kept, another
 //! manager's pods are not touched, and a dry run lists without changing anything.
-// The shared support modules hold helpers other test files use.
-#![allow(dead_code)]
-
-mod support;
 
 use codalab_wm_core::backend::{LaunchRequest, WorkerBackend, WorkerJob, new_unique};
 use codalab_wm_core::command::WorkerOptions;
 use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_k8s::fake::FakeApiServer;
 use codalab_wm_k8s::{KubernetesBackend, KubernetesConfig};
 use k8s_openapi::api::core::v1::Secret as SecretObject;
 use kube::api::{Api, ObjectMeta, PostParams};
 use serde_json::json;
 use std::collections::BTreeMap;
-use support::fake_apiserver::FakeApiServer;
 
 const NS: &str = "default";
 

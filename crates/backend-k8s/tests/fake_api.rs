@@ -10,12 +10,12 @@ use codalab_wm_core::error::Error;
 use codalab_wm_core::policy::{Observation, PolicyConfig, plan};
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::{Harness, Polling, run_conformance};
+use codalab_wm_k8s::fake::{FakeApiServer, Fault, Method};
 use codalab_wm_k8s::{KubernetesBackend, KubernetesConfig};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
-use support::fake_apiserver::{FakeApiServer, Fault};
 
 const NS: &str = "default";
 const PASSWORD: &str = "hunter2-password";
@@ -538,7 +538,7 @@ async fn a_failing_cleanup_does_not_fail_the_listing() {
     let backend = backend(&fake, json!({"keep_finished_pods": 0})).await;
     let job = start(&backend).await;
     fake.set_phase(NS, &job.id, "Succeeded");
-    fake.inject(Fault::Status(500), Some(axum::http::Method::DELETE), 1);
+    fake.inject(Fault::Status(500), Some(Method::DELETE), 1);
     let jobs = backend.get_worker_jobs().await.unwrap();
     assert_eq!(state_of(&jobs, &job.id), Some(JobState::Ended));
     backend.get_worker_jobs().await.unwrap();
@@ -611,7 +611,7 @@ async fn start_and_stop_errors_are_classified() {
     let fake = FakeApiServer::start().await;
     let backend = backend(&fake, json!({})).await;
     let job = start(&backend).await;
-    fake.inject(Fault::Status(500), Some(axum::http::Method::POST), 1);
+    fake.inject(Fault::Status(500), Some(Method::POST), 1);
     let options = worker();
     let request = LaunchRequest {
         unique: &new_unique(),
@@ -623,7 +623,7 @@ async fn start_and_stop_errors_are_classified() {
         err.is_temporary() && err.to_string().contains("create a worker pod"),
         "{err}"
     );
-    fake.inject(Fault::Status(403), Some(axum::http::Method::DELETE), 1);
+    fake.inject(Fault::Status(403), Some(Method::DELETE), 1);
     let err = backend.stop_worker_job(&job).await.unwrap_err();
     assert!(
         !err.is_temporary() && err.to_string().contains("delete a worker pod: Forbidden"),
@@ -633,7 +633,7 @@ async fn start_and_stop_errors_are_classified() {
         Fault::Throttle {
             retry_after_seconds: 2,
         },
-        Some(axum::http::Method::POST),
+        Some(Method::POST),
         1,
     );
     let err = backend.start_worker_job(&request).await.unwrap_err();
@@ -778,4 +778,63 @@ async fn the_fake_selects_by_field() {
         .filter_map(|p| p.metadata.name)
         .collect();
     assert_eq!(names, [running.id]);
+}
+
+// ---- the fake as a library (the bench harness's use) ----
+
+#[tokio::test]
+async fn added_pods_are_listed_with_one_counted_request_per_tick() {
+    let fake = FakeApiServer::start().await;
+    let backend = backend(&fake, json!({})).await;
+    let own = backend.template().labels();
+    for i in 0..1000 {
+        let phase = if i % 2 == 0 { "Running" } else { "Pending" };
+        fake.add_pod(NS, &format!("cl-worker-{i:04}"), own.clone(), phase);
+    }
+    fake.add_pod(NS, "someone-else", [("app", "cl-worker")], "Running");
+    assert_eq!(fake.request_count(), 0, "hooks are not requests");
+    for _ in 0..20 {
+        let jobs = backend.get_worker_jobs().await.unwrap();
+        assert_eq!(jobs.len(), 1000);
+        assert_eq!(
+            jobs.iter().filter(|j| j.state == JobState::Active).count(),
+            500
+        );
+    }
+    assert_eq!(fake.request_count(), 20, "{:?}", fake.requests());
+    assert_eq!(fake.requests().len(), fake.request_count());
+}
+
+#[tokio::test]
+async fn the_fake_serves_plain_http_without_auth_and_a_bare_field_selector() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fake = FakeApiServer::start().await;
+    fake.add_pod(NS, "cl-worker-run", [("app", "cl-worker")], "Running");
+    fake.add_pod(NS, "cl-worker-wait", [("app", "cl-worker")], "Pending");
+    fake.add_pod(NS, "other", Vec::<(String, String)>::new(), "Running");
+    let path = "/api/v1/namespaces/default/pods?fieldSelector=status.phase%3D%3DRunning";
+    let host = fake.url().trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&host).await.unwrap();
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let list: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(list["kind"], "PodList");
+    let mut names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["cl-worker-run", "other"]);
+    assert_eq!(fake.requests(), [format!("GET {path}")], "recorded as sent");
 }

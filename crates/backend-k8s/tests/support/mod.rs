@@ -1,5 +1,3 @@
-//! Test support: the fake API server and its rules, and the manifest combinations.
+//! Test support: the manifest combinations (the fake API server is `codalab_wm_k8s::fake`).
 
 pub mod combos;
-pub mod fake_apiserver;
-pub mod fake_rules;

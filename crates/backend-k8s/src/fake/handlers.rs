@@ -1,20 +1,10 @@
-//! A fake Kubernetes API server for the backend's transport tests.
-//!
-//! It speaks real HTTP on `127.0.0.1:<free port>` and real Kubernetes JSON (k8s-openapi types,
-//! `Status` error objects), so the real `kube::Client` talks to it through hyper, its URL and
-//! query encoding and its error decoding. It serves the subset the backend uses:
-//!
-//! - pods: list (label and field selectors), create (fills uid, resourceVersion,
-//!   creationTimestamp, phase `Pending`; 409 AlreadyExists; 422 Invalid for a subset of pod
-//!   validation, GPU limit rules included), get, delete (404, uid and resourceVersion
-//!   preconditions → 409, graceful deletion of scheduled running pods sets
-//!   `deletionTimestamp`);
-//! - secrets: create, get, replace, delete;
-//! - test hooks playing the kubelet (`set_phase`, `remove_pod`, or an automatic kubelet that
-//!   runs pending pods one request later) and injecting faults (any status, throttling with
-//!   `Retry-After`, a garbage body, a slow answer).
+//! The HTTP side of the fake: routing, the Kubernetes `Status` errors, and the pod and
+//! secret operations.
 
-use super::fake_rules::{self, Cause};
+use super::Fault;
+use super::rules::{self, Cause};
+use super::selectors;
+use super::world::{Key, World, now, phase};
 use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
@@ -23,251 +13,8 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
-
-/// A fault the server answers with instead of serving a request.
-#[derive(Debug, Clone)]
-pub enum Fault {
-    /// A `Status` error with this code (reason and message as the API server words them).
-    Status(u16),
-    /// 429 with `Retry-After` and `details.retryAfterSeconds`.
-    Throttle { retry_after_seconds: u32 },
-    /// 200 with a body that is not JSON.
-    Garbage,
-}
-
-#[derive(Debug)]
-struct InjectedFault {
-    fault: Fault,
-    method: Option<Method>,
-    remaining: usize,
-}
-
-type Key = (String, String);
-
-#[derive(Debug, Default)]
-struct World {
-    pods: BTreeMap<Key, Pod>,
-    secrets: BTreeMap<Key, Secret>,
-    resource_version: u64,
-    next_uid: u64,
-    faults: VecDeque<InjectedFault>,
-    delay: Option<Duration>,
-    requests: Vec<String>,
-    auto_kubelet: bool,
-    hold: bool,
-}
-
-impl World {
-    fn next_rv(&mut self) -> String {
-        self.resource_version += 1;
-        self.resource_version.to_string()
-    }
-
-    fn next_uid(&mut self) -> String {
-        self.next_uid += 1;
-        format!("6f1c2d3e-0000-4000-8000-{:012x}", self.next_uid)
-    }
-
-    /// Takes the first fault that applies to `method`.
-    fn take_fault(&mut self, method: &Method) -> Option<Fault> {
-        let index = self
-            .faults
-            .iter()
-            .position(|f| f.method.as_ref().is_none_or(|m| m == method))?;
-        let entry = &mut self.faults[index];
-        entry.remaining -= 1;
-        let fault = entry.fault.clone();
-        if entry.remaining == 0 {
-            self.faults.remove(index);
-        }
-        Some(fault)
-    }
-
-    /// What the kubelet and the scheduler did since the last request: pods being deleted are
-    /// gone, pending pods are scheduled and running (unless held).
-    fn kubelet_tick(&mut self) {
-        if !self.auto_kubelet {
-            return;
-        }
-        self.pods
-            .retain(|_, pod| pod.metadata.deletion_timestamp.is_none());
-        if self.hold {
-            return;
-        }
-        let pending: Vec<Key> = self
-            .pods
-            .iter()
-            .filter(|(_, p)| phase(p) == "Pending")
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in pending {
-            let rv = self.next_rv();
-            if let Some(pod) = self.pods.get_mut(&key) {
-                apply_phase(pod, "Running", rv);
-            }
-        }
-    }
-}
-
-fn phase(pod: &Pod) -> &str {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("Pending")
-}
-
-fn now() -> Time {
-    Time(Timestamp::now())
-}
-
-/// Sets `phase` as the kubelet would report it: scheduled on a node, the worker container
-/// running or terminated.
-fn apply_phase(pod: &mut Pod, phase: &str, resource_version: String) {
-    let spec = pod.spec.get_or_insert_with(Default::default);
-    if phase != "Pending" && spec.node_name.is_none() {
-        spec.node_name = Some("fake-node-1".to_owned());
-    }
-    let container = spec
-        .containers
-        .first()
-        .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()));
-    let state = match phase {
-        "Running" => json!({"running": {"startedAt": now()}}),
-        "Succeeded" => {
-            json!({"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now()}})
-        }
-        "Failed" => json!({"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": now()}}),
-        _ => json!({"waiting": {"reason": "ContainerCreating"}}),
-    };
-    let statuses = container.map(|(name, image)| {
-        json!([{"name": name, "image": image, "imageID": "", "ready": phase == "Running",
-                "restartCount": 0, "state": state}])
-    });
-    let status = pod.status.get_or_insert_with(Default::default);
-    status.phase = Some(phase.to_owned());
-    if let Some(statuses) = statuses {
-        status.container_statuses = serde_json::from_value(statuses).ok();
-    }
-    pod.metadata.resource_version = Some(resource_version);
-}
-
-/// The fake API server; cheap to clone, every clone drives the same world.
-#[derive(Debug, Clone)]
-pub struct FakeApiServer {
-    url: String,
-    world: Arc<Mutex<World>>,
-}
-
-impl FakeApiServer {
-    /// Starts a server on a free loopback port (in the current tokio runtime).
-    pub async fn start() -> Self {
-        let world = Arc::new(Mutex::new(World::default()));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind 127.0.0.1:0");
-        let url = format!("http://{}", listener.local_addr().expect("local addr"));
-        let app = axum::Router::new()
-            .fallback(handle)
-            .with_state(world.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await.expect("fake api server") });
-        Self { url, world }
-    }
-
-    /// The base URL (`http://127.0.0.1:<port>`).
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
-    fn world(&self) -> MutexGuard<'_, World> {
-        self.world
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Every request so far, as `METHOD /path?query`.
-    pub fn requests(&self) -> Vec<String> {
-        self.world().requests.clone()
-    }
-
-    /// The pods of `namespace`, by name.
-    pub fn pods(&self, namespace: &str) -> BTreeMap<String, Pod> {
-        let world = self.world();
-        world
-            .pods
-            .iter()
-            .filter(|((ns, _), _)| ns == namespace)
-            .map(|((_, n), p)| (n.clone(), p.clone()))
-            .collect()
-    }
-
-    /// Secret `name` of `namespace`.
-    pub fn secret(&self, namespace: &str, name: &str) -> Option<Secret> {
-        self.world()
-            .secrets
-            .get(&(namespace.to_owned(), name.to_owned()))
-            .cloned()
-    }
-
-    /// Stores `pod` as is (a pod some other client created), filling uid and resourceVersion.
-    pub fn insert_pod(&self, namespace: &str, mut pod: Pod) {
-        let mut world = self.world();
-        pod.metadata.uid = Some(world.next_uid());
-        pod.metadata.resource_version = Some(world.next_rv());
-        pod.metadata.namespace = Some(namespace.to_owned());
-        let name = pod
-            .metadata
-            .name
-            .clone()
-            .expect("a pod to insert needs a name");
-        world.pods.insert((namespace.to_owned(), name), pod);
-    }
-
-    /// Plays the kubelet: pod `name` reports `phase`.
-    pub fn set_phase(&self, namespace: &str, name: &str, phase: &str) {
-        let mut world = self.world();
-        let rv = world.next_rv();
-        let pod = world
-            .pods
-            .get_mut(&(namespace.to_owned(), name.to_owned()))
-            .expect("no such pod");
-        apply_phase(pod, phase, rv);
-    }
-
-    /// Plays the kubelet confirming a graceful deletion: the pod is gone.
-    pub fn remove_pod(&self, namespace: &str, name: &str) {
-        self.world()
-            .pods
-            .remove(&(namespace.to_owned(), name.to_owned()));
-    }
-
-    /// Turns the automatic kubelet on or off: before each request, terminating pods vanish and
-    /// pending pods start running (unless [`hold`](Self::hold) is on).
-    pub fn auto_kubelet(&self, on: bool) {
-        self.world().auto_kubelet = on;
-    }
-
-    /// Makes the automatic kubelet leave pending pods pending (no node has room).
-    pub fn hold(&self, on: bool) {
-        self.world().hold = on;
-    }
-
-    /// Answers the next `times` requests (of `method`, or any) with `fault`.
-    pub fn inject(&self, fault: Fault, method: Option<Method>, times: usize) {
-        self.world().faults.push_back(InjectedFault {
-            fault,
-            method,
-            remaining: times,
-        });
-    }
-
-    /// Delays every answer by `delay` (a slow or hanging API server).
-    pub fn set_delay(&self, delay: Option<Duration>) {
-        self.world().delay = delay;
-    }
-}
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 /// A Kubernetes `Status` error response.
 fn status(code: u16, reason: &str, message: impl Into<String>, details: Option<Value>) -> Response {
@@ -358,7 +105,7 @@ fn json_response<T: serde::Serialize>(code: StatusCode, value: &T) -> Response {
 }
 
 /// Every request lands here: log, fault, delay, kubelet, then route.
-async fn handle(
+pub(super) async fn handle(
     State(world): State<Arc<Mutex<World>>>,
     method: Method,
     uri: Uri,
@@ -433,7 +180,7 @@ fn key(ns: &str, name: &str) -> Key {
 fn list_pods(world: &World, ns: Option<&str>, query: &HashMap<String, String>) -> Response {
     let labels = match query
         .get("labelSelector")
-        .map(|s| fake_rules::parse_label_selector(s))
+        .map(|s| selectors::parse_label_selector(s))
         .transpose()
     {
         Ok(labels) => labels.unwrap_or_default(),
@@ -441,7 +188,7 @@ fn list_pods(world: &World, ns: Option<&str>, query: &HashMap<String, String>) -
     };
     let fields = match query
         .get("fieldSelector")
-        .map(|s| fake_rules::parse_field_selector(s))
+        .map(|s| selectors::parse_field_selector(s))
         .transpose()
     {
         Ok(fields) => fields.unwrap_or_default(),
@@ -457,7 +204,7 @@ fn list_pods(world: &World, ns: Option<&str>, query: &HashMap<String, String>) -
                 .iter()
                 .all(|r| r.matches(pod.metadata.labels.as_ref().unwrap_or(&empty)))
         })
-        .filter(|(_, pod)| fake_rules::field_selector_matches(&fields, pod))
+        .filter(|(_, pod)| selectors::field_selector_matches(&fields, pod))
         .map(|(_, pod)| {
             // On the wire, list items carry no kind and apiVersion.
             let mut item = serde_json::to_value(pod).unwrap_or_default();
@@ -515,7 +262,7 @@ fn create_pod(world: &mut World, ns: &str, body: &Bytes) -> Response {
         pod.metadata.name = Some(format!("{prefix}{:05x}", world.next_uid + 1));
     }
     let name = pod.metadata.name.clone().unwrap_or_default();
-    let mut causes = fake_rules::validate_pod(&pod);
+    let mut causes = rules::validate_pod(&pod);
     if name.is_empty() {
         causes.insert(
             0,
@@ -635,7 +382,7 @@ fn create_secret(world: &mut World, ns: &str, body: &Bytes) -> Response {
         return *response;
     }
     let name = secret.metadata.name.clone().unwrap_or_default();
-    let causes = fake_rules::validate_secret(&secret);
+    let causes = rules::validate_secret(&secret);
     if !causes.is_empty() {
         return invalid("secrets", &name, causes);
     }
@@ -672,7 +419,7 @@ fn replace_secret(world: &mut World, ns: &str, name: &str, body: &Bytes) -> Resp
             None,
         );
     }
-    let causes = fake_rules::validate_secret(&secret);
+    let causes = rules::validate_secret(&secret);
     if !causes.is_empty() {
         return invalid("secrets", name, causes);
     }
