@@ -26,6 +26,7 @@ use crate::pools::{
     LaunchMode, Pool, PoolDecision, PoolPolicy, PoolsDecision, PoolsObservation, plan_pools,
 };
 use crate::retry::Backoff;
+use rustc_hash::FxHashSet;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -148,7 +149,7 @@ pub struct Manager {
     started: Instant,
     /// Time added by [`Manager::advance_clock`].
     skipped: Duration,
-    staged_uuids: HashSet<String>,
+    staged_uuids: FxHashSet<String>,
     /// Unserved bundles already logged, with the reason logged.
     reported: HashMap<String, &'static str>,
     reported_malformed: HashSet<String>,
@@ -206,7 +207,7 @@ impl Manager {
             single,
             started: Instant::now(),
             skipped: Duration::ZERO,
-            staged_uuids: HashSet::new(),
+            staged_uuids: FxHashSet::default(),
             reported: HashMap::new(),
             reported_malformed: HashSet::new(),
             num_failed: 0,
@@ -347,8 +348,8 @@ impl Manager {
         let single = self.single;
         let filtered = logs::note_unserved(&mut self.reported, single, &decision);
         let staged = logs::fitting_uuids(&observed, &decision);
-        let removed = self.staged_uuids.difference(&staged).count();
-        self.staged_uuids = staged;
+        let removed = logs::update_staged(&mut self.staged_uuids, &staged);
+        drop(staged);
         logs::log_decisions(
             self.pools.iter().map(|p| &p.pool.policy),
             &decision,

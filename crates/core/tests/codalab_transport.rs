@@ -84,6 +84,24 @@ async fn pages_through_large_results() {
 }
 
 #[tokio::test]
+async fn a_bundle_on_two_pages_is_seen_once_in_order() {
+    // Offset paging while the staged set shifts: bundle 3 ends page 1 and starts page 2.
+    let server = FakeCodaLab::start().await.unwrap();
+    let mut all = bundles("alice", 0..4);
+    all.extend(bundles("alice", 3..6));
+    server.set_bundles(all);
+    let options = ClientOptions {
+        search_page_size: 4,
+        ..ClientOptions::default()
+    };
+    let client = CodaLabClient::with_options(&server.url(), alice("alicepw"), &options).unwrap();
+    let result = client.search_bundles(&keywords()).await.unwrap();
+    let expected: Vec<String> = bundles("alice", 0..6).into_iter().map(|b| b.uuid).collect();
+    let seen: Vec<String> = result.bundles.into_iter().map(|b| b.uuid).collect();
+    assert_eq!(seen, expected);
+}
+
+#[tokio::test]
 async fn a_wrong_password_is_a_clear_fatal_error() {
     let server = FakeCodaLab::start().await.unwrap();
     let client = CodaLabClient::new(&server.url(), alice("wrong")).unwrap();

@@ -79,6 +79,10 @@ pub struct SearchResult {
     pub skipped: Vec<SkippedBundle>,
 }
 
+/// The largest search page buffer kept between pages (bytes); a larger reply (a server that
+/// ignores `.limit`) is read, then its buffer freed.
+const PAGE_BUFFER_RETAINED: usize = 8 << 20;
+
 /// A client for one CodaLab server and one user.
 #[derive(Debug)]
 pub struct CodaLabClient {
@@ -90,6 +94,9 @@ pub struct CodaLabClient {
     /// Whether the last search returned any bundle (an empty search after a non-empty one
     /// triggers an identity check).
     last_search_nonempty: Mutex<bool>,
+    /// The body of the last search page, kept so that each page of every tick reuses one
+    /// allocation (a page is ~1 MB at 1,000 bundles).
+    page_buffer: Mutex<Vec<u8>>,
 }
 
 impl CodaLabClient {
@@ -133,6 +140,7 @@ impl CodaLabClient {
             page_size: options.search_page_size.max(1),
             token: Mutex::new(None),
             last_search_nonempty: Mutex::new(false),
+            page_buffer: Mutex::new(Vec::new()),
         })
     }
 
@@ -320,17 +328,13 @@ impl CodaLabClient {
 
     async fn search_pages(&self, keywords: &[String]) -> Result<SearchResult> {
         let mut result = SearchResult::default();
-        let mut seen = std::collections::HashSet::new();
         for page in 0..MAX_SEARCH_PAGES {
             let (bundles, skipped) = self.search_page(keywords, page * self.page_size).await?;
             let count = bundles.len() + skipped.len();
-            for bundle in bundles {
-                if seen.insert(bundle.uuid.clone()) {
-                    result.bundles.push(bundle);
-                }
-            }
+            result.bundles.extend(bundles);
             result.skipped.extend(skipped);
             if count < self.page_size {
+                dedup_by_uuid(&mut result.bundles);
                 return Ok(result);
             }
         }
@@ -338,6 +342,7 @@ impl CodaLabClient {
             pages = MAX_SEARCH_PAGES,
             "staged search stopped after the page limit"
         );
+        dedup_by_uuid(&mut result.bundles);
         Ok(result)
     }
 
@@ -354,7 +359,7 @@ impl CodaLabClient {
         if offset > 0 {
             query.push(("keywords", format!(".offset={offset}")));
         }
-        let response = self
+        let mut response = self
             .request(Method::GET, "/rest/bundles")
             .bearer_auth(access.expose())
             .query(&query)
@@ -362,10 +367,17 @@ impl CodaLabClient {
             .await
             .map_err(|e| unreachable("staged bundle search", e))?;
         let status = response.status();
-        let body = response
-            .bytes()
+        let mut body = self.page_buffer.lock().await;
+        body.clear();
+        let announced = response.content_length().unwrap_or(0);
+        body.reserve(usize::try_from(announced).map_or(0, |n| n.min(PAGE_BUFFER_RETAINED)));
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|e| unreachable("staged bundle search", e))?;
+            .map_err(|e| unreachable("staged bundle search", e))?
+        {
+            body.extend_from_slice(&chunk);
+        }
         if !status.is_success() {
             return Err(Error::Server {
                 what: "staged bundle search",
@@ -378,7 +390,11 @@ impl CodaLabClient {
             what: "staged bundle search".into(),
             message,
         };
-        jsonapi::parse_bundles_slice(&body).map_err(invalid)
+        let parsed = jsonapi::parse_bundles_slice(&body).map_err(invalid);
+        if body.capacity() > PAGE_BUFFER_RETAINED {
+            *body = Vec::new();
+        }
+        parsed
     }
 }
 
@@ -417,6 +433,22 @@ fn unreachable(what: &'static str, error: reqwest::Error) -> Error {
 }
 
 /// The first non-empty line of an error body, HTML tags stripped, at most 200 characters.
+/// Keeps the first of bundles with the same uuid, in order: a bundle can be on two pages when
+/// the staged set shifts between the requests of one search (offset paging).
+fn dedup_by_uuid(bundles: &mut Vec<StagedBundle>) {
+    let mut seen =
+        rustc_hash::FxHashSet::with_capacity_and_hasher(bundles.len(), Default::default());
+    let keep: Vec<bool> = bundles
+        .iter()
+        .map(|b| seen.insert(b.uuid.as_str()))
+        .collect();
+    if keep.iter().all(|k| *k) {
+        return;
+    }
+    let mut keep = keep.into_iter();
+    bundles.retain(|_| keep.next().unwrap_or(false));
+}
+
 fn first_line(body: &str) -> String {
     let text = match (body.find("<pre>"), body.find("</pre>")) {
         (Some(start), Some(end)) if start < end => &body[start + 5..end],

@@ -4,7 +4,8 @@
 use super::status::TickEvent;
 use super::{LaunchMode, PoolPolicy, PoolsDecision, PoolsObservation};
 use crate::policy::Reason;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::FxHashSet;
+use std::collections::HashMap;
 
 /// Logs unserved bundles once per bundle and reason (`reported` remembers what was
 /// logged); returns how many fit no pool.
@@ -47,11 +48,11 @@ pub(crate) fn note_unserved(
 }
 
 /// The uuids of the bundles that fit some pool.
-pub(crate) fn fitting_uuids(
-    observed: &PoolsObservation,
+pub(crate) fn fitting_uuids<'a>(
+    observed: &'a PoolsObservation,
     decision: &PoolsDecision,
-) -> HashSet<String> {
-    let misfits: HashSet<&str> = decision
+) -> FxHashSet<&'a str> {
+    let misfits: FxHashSet<&str> = decision
         .unserved
         .iter()
         .filter(|u| u.reason == Reason::NoFittingPool)
@@ -61,8 +62,18 @@ pub(crate) fn fitting_uuids(
         .bundles
         .iter()
         .filter(|b| !misfits.contains(b.uuid.as_str()))
-        .map(|b| b.uuid.clone())
+        .map(|b| b.uuid.as_str())
         .collect()
+}
+
+/// Makes `known` the staged set `now` and returns how many of `known` left it. In the steady
+/// state (the same bundles tick after tick) nothing is allocated.
+pub(crate) fn update_staged(known: &mut FxHashSet<String>, now: &FxHashSet<&str>) -> usize {
+    let removed = known.iter().filter(|u| !now.contains(u.as_str())).count();
+    if removed > 0 || known.len() != now.len() {
+        *known = now.iter().map(|u| (*u).to_owned()).collect();
+    }
+    removed
 }
 
 /// Logs each pool's decision (upstream's line in the single-backend compat mode) and, at
@@ -134,4 +145,31 @@ pub(crate) fn decision_events(decision: &PoolsDecision) -> Vec<TickEvent> {
         reason: u.reason.code(),
     });
     pools.chain(bundles).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::update_staged;
+    use rustc_hash::FxHashSet;
+
+    fn known(uuids: &[&str]) -> FxHashSet<String> {
+        uuids.iter().map(|u| (*u).to_owned()).collect()
+    }
+
+    fn now<'a>(uuids: &[&'a str]) -> FxHashSet<&'a str> {
+        uuids.iter().copied().collect()
+    }
+
+    #[test]
+    fn update_staged_counts_the_bundles_that_left() {
+        let mut staged = known(&["a", "b", "c"]);
+        assert_eq!(update_staged(&mut staged, &now(&["a", "b", "c"])), 0);
+        assert_eq!(staged, known(&["a", "b", "c"]));
+        assert_eq!(update_staged(&mut staged, &now(&["b", "d"])), 2);
+        assert_eq!(staged, known(&["b", "d"]));
+        assert_eq!(update_staged(&mut staged, &now(&["b", "d", "e"])), 0);
+        assert_eq!(staged, known(&["b", "d", "e"]));
+        assert_eq!(update_staged(&mut staged, &now(&[])), 3);
+        assert!(staged.is_empty());
+    }
 }
