@@ -5,10 +5,15 @@
 //! - checks every request's Shared Key signature with [`SharedKeyCredential`] (403
 //!   `AuthenticationFailed` when it is wrong or `ocp-date` is missing or stale), or a bearer
 //!   token it issued from its Entra ID token endpoint (`POST /token`);
-//! - requires `api-version` [`API_VERSION`];
+//! - requires `api-version` [`API_VERSION`] or [`SDK9_API_VERSION`] (what azure-batch 9.0.0,
+//!   upstream's pinned SDK, sends);
 //! - keeps tasks: add (409 `TaskExists` for a known id), list with the backend's `$filter`
-//!   (other filters are refused with 400) and `$select`, paged through `odata.nextLink`,
+//!   (other filters are refused with 400) and `$select`, paged through `odata.nextLink` (on
+//!   the origin the request was sent to, from its `Host`, as the service's own host name is),
 //!   terminate (404 `TaskNotFound`, 409 `TaskCompleted`);
+//! - counts the job's tasks (`Job_GetTaskCounts`, `GET /jobs/{jobId}/taskcounts`) in the shape
+//!   of the request's api-version: `TaskCountsResult` (`taskCounts` + `taskSlotCounts`) from
+//!   2020-09-01.12.0 on, a bare `TaskCounts` before;
 //! - answers queued faults (429 with `Retry-After`, 503, 500 …) before the real handling.
 //!
 //! Tasks start `active` while new tasks are held and `running` otherwise; the test moves them.
@@ -29,6 +34,14 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
+
+/// The api-version azure-batch 9.0.0 sends (upstream codalab 1.7.5's `AzureBatchWorkerManager`
+/// uses that SDK). The fake accepts it besides [`API_VERSION`].
+pub const SDK9_API_VERSION: &str = "2020-03-01.11.0";
+
+/// The first api-version whose `Job_GetTaskCounts` answers a `TaskCountsResult` (azure-batch
+/// 10.0.0: "Changed the response type of `GetTaskCounts` to return `TaskCountsResult`").
+const TASK_COUNTS_RESULT_SINCE: &str = "2020-09-01.12.0";
 
 /// How far `ocp-date` may be from now, as the service allows.
 const CLOCK_SKEW: Duration = Duration::from_secs(15 * 60);
@@ -236,14 +249,14 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
     let response = if parts.method == Method::POST && path == "/token" {
         token(&mut state, &body)
     } else {
-        serve(
-            &mut state,
-            &parts.method,
-            &path,
-            &query,
-            &parts.headers,
-            &body,
-        )
+        let request = Incoming {
+            method: &parts.method,
+            path: &path,
+            query: &query,
+            headers: &parts.headers,
+            body: &body,
+        };
+        serve(&mut state, &request)
     };
     let status = response.status().as_u16();
     state.requests.push(RecordedRequest {
@@ -255,14 +268,35 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
     response
 }
 
-fn serve(
-    state: &mut FakeState,
-    method: &Method,
-    path: &str,
-    query: &str,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Response {
+/// One request to the Batch API, as received.
+struct Incoming<'a> {
+    method: &'a Method,
+    path: &'a str,
+    query: &'a str,
+    headers: &'a HeaderMap,
+    body: &'a [u8],
+}
+
+impl Incoming<'_> {
+    /// The origin the client sent the request to (`http://<Host>`), which the service's links
+    /// point at; the fake's own URL when there is no `Host`.
+    fn origin(&self, state: &FakeState) -> String {
+        self.headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .filter(|host| !host.is_empty())
+            .map_or_else(|| state.base_url.clone(), |host| format!("http://{host}"))
+    }
+}
+
+fn serve(state: &mut FakeState, request: &Incoming<'_>) -> Response {
+    let &Incoming {
+        method,
+        path,
+        query,
+        headers,
+        body,
+    } = request;
     if let Err(detail) = authenticate(state, method, path, query, headers) {
         let mut error = batch_error(
             "AuthenticationFailed",
@@ -284,13 +318,17 @@ fn serve(
     let params: BTreeMap<String, String> = form_urlencoded::parse(query.as_bytes())
         .into_owned()
         .collect();
-    if params.get("api-version").map(String::as_str) != Some(API_VERSION) {
+    let Some(api_version) = params
+        .get("api-version")
+        .map(String::as_str)
+        .filter(|v| [API_VERSION, SDK9_API_VERSION].contains(v))
+    else {
         return error(
             StatusCode::BAD_REQUEST,
             "InvalidQueryParameterValue",
             "api-version is missing or unsupported",
         );
-    }
+    };
     if let Some(fault) = state.faults.pop_front() {
         let status =
             StatusCode::from_u16(fault.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -317,7 +355,8 @@ fn serve(
             "The specified job does not exist.",
         ),
         (Method::POST, ["jobs", _, "tasks"]) => add_task(state, headers, body),
-        (Method::GET, ["jobs", _, "tasks"]) => list_tasks(state, &params),
+        (Method::GET, ["jobs", _, "tasks"]) => list_tasks(state, &params, &request.origin(state)),
+        (Method::GET, ["jobs", _, "taskcounts"]) => task_counts(state, api_version),
         (Method::POST, ["jobs", _, "tasks", id, "terminate"]) => terminate(state, id),
         (Method::DELETE, ["jobs", _, "tasks", id]) => match state.tasks.remove(*id) {
             Some(_) => StatusCode::OK.into_response(),
@@ -446,7 +485,7 @@ fn startswith_prefix(filter: &str) -> Option<&str> {
     value.trim().strip_prefix('\'')?.strip_suffix('\'')
 }
 
-fn list_tasks(state: &FakeState, params: &BTreeMap<String, String>) -> Response {
+fn list_tasks(state: &FakeState, params: &BTreeMap<String, String>, origin: &str) -> Response {
     let prefix = match params.get("$filter") {
         None => "",
         Some(filter) => match startswith_prefix(filter) {
@@ -493,13 +532,64 @@ fn list_tasks(state: &FakeState, params: &BTreeMap<String, String>) -> Response 
         let skip = (skip + page_size).to_string();
         pairs.push(("$skiptoken", &skip));
         format!(
-            "{}/jobs/{}/tasks?{}",
-            state.base_url,
+            "{origin}/jobs/{}/tasks?{}",
             state.job_id,
             encode_query(&pairs)
         )
     });
     json(StatusCode::OK, &CloudTaskListResult { value, next_link })
+}
+
+/// `Job_GetTaskCounts` over every task of the job (not only the workers): `active`,
+/// `running` (with `preparing`), `completed`, and of those `succeeded`/`failed` by
+/// `executionInfo.result`. From api-version [`TASK_COUNTS_RESULT_SINCE`] on the answer is a
+/// `TaskCountsResult` whose `taskSlotCounts` weigh each task by its `requiredSlots` (1 when
+/// not given); before, the bare `TaskCounts` of that api-version (azure-batch 9.0.0 reads it as
+/// such).
+fn task_counts(state: &FakeState, api_version: &str) -> Response {
+    let mut tasks = [0_u64; 5];
+    let mut slots = [0_u64; 5];
+    for task in state.tasks.values() {
+        let required = task.body["requiredSlots"].as_u64().unwrap_or(1);
+        let mut count = |i: usize| {
+            tasks[i] += 1;
+            slots[i] += required;
+        };
+        match task.state {
+            TaskState::Active => count(0),
+            TaskState::Preparing | TaskState::Running => count(1),
+            TaskState::Completed => {
+                count(2);
+                match task.result {
+                    Some(TaskExecutionResult::Success) => count(3),
+                    Some(TaskExecutionResult::Failure) => count(4),
+                    None => {}
+                }
+            }
+        }
+    }
+    let counts = |[active, running, completed, succeeded, failed]: [u64; 5]| {
+        serde_json::json!({
+            "active": active, "running": running, "completed": completed,
+            "succeeded": succeeded, "failed": failed,
+        })
+    };
+    let body = if api_version_at_least(api_version, TASK_COUNTS_RESULT_SINCE) {
+        serde_json::json!({"taskCounts": counts(tasks), "taskSlotCounts": counts(slots)})
+    } else {
+        counts(tasks)
+    };
+    json(StatusCode::OK, &body)
+}
+
+/// Whether Batch api-version `version` (`YYYY-MM-DD.major.minor`) is `since` or later.
+fn api_version_at_least(version: &str, since: &str) -> bool {
+    let key = |v: &str| {
+        let (date, rest) = v.split_once('.').unwrap_or((v, ""));
+        let numbers: Vec<u64> = rest.split('.').filter_map(|n| n.parse().ok()).collect();
+        (date.to_owned(), numbers)
+    };
+    key(version) >= key(since)
 }
 
 fn cloud_task(task: &FakeTask, select: Option<&[&str]>) -> CloudTask {
@@ -605,5 +695,171 @@ mod tests {
         assert_eq!(startswith_prefix(" startswith(id, 'x') "), Some("x"));
         assert_eq!(startswith_prefix("state eq 'active'"), None);
         assert_eq!(startswith_prefix("startswith(displayName,'x')"), None);
+    }
+
+    const ACCOUNT: &str = "myaccount";
+    const KEY: &str =
+        "rPjzB9UC4AJ8NyYVjvLq6Um1DBTaIZTV2flP+5/RwL2wlNV4iWOA1rZbVIpVC184qWAusQzEYw9JwBCu68/htw==";
+    const JOB: &str = "codalab-workers";
+
+    /// A GET signed and sent as azure-batch 9.0.0's `job.get_task_counts` sends it: `Accept`,
+    /// `client-request-id`, `accept-language`, `ocp-date`, no `Content-Length`, Shared Key over
+    /// `/<account>/jobs/<job>/<what>` and the query (the signer reproduces the SDK's vectors).
+    async fn sdk_get(url: &str, path: &str, query: &str, host: Option<&str>) -> reqwest::Response {
+        let key = SharedKeyCredential::new(ACCOUNT, &Secret::new(KEY)).unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ACCEPT, "application/json".parse().unwrap());
+        headers.insert(
+            "client-request-id",
+            uuid::Uuid::new_v4().to_string().parse().unwrap(),
+        );
+        headers.insert("accept-language", "en-US".parse().unwrap());
+        headers.insert(
+            "ocp-date",
+            httpdate::fmt_http_date(SystemTime::now()).parse().unwrap(),
+        );
+        let authorization = key.authorization("GET", path, Some(query), &headers);
+        headers.insert(header::AUTHORIZATION, authorization.parse().unwrap());
+        if let Some(host) = host {
+            headers.insert(header::HOST, host.parse().unwrap());
+        }
+        reqwest::Client::new()
+            .get(format!("{url}{path}?{query}"))
+            .headers(headers)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn fake_with_tasks() -> FakeBatch {
+        let fake = FakeBatch::start(ACCOUNT, &Secret::new(KEY), JOB)
+            .await
+            .unwrap();
+        for (n, state) in [
+            TaskState::Active,
+            TaskState::Active,
+            TaskState::Active,
+            TaskState::Preparing,
+            TaskState::Running,
+            TaskState::Running,
+            TaskState::Running,
+            TaskState::Running,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            fake.insert(&format!("cl_worker_{n}"), state);
+        }
+        fake.insert("other_task", TaskState::Running);
+        for (id, result) in [
+            ("done_ok", Some(TaskExecutionResult::Success)),
+            ("done_bad", Some(TaskExecutionResult::Failure)),
+            ("done_killed", None),
+        ] {
+            fake.insert(id, TaskState::Active);
+            if let Some(result) = result {
+                fake.complete(id, result);
+            } else {
+                fake.state().tasks.get_mut(id).unwrap().state = TaskState::Completed;
+            }
+        }
+        fake
+    }
+
+    #[tokio::test]
+    async fn counts_tasks_as_a_task_counts_result() {
+        let fake = fake_with_tasks().await;
+        let query = format!("api-version={API_VERSION}");
+        let reply = sdk_get(fake.url(), &format!("/jobs/{JOB}/taskcounts"), &query, None).await;
+        assert_eq!(reply.status(), 200);
+        let body: serde_json::Value = reply.json().await.unwrap();
+        let counts = serde_json::json!({
+            "active": 3, "running": 6, "completed": 3, "succeeded": 1, "failed": 1,
+        });
+        assert_eq!(
+            body,
+            serde_json::json!({"taskCounts": counts, "taskSlotCounts": counts})
+        );
+    }
+
+    #[tokio::test]
+    async fn counts_tasks_as_bare_task_counts_for_azure_batch_9() {
+        let fake = fake_with_tasks().await;
+        let query = format!("api-version={SDK9_API_VERSION}");
+        let reply = sdk_get(fake.url(), &format!("/jobs/{JOB}/taskcounts"), &query, None).await;
+        assert_eq!(reply.status(), 200);
+        let body: serde_json::Value = reply.json().await.unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "active": 3, "running": 6, "completed": 3, "succeeded": 1, "failed": 1,
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn task_counts_are_signed_versioned_and_per_job() {
+        let fake = fake_with_tasks().await;
+        let path = format!("/jobs/{JOB}/taskcounts");
+        let reply = sdk_get(fake.url(), &path, "api-version=2019-08-01.10.0", None).await;
+        assert_eq!(reply.status(), 400);
+        let reply = sdk_get(
+            fake.url(),
+            "/jobs/other/taskcounts",
+            "api-version=2020-03-01.11.0",
+            None,
+        )
+        .await;
+        assert_eq!(reply.status(), 404);
+        let unsigned = reqwest::Client::new()
+            .get(format!("{}{path}?api-version={API_VERSION}", fake.url()))
+            .header("ocp-date", httpdate::fmt_http_date(SystemTime::now()))
+            .header(header::AUTHORIZATION, format!("SharedKey {ACCOUNT}:AAAA"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(unsigned.status(), 403);
+    }
+
+    #[tokio::test]
+    async fn next_links_point_at_the_origin_the_request_was_sent_to() {
+        let fake = fake_with_tasks().await;
+        fake.set_page_size(2);
+        let path = format!("/jobs/{JOB}/tasks");
+        let query = format!("api-version={API_VERSION}");
+        let body: serde_json::Value = sdk_get(fake.url(), &path, &query, Some("proxy.test:8080"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let next = body["odata.nextLink"].as_str().unwrap();
+        assert!(
+            next.starts_with("http://proxy.test:8080/jobs/codalab-workers/tasks?"),
+            "{next}"
+        );
+        let body: serde_json::Value = sdk_get(fake.url(), &path, &query, None)
+            .await
+            .json()
+            .await
+            .unwrap();
+        let next = body["odata.nextLink"].as_str().unwrap();
+        assert!(next.starts_with(&format!("{}/jobs/", fake.url())), "{next}");
+    }
+
+    #[test]
+    fn task_counts_result_from_2020_09_on() {
+        assert!(api_version_at_least(API_VERSION, TASK_COUNTS_RESULT_SINCE));
+        assert!(api_version_at_least(
+            "2020-09-01.12.0",
+            TASK_COUNTS_RESULT_SINCE
+        ));
+        assert!(!api_version_at_least(
+            SDK9_API_VERSION,
+            TASK_COUNTS_RESULT_SINCE
+        ));
+        assert!(!api_version_at_least(
+            "2020-09-01.11.0",
+            TASK_COUNTS_RESULT_SINCE
+        ));
     }
 }
