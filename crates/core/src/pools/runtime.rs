@@ -6,7 +6,8 @@ use super::status::{FailureRecord, PoolStatus, RECENT_FAILURES, TickEvent};
 use super::{LaunchMode, ObservedJob, PoolDecision, PoolHealth, PoolObservation, PoolPolicy};
 use crate::backend::{JobState, WorkerBackend, WorkerJob};
 use crate::command::WorkerOptions;
-use std::collections::{HashMap, HashSet, VecDeque};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,10 +30,10 @@ pub(crate) struct PoolRuntime {
     pub health: PoolHealth,
     /// Jobs stopped by the manager and still listed with a capacity state.
     pub stopping: HashSet<String>,
-    pending_since: HashMap<String, Duration>,
-    active_since: HashMap<String, Duration>,
-    seen_active: HashSet<String>,
-    failed_seen: HashSet<String>,
+    pending_since: FxHashMap<String, Duration>,
+    active_since: FxHashMap<String, Duration>,
+    seen_active: FxHashSet<String>,
+    failed_seen: FxHashSet<String>,
     /// The last listing (stopping jobs included), for stops.
     pub listed: Vec<WorkerJob>,
     pub failed_listed: usize,
@@ -56,10 +57,10 @@ impl PoolRuntime {
             last_launch: None,
             health: PoolHealth::default(),
             stopping: HashSet::new(),
-            pending_since: HashMap::new(),
-            active_since: HashMap::new(),
-            seen_active: HashSet::new(),
-            failed_seen: HashSet::new(),
+            pending_since: FxHashMap::default(),
+            active_since: FxHashMap::default(),
+            seen_active: FxHashSet::default(),
+            failed_seen: FxHashSet::default(),
             listed: Vec::new(),
             failed_listed: 0,
             last_decision: None,
@@ -107,8 +108,9 @@ impl PoolRuntime {
 
     /// Takes in a listing: forgets gone jobs, notes pending times, successes and failures.
     pub fn take_listing(&mut self, jobs: Vec<WorkerJob>, now: Duration) -> ListingNews {
-        let listed: HashSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
-        let live: HashSet<&str> = jobs
+        // Ids are cloned into the maps only when first seen: a steady listing allocates nothing.
+        let listed: FxHashSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+        let live: FxHashSet<&str> = jobs
             .iter()
             .filter(|j| j.state.is_capacity())
             .map(|j| j.id.as_str())
@@ -123,23 +125,33 @@ impl PoolRuntime {
         for job in &jobs {
             match job.state {
                 JobState::Pending => {
-                    self.pending_since.entry(job.id.clone()).or_insert(now);
+                    if !self.pending_since.contains_key(&job.id) {
+                        self.pending_since.insert(job.id.clone(), now);
+                    }
                 }
                 JobState::Active => {
                     self.pending_since.remove(&job.id);
-                    self.active_since.entry(job.id.clone()).or_insert(now);
-                    if self.seen_active.insert(job.id.clone()) && self.health.failures > 0 {
+                    if !self.active_since.contains_key(&job.id) {
+                        self.active_since.insert(job.id.clone(), now);
+                    }
+                    let first_seen_active = !self.seen_active.contains(&job.id);
+                    if first_seen_active {
+                        self.seen_active.insert(job.id.clone());
+                    }
+                    if first_seen_active && self.health.failures > 0 {
                         tracing::info!(pool = self.name(), job = %job.id, "a job became active; the pool's failure streak is forgotten");
                         self.health.record_success();
                     }
                 }
                 JobState::Failed => {
-                    if self.failed_seen.insert(job.id.clone()) {
+                    if !self.failed_seen.contains(&job.id) {
+                        self.failed_seen.insert(job.id.clone());
                         self.note_failed(job, now, &mut news);
                     }
                 }
                 JobState::Preempted => {
-                    if self.failed_seen.insert(job.id.clone()) {
+                    if !self.failed_seen.contains(&job.id) {
+                        self.failed_seen.insert(job.id.clone());
                         self.note_preempted(job, &mut news);
                     }
                 }
