@@ -6,6 +6,10 @@ Run by `bench-harness run` with the venv of `cargo xtask services up codalab`:
     python bench/peer_iteration.py ... --mode first-tick     # prints `first-tick` after one iteration
     python bench/peer_iteration.py ... --mode reaction       # iterations until N workers started
     python bench/peer_iteration.py ... --mode slurm-calls --stub DIR   # upstream's Slurm listing
+    python bench/peer_iteration.py ... --mode aws-calls --endpoint PROXY --job-filter RE
+    python bench/peer_iteration.py ... --mode k8s-calls --endpoint PROXY
+    python bench/peer_iteration.py ... --mode azure-calls --endpoint PROXY --azure-account A \
+        --azure-job J --azure-log-container URL    # key in BENCH_AZURE_ACCOUNT_KEY
 Prints one JSON line. CODALAB_USERNAME/CODALAB_PASSWORD come from the environment, as for
 `cl-worker-manager`. Logging is set up as `cl-worker-manager` does (INFO, to stderr).
 
@@ -15,7 +19,22 @@ same J jobs as ours (even index pending, odd active) and `start_worker_job` subm
 
 `slurm-calls` builds upstream's own SlurmBatchWorkerManager against the bench's stub
 `squeue`/`scontrol` (first on PATH) listing J own jobs, and counts the Slurm commands one
-`get_worker_jobs` runs (the stubs log every call).
+`get_worker_jobs` runs (the stubs log every call; with `--real-slurm` the stubs are shims that
+log and run the real commands).
+
+`aws-calls` builds upstream's own AWSBatchWorkerManager, with its boto3 client pointed at the
+bench's counting proxy in front of moto (boto3 1.17 has no AWS_ENDPOINT_URL, so `boto3.client`
+gets `endpoint_url` added; nothing else of upstream is changed), and counts the HTTP requests one
+`get_worker_jobs` sends (the proxy's `/bench/requests`).
+
+`k8s-calls` builds upstream's own KubernetesWorkerManager with `--cluster-host` = the counting
+proxy in front of the bench's fake Kubernetes API server (plain HTTP) and counts the same way.
+
+`azure-calls` builds upstream's own AzureBatchWorkerManager (azure-batch 9.0.0) with
+`--service-url` = the counting proxy in front of the bench's fake Batch service (plain HTTP,
+Shared Key checked; the account key, a test key, comes from BENCH_AZURE_ACCOUNT_KEY) and counts
+the same way. Upstream's `get_worker_jobs` logs a failed request and returns no jobs, so the
+mode asserts that it sees all J workers (the fake's tasks are all active or running).
 """
 import argparse
 import json
@@ -76,7 +95,9 @@ def slurm_calls(opts):
     from codalab.worker_manager.slurm_batch_worker_manager import SlurmBatchWorkerManager
 
     args = manager_args(opts, opts.jobs)
-    args.user, args.partition, args.job_name = 'alice', 'x', 'codalab-slurm-worker'
+    args.user = opts.slurm_user or 'alice'
+    args.partition = opts.partition or 'x'
+    args.job_name = opts.job_name or 'codalab-slurm-worker'
     args.password_file, args.exit_after_num_failed = None, None
     manager = SlurmBatchWorkerManager(args)  # its constructor lists the jobs once (squeue)
     log = os.path.join(opts.stub, 'calls.log')
@@ -90,7 +111,65 @@ def slurm_calls(opts):
     with open(log) as calls:
         count = sum(1 for _ in calls)
     print(json.dumps({'backend': 'slurm', 'jobs': opts.jobs, 'calls_per_tick': count / opts.rounds,
+                      'listed': len(jobs),
                       'wall_samples': wall}))
+
+
+def count_calls(opts, backend, manager, expected):
+    """Times `opts.rounds` calls of upstream's `get_worker_jobs` after a warm-up (connection
+    pool, lazy imports) and counts the HTTP requests they send at the bench's counting proxy
+    (`opts.endpoint`). Each call must see `expected` workers: upstream's Azure and Kubernetes
+    managers answer [] on any error, which must not pass for a measurement."""
+    jobs = manager.get_worker_jobs()
+    assert len(jobs) == expected, (len(jobs), expected)
+    before = request_counts(opts.endpoint)
+    wall = []
+    for _ in range(opts.rounds):
+        w0 = time.perf_counter()
+        jobs = manager.get_worker_jobs()
+        wall.append((time.perf_counter() - w0) * 1000.0)
+        assert len(jobs) == expected, (len(jobs), expected)
+    after = request_counts(opts.endpoint)
+    calls = sum(after.values()) - sum(before.values())
+    print(json.dumps({'backend': backend, 'jobs': opts.jobs, 'calls_per_tick': calls / opts.rounds,
+                      'listed': len(jobs), 'wall_samples': wall}))
+
+
+def aws_calls(opts):
+    import boto3
+    from codalab.worker_manager.aws_batch_worker_manager import AWSBatchWorkerManager
+
+    real_client = boto3.client
+
+    def client(*args, **kwargs):
+        kwargs.setdefault('endpoint_url', opts.endpoint)
+        return real_client(*args, **kwargs)
+
+    boto3.client = client
+    args = manager_args(opts, opts.jobs)
+    args.region, args.job_queue, args.job_filter = 'us-east-1', 'codalab-batch-cpu', opts.job_filter
+    count_calls(opts, 'aws', AWSBatchWorkerManager(args), opts.jobs)
+
+
+def k8s_calls(opts):
+    from codalab.worker_manager.kubernetes_worker_manager import KubernetesWorkerManager
+
+    args = manager_args(opts, opts.jobs)
+    args.cluster_host, args.auth_token = opts.endpoint, 'bench-token'
+    args.cert_path, args.cert = '/dev/null', '/dev/null'
+    args.bundle_runtime, args.nfs_volume_name = 'docker', None
+    # It counts Running pods only: the even-index half of the fake's pods.
+    count_calls(opts, 'kubernetes', KubernetesWorkerManager(args), (opts.jobs + 1) // 2)
+
+
+def azure_calls(opts):
+    from codalab.worker_manager.azure_batch_worker_manager import AzureBatchWorkerManager
+
+    args = manager_args(opts, opts.jobs)
+    args.account_name, args.account_key = opts.azure_account, os.environ['BENCH_AZURE_ACCOUNT_KEY']
+    args.service_url, args.job_id = opts.endpoint, opts.azure_job
+    args.log_container_url, args.user = opts.azure_log_container, 'root'
+    count_calls(opts, 'azure', AzureBatchWorkerManager(args), opts.jobs)
 
 
 def main():
@@ -99,9 +178,22 @@ def main():
     parser.add_argument('--bundles', type=int, required=True)
     parser.add_argument('--jobs', type=int, required=True)
     parser.add_argument(
-        '--mode', choices=['ticks', 'first-tick', 'reaction', 'slurm-calls'], default='ticks'
+        '--mode',
+        choices=[
+            'ticks', 'first-tick', 'reaction', 'slurm-calls', 'aws-calls', 'k8s-calls',
+            'azure-calls',
+        ],
+        default='ticks',
     )
     parser.add_argument('--stub')
+    parser.add_argument('--endpoint')
+    parser.add_argument('--job-filter')
+    parser.add_argument('--slurm-user')
+    parser.add_argument('--partition')
+    parser.add_argument('--job-name')
+    parser.add_argument('--azure-account')
+    parser.add_argument('--azure-job')
+    parser.add_argument('--azure-log-container')
     parser.add_argument('--rounds', type=int, default=3)
     parser.add_argument('--warmup', type=int, default=1)
     parser.add_argument('--ticks', type=int, default=10)
@@ -118,6 +210,18 @@ def main():
 
     if opts.mode == 'slurm-calls':
         slurm_calls(opts)
+        return
+
+    if opts.mode == 'aws-calls':
+        aws_calls(opts)
+        return
+
+    if opts.mode == 'k8s-calls':
+        k8s_calls(opts)
+        return
+
+    if opts.mode == 'azure-calls':
+        azure_calls(opts)
         return
 
     if opts.mode == 'reaction':

@@ -2,7 +2,8 @@
 //! with the Python `cl-worker-manager` 1.7.5 on identical input.
 //!
 //! The measuring happens in `bench-harness` (`xtask/src/bin/bench_harness/`), which links the
-//! manager core and the backends. This task only builds it in release mode (feature `bench`,
+//! manager core and the backends, and `bench-ours` (our manager's ticks, core only). This task
+//! only builds them in release mode (feature `bench`,
 //! so that plain `cargo xtask` stays light) and runs `bench-harness run`, which prints the
 //! table, writes `bench/results.json` and the table in `BENCH.md` (`--quick`, for CI: small
 //! sizes, seconds, results in `target/bench/results-quick.json` only).
@@ -27,15 +28,17 @@ pub fn run(args: &[String]) -> Result<()> {
         "bench",
         "--bin",
         "bench-harness",
+        "--bin",
+        "bench-ours",
     ];
     eprintln!("==> cargo {}", build.join(" "));
     let status = Command::new(env!("CARGO"))
         .args(build)
         .current_dir(&root)
         .status()
-        .context("building bench-harness")?;
+        .context("building the bench binaries")?;
     if !status.success() {
-        bail!("building bench-harness failed ({status})");
+        bail!("building the bench binaries failed ({status})");
     }
     let harness = crate::services::target_dir().join("release/bench-harness");
     let status = Command::new(&harness)

@@ -1,29 +1,22 @@
-//! `bench-harness ours-backends --slurm-stub DIR`: backend calls per tick against each
-//! backend's stand-in, as a function of the number of own jobs.
+//! `bench-harness ours-backends --slurm-stub DIR`: Slurm calls per tick against stub
+//! commands, as a function of the number of own jobs.
 //!
 //! - Slurm: the real `SlurmBackend` with the local transport, running a stub `squeue` from
 //!   `DIR` (first on `PATH`, set by the parent) that prints `N` job lines in the backend's
 //!   format and logs each call. Calls are read from the backend's own counter (`calls()`) and
 //!   cross-checked against the stub's log.
-//! - Azure Batch: the real `AzureBatchBackend` against the crate's stateful fake Batch service
-//!   (`codalab_wm_azure::fake`, page size 1000 like the service), requests counted by the fake.
 //!
-//! One JSON line per backend and size on stdout.
+//! (Azure Batch is measured by [`crate::azure`], through a counting proxy, with a peer.)
+//!
+//! One JSON line per size on stdout.
 
-use crate::stats::{ms, process_cpu, summarize};
-use anyhow::{Context, Result, ensure};
-use codalab_wm_azure::fake::FakeBatch;
-use codalab_wm_azure::models::TaskState;
-use codalab_wm_azure::{AzureBatchBackend, AzureBatchConfig};
-use codalab_wm_core::WorkerBackend;
+use crate::listing::{ROUNDS, time_listings};
+use crate::stats::summarize;
+use anyhow::{Context, Result};
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_slurm::{SlurmBackend, SlurmConfig};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
-
-/// Listings per size, for the time per listing.
-const ROUNDS: usize = 20;
 
 pub fn run(args: &[String], sizes: &[usize]) -> Result<()> {
     let stub: PathBuf = crate::required(args, "--slurm-stub")?;
@@ -34,14 +27,20 @@ pub fn run(args: &[String], sizes: &[usize]) -> Result<()> {
         for &jobs in sizes {
             slurm(&stub, jobs).await?;
         }
-        for &jobs in sizes {
-            azure(jobs).await?;
-        }
         Ok(())
     })
 }
 
-fn credentials() -> Credentials {
+/// The worker settings of every backend the bench builds (the server is never contacted).
+pub fn worker() -> codalab_wm_core::WorkerOptions {
+    codalab_wm_core::WorkerOptions {
+        server: "http://127.0.0.1:9".into(),
+        ..codalab_wm_core::WorkerOptions::default()
+    }
+}
+
+/// The CodaLab credentials every backend the bench builds carries.
+pub fn credentials() -> Credentials {
     Credentials {
         username: "alice".into(),
         password: Secret::new("alicepw"),
@@ -110,84 +109,30 @@ pub fn write_slurm_jobs(dir: &Path, jobs: usize) -> Result<()> {
 
 async fn slurm(stub: &Path, jobs: usize) -> Result<()> {
     write_slurm_jobs(stub, jobs)?;
-    let log = stub.join("calls.log");
     let config = SlurmConfig {
         partition: Some("x".into()),
         user: Some("alice".into()),
         ..SlurmConfig::default()
     };
-    let backend = SlurmBackend::new(&config, Some(credentials()))?;
-    let (mut wall, mut cpu) = (Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        let (c0, w0) = (process_cpu(), Instant::now());
-        let listed = backend.get_worker_jobs().await?;
-        cpu.push(ms(process_cpu() - c0));
-        wall.push(ms(w0.elapsed()));
-        ensure!(
-            listed.len() == jobs,
-            "slurm listed {} of {jobs}",
-            listed.len()
-        );
-    }
+    let row = slurm_row(stub, &config, jobs).await?;
+    println!("{row}");
+    Ok(())
+}
+
+/// Lists `jobs` own jobs [`ROUNDS`] times with our `SlurmBackend` (local transport, the
+/// commands first on `PATH` log each call to `dir/calls.log`); the calls per listing from the
+/// backend's own counter and from that log.
+pub async fn slurm_row(dir: &Path, config: &SlurmConfig, jobs: usize) -> Result<serde_json::Value> {
+    let log = dir.join("calls.log");
+    let _ = std::fs::remove_file(&log);
+    let backend = SlurmBackend::new(config, Some(credentials()))?;
+    let (wall, cpu) = time_listings(&backend, jobs).await?;
     let logged = std::fs::read_to_string(&log)
         .with_context(|| format!("reading {}", log.display()))?
         .lines()
         .count();
-    println!(
-        "{}",
-        json!({"backend": "slurm", "jobs": jobs,
-               "calls_per_tick": backend.calls() as f64 / ROUNDS as f64,
-               "stub_calls_per_tick": logged as f64 / ROUNDS as f64,
-               "list_wall": summarize(&wall).json(), "list_cpu": summarize(&cpu).json()})
-    );
-    Ok(())
-}
-
-const ACCOUNT: &str = "benchaccount";
-/// base64 of 64 bytes, like a real account key.
-const KEY: &str =
-    "rPjzB9UC4AJ8NyYVjvLq6Um1DBTaIZTV2flP+5/RwL2wlNV4iWOA1rZbVIpVC184qWAusQzEYw9JwBCu68/htw==";
-const JOB: &str = "codalab-workers";
-
-async fn azure(jobs: usize) -> Result<()> {
-    let fake = FakeBatch::start(ACCOUNT, &Secret::new(KEY), JOB).await?;
-    for n in 0..jobs {
-        let state = if n % 2 == 0 {
-            TaskState::Active
-        } else {
-            TaskState::Running
-        };
-        fake.insert(&format!("cl_worker_{n:032x}"), state);
-    }
-    let mut config = AzureBatchConfig::new(
-        ACCOUNT,
-        fake.url(),
-        JOB,
-        Secret::new("https://s.blob.core.windows.net/logs?sig=x"),
-    );
-    config.account_key = Some(Secret::new(KEY));
-    let backend = AzureBatchBackend::new(config, credentials())?;
-    backend.get_worker_jobs().await?;
-    let before = fake.requests().len();
-    let (mut wall, mut cpu) = (Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        let (c0, w0) = (process_cpu(), Instant::now());
-        let listed = backend.get_worker_jobs().await?;
-        cpu.push(ms(process_cpu() - c0));
-        wall.push(ms(w0.elapsed()));
-        ensure!(
-            listed.len() == jobs,
-            "azure listed {} of {jobs}",
-            listed.len()
-        );
-    }
-    let requests = fake.requests().len() - before;
-    println!(
-        "{}",
-        json!({"backend": "azure", "jobs": jobs,
-               "calls_per_tick": requests as f64 / ROUNDS as f64,
-               "list_wall": summarize(&wall).json(), "list_cpu": summarize(&cpu).json(),
-               "note": "wall and CPU include the in-process fake service"})
-    );
-    Ok(())
+    Ok(json!({"backend": "slurm", "jobs": jobs, "listed": jobs,
+              "calls_per_tick": backend.calls() as f64 / ROUNDS as f64,
+              "stub_calls_per_tick": logged as f64 / ROUNDS as f64,
+              "list_wall": summarize(&wall).json(), "list_cpu": summarize(&cpu).json()}))
 }

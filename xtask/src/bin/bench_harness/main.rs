@@ -5,60 +5,54 @@
 //! time and peak RSS are its own:
 //! - `serve`: the fake CodaLab server (core's `FakeCodaLab`) behind a small front that counts
 //!   requests, applies a large default `.limit` (upstream sends none) and caches bundle pages;
-//! - `ours`: our manager's tick loop (core `Manager` + `FakeBackend`), or one tick after
-//!   process start (`--first-tick`), or the reaction count (`--reaction`);
+//! - `bench-ours` (a separate binary, `../bench_ours.rs`, linking only core so that the
+//!   backends' code this harness links does not inflate its RSS and start-up): our manager's
+//!   tick loop (core `Manager` + `FakeBackend`), or one tick after process start
+//!   (`--first-tick`), or the reaction count (`--reaction`);
 //! - `python …/bench/peer_iteration.py`: the Python peer, same measurements;
-//! - `ours-backends`: backend calls per tick (Slurm against stub commands, Azure against its fake);
+//! - `ours-backends`: Slurm calls per tick against stub commands;
+//! - `azure-fake`, `ours-azure`: Azure Batch calls per tick against the in-repo fake Batch service;
+//! - `ours-aws`, `count-proxy`: AWS Batch calls per tick against moto, counted on the wire;
+//! - `ours-slurm-real`: Slurm calls per tick against the real cluster (held jobs);
+//! - `k8s-fake`, `ours-k8s`: Kubernetes calls per tick against the in-repo fake API server;
 //! - `run`: spawns all of the above over the grid, prints the table, writes
 //!   `bench/results.json` and the table in `BENCH.md` (quick runs: `target/bench/results-quick.json`
 //!   only).
 
+mod args;
+mod aws;
+mod azure;
 mod backends;
-mod ours;
+mod count_proxy;
+mod k8s;
+mod listing;
 mod report;
 mod run;
 mod serve;
+mod slurm_real;
 mod stats;
 
 use anyhow::{Result, bail};
+pub use args::{flag, required};
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((command, rest)) = args.split_first() else {
-        bail!("usage: bench-harness run [--quick] | serve … | ours …");
+        bail!(
+            "usage: bench-harness run [--quick] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure …"
+        );
     };
     match command.as_str() {
         "run" => run::run(rest),
         "serve" => serve::run(rest),
-        "ours" => ours::run(rest),
+        "count-proxy" => count_proxy::run(rest),
+        "ours-aws" => aws::run(rest),
+        "ours-slurm-real" => slurm_real::run(rest),
+        "k8s-fake" => k8s::serve(rest),
+        "ours-k8s" => k8s::run(rest),
+        "azure-fake" => azure::serve(rest),
+        "ours-azure" => azure::run(rest),
         "ours-backends" => backends::run(rest, &run::backend_sizes(rest)),
         other => bail!("unknown bench-harness command `{other}`"),
     }
-}
-
-/// `--name value` from `args`, parsed.
-pub fn flag<T: std::str::FromStr>(args: &[String], name: &str) -> Result<Option<T>>
-where
-    T::Err: std::fmt::Display,
-{
-    match args.iter().position(|a| a == name) {
-        None => Ok(None),
-        Some(i) => {
-            let Some(value) = args.get(i + 1) else {
-                bail!("{name} needs a value");
-            };
-            match value.parse() {
-                Ok(v) => Ok(Some(v)),
-                Err(e) => bail!("{name} {value}: {e}"),
-            }
-        }
-    }
-}
-
-/// A required `--name value`.
-pub fn required<T: std::str::FromStr>(args: &[String], name: &str) -> Result<T>
-where
-    T::Err: std::fmt::Display,
-{
-    flag(args, name)?.ok_or_else(|| anyhow::anyhow!("missing {name}"))
 }

@@ -1,4 +1,4 @@
-//! `bench-harness ours --server URL --bundles N --jobs J …`: our manager, measured from inside
+//! `bench-ours --server URL --bundles N --jobs J …`: our manager, measured from inside
 //! its own process.
 //!
 //! The manager is core's [`Manager`] with the real [`CodaLabClient`] and a [`FakeBackend`] that
@@ -9,20 +9,23 @@
 //! Modes (one JSON line on stdout each):
 //! - default: `--warmup W --ticks T` ticks back to back; CPU and wall per tick, peak RSS, CodaLab
 //!   requests per tick, then the floor: the same bundle pages fetched once and parsed with
-//!   `serde_json::from_slice::<Value>` (and, for comparison, into a typed struct), `T` times;
+//!   `serde_json::from_slice::<Value>` (and, for comparison, into a typed struct), `T` times
+//!   (`--skip-floor`: the ticks alone, for profiling);
 //! - `--first-tick`: prints `first-tick` as soon as the first tick completed (the parent times
 //!   from spawn to that line);
-//! - `--reaction`: jobs start pending and stay so; ticks until `N` workers were submitted.
+//! - `--reaction [--burst]`: jobs start pending and stay so; ticks until `N` workers were
+//!   submitted, in compat mode or in burst mode (#7).
 
-use crate::serve::{PASSWORD, USER, request_counts};
-use crate::stats::{ms, process_cpu, status_kb, summarize};
-use crate::{flag, required};
+use crate::args::{BURST_LAUNCHES_PER_TICK, PASSWORD, USER, flag, request_counts, required};
+use crate::stats::{ms, process_cpu, summarize};
 use anyhow::{Context, Result, ensure};
 use codalab_wm_core::codalab::{CodaLabClient, SEARCH_PAGE_SIZE};
 use codalab_wm_core::policy::PolicyConfig;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::FakeBackend;
-use codalab_wm_core::{JobState, Manager, ManagerConfig, WorkerJob, WorkerOptions, WorkerShape};
+use codalab_wm_core::{
+    JobState, LaunchMode, Manager, ManagerConfig, WorkerJob, WorkerOptions, WorkerShape,
+};
 use serde_json::json;
 use std::io::Write;
 use std::sync::Arc;
@@ -33,10 +36,25 @@ pub fn shape() -> WorkerShape {
     WorkerShape::from_flags(4, 1, 8192)
 }
 
+/// A `/proc/self/status` field in kB (`VmHWM` = peak RSS, `VmRSS` = current RSS).
+pub fn status_kb(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|line| {
+                let rest = line.strip_prefix(field)?.strip_prefix(':')?;
+                rest.trim().trim_end_matches("kB").trim().parse().ok()
+            })
+        })
+        .unwrap_or(0)
+}
+
 struct Setup {
     server: String,
     bundles: usize,
     jobs: usize,
+    /// `--skip-floor`: only the ticks (to profile them alone, e.g. under `perf record`).
+    skip_floor: bool,
 }
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -44,6 +62,7 @@ pub fn run(args: &[String]) -> Result<()> {
         server: required(args, "--server")?,
         bundles: required(args, "--bundles")?,
         jobs: required(args, "--jobs")?,
+        skip_floor: args.iter().any(|a| a == "--skip-floor"),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -52,7 +71,8 @@ pub fn run(args: &[String]) -> Result<()> {
         return runtime.block_on(first_tick(&setup));
     }
     if args.iter().any(|a| a == "--reaction") {
-        return runtime.block_on(reaction(&setup));
+        let burst = args.iter().any(|a| a == "--burst");
+        return runtime.block_on(reaction(&setup, burst));
     }
     let warmup = flag(args, "--warmup")?.unwrap_or(3);
     let ticks = required(args, "--ticks")?;
@@ -68,12 +88,20 @@ fn install_subscriber() {
 }
 
 fn manager(setup: &Setup, backend: &FakeBackend, max_workers: usize) -> Result<Manager> {
+    manager_with(setup, manager_config(setup, max_workers), backend)
+}
+
+fn manager_with(setup: &Setup, config: ManagerConfig, backend: &FakeBackend) -> Result<Manager> {
     let credentials = Credentials {
         username: USER.into(),
         password: Secret::new(PASSWORD),
     };
     let client = CodaLabClient::new(&setup.server, credentials)?;
-    let config = ManagerConfig {
+    Ok(Manager::new(config, client, Arc::new(backend.clone())))
+}
+
+fn manager_config(setup: &Setup, max_workers: usize) -> ManagerConfig {
+    ManagerConfig {
         policy: PolicyConfig {
             min_workers: 0,
             max_workers: max_workers as u32,
@@ -84,8 +112,7 @@ fn manager(setup: &Setup, backend: &FakeBackend, max_workers: usize) -> Result<M
             ..WorkerOptions::default()
         },
         ..ManagerConfig::default()
-    };
-    Ok(Manager::new(config, client, Arc::new(backend.clone())))
+    }
 }
 
 fn backend_with_jobs(jobs: usize) -> FakeBackend {
@@ -117,10 +144,18 @@ async fn first_tick(setup: &Setup) -> Result<()> {
     Ok(())
 }
 
-async fn reaction(setup: &Setup) -> Result<()> {
+/// Ticks of the manager loop until `bundles` workers were submitted, jobs staying pending:
+/// compat (upstream's one launch per tick), or `burst` (#7: target mode, at most
+/// [`BURST_LAUNCHES_PER_TICK`] launches per tick).
+async fn reaction(setup: &Setup, burst: bool) -> Result<()> {
     install_subscriber();
     let backend = FakeBackend::new(shape());
-    let mut manager = manager(setup, &backend, setup.bundles)?;
+    let mut config = manager_config(setup, setup.bundles);
+    if burst {
+        config.launch_mode = LaunchMode::Target;
+        config.max_launches_per_tick = BURST_LAUNCHES_PER_TICK;
+    }
+    let mut manager = manager_with(setup, config, &backend)?;
     let mut ticks = 0;
     let cap = 10 * setup.bundles + 10;
     while backend.launches().len() < setup.bundles && ticks < cap {
@@ -129,7 +164,7 @@ async fn reaction(setup: &Setup) -> Result<()> {
     }
     println!(
         "{}",
-        json!({"mode": "compat", "bundles": setup.bundles, "ticks": ticks,
+        json!({"mode": if burst { "burst" } else { "compat" }, "bundles": setup.bundles, "ticks": ticks,
                "submitted": backend.launches().len()})
     );
     Ok(())
@@ -164,6 +199,13 @@ async fn ticks_loop(setup: &Setup, warmup: usize, ticks: usize) -> Result<()> {
     let searches = after.get("/rest/bundles").copied().unwrap_or(0)
         - before.get("/rest/bundles").copied().unwrap_or(0);
     let all: u64 = after.values().sum::<u64>() - before.values().sum::<u64>();
+    if setup.skip_floor {
+        println!(
+            "{}",
+            json!({"cpu": summarize(&cpu).json(), "vm_hwm_kb": hwm})
+        );
+        return Ok(());
+    }
     let pages = fetch_pages(&http, &setup.server).await?;
     let payload: usize = pages.iter().map(Vec::len).sum();
     let floor = parse_floor(&pages, ticks.max(10), |page| {
@@ -291,5 +333,16 @@ mod typed {
         pub request_queue: serde_json::Value,
         #[serde(default)]
         pub tags: serde_json::Value,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::status_kb;
+
+    #[test]
+    fn reads_own_peak_rss() {
+        assert!(status_kb("VmHWM") > 0);
+        assert_eq!(status_kb("NoSuchField"), 0);
     }
 }

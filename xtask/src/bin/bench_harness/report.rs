@@ -172,7 +172,7 @@ fn backends(out: &mut String, results: &Value) {
     let _ = writeln!(
         out,
         "\n### Backend calls per tick (`get_worker_jobs`) vs own jobs\n\n\
-         | backend | own jobs | calls per tick ours | peer | listing wall ms ours | peer | listing CPU ms ours | how counted |\n|---|---:|---:|---:|---:|---:|---:|---|"
+         | backend | own jobs | calls per tick ours | peer | workers seen ours | peer | listing wall ms ours | peer | listing CPU ms ours | how counted |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     );
     for row in results["backends"].as_array().into_iter().flatten() {
         let peer = results["peer_backends"]
@@ -182,30 +182,40 @@ fn backends(out: &mut String, results: &Value) {
             .find(|p| p["backend"] == row["backend"] && p["jobs"] == row["jobs"]);
         let how = match row["backend"].as_str() {
             Some("slurm") => format!(
-                "subprocesses: `calls()` counter; stub log agrees: {}/tick",
+                "stub commands; subprocesses: `calls()` counter; stub log agrees: {}/tick",
                 opt(row["stub_calls_per_tick"].as_f64())
             ),
-            Some("azure") => "HTTP requests seen by the fake Batch service (1000 tasks/page); CPU includes the in-process fake".into(),
+            Some("slurm-real") => format!(
+                "real slurmctld 22.05, held jobs; subprocesses logged by shims that exec the real commands: {}/tick, `calls()` counter: {}/tick",
+                opt(row["stub_calls_per_tick"].as_f64()),
+                opt(row["calls_per_tick"].as_f64())
+            ),
+            Some("azure") => "HTTP requests reaching the in-repo fake Batch service (Shared Key checked), counted by a proxy in front of it (ours: Task_List, 1000 tasks/page; upstream: one Job_GetTaskCounts)".into(),
+            Some("kubernetes") => "HTTP requests reaching the in-repo fake API server, counted by a proxy in front of it (half the pods Running, half Pending; upstream counts Running pods only)".into(),
+            Some("aws") => "HTTP requests reaching moto, counted by a proxy in front of it (moto answers `ListJobs` in one page)".into(),
             _ => String::new(),
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {how} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {how} |",
             row["backend"].as_str().unwrap_or("?"),
             row["jobs"],
             opt(row["calls_per_tick"].as_f64()),
             opt(peer.and_then(|p| p["calls_per_tick"].as_f64())),
+            count(&row["listed"]),
+            peer.map(|p| count(&p["listed"]))
+                .unwrap_or_else(|| "—".into()),
             med_p99(&row["list_wall"]),
             peer.map(|p| med_p99(&p["list_wall"]))
                 .unwrap_or_else(|| "—".into()),
             med_p99(&row["list_cpu"]),
         );
     }
-    let _ = writeln!(
-        out,
-        "| aws | — | not measured | — | — | — | — | TODO: count requests to moto through a counting proxy |\n\
-         | kubernetes | — | not measured | — | — | — | — | TODO: the fake API server lives in the crate's tests (not importable) |"
-    );
+}
+
+/// A whole number from the results, or `—`.
+fn count(value: &Value) -> String {
+    value.as_u64().map_or_else(|| "—".into(), |n| n.to_string())
 }
 
 fn reaction(out: &mut String, results: &Value) {
@@ -214,7 +224,7 @@ fn reaction(out: &mut String, results: &Value) {
         "\n### Reaction: ticks (seconds) from N bundles staged to N worker submissions, jobs staying pending\n\n\
          Measured = the real manager loop / upstream's `run_one_iteration` against the fake server \
          (`--min-seconds-between-workers 0`). Policy = core's `testing::reaction_ticks` (#7), \
-         `--sleep-time 5`, burst = target mode with `--max-launches-per-tick 10`.\n\n\
+         `--sleep-time 5`; burst = target mode with `--max-launches-per-tick 10` (upstream has no burst mode).\n\n\
          | N | mode | measured ticks ours | measured ticks peer | policy, min-seconds 0 | policy, min-seconds 60 (upstream default) |\n\
          |---:|---|---:|---:|---:|---:|"
     );
@@ -249,7 +259,7 @@ fn reaction(out: &mut String, results: &Value) {
             let (ours, peer) = if mode == "compat" {
                 (ticks(&row["ours"]), ticks(&row["peer"]))
             } else {
-                ("—".to_owned(), "n/a".to_owned())
+                (ticks(&row["ours_burst"]), "n/a".to_owned())
             };
             let _ = writeln!(
                 out,
@@ -343,7 +353,11 @@ fn targets(out: &mut String, results: &Value) {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|r| r["backend"] == "slurm")
+        .filter(|r| {
+            r["backend"]
+                .as_str()
+                .is_some_and(|b| b.starts_with("slurm"))
+        })
         .filter_map(|r| r["calls_per_tick"].as_f64())
         .reduce(f64::max);
     line(

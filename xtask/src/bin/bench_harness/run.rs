@@ -1,8 +1,9 @@
 //! `bench-harness run [--quick]`: the whole bench, one process per measured side and size.
 
+use crate::args::{BURST_LAUNCHES_PER_TICK, PASSWORD, USER};
 use crate::backends::{write_slurm_jobs, write_slurm_stub};
 use crate::report;
-use crate::serve::{PASSWORD, ServeChild, USER};
+use crate::serve::ServeChild;
 use crate::stats::{ms, summarize};
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
@@ -116,11 +117,23 @@ pub fn run(args: &[String]) -> Result<()> {
         let jobs = plan.jobs[plan.jobs.len() / 2];
         first_ticks.push(first_tick(&plan, python, &server.url, bundles, jobs)?);
     }
-    let backends = backend_calls(quick)?;
-    let peer_backends = match python {
+    let mut backends = backend_calls(quick)?;
+    let mut peer_backends = match python {
         Some(python) => peer_slurm_calls(quick, python)?,
         None => Vec::new(),
     };
+    let (real, peer_real) = crate::slurm_real::measure_all(quick, python, &work_dir()?)?;
+    backends.extend(real);
+    peer_backends.extend(peer_real);
+    let (aws, peer_aws) = crate::aws::measure_all(quick, python)?;
+    backends.extend(aws);
+    peer_backends.extend(peer_aws);
+    let (k8s, peer_k8s) = crate::k8s::measure_all(quick, python)?;
+    backends.extend(k8s);
+    peer_backends.extend(peer_k8s);
+    let (azure, peer_azure) = crate::azure::measure_all(quick, python)?;
+    backends.extend(azure);
+    peer_backends.extend(peer_azure);
     let reaction = reaction(&plan, python)?;
     let reaction_model = reaction_model(&plan);
     let results = json!({
@@ -152,7 +165,7 @@ pub fn run(args: &[String]) -> Result<()> {
 }
 
 /// Runs `command`, stderr to `log`, and returns the JSON lines it printed.
-fn json_lines(mut command: Command, log: &str) -> Result<Vec<Value>> {
+pub fn json_lines(mut command: Command, log: &str) -> Result<Vec<Value>> {
     let log_path = work_dir()?.join(log);
     command.stderr(std::fs::File::create(&log_path)?);
     let output = command.output().context("spawning a bench child")?;
@@ -169,9 +182,20 @@ fn json_lines(mut command: Command, log: &str) -> Result<Vec<Value>> {
         .collect())
 }
 
+/// `bench-ours`, built next to this harness.
+fn ours_exe() -> Result<PathBuf> {
+    let exe = std::env::current_exe()?.with_file_name("bench-ours");
+    ensure!(
+        exe.exists(),
+        "{} is missing: build it with `cargo build --release -p xtask --features bench --bin bench-ours`",
+        exe.display()
+    );
+    Ok(exe)
+}
+
 fn ours_command(server: &str, bundles: usize, jobs: usize) -> Result<Command> {
-    let mut command = Command::new(std::env::current_exe()?);
-    command.args(["ours", "--server", server]).args([
+    let mut command = Command::new(ours_exe()?);
+    command.args(["--server", server]).args([
         "--bundles",
         &bundles.to_string(),
         "--jobs",
@@ -180,7 +204,7 @@ fn ours_command(server: &str, bundles: usize, jobs: usize) -> Result<Command> {
     Ok(command)
 }
 
-fn peer_command(python: &Path, server: &str, bundles: usize, jobs: usize) -> Result<Command> {
+pub fn peer_command(python: &Path, server: &str, bundles: usize, jobs: usize) -> Result<Command> {
     let home = work_dir()?.join("codalab-home");
     std::fs::create_dir_all(&home)?;
     let mut command = Command::new(python);
@@ -342,18 +366,12 @@ fn peer_slurm_calls(quick: bool, python: &Path) -> Result<Vec<Value>> {
             .args(["--mode", "slurm-calls", "--rounds", "3", "--stub"])
             .arg(&stub)
             .env("PATH", &path);
-        let raw = json_lines(command, "peer-slurm.log")?
-            .into_iter()
-            .next()
-            .context("peer printed no result")?;
-        let wall: Vec<f64> = raw["wall_samples"]
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_f64).collect())
-            .unwrap_or_default();
-        rows.push(
-            json!({"backend": "slurm", "jobs": jobs, "calls_per_tick": raw["calls_per_tick"],
-                         "list_wall": summarize(&wall).json()}),
-        );
+        rows.push(crate::listing::peer_row(
+            "slurm",
+            jobs,
+            command,
+            "peer-slurm.log",
+        )?);
     }
     Ok(rows)
 }
@@ -366,6 +384,11 @@ fn reaction(plan: &Plan, python: Option<&Path>) -> Result<Vec<Value>> {
         let mut command = ours_command(&server.url, bundles, 0)?;
         command.arg("--reaction");
         let ours = json_lines(command, "ours-reaction.log")?.into_iter().next();
+        let mut command = ours_command(&server.url, bundles, 0)?;
+        command.args(["--reaction", "--burst"]);
+        let burst = json_lines(command, "ours-reaction-burst.log")?
+            .into_iter()
+            .next();
         let peer = match python {
             Some(python) => {
                 let mut command = peer_command(python, &server.url, bundles, 0)?;
@@ -374,7 +397,10 @@ fn reaction(plan: &Plan, python: Option<&Path>) -> Result<Vec<Value>> {
             }
             None => None,
         };
-        rows.push(json!({"bundles": bundles, "mode": "compat", "ours": ours, "peer": peer}));
+        rows.push(
+            json!({"bundles": bundles, "mode": "compat", "ours": ours, "peer": peer,
+                         "ours_burst": burst}),
+        );
     }
     Ok(rows)
 }
@@ -394,7 +420,7 @@ fn reaction_model(plan: &Plan) -> Vec<Value> {
                 let scenario = ReactionScenario {
                     bundles,
                     launch_mode,
-                    max_launches_per_tick: 10,
+                    max_launches_per_tick: BURST_LAUNCHES_PER_TICK,
                     max_workers: bundles as u32,
                     min_seconds_between_workers: min_seconds,
                     ..ReactionScenario::default()
@@ -402,7 +428,7 @@ fn reaction_model(plan: &Plan) -> Vec<Value> {
                 let ticks = reaction_ticks(&scenario);
                 let seconds = ticks.map(|t| (t - 1) * scenario.sleep_time.as_secs());
                 rows.push(json!({"bundles": bundles, "mode": mode, "min_seconds_between_workers": min_seconds,
-                                 "max_launches_per_tick": 10, "sleep_time_s": scenario.sleep_time.as_secs(),
+                                 "max_launches_per_tick": BURST_LAUNCHES_PER_TICK, "sleep_time_s": scenario.sleep_time.as_secs(),
                                  "ticks": ticks, "seconds": seconds}));
             }
         }

@@ -11,7 +11,7 @@
 //!
 //! It prints its URL on one line of stdout and serves until stdin is closed.
 
-use crate::{flag, required};
+use crate::args::{USER, flag, required};
 use anyhow::{Context, Result};
 use axum::body::Bytes;
 use axum::extract::{Request, State};
@@ -21,11 +21,6 @@ use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
 use std::sync::{Arc, Mutex};
-
-/// The owner of every bundle, and the user both managers log in as.
-pub const USER: &str = "alice";
-/// Alice's password on the fake.
-pub const PASSWORD: &str = "alicepw";
 
 #[derive(Debug)]
 struct Front {
@@ -66,9 +61,14 @@ async fn serve(bundles: usize, default_limit: usize) -> Result<()> {
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
+    announce_and_wait(&url).await
+}
+
+/// Prints `url` on stdout (what [`ServeChild::spawn`] reads), then waits until the parent
+/// closes our stdin (or dies) while the runtime serves.
+pub async fn announce_and_wait(url: &str) -> Result<()> {
     println!("{url}");
     std::io::stdout().flush()?;
-    // Serve until the parent closes our stdin (or dies).
     tokio::task::spawn_blocking(|| {
         let mut line = String::new();
         while std::io::stdin().lock().read_line(&mut line).unwrap_or(0) > 0 {
@@ -159,7 +159,8 @@ async fn forward(
     Ok((status, headers, body))
 }
 
-/// A running `serve` child: its URL; killed when dropped.
+/// A running server child of this harness (`serve`, `count-proxy`): its URL; killed when
+/// dropped.
 #[derive(Debug)]
 pub struct ServeChild {
     pub url: String,
@@ -167,21 +168,29 @@ pub struct ServeChild {
 }
 
 impl ServeChild {
+    /// The fake CodaLab server with `bundles` staged bundles.
     pub fn start(bundles: usize) -> Result<Self> {
+        Self::spawn(&["serve", "--bundles", &bundles.to_string()])
+    }
+
+    /// `bench-harness ARGS…`, which prints its URL on the first line of stdout and serves
+    /// until its stdin closes.
+    pub fn spawn(args: &[&str]) -> Result<Self> {
         let exe = std::env::current_exe()?;
         let mut child = std::process::Command::new(exe)
-            .args(["serve", "--bundles", &bundles.to_string()])
+            .args(args)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
-            .context("starting the fake server")?;
-        let stdout = child.stdout.take().context("serve stdout")?;
+            .with_context(|| format!("starting bench-harness {}", args.join(" ")))?;
+        let stdout = child.stdout.take().context("server child stdout")?;
         let mut line = String::new();
         std::io::BufReader::new(stdout).read_line(&mut line)?;
         let url = line.trim().to_owned();
         anyhow::ensure!(
             url.starts_with("http://127.0.0.1:"),
-            "serve printed {url:?}"
+            "bench-harness {} printed {url:?}",
+            args.join(" ")
         );
         Ok(Self { url, child })
     }
@@ -193,16 +202,6 @@ impl Drop for ServeChild {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Requests the front has seen, per path.
-pub async fn request_counts(http: &reqwest::Client, server: &str) -> Result<BTreeMap<String, u64>> {
-    Ok(http
-        .get(format!("{server}/bench/requests"))
-        .send()
-        .await?
-        .json()
-        .await?)
 }
 
 #[cfg(test)]
