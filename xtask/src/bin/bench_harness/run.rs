@@ -54,7 +54,7 @@ impl Plan {
         if self.quick {
             return (1, 3);
         }
-        (1, if bundles >= 10_000 { 7 } else { 15 })
+        (1, if bundles >= 10_000 { 9 } else { 15 })
     }
 }
 
