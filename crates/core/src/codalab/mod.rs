@@ -359,43 +359,51 @@ impl CodaLabClient {
         if offset > 0 {
             query.push(("keywords", format!(".offset={offset}")));
         }
-        let mut response = self
+        let response = self
             .request(Method::GET, "/rest/bundles")
             .bearer_auth(access.expose())
             .query(&query)
             .send()
             .await
             .map_err(|e| unreachable("staged bundle search", e))?;
-        let status = response.status();
         let mut body = self.page_buffer.lock().await;
-        body.clear();
-        let announced = response.content_length().unwrap_or(0);
-        body.reserve(usize::try_from(announced).map_or(0, |n| n.min(PAGE_BUFFER_RETAINED)));
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| unreachable("staged bundle search", e))?
-        {
-            body.extend_from_slice(&chunk);
-        }
-        if !status.is_success() {
-            return Err(Error::Server {
-                what: "staged bundle search",
-                status: status.as_u16(),
-                message: first_line(&String::from_utf8_lossy(&body)),
-            });
-        }
-        let invalid = |message: String| Error::InvalidReply {
-            from: "codalab server".into(),
-            what: "staged bundle search".into(),
-            message,
-        };
-        let parsed = jsonapi::parse_bundles_slice(&body).map_err(invalid);
+        let page = read_page(response, &mut body).await;
+        // Every path, errors included, leaves at most the retained size behind.
         if body.capacity() > PAGE_BUFFER_RETAINED {
             *body = Vec::new();
         }
-        parsed
+        page
     }
+}
+
+/// Reads one search page into `body` (cleared first) and parses it.
+async fn read_page(
+    mut response: reqwest::Response,
+    body: &mut Vec<u8>,
+) -> Result<(Vec<StagedBundle>, Vec<SkippedBundle>)> {
+    let status = response.status();
+    body.clear();
+    let announced = response.content_length().unwrap_or(0);
+    body.reserve(usize::try_from(announced).map_or(0, |n| n.min(PAGE_BUFFER_RETAINED)));
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| unreachable("staged bundle search", e))?
+    {
+        body.extend_from_slice(&chunk);
+    }
+    if !status.is_success() {
+        return Err(Error::Server {
+            what: "staged bundle search",
+            status: status.as_u16(),
+            message: first_line(&String::from_utf8_lossy(body)),
+        });
+    }
+    jsonapi::parse_bundles_slice(body).map_err(|message| Error::InvalidReply {
+        from: "codalab server".into(),
+        what: "staged bundle search".into(),
+        message,
+    })
 }
 
 /// The keywords of the staged search, as upstream builds them.
