@@ -14,6 +14,7 @@ pub const SERVICES: &[&str] = &[
     "slurm",
     "sshd",
     "codalab",
+    "docker",
     "moto",
     "azure-mock",
     "k8s-validate",

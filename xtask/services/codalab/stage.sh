@@ -5,6 +5,7 @@
 #   bash xtask/services/codalab/stage.sh alice 1 --request-cpus 64 --request-memory 512g
 # The flags are those of `cl run` (e.g. --request-cpus/-gpus/-memory/-disk/-time/-queue, --tags, -n NAME).
 # Env: STAGE_COMMAND (default 'echo codalab-wm-test-{i}'; {i} is the bundle's index 1..N),
+#      STAGE_DEPS (dependencies put before the command, e.g. 'a:0x1234...'),
 #      STAGE_TIMEOUT (seconds to wait for `staged`, default 120).
 # One Python process runs `cl run` N times in-process through codalab's own BundleCLI (same parsing,
 # metadata and REST calls as the cl command, without paying the ~4 s import per bundle).

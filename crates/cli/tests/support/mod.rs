@@ -4,6 +4,9 @@
 // Each test binary uses a different subset.
 #![allow(dead_code)]
 
+pub mod bundles;
+pub mod manager;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -51,11 +54,18 @@ pub fn unique(prefix: &str) -> String {
 
 /// Stages `n` bundles as alice with real `cl run` and returns their uuids.
 pub fn stage(n: usize, flags: &[&str]) -> Vec<String> {
+    stage_as("alice", n, flags, &[])
+}
+
+/// Stages `n` bundles as `user` with real `cl run` (`stage.sh`; `env` sets e.g. `STAGE_COMMAND`,
+/// `STAGE_DEPS`) and returns their uuids once each has reached `staged` (or gone further).
+pub fn stage_as(user: &str, n: usize, flags: &[&str], env: &[(&str, &str)]) -> Vec<String> {
     let output = Command::new("bash")
         .arg(repo().join("xtask/services/codalab/stage.sh"))
-        .arg("alice")
+        .arg(user)
         .arg(n.to_string())
         .args(flags)
+        .envs(env.iter().copied())
         .current_dir(repo())
         .output()
         .unwrap();

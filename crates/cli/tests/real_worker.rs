@@ -1,0 +1,348 @@
+//! The whole chain, for real: the real `cl-worker-manager` binary against the REAL CodaLab 1.7.5
+//! server (`cargo xtask services up codalab`) starts the REAL `cl-worker` 1.7.5 (from that
+//! server's venv), which runs the bundles in Docker (Debian's dockerd 20.10 and a debootstrap
+//! image, `cargo xtask services up docker`), through the `local` backend and through the REAL
+//! Slurm cluster (`cargo xtask services up slurm`: the job runs the worker on the test node).
+//! Nothing here is a stand-in: a bundle counts only when the server says `ready` and its output
+//! file holds what its command wrote.
+//!
+//! These tests run as `bob` (every other test stages as alice, whose bundles bob's workers never
+//! take). Tests in this file run in parallel; each uses its own queue (`--request-queue` on the
+//! bundles, `--worker-tag … --worker-tag-exclusive` on the workers), so no worker takes another
+//! test's bundle. The two tests that involve untagged bundles or untagged workers take the
+//! `UNTAGGED` lock, so that one's untagged workers never run the other's untagged bundle. No test sleeps to synchronise: each polls the server's bundle states or the manager's
+//! log with a deadline. Locally a missing service skips the test; under `CI=true` it fails.
+
+mod support;
+use support::bundles::{Server, cl_worker, docker_host, docker_running};
+use support::manager::{Manager, down};
+use support::{codalab_running, slurm_running, stage_as, unique};
+
+use codalab_wm_core::testing::require_service;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Held by the tests whose bundles or workers carry no queue (see the module doc).
+static UNTAGGED: Mutex<()> = Mutex::new(());
+
+const USER: (&str, &str) = ("bob", "bobpw");
+/// Time for workers to start, run and upload (measured: a bundle is ready ~8 s after its worker
+/// starts; Slurm adds its scheduling) with a wide margin for a loaded 2-core machine.
+const READY_WITHIN: Duration = Duration::from_secs(240);
+
+fn services_up(slurm: bool) -> bool {
+    require_service("codalab", codalab_running())
+        && require_service("docker", docker_running())
+        && (!slurm || require_service("slurm", slurm_running()))
+}
+
+/// The global flags of a manager that starts real workers quickly and lets them exit soon.
+fn manager_args(search_tag: &str, max: u32, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--server",
+        support::SERVER,
+        "--min-workers",
+        "0",
+        "--min-seconds-between-workers",
+        "0",
+        "--sleep-time",
+        "2",
+        "--worker-idle-seconds",
+        "10",
+        "--search",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(format!("tags={search_tag}"));
+    args.push("--max-workers".into());
+    args.push(max.to_string());
+    args.push("--worker-executable".into());
+    args.push(cl_worker().display().to_string());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+fn local_args(state_dir: &Path) -> Vec<String> {
+    [
+        "local",
+        "--cpus",
+        "1",
+        "--memory-mb",
+        "1024",
+        "--state-dir",
+        &state_dir.display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn docker_env() -> Vec<(&'static str, String)> {
+    vec![("DOCKER_HOST", docker_host())]
+}
+
+/// Stages `n` bundles as bob, each writing `out.txt` with `command`.
+fn stage(n: usize, command: &str, flags: &[&str]) -> Vec<String> {
+    stage_as(USER.0, n, flags, &[("STAGE_COMMAND", command)])
+}
+
+#[test]
+fn local_workers_run_bundles_to_ready_exit_when_idle_and_come_back() {
+    if !services_up(false) {
+        return;
+    }
+    let _untagged = UNTAGGED.lock().unwrap_or_else(|p| p.into_inner());
+    let tag = unique("realw");
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::login(USER.0, USER.1);
+    let bundle_flags = [
+        "--request-cpus",
+        "1",
+        "--request-memory",
+        "256m",
+        "--tags",
+        &tag,
+    ];
+    let first = stage(3, "echo real-{i} > out.txt", &bundle_flags);
+
+    let mut args = manager_args(&tag, 2, &[]);
+    args.extend(local_args(dir.path()));
+    let mut manager = Manager::start(&args, USER, &docker_env());
+    server.wait_ready(&first, READY_WITHIN, || manager.log());
+    for (i, uuid) in first.iter().enumerate() {
+        assert_eq!(
+            server.cat(uuid, "out.txt").trim(),
+            format!("real-{}", i + 1)
+        );
+    }
+    let launched = manager.count("started a worker job");
+    assert!(
+        (1..=2).contains(&launched),
+        "launched {launched} workers for 3 bundles with max 2:\n{}",
+        manager.log()
+    );
+
+    // The workers exit after 10 idle seconds; the manager sees them gone.
+    manager.wait_until("the idle workers to exit", READY_WITHIN, |m| {
+        m.last_status()
+            .is_some_and(|l| l.contains(" 0 worker jobs (min=0"))
+    });
+    // A new bundle that depends on the first one's output: the manager launches again and the
+    // worker fetches the dependency from the server.
+    let deps = format!("dep:{}", first[0]);
+    let second = stage_as(
+        USER.0,
+        1,
+        &bundle_flags,
+        &[
+            ("STAGE_COMMAND", "cat dep/out.txt > out.txt"),
+            ("STAGE_DEPS", &deps),
+        ],
+    );
+    server.wait_ready(&second, READY_WITHIN, || manager.log());
+    assert_eq!(server.cat(&second[0], "out.txt").trim(), "real-1");
+    assert!(
+        manager.count("started a worker job") > launched,
+        "no worker was launched for the new bundle:\n{}",
+        manager.log()
+    );
+    drop(manager);
+    let out = down(&local_args(dir.path()), USER);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn tag_exclusive_workers_take_only_their_queue_and_exit_after_one_run_each() {
+    if !services_up(false) {
+        return;
+    }
+    let _untagged = UNTAGGED.lock().unwrap_or_else(|p| p.into_inner());
+    let tag = unique("realq");
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::login(USER.0, USER.1);
+    let common = [
+        "--request-cpus",
+        "1",
+        "--request-memory",
+        "256m",
+        "--tags",
+        &tag,
+    ];
+    let mut queued_flags = common.to_vec();
+    queued_flags.extend(["--request-queue", &tag]);
+    let queued = stage(3, "echo queued-{i} > out.txt", &queued_flags);
+    let untagged = stage(1, "echo untagged > out.txt", &common);
+
+    let extra = [
+        "--worker-tag",
+        &tag,
+        "--worker-tag-exclusive",
+        "--worker-exit-after-num-runs",
+        "1",
+    ];
+    let mut args = manager_args(&tag, 3, &extra);
+    args.extend(local_args(dir.path()));
+    let manager = Manager::start(&args, USER, &docker_env());
+    server.wait_ready(&queued, READY_WITHIN, || manager.log());
+
+    // One worker per bundle: three different workers ran the three bundles.
+    let mut remotes: Vec<String> = queued
+        .iter()
+        .map(|u| {
+            server
+                .info(u)
+                .remote
+                .expect("a ready bundle names its worker")
+        })
+        .collect();
+    remotes.sort();
+    remotes.dedup();
+    assert_eq!(
+        remotes.len(),
+        3,
+        "bundles shared workers: {remotes:?}\n{}",
+        manager.log()
+    );
+    // The untagged bundle is not the tagged workers' business: no worker ran it. (A worker of
+    // the other untagged test that exited stays registered ~60 s; the server may try it and
+    // flip the bundle staged -> starting -> staged.)
+    let info = server.info(&untagged[0]);
+    assert!(
+        ["staged", "starting"].contains(&info.state.as_str())
+            && !info.remote.as_ref().is_some_and(|r| remotes.contains(r)),
+        "the untagged bundle was run: {info:?}\n{}",
+        manager.log()
+    );
+    drop(manager);
+    server.remove(&untagged);
+    let out = down(&local_args(dir.path()), USER);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_bundle_no_worker_fits_stays_staged_and_is_reported() {
+    if !services_up(false) {
+        return;
+    }
+    let tag = unique("realmisfit");
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::login(USER.0, USER.1);
+    let misfit = stage(
+        1,
+        "echo never > out.txt",
+        &[
+            "--request-cpus",
+            "64",
+            "--request-memory",
+            "256m",
+            "--tags",
+            &tag,
+            "--request-queue",
+            &tag,
+        ],
+    );
+    let mut args = manager_args(&tag, 2, &["--worker-tag", &tag, "--worker-tag-exclusive"]);
+    args.extend(local_args(dir.path()));
+    let mut manager = Manager::start(&args, USER, &docker_env());
+    manager.wait_until("the misfit to be reported", Duration::from_secs(60), |m| {
+        m.count(&format!("filtered out bundle {}", misfit[0])) == 1
+    });
+    manager.wait_until("a later tick", Duration::from_secs(60), |m| {
+        m.count(" worker jobs (min=") >= 3
+    });
+    assert_eq!(
+        manager.count("started a worker job"),
+        0,
+        "{}",
+        manager.log()
+    );
+    assert!(
+        manager.log().contains("64 CPUs") || manager.log().contains("cpus"),
+        "the reason names the resource:\n{}",
+        manager.log()
+    );
+    assert_eq!(server.info(&misfit[0]).state, "staged");
+    drop(manager);
+    server.remove(&misfit);
+}
+
+#[test]
+fn slurm_jobs_run_the_real_worker_to_ready() {
+    if !services_up(true) {
+        return;
+    }
+    let tag = unique("realslurm");
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::login(USER.0, USER.1);
+    let flags = [
+        "--request-cpus",
+        "1",
+        "--request-memory",
+        "256m",
+        "--tags",
+        &tag,
+        "--request-queue",
+        &tag,
+    ];
+    let uuids = stage(2, "echo slurm-{i} > out.txt", &flags);
+
+    let prefix = dir.path().display().to_string();
+    let extra = [
+        "--worker-tag",
+        &tag,
+        "--worker-tag-exclusive",
+        "--worker-work-dir-prefix",
+        &prefix,
+    ];
+    let mut args = manager_args(&tag, 2, &extra);
+    let slurm_dir = dir.path().join("slurm").display().to_string();
+    let backend: Vec<String> = [
+        "slurm-batch",
+        "--partition",
+        "cpu",
+        "--gpus",
+        "0",
+        "--cpus",
+        "1",
+        "--memory-mb",
+        "1024",
+        "--job-name",
+        &tag,
+        "--slurm-work-dir",
+        &slurm_dir,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(backend.iter().cloned());
+    let manager = Manager::start(&args, USER, &docker_env());
+    server.wait_ready(&uuids, READY_WITHIN, || manager.log());
+    for (i, uuid) in uuids.iter().enumerate() {
+        assert_eq!(
+            server.cat(uuid, "out.txt").trim(),
+            format!("slurm-{}", i + 1)
+        );
+        let remote = server.info(uuid).remote.unwrap_or_default();
+        assert!(
+            remote.contains(&tag),
+            "bundle ran on {remote}, not on one of this test's Slurm jobs"
+        );
+    }
+    drop(manager);
+    let out = down(&backend, USER);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

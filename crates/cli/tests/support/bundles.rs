@@ -1,0 +1,166 @@
+//! Reading bundles back from the REAL CodaLab server over its REST API (state, the worker that
+//! ran it, a file of its output), and what a REAL `cl-worker` needs: the venv's executable and
+//! the Docker engine of `cargo xtask services up docker`.
+
+use super::{SERVER, repo};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// States from which a run bundle never moves on.
+const FINAL: &[&str] = &["ready", "failed", "killed", "worker_offline"];
+
+/// The real `cl-worker` 1.7.5 of the venv that `services up codalab` builds.
+pub fn cl_worker() -> PathBuf {
+    repo().join(".services/codalab/venv/bin/cl-worker")
+}
+
+/// `DOCKER_HOST` of the engine that `services up docker` starts.
+pub fn docker_host() -> String {
+    format!(
+        "unix://{}",
+        repo().join(".services/docker/docker.sock").display()
+    )
+}
+
+/// Whether our dockerd answers and the default image exists (`xtask/services/docker/status.sh`).
+pub fn docker_running() -> bool {
+    Command::new("bash")
+        .arg(repo().join("xtask/services/docker/status.sh"))
+        .env("SERVICES_DIR", repo().join(".services"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// One bundle as the server reports it.
+#[derive(Debug, Clone, Default)]
+pub struct BundleInfo {
+    pub state: String,
+    /// The id of the worker that ran it (`remote`), once one has.
+    pub remote: Option<String>,
+}
+
+/// A logged-in REST session of one user on the real server.
+#[derive(Debug)]
+pub struct Server {
+    http: reqwest::Client,
+    token: String,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Server {
+    pub fn login(user: &str, password: &str) -> Self {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // gunicorn closes idle keep-alive connections without notice: no reuse.
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap();
+        let token = runtime.block_on(async {
+            let reply: serde_json::Value = http
+                .post(format!("{SERVER}/rest/oauth2/token"))
+                .basic_auth("codalab_cli_client", Some(""))
+                .form(&[
+                    ("grant_type", "password"),
+                    ("username", user),
+                    ("password", password),
+                ])
+                .send()
+                .await
+                .unwrap()
+                .error_for_status()
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            reply["access_token"].as_str().unwrap().to_owned()
+        });
+        Self {
+            http,
+            token,
+            runtime,
+        }
+    }
+
+    fn get(&self, path: &str) -> reqwest::Result<String> {
+        self.runtime.block_on(async {
+            self.http
+                .get(format!("{SERVER}{path}"))
+                .bearer_auth(&self.token)
+                .send()
+                .await?
+                .error_for_status()?
+                .text()
+                .await
+        })
+    }
+
+    pub fn info(&self, uuid: &str) -> BundleInfo {
+        let body = self.get(&format!("/rest/bundles/{uuid}")).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let attributes = &doc["data"]["attributes"];
+        BundleInfo {
+            state: attributes["state"].as_str().unwrap_or_default().to_owned(),
+            remote: attributes["metadata"]["remote"]
+                .as_str()
+                .filter(|r| !r.is_empty())
+                .map(str::to_owned),
+        }
+    }
+
+    pub fn states(&self, uuids: &[String]) -> BTreeMap<String, String> {
+        uuids
+            .iter()
+            .map(|u| (u.clone(), self.info(u).state))
+            .collect()
+    }
+
+    /// A file of a bundle's output (`cl cat UUID/PATH`).
+    pub fn cat(&self, uuid: &str, path: &str) -> String {
+        self.get(&format!("/rest/bundles/{uuid}/contents/blob/{path}"))
+            .unwrap()
+    }
+
+    /// Polls (every 0.5 s, at most `limit`) until every bundle is in a final state; panics with
+    /// the states and `context()` (e.g. the manager's log) when one is not `ready` or time runs out.
+    pub fn wait_ready(&self, uuids: &[String], limit: Duration, context: impl Fn() -> String) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let states = self.states(uuids);
+            let done = states.values().all(|s| FINAL.contains(&s.as_str()));
+            if done {
+                assert!(
+                    states.values().all(|s| s == "ready"),
+                    "bundles ended but not all ready: {states:?}\n{}",
+                    context()
+                );
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "bundles not ready after {limit:?}: {states:?}\n{}",
+                context()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// Removes bundles (`cl rm`), e.g. one left staged on purpose.
+    pub fn remove(&self, uuids: &[String]) {
+        for uuid in uuids {
+            let _ = self.runtime.block_on(
+                self.http
+                    .delete(format!("{SERVER}/rest/bundles"))
+                    .bearer_auth(&self.token)
+                    .json(&serde_json::json!({"data": [{"id": uuid, "type": "bundles"}]}))
+                    .send(),
+            );
+        }
+    }
+}

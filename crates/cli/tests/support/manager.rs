@@ -1,0 +1,113 @@
+//! The real `cl-worker-manager` binary as a child process whose log is collected line by line.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
+
+/// A running manager. Dropping it sends SIGTERM and waits for it (the manager's workers are
+/// separate processes or jobs: stop them with [`down`]).
+#[derive(Debug)]
+pub struct Manager {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Manager {
+    /// Starts the manager with `args`, logging in as `user`; `env` adds variables (e.g.
+    /// `DOCKER_HOST`, which the local and Slurm backends hand down to the workers).
+    pub fn start(args: &[String], user: (&str, &str), env: &[(&str, String)]) -> Self {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env("CODALAB_USERNAME", user.0)
+            .env("CODALAB_PASSWORD", user.1)
+            .env("NO_COLOR", "1")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Self { child, lines }
+    }
+
+    pub fn log(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+
+    /// Log lines that contain `needle`.
+    pub fn count(&self, needle: &str) -> usize {
+        let lines = self.lines.lock().unwrap();
+        lines.iter().filter(|l| l.contains(needle)).count()
+    }
+
+    /// The last status line (one per tick).
+    pub fn last_status(&self) -> Option<String> {
+        let lines = self.lines.lock().unwrap();
+        lines
+            .iter()
+            .rev()
+            .find(|l| l.contains(" worker jobs (min="))
+            .cloned()
+    }
+
+    /// Polls every 0.1 s until `done` holds; panics with the log after `limit` or when the
+    /// manager exits.
+    pub fn wait_until(&mut self, what: &str, limit: Duration, done: impl Fn(&Self) -> bool) {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if done(self) {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "manager exited ({status}) while waiting for {what}:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "timed out after {limit:?} waiting for {what}:\n{}",
+            self.log()
+        );
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `cl-worker-manager down BACKEND ARGS…`: stops every worker job the manager owns.
+pub fn down(backend_args: &[String], user: (&str, &str)) -> std::process::Output {
+    Command::new(BIN)
+        .args(["down", "--wait-seconds", "30"])
+        .args(backend_args)
+        .env("CODALAB_USERNAME", user.0)
+        .env("CODALAB_PASSWORD", user.1)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
