@@ -29,11 +29,12 @@ fn step(
     result.with_context(|| format!("ci step `{name}` failed"))
 }
 
-/// fmt check, clippy, services, every test (unit, transport, real services, e2e), then the
+/// Prerequisites (Debian build packages, cargo-fuzz), fmt check, clippy, services, every test (unit, transport, real services, e2e), then the
 /// other proofs: bench in quick mode, a short soak, the fault scenarios and a bounded fuzz run.
 pub fn run(_args: &[String]) -> Result<()> {
     let mut timings = Vec::new();
     let result = (|| {
+        step("prerequisites", &mut timings, crate::prereqs::ensure)?;
         step("fmt", &mut timings, || cargo(&["fmt", "--all", "--check"]))?;
         step("clippy", &mut timings, || {
             cargo(&[
@@ -74,15 +75,32 @@ pub fn run(_args: &[String]) -> Result<()> {
         step("fuzz --seconds 60", &mut timings, || {
             crate::fuzz::run(&["--seconds".into(), "60".into()])
         })?;
+        // Last: the README's first command, as a newcomer runs it (its real workers stay
+        // registered on the server for a minute after they exit; nothing runs after it).
+        step("demo", &mut timings, || {
+            xtask_self(&["demo", "--exit-when-done"])
+        })?;
         Ok(())
     })();
     eprintln!("==> ci step timings (s): {timings:?}");
     result
 }
 
-/// The manager end to end against a real CodaLab server (and real Slurm).
+/// `cargo xtask ARGS…` as a child process (the demo replaces its process with a script).
+fn xtask_self(args: &[&str]) -> Result<()> {
+    let mut full = vec!["xtask"];
+    full.extend_from_slice(args);
+    cargo(&full)
+}
+
+/// The manager end to end against a real CodaLab server, real Slurm and real workers in Docker.
 pub fn e2e(_args: &[String]) -> Result<()> {
-    services::run(&["up".into(), "codalab".into(), "slurm".into()])?;
+    services::run(&[
+        "up".into(),
+        "codalab".into(),
+        "docker".into(),
+        "slurm".into(),
+    ])?;
     cargo(&[
         "test",
         "-p",
@@ -91,7 +109,7 @@ pub fn e2e(_args: &[String]) -> Result<()> {
         "full",
         "--test",
         "e2e",
-        "--",
-        "--nocapture",
+        "--test",
+        "real_worker",
     ])
 }

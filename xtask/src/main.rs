@@ -9,8 +9,10 @@
 mod bench;
 mod chaos;
 mod ci;
+mod demo;
 mod dist;
 mod fuzz;
+mod prereqs;
 mod proxy;
 mod services;
 mod soak;
@@ -25,6 +27,7 @@ fn main() -> Result<()> {
         .unwrap_or(("help", &[]));
     match task {
         "services" => services::run(rest),
+        "demo" => demo::run(rest),
         "ci" => ci::run(rest),
         "e2e" => ci::e2e(rest),
         "bench" => bench::run(rest),
@@ -41,7 +44,8 @@ fn main() -> Result<()> {
 }
 
 const HELP: &str = "usage: cargo xtask <task>
-  services up|down|status <name>...   start/stop/check test services (codalab slurm sshd moto azure-mock k8s-validate all)
+  demo [--exit-when-done]             the whole chain: real CodaLab, the manager, real cl-workers in Docker
+  services up|down|status <name>...   start/stop/check test services (slurm sshd codalab docker moto azure-mock k8s-validate all)
   ci                                  fmt check, clippy, all tests against real services (what .ci/run runs)
   e2e                                 the manager end to end against a real CodaLab server
   bench [--quick]                     speed, memory and backend cost, side by side with the Python manager
