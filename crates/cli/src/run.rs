@@ -19,6 +19,9 @@ use std::time::Duration;
 /// Exit status when more launches failed than `--exit-after-num-failed` allows.
 pub const EXIT_TOO_MANY_FAILURES: u8 = 3;
 
+/// Prefix of the environment variables that set configuration keys (`__` separates tables).
+pub const ENV_PREFIX: &str = "CODALAB_WM_";
+
 /// The configuration layers, lowest first.
 pub fn figment(global: &GlobalArgs, backend: Option<&BackendCommand>) -> Result<Figment> {
     layered(global.config.as_deref(), flag_layers(global, backend))
@@ -41,10 +44,11 @@ pub fn layered(path: Option<&Path>, flags: Figment) -> Result<Figment> {
         if !path.is_file() {
             bail!("config file {} does not exist", path.display());
         }
+        crate::diagnose::file_problems(path)?;
         figment = figment.merge(Toml::file_exact(path));
     }
     // `CODALAB_WM_LOG` is the log filter (see `init_logging`), not a setting.
-    figment = figment.merge(Env::prefixed("CODALAB_WM_").ignore(&["LOG"]).split("__"));
+    figment = figment.merge(Env::prefixed(ENV_PREFIX).ignore(&["LOG"]).split("__"));
     Ok(figment.merge(flags))
 }
 
@@ -53,7 +57,7 @@ pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<
     let figment = figment(&global, backend.as_ref())?;
     let settings: Settings = figment
         .extract()
-        .map_err(|e| anyhow!("invalid configuration: {e}"))?;
+        .map_err(|e| crate::diagnose::settings_error(e, None))?;
     init_logging(settings.verbose, settings.log_format);
     let listener = match settings.listen {
         Some(addr) => Some(crate::http::bind(addr).await?),

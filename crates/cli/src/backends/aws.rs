@@ -71,7 +71,7 @@ pub async fn build(config: &Figment, context: &BackendContext) -> Result<Arc<dyn
     let aws: AwsBatchConfig = config
         .focus(TABLE)
         .extract()
-        .map_err(|e| anyhow!("invalid [{TABLE}] configuration: {e}"))?;
+        .map_err(|e| crate::diagnose::settings_error(e, Some(TABLE)))?;
     let backend = AwsBatchBackend::new(aws, &context.worker, &context.credentials).await?;
     Ok(Arc::new(backend))
 }

@@ -80,7 +80,7 @@ pub async fn build(config: &Figment, context: &BackendContext) -> Result<Arc<dyn
     let azure: AzureBatchConfig = config
         .focus(TABLE)
         .extract()
-        .context("invalid [azure_batch] settings")?;
+        .map_err(|e| crate::diagnose::settings_error(e, Some(TABLE)))?;
     let backend = AzureBatchBackend::new(azure, context.credentials.clone())?;
     Ok(Arc::new(backend))
 }

@@ -147,7 +147,7 @@ impl Reloader {
         let figment = crate::run::layered(Some(path), self.flags.clone())?;
         let settings: Settings = figment
             .extract()
-            .map_err(|e| anyhow!("invalid configuration: {e}"))?;
+            .map_err(|e| crate::diagnose::settings_error(e, None))?;
         fixed_settings(&self.current, &settings)?;
         let config =
             crate::run::manager_config(&settings, settings.worker.for_server(&settings.server));
