@@ -468,7 +468,8 @@ impl Manager {
         let result = runtime.pool.backend.start_worker_job(&request).await;
         let (outcome, go_on) = match result {
             Ok(job) => {
-                tracing::info!(pool = %pool_name, job = %job.id, backend = runtime.pool.backend.name(), dry_run, "started a worker job");
+                let output = runtime.pool.backend.job_output(&job);
+                tracing::info!(pool = %pool_name, job = %job.id, backend = runtime.pool.backend.name(), dry_run, output = output.as_deref(), "started a worker job{}", output.as_deref().map(|o| format!("; its output goes to {o}")).unwrap_or_default());
                 runtime.launched(&job, now);
                 report.launched.push(job);
                 (
