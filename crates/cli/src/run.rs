@@ -114,7 +114,13 @@ pub async fn build_manager(
     let pools = build_pools(settings, &credentials).await?;
     let client =
         CodaLabClient::with_options(&settings.server, credentials, &client_options(settings)?)?;
-    Ok(Manager::with_pools(config, client, pools)?)
+    let (server, user) = (client.server().to_owned(), client.username().to_owned());
+    let count = pools.len();
+    let mut manager = Manager::with_pools(config, client, pools)?;
+    manager.on_ready(move || {
+        tracing::info!(server, user, pools = count, "started worker manager; {count} pools");
+    });
+    Ok(manager)
 }
 
 /// The manager settings shared by both modes.
@@ -191,19 +197,26 @@ pub async fn single_backend(
         .with_context(|| format!("cannot set up the {} backend", backend_command.name()))?;
     let pool = backend.name().to_owned();
     let backend = crate::http::metered(backend, &pool);
-    tracing::info!(
-        backend = backend.name(),
-        server = %settings.server,
-        user = %credentials.username,
-        min_workers = config.policy.min_workers,
-        max_workers = config.policy.max_workers,
-        launch_mode = %config.launch_mode,
-        "started worker manager; workers get {}",
-        backend.worker_shape()
-    );
+    let (name, shape) = (backend.name().to_owned(), backend.worker_shape().to_string());
+    let (min_workers, max_workers) = (config.policy.min_workers, config.policy.max_workers);
+    let launch_mode = config.launch_mode;
     let client =
         CodaLabClient::with_options(&settings.server, credentials, &client_options(settings)?)?;
-    Ok(Manager::new(config, client, backend))
+    let (server, user) = (client.server().to_owned(), client.username().to_owned());
+    let mut manager = Manager::new(config, client, backend);
+    // Said once the server answered and took the credentials, not before.
+    manager.on_ready(move || {
+        tracing::info!(
+            backend = name,
+            server,
+            user,
+            min_workers,
+            max_workers,
+            launch_mode = %launch_mode,
+            "started worker manager; workers get {shape}"
+        );
+    });
+    Ok(manager)
 }
 
 /// The `[[pools]]` of the config file, each with its backend built by the backend's own
