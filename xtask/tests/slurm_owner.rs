@@ -52,7 +52,11 @@ const HOST_CONF: &str = "ClusterName=hostcluster\nSlurmctldHost=head(10.0.0.1)\n
 fn a_host_slurm_conf_is_named_as_not_ours() {
     let (_tmp, services, sys_etc) = dirs();
     fs::write(sys_etc.join("slurm.conf"), HOST_CONF).unwrap();
-    fs::write(sys_etc.join("gres.conf"), "NodeName=head Name=gpu File=/dev/nvidia0\n").unwrap();
+    fs::write(
+        sys_etc.join("gres.conf"),
+        "NodeName=head Name=gpu File=/dev/nvidia0\n",
+    )
+    .unwrap();
     let out = owner(&services, &sys_etc, "foreign_slurm_conf; foreign_gres_conf");
     let said = text(&out);
     assert!(said.contains("slurm.conf is not ours"), "{said}");
@@ -69,7 +73,11 @@ fn our_own_conf_even_from_before_the_gres_marker_is_ours() {
         state.display()
     );
     fs::write(sys_etc.join("slurm.conf"), conf).unwrap();
-    fs::write(sys_etc.join("gres.conf"), "NodeName=vm Name=gpu File=/x/nvidia[0-1]\n").unwrap();
+    fs::write(
+        sys_etc.join("gres.conf"),
+        "NodeName=vm Name=gpu File=/x/nvidia[0-1]\n",
+    )
+    .unwrap();
     let out = owner(&services, &sys_etc, "foreign_slurm_conf; foreign_gres_conf");
     assert_eq!(text(&out), "");
 }
@@ -77,7 +85,8 @@ fn our_own_conf_even_from_before_the_gres_marker_is_ours() {
 #[test]
 fn a_conf_written_for_another_services_dir_is_not_ours() {
     let (_tmp, services, sys_etc) = dirs();
-    let conf = "# written by xtask/services/slurm/up.sh\nStateSaveLocation=/elsewhere/slurm/state/ctld\n";
+    let conf =
+        "# written by xtask/services/slurm/up.sh\nStateSaveLocation=/elsewhere/slurm/state/ctld\n";
     fs::write(sys_etc.join("slurm.conf"), conf).unwrap();
     let said = text(&owner(&services, &sys_etc, "foreign_slurm_conf"));
     assert!(said.contains("for another services directory"), "{said}");
@@ -106,7 +115,11 @@ fn without_our_pid_files_our_daemons_do_not_answer() {
     let (_tmp, services, sys_etc) = dirs();
     let out = owner(&services, &sys_etc, "own_daemons_answer");
     assert!(!out.status.success());
-    assert!(text(&out).contains("our slurmctld is not running"), "{}", text(&out));
+    assert!(
+        text(&out).contains("our slurmctld is not running"),
+        "{}",
+        text(&out)
+    );
 }
 
 /// PATH entry that shadows every command of up.sh that changes the machine: each records its
@@ -116,8 +129,20 @@ fn shadowing_path(tmp: &Path, calls: &Path) -> String {
     let bin = tmp.join("shadow");
     fs::create_dir_all(&bin).unwrap();
     for cmd in [
-        "apt-get", "dpkg-query", "install", "mknod", "mungekey", "munge", "unmunge", "runuser",
-        "chown", "slurmctld", "slurmd", "scontrol", "sinfo", "kill",
+        "apt-get",
+        "dpkg-query",
+        "install",
+        "mknod",
+        "mungekey",
+        "munge",
+        "unmunge",
+        "runuser",
+        "chown",
+        "slurmctld",
+        "slurmd",
+        "scontrol",
+        "sinfo",
+        "kill",
     ] {
         let answer = if cmd == "dpkg-query" {
             "printf 'install ok installed'\nexit 0"
@@ -127,7 +152,11 @@ fn shadowing_path(tmp: &Path, calls: &Path) -> String {
         let body = format!("#!/bin/sh\necho {cmd} >> '{}'\n{answer}\n", calls.display());
         let path = bin.join(cmd);
         fs::write(&path, body).unwrap();
-        Command::new("chmod").arg("755").arg(&path).status().unwrap();
+        Command::new("chmod")
+            .arg("755")
+            .arg(&path)
+            .status()
+            .unwrap();
     }
     format!("{}:{}", bin.display(), std::env::var("PATH").unwrap())
 }

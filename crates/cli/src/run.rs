@@ -118,7 +118,12 @@ pub async fn build_manager(
     let count = pools.len();
     let mut manager = Manager::with_pools(config, client, pools)?;
     manager.on_ready(move || {
-        tracing::info!(server, user, pools = count, "started worker manager; {count} pools");
+        tracing::info!(
+            server,
+            user,
+            pools = count,
+            "started worker manager; {count} pools"
+        );
     });
     Ok(manager)
 }
@@ -197,7 +202,10 @@ pub async fn single_backend(
         .with_context(|| format!("cannot set up the {} backend", backend_command.name()))?;
     let pool = backend.name().to_owned();
     let backend = crate::http::metered(backend, &pool);
-    let (name, shape) = (backend.name().to_owned(), backend.worker_shape().to_string());
+    let (name, shape) = (
+        backend.name().to_owned(),
+        backend.worker_shape().to_string(),
+    );
     let (min_workers, max_workers) = (config.policy.min_workers, config.policy.max_workers);
     let launch_mode = config.launch_mode;
     let client =

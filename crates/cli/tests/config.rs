@@ -333,11 +333,17 @@ fn start(config: Option<&Path>, env: &[(&str, &str)]) -> String {
 fn start_up_reports_every_file_problem_as_config_check_does() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("wm.toml");
-    std::fs::write(&path, "min_worker = 1\nmax_workers = \"two\"\n[local]\ncpu = 2\n").unwrap();
+    std::fs::write(
+        &path,
+        "min_worker = 1\nmax_workers = \"two\"\n[local]\ncpu = 2\n",
+    )
+    .unwrap();
     let said = start(Some(&path), &[]);
     let file = path.display();
     for expected in [
-        format!("{file}:1: unknown key: `min_worker` is not a setting at the top level (did you mean `min_workers`?)"),
+        format!(
+            "{file}:1: unknown key: `min_worker` is not a setting at the top level (did you mean `min_workers`?)"
+        ),
         format!("{file}:2: wrong type: `max_workers`"),
         format!("{file}:4: unknown key: `cpu` is not a setting in [local] (did you mean `cpus`?)"),
     ] {
@@ -355,7 +361,9 @@ fn start_up_names_a_bad_environment_key_as_the_file_would_spell_it() {
     );
     let said = start(None, &[("CODALAB_WM_LOCAL__CPU", "2")]);
     assert!(
-        said.contains("`local.cpu` is not a setting (did you mean `cpus`?) (from CODALAB_WM_LOCAL__CPU)"),
+        said.contains(
+            "`local.cpu` is not a setting (did you mean `cpus`?) (from CODALAB_WM_LOCAL__CPU)"
+        ),
         "{said}"
     );
     assert!(!said.contains("default."), "{said}");

@@ -93,9 +93,13 @@ async fn https_against_a_plain_http_server_suggests_http() {
     let server = FakeCodaLab::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let https = server.url().replacen("http://", "https://", 1);
-    let output = manager(&https, &dir.path().join("state"), &["--min-workers", "0", "--once"])
-        .output()
-        .unwrap();
+    let output = manager(
+        &https,
+        &dir.path().join("state"),
+        &["--min-workers", "0", "--once"],
+    )
+    .output()
+    .unwrap();
     let said = text(&output);
     assert_eq!(output.status.code(), Some(2), "{said}");
     let hint = format!(
@@ -103,7 +107,11 @@ async fn https_against_a_plain_http_server_suggests_http() {
         server.url()
     );
     assert!(said.contains(&hint), "{said}");
-    assert_eq!(said.matches("InvalidContentType").count(), 1, "said once: {said}");
+    assert_eq!(
+        said.matches("InvalidContentType").count(),
+        1,
+        "said once: {said}"
+    );
     assert!(
         said.contains(&format!("codalab server {https} unreachable")),
         "{said}"
@@ -126,13 +134,22 @@ async fn started_is_said_only_after_the_server_took_the_credentials() {
         text(&refused)
     );
     // --min-workers 1: one worker is started, and its line says where its output goes
-    let extra = ["--min-workers", "1", "--worker-executable", "/bin/true", "--once"];
+    let extra = [
+        "--min-workers",
+        "1",
+        "--worker-executable",
+        "/bin/true",
+        "--once",
+    ];
     let accepted = manager(&server.url(), &state, &extra).output().unwrap();
     let said = text(&accepted);
     assert!(accepted.status.success(), "{said}");
     let started = said.find("started worker manager").expect(&said);
     let job = said.find("started a worker job").expect(&said);
     assert!(started < job, "{said}");
-    let output = format!("started a worker job; its output goes to {}/", state.display());
+    let output = format!(
+        "started a worker job; its output goes to {}/",
+        state.display()
+    );
     assert!(said.contains(&output), "{said}");
 }

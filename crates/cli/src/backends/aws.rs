@@ -1,7 +1,7 @@
 //! Flags and construction of the `aws_batch` backend (`cl-worker-manager aws-batch`).
 
 use super::BackendContext;
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use codalab_wm_aws::{AwsBatchBackend, AwsBatchConfig};
 use codalab_wm_core::WorkerBackend;
 use figment::Figment;

@@ -1,7 +1,7 @@
 //! Flags and construction of the `azure_batch` backend (workers as Azure Batch tasks).
 
 use super::BackendContext;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use codalab_wm_azure::{AzureBatchBackend, AzureBatchConfig};
 use codalab_wm_core::WorkerBackend;
 use figment::Figment;

@@ -63,7 +63,10 @@ impl Streak {
         self.last_report = Some(now);
         let since = match self.last_success {
             Some(at) => format!("last successful tick {} ago", human(now - at)),
-            None => format!("no successful tick since the start {} ago", human(now - self.started)),
+            None => format!(
+                "no successful tick since the start {} ago",
+                human(now - self.started)
+            ),
         };
         Some(Report {
             failures: self.failures,
@@ -101,9 +104,17 @@ mod tests {
         let late = start + Duration::from_secs(16 + 60);
         let report = streak.failure("unreachable:login".into(), late).unwrap();
         assert_eq!(report.failures, 21);
-        assert_eq!(report.since, "no successful tick since the start 1m 16s ago");
+        assert_eq!(
+            report.since,
+            "no successful tick since the start 1m 16s ago"
+        );
         assert_eq!(streak.success(late), Some((21, "unreachable:login".into())));
-        let report = streak.failure("x".into(), late + Duration::from_secs(5)).unwrap();
-        assert_eq!((report.failures, report.since.as_str()), (1, "last successful tick 5s ago"));
+        let report = streak
+            .failure("x".into(), late + Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(
+            (report.failures, report.since.as_str()),
+            (1, "last successful tick 5s ago")
+        );
     }
 }

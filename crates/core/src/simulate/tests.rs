@@ -333,7 +333,9 @@ fn with_a_large_backlog_workers_get_their_own_scale_and_both_lines_show() {
     let (workers_top, workers_height) = panel(&svg, "workers");
     assert!(workers_top >= staged_top + staged_height, "separate panels");
     let inside = |points: &[(f64, f64)], top: f64, height: f64| {
-        points.iter().all(|(_, y)| *y >= top - 0.1 && *y <= top + height + 0.1)
+        points
+            .iter()
+            .all(|(_, y)| *y >= top - 0.1 && *y <= top + height + 0.1)
     };
     let staged = series_points(&svg, "staged");
     assert!(inside(&staged, staged_top, staged_height));
