@@ -228,6 +228,10 @@ impl WorkerBackend for MeteredBackend {
         result
     }
 
+    fn job_output(&self, job: &WorkerJob) -> Option<String> {
+        self.inner.job_output(job)
+    }
+
     async fn stop_worker_job(&self, job: &WorkerJob) -> codalab_wm_core::Result<()> {
         let started = Instant::now();
         let result = self.inner.stop_worker_job(job).await;

@@ -6,6 +6,7 @@
 mod args;
 mod backends;
 mod commands;
+mod diagnose;
 mod http;
 mod run;
 mod settings;

@@ -19,6 +19,9 @@ use std::time::Duration;
 /// Exit status when more launches failed than `--exit-after-num-failed` allows.
 pub const EXIT_TOO_MANY_FAILURES: u8 = 3;
 
+/// Prefix of the environment variables that set configuration keys (`__` separates tables).
+pub const ENV_PREFIX: &str = "CODALAB_WM_";
+
 /// The configuration layers, lowest first.
 pub fn figment(global: &GlobalArgs, backend: Option<&BackendCommand>) -> Result<Figment> {
     layered(global.config.as_deref(), flag_layers(global, backend))
@@ -41,10 +44,11 @@ pub fn layered(path: Option<&Path>, flags: Figment) -> Result<Figment> {
         if !path.is_file() {
             bail!("config file {} does not exist", path.display());
         }
+        crate::diagnose::file_problems(path)?;
         figment = figment.merge(Toml::file_exact(path));
     }
     // `CODALAB_WM_LOG` is the log filter (see `init_logging`), not a setting.
-    figment = figment.merge(Env::prefixed("CODALAB_WM_").ignore(&["LOG"]).split("__"));
+    figment = figment.merge(Env::prefixed(ENV_PREFIX).ignore(&["LOG"]).split("__"));
     Ok(figment.merge(flags))
 }
 
@@ -53,7 +57,7 @@ pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<
     let figment = figment(&global, backend.as_ref())?;
     let settings: Settings = figment
         .extract()
-        .map_err(|e| anyhow!("invalid configuration: {e}"))?;
+        .map_err(|e| crate::diagnose::settings_error(e, None))?;
     init_logging(settings.verbose, settings.log_format);
     let listener = match settings.listen {
         Some(addr) => Some(crate::http::bind(addr).await?),
@@ -110,7 +114,18 @@ pub async fn build_manager(
     let pools = build_pools(settings, &credentials).await?;
     let client =
         CodaLabClient::with_options(&settings.server, credentials, &client_options(settings)?)?;
-    Ok(Manager::with_pools(config, client, pools)?)
+    let (server, user) = (client.server().to_owned(), client.username().to_owned());
+    let count = pools.len();
+    let mut manager = Manager::with_pools(config, client, pools)?;
+    manager.on_ready(move || {
+        tracing::info!(
+            server,
+            user,
+            pools = count,
+            "started worker manager; {count} pools"
+        );
+    });
+    Ok(manager)
 }
 
 /// The manager settings shared by both modes.
@@ -187,19 +202,29 @@ pub async fn single_backend(
         .with_context(|| format!("cannot set up the {} backend", backend_command.name()))?;
     let pool = backend.name().to_owned();
     let backend = crate::http::metered(backend, &pool);
-    tracing::info!(
-        backend = backend.name(),
-        server = %settings.server,
-        user = %credentials.username,
-        min_workers = config.policy.min_workers,
-        max_workers = config.policy.max_workers,
-        launch_mode = %config.launch_mode,
-        "started worker manager; workers get {}",
-        backend.worker_shape()
+    let (name, shape) = (
+        backend.name().to_owned(),
+        backend.worker_shape().to_string(),
     );
+    let (min_workers, max_workers) = (config.policy.min_workers, config.policy.max_workers);
+    let launch_mode = config.launch_mode;
     let client =
         CodaLabClient::with_options(&settings.server, credentials, &client_options(settings)?)?;
-    Ok(Manager::new(config, client, backend))
+    let (server, user) = (client.server().to_owned(), client.username().to_owned());
+    let mut manager = Manager::new(config, client, backend);
+    // Said once the server answered and took the credentials, not before.
+    manager.on_ready(move || {
+        tracing::info!(
+            backend = name,
+            server,
+            user,
+            min_workers,
+            max_workers,
+            launch_mode = %launch_mode,
+            "started worker manager; workers get {shape}"
+        );
+    });
+    Ok(manager)
 }
 
 /// The `[[pools]]` of the config file, each with its backend built by the backend's own

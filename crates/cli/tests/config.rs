@@ -310,3 +310,61 @@ fn init_output_never_overwrites_without_force() {
         init("local", false)
     );
 }
+
+/// The manager as started for real, with a config file and the environment (issue 23, item 6).
+fn start(config: Option<&Path>, env: &[(&str, &str)]) -> String {
+    let mut command = Command::new(BIN);
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    command
+        .args(["--once", "local"])
+        .env("CODALAB_USERNAME", "u")
+        .env("CODALAB_PASSWORD", "p")
+        .env("NO_COLOR", "1")
+        .env_remove("CODALAB_WM_LOG")
+        .envs(env.iter().copied());
+    let output = command.output().unwrap();
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    String::from_utf8(output.stderr).unwrap()
+}
+
+#[test]
+fn start_up_reports_every_file_problem_as_config_check_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wm.toml");
+    std::fs::write(
+        &path,
+        "min_worker = 1\nmax_workers = \"two\"\n[local]\ncpu = 2\n",
+    )
+    .unwrap();
+    let said = start(Some(&path), &[]);
+    let file = path.display();
+    for expected in [
+        format!(
+            "{file}:1: unknown key: `min_worker` is not a setting at the top level (did you mean `min_workers`?)"
+        ),
+        format!("{file}:2: wrong type: `max_workers`"),
+        format!("{file}:4: unknown key: `cpu` is not a setting in [local] (did you mean `cpus`?)"),
+    ] {
+        assert!(said.contains(&expected), "missing {expected:?} in:\n{said}");
+    }
+    assert!(!said.contains("default."), "{said}");
+}
+
+#[test]
+fn start_up_names_a_bad_environment_key_as_the_file_would_spell_it() {
+    let said = start(None, &[("CODALAB_WM_MIN_WORKER", "1")]);
+    assert!(
+        said.contains("`min_worker` is not a setting (did you mean `min_workers`?) (from CODALAB_WM_MIN_WORKER)"),
+        "{said}"
+    );
+    let said = start(None, &[("CODALAB_WM_LOCAL__CPU", "2")]);
+    assert!(
+        said.contains(
+            "`local.cpu` is not a setting (did you mean `cpus`?) (from CODALAB_WM_LOCAL__CPU)"
+        ),
+        "{said}"
+    );
+    assert!(!said.contains("default."), "{said}");
+}

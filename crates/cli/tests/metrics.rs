@@ -312,7 +312,10 @@ async fn healthz_turns_503_while_the_server_is_down_and_200_when_it_is_back() {
     let body = poll(&health, "unhealthy", &manager, |code, _| code == 503).await;
     assert!(body.starts_with("last successful tick "), "{body}");
     assert!(
-        body.contains("(limit 3 s): codalab server unreachable during"),
+        body.contains(&format!(
+            "(limit 3 s): codalab server {} unreachable during",
+            server.url()
+        )),
         "{body}"
     );
     let scrape = get(&format!("{base}/metrics")).await.1;

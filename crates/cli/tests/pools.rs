@@ -192,11 +192,11 @@ fn pool_configuration_errors_name_the_pool_and_key() {
     let cases = [
         (
             good.replace("max = 2\n", "max = 2\nmaxx = 3\n"),
-            "unknown field: found `maxx`",
+            "unknown key: `maxx` is not a setting in [pools[1]] (did you mean `max`?)",
         ),
         (
             good.replace("cpus = 4\n", "cpus = 4\ncpu = 4\n"),
-            "cannot set up pool gpu (local): invalid [local] settings: unknown field: found `cpu`",
+            "unknown key: `cpu` is not a setting in [pools.local of pool gpu] (did you mean `cpus`?)",
         ),
         (
             good.replace("[pools.local]\ncpus = 4", "[pools.slurm_batch]\ncpus = 4"),

@@ -149,6 +149,12 @@ pub trait WorkerBackend: Send + Sync + Debug + 'static {
     /// Starts one worker job and returns it as submitted.
     async fn start_worker_job(&self, request: &LaunchRequest<'_>) -> Result<WorkerJob>;
 
+    /// Where the output of `job` goes, when this manager knows (the `local` backend's log
+    /// file); said in the "started a worker job" line.
+    fn job_output(&self, _job: &WorkerJob) -> Option<String> {
+        None
+    }
+
     /// Stops a worker job (cancel, terminate, delete). The job may linger in a final state.
     async fn stop_worker_job(&self, _job: &WorkerJob) -> Result<()> {
         Err(Error::Unsupported {

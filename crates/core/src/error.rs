@@ -34,13 +34,15 @@ pub enum Error {
         message: String,
     },
     /// The CodaLab server could not be reached (connection refused, timeout, reset).
-    #[error("codalab server unreachable during {what}: {source}")]
+    #[error("codalab server {server} unreachable during {what}: {message}")]
     Unreachable {
         /// What was being requested.
         what: &'static str,
-        /// The transport error.
-        #[source]
-        source: BoxError,
+        /// The server's `scheme://host:port`.
+        server: String,
+        /// The transport error with its causes (each once) and a hint when one applies; text,
+        /// not a `source`, so that `{:#}` does not print the causes twice.
+        message: String,
     },
     /// A reply that does not have the expected shape.
     #[error("invalid reply from {from} to {what}: {message}")]

@@ -234,6 +234,11 @@ impl WorkerBackend for LocalBackend {
         Ok(Self::job_of(&record))
     }
 
+    fn job_output(&self, job: &WorkerJob) -> Option<String> {
+        let log = self.config.state_dir.join(format!("{}.log", job.id));
+        (!job.id.starts_with("dry-run-")).then(|| log.display().to_string())
+    }
+
     async fn stop_worker_job(&self, job: &WorkerJob) -> Result<()> {
         let bytes = std::fs::read(self.record_path(&job.id)).map_err(|e| {
             Error::backend(

@@ -34,6 +34,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 mod reconfigure;
+mod streak;
 pub use reconfigure::{Change, Reconfiguration};
 
 /// Everything the loop needs besides the server and the backend.
@@ -162,6 +163,17 @@ pub struct Manager {
     reloads: Option<mpsc::UnboundedReceiver<Reconfiguration>>,
     /// When the current tick started, for [`Status::last_tick_duration_seconds`].
     tick_started: Instant,
+    /// Called once the server answered and took the credentials ([`Manager::on_ready`]).
+    on_ready: Option<ReadyHook>,
+}
+
+/// What [`Manager::on_ready`] runs.
+struct ReadyHook(Box<dyn FnOnce() + Send>);
+
+impl std::fmt::Debug for ReadyHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReadyHook")
+    }
 }
 
 impl Manager {
@@ -206,6 +218,7 @@ impl Manager {
             pools: pools.into_iter().map(PoolRuntime::new).collect(),
             single,
             started: Instant::now(),
+            on_ready: None,
             skipped: Duration::ZERO,
             staged_uuids: FxHashSet::default(),
             reported: HashMap::new(),
@@ -293,7 +306,19 @@ impl Manager {
         result
     }
 
+    /// Runs `hook` once, at the first tick whose login succeeds (the server answered and took
+    /// the credentials), before that tick searches: where the CLI says "started worker manager".
+    pub fn on_ready(&mut self, hook: impl FnOnce() + Send + 'static) {
+        self.on_ready = Some(ReadyHook(Box::new(hook)));
+    }
+
     async fn tick_inner(&mut self) -> Result<TickReport> {
+        if self.on_ready.is_some() {
+            self.client.login().await?;
+            if let Some(ReadyHook(hook)) = self.on_ready.take() {
+                hook();
+            }
+        }
         let keywords = self.keywords();
         let search = self.client.search_bundles(&keywords).await?;
         let malformed = search.skipped.len();
@@ -468,7 +493,8 @@ impl Manager {
         let result = runtime.pool.backend.start_worker_job(&request).await;
         let (outcome, go_on) = match result {
             Ok(job) => {
-                tracing::info!(pool = %pool_name, job = %job.id, backend = runtime.pool.backend.name(), dry_run, "started a worker job");
+                let output = runtime.pool.backend.job_output(&job);
+                tracing::info!(pool = %pool_name, job = %job.id, backend = runtime.pool.backend.name(), dry_run, output = output.as_deref(), "started a worker job{}", output.as_deref().map(|o| format!("; its output goes to {o}")).unwrap_or_default());
                 runtime.launched(&job, now);
                 report.launched.push(job);
                 (
@@ -543,7 +569,7 @@ impl Manager {
             self.config.sleep_time.max(Duration::from_millis(100)),
             self.config.max_backoff,
         );
-        let mut streak: Option<String> = None;
+        let mut streak = streak::Streak::new(self.started);
         loop {
             self.apply_reloads();
             if let Some(limit) = self.config.restart_after
@@ -558,8 +584,8 @@ impl Manager {
             }
             let delay = match self.tick().await {
                 Ok(_) => {
-                    if let Some(kind) = streak.take() {
-                        tracing::info!(after = backoff.failures(), "recovered from: {kind}");
+                    if let Some((after, kind)) = streak.success(Instant::now()) {
+                        tracing::info!(after, "recovered from: {kind}");
                     }
                     backoff.success();
                     self.config.sleep_time
@@ -570,17 +596,16 @@ impl Manager {
                         .retry_after()
                         .unwrap_or_default()
                         .max(backoff.failure());
-                    let kind = error_kind(&error);
-                    if streak.as_deref() != Some(kind.as_str()) || !error.is_temporary() {
-                        let level_error = !error.is_temporary();
-                        if level_error {
-                            tracing::error!(%error, retry_in_seconds = wait.as_secs(), "tick failed");
-                        } else {
-                            tracing::warn!(%error, retry_in_seconds = wait.as_secs(), "tick skipped (temporary error; further ones in this streak are logged at debug level)");
+                    let report = streak.failure(error_kind(&error), Instant::now());
+                    let retry_in_seconds = wait.as_secs();
+                    match report {
+                        _ if !error.is_temporary() => {
+                            tracing::error!(%error, retry_in_seconds, "tick failed");
                         }
-                        streak = Some(kind);
-                    } else {
-                        tracing::debug!(%error, retry_in_seconds = wait.as_secs(), "tick skipped again");
+                        Some(streak::Report { failures, since }) => {
+                            tracing::warn!(%error, failures, retry_in_seconds, "tick skipped ({failures} failed in a row, {since})");
+                        }
+                        None => tracing::debug!(%error, retry_in_seconds, "tick skipped again"),
                     }
                     wait
                 }

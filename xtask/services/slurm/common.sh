@@ -2,13 +2,16 @@
 # A one-node Slurm cluster from Debian's packages (slurmctld + slurmd 22.05, munge), on 127.0.0.1.
 set -euo pipefail
 : "${SERVICES_DIR:=$PWD/.services}"
-DIR=$SERVICES_DIR/slurm
+# resolved, so a worktree whose .services is a symlink to another's names the same cluster
+DIR=$(realpath -m "$SERVICES_DIR")/slurm
 ETC=$DIR/etc RUN=$DIR/run LOG=$DIR/log STATE=$DIR/state DEV=$DIR/dev
 NODE=$(hostname -s)
 CPUS=${SLURM_SERVICE_CPUS:-8}
 GPUS=${SLURM_SERVICE_GPUS:-2}
+SYS_ETC=${SYS_ETC:-/etc/slurm}   # where clients look for slurm.conf (tests point it elsewhere)
 
 log() { printf '[slurm] %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
 # running and not a zombie (PID 1 here may be slow to reap)
 running() { [ -n "${1:-}" ] && [ -e "/proc/$1" ] && [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" != Z ]; }
 # pid from a pid file, if that process still runs program $2

@@ -2,8 +2,14 @@
 # services up slurm: installs munge + slurm-wlm when missing, writes a one-node config (partitions
 # `cpu` (default) and `gpu`, fake GPUs as char devices), starts munged, slurmctld and slurmd on
 # 127.0.0.1 and waits until the node is idle. Idempotent; state under $SERVICES_DIR/slurm.
+# Needs root: installs Debian packages, writes /etc/slurm/{slurm,gres}.conf and the munge key.
+# Refuses (exit 1, nothing changed) when a Slurm it did not set up is there: a slurm.conf or
+# gres.conf without its marker line, or a slurmctld/slurmd or a listener on 6817/6818 that is not
+# the one of its pid files (owner.sh). Reports success only once its own daemons run and answer.
 # Knobs: SLURM_SERVICE_CPUS (8), SLURM_SERVICE_GPUS (2), SLURM_SERVICE_MEM_MB (half the RAM).
 source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/owner.sh"
+refuse_foreign_slurm
 mkdir -p "$ETC" "$RUN" "$LOG" "$STATE/ctld" "$STATE/spool" "$DEV"
 
 # --- packages (no systemd here: keep postinst from starting daemons, we start them ourselves)
@@ -38,13 +44,13 @@ MEM_MB=${SLURM_SERVICE_MEM_MB:-$(( $(awk '/^MemTotal/ {print int($2 / 1024)}' /p
 if [ "$GPUS" -gt 0 ]; then
   gres_types="GresTypes=gpu" node_gres="Gres=gpu:$GPUS"
   gpu_partition="PartitionName=gpu Nodes=$NODE Default=NO MaxTime=1-00:00:00 State=UP"
-  echo "NodeName=$NODE Name=gpu File=$DEV/nvidia[0-$((GPUS - 1))]" > "$ETC/gres.conf.new"
+  printf '%s\nNodeName=%s Name=gpu File=%s\n' "$MARK" "$NODE" "$DEV/nvidia[0-$((GPUS - 1))]" > "$ETC/gres.conf.new"
 else
   gres_types="" node_gres="" gpu_partition=""
-  : > "$ETC/gres.conf.new"
+  echo "$MARK" > "$ETC/gres.conf.new"
 fi
 cat > "$ETC/slurm.conf.new" <<CONF
-# written by xtask/services/slurm/up.sh: one node, no cgroups, no accounting, 127.0.0.1 only
+$MARK: one node, no cgroups, no accounting, 127.0.0.1 only
 ClusterName=codalabwm
 SlurmctldHost=$NODE(127.0.0.1)
 SlurmUser=root
@@ -83,11 +89,11 @@ NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM_MB $node_gres State
 PartitionName=cpu Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 $gpu_partition
 CONF
-changed=0
+changed=0   # a change of comments alone needs no restart
 for file in slurm.conf gres.conf; do
-  cmp -s "$ETC/$file.new" "/etc/slurm/$file" || changed=1
+  cmp -s <(grep -v '^#' "$ETC/$file.new") <(grep -sv '^#' "$SYS_ETC/$file") || changed=1
   mv "$ETC/$file.new" "$ETC/$file"
-  install -D -m 644 "$ETC/$file" "/etc/slurm/$file"   # where clients (and ssh sessions) look
+  install -D -m 644 "$ETC/$file" "$SYS_ETC/$file"   # where clients (and ssh sessions) look
 done
 
 # --- munge
@@ -125,7 +131,12 @@ resumed=0
 for _ in $(seq 600); do
   state=$(node_state || true)
   case "$state" in
-    idle|mixed|allocated) log "node $NODE is $state; partitions: $(sinfo -h -o %P | tr '\n' ' ')"; exit 0 ;;
+    idle|mixed|allocated)
+      if ! why=$(own_daemons_answer); then
+        tail -n 5 "$LOG/slurmctld.log" "$LOG/slurmd.log" >&2 || true
+        die "node $NODE is $state, but not through our daemons: $why"
+      fi
+      log "node $NODE is $state; partitions: $(sinfo -h -o %P | tr '\n' ' ')"; exit 0 ;;
     drain*|down*|inval*)
       [ $resumed = 0 ] && { scontrol update NodeName="$NODE" State=RESUME >/dev/null 2>&1 || true; resumed=1; } ;;
   esac

@@ -1,7 +1,7 @@
 //! Flags and construction of the `aws_batch` backend (`cl-worker-manager aws-batch`).
 
 use super::BackendContext;
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use codalab_wm_aws::{AwsBatchBackend, AwsBatchConfig};
 use codalab_wm_core::WorkerBackend;
 use figment::Figment;
@@ -71,7 +71,7 @@ pub async fn build(config: &Figment, context: &BackendContext) -> Result<Arc<dyn
     let aws: AwsBatchConfig = config
         .focus(TABLE)
         .extract()
-        .map_err(|e| anyhow!("invalid [{TABLE}] configuration: {e}"))?;
+        .map_err(|e| crate::diagnose::settings_error(e, Some(TABLE)))?;
     let backend = AwsBatchBackend::new(aws, &context.worker, &context.credentials).await?;
     Ok(Arc::new(backend))
 }

@@ -1,7 +1,7 @@
 //! Flags and construction of the `azure_batch` backend (workers as Azure Batch tasks).
 
 use super::BackendContext;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use codalab_wm_azure::{AzureBatchBackend, AzureBatchConfig};
 use codalab_wm_core::WorkerBackend;
 use figment::Figment;
@@ -80,7 +80,7 @@ pub async fn build(config: &Figment, context: &BackendContext) -> Result<Arc<dyn
     let azure: AzureBatchConfig = config
         .focus(TABLE)
         .extract()
-        .context("invalid [azure_batch] settings")?;
+        .map_err(|e| crate::diagnose::settings_error(e, Some(TABLE)))?;
     let backend = AzureBatchBackend::new(azure, context.credentials.clone())?;
     Ok(Arc::new(backend))
 }

@@ -108,7 +108,7 @@ pub async fn build(config: &Figment, context: &BackendContext) -> Result<Arc<dyn
     let kubernetes: KubernetesConfig = config
         .focus(TABLE)
         .extract()
-        .context("invalid [kubernetes] settings")?;
+        .map_err(|e| crate::diagnose::settings_error(e, Some(TABLE)))?;
     let backend = KubernetesBackend::new(&kubernetes, &context.credentials, &context.worker)
         .await
         .context("setting up the kubernetes backend")?;

@@ -1,7 +1,7 @@
 //! Flags and construction of the `local` backend (workers as child processes).
 
 use super::BackendContext;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use codalab_wm_core::WorkerBackend;
 use codalab_wm_core::local::{LocalBackend, LocalConfig};
 use figment::Figment;
@@ -37,7 +37,7 @@ pub async fn build(config: &Figment, context: &BackendContext) -> Result<Arc<dyn
     let local: LocalConfig = config
         .focus(TABLE)
         .extract()
-        .context("invalid [local] settings")?;
+        .map_err(|e| crate::diagnose::settings_error(e, Some(TABLE)))?;
     let backend = LocalBackend::new(local, context.credentials.clone())?;
     Ok(Arc::new(backend))
 }

@@ -201,7 +201,7 @@ pub async fn build_by_name(
     })?;
     let table: serde_json::Value = settings
         .extract()
-        .map_err(|e| anyhow::anyhow!("invalid [{}] settings: {e}", command.table()))?;
+        .map_err(|e| crate::diagnose::settings_error(e, Some(command.table())))?;
     let config = Figment::from(Serialized::default(command.table(), table));
     command.build(&config, context).await
 }

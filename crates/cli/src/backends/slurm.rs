@@ -6,7 +6,7 @@
 //! launch and counts failed jobs itself.
 
 use super::BackendContext;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use codalab_wm_core::WorkerBackend;
 use codalab_wm_slurm::{SlurmBackend, SlurmConfig};
 use figment::Figment;
@@ -105,7 +105,7 @@ pub async fn build(config: &Figment, context: &BackendContext) -> Result<Arc<dyn
     let slurm: SlurmConfig = config
         .focus(TABLE)
         .extract()
-        .context("invalid [slurm_batch] settings")?;
+        .map_err(|e| crate::diagnose::settings_error(e, Some(TABLE)))?;
     let backend = SlurmBackend::new(&slurm, Some(context.credentials.clone()))?;
     Ok(Arc::new(backend))
 }

@@ -56,7 +56,7 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     let figment = run::figment(&global, args.backend.as_ref())?;
     let settings: Settings = figment
         .extract()
-        .map_err(|e| anyhow!("invalid configuration: {e}"))?;
+        .map_err(|e| crate::diagnose::settings_error(e, None))?;
     run::init_logging(settings.verbose, settings.log_format);
     let pools = backends(args.backend, figment, &settings).await?;
     let wait = Duration::from_secs(args.wait_seconds);

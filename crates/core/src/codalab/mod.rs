@@ -425,18 +425,46 @@ pub fn staged_keywords(
 }
 
 fn unreachable(what: &'static str, error: reqwest::Error) -> Error {
-    // reqwest's own message ("error sending request") hides the cause; keep the whole chain.
-    let error = error.without_url();
-    let mut message = error.to_string();
-    let mut source = std::error::Error::source(&error);
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
+    let server = error.url().map_or_else(String::new, origin);
+    let https = error.url().is_some_and(|u| u.scheme() == "https");
+    let timeout = error.is_timeout();
+    let message = cause_chain(&error.without_url());
+    let plain_http = message.contains("InvalidContentType") || message.contains("corrupt message");
+    let hint = if https && (plain_http || timeout) {
+        let http = server.replacen("https://", "http://", 1);
+        format!(" (the server speaks plain HTTP? try --server {http})")
+    } else {
+        String::new()
+    };
     Error::Unreachable {
         what,
-        source: message.into(),
+        server,
+        message: format!("{message}{hint}"),
+    }
+}
+
+/// The error and its causes, `: `-separated, each once: reqwest's own message ("error sending
+/// request") hides the cause, and hyper repeats its cause in its own message.
+fn cause_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message
+}
+
+/// `scheme://host[:port]` of `url` (no path, query or credentials).
+fn origin(url: &reqwest::Url) -> String {
+    let host = url.host_str().unwrap_or_default();
+    match url.port() {
+        Some(port) => format!("{}://{host}:{port}", url.scheme()),
+        None => format!("{}://{host}", url.scheme()),
     }
 }
 

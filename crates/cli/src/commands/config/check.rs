@@ -771,7 +771,8 @@ fn shared_jobs(a: &Owner, b: &Owner) -> Option<String> {
 }
 
 /// ` (did you mean `x`?)` for a key close to a known one.
-fn suggestion(key: &str, fields: &[&str]) -> String {
+/// ` (did you mean `FIELD`?)` for the field of `fields` nearest to `key`, or nothing.
+pub fn suggestion(key: &str, fields: &[&str]) -> String {
     fields
         .iter()
         .map(|f| (distance(key, f), f))

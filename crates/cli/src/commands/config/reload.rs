@@ -147,7 +147,7 @@ impl Reloader {
         let figment = crate::run::layered(Some(path), self.flags.clone())?;
         let settings: Settings = figment
             .extract()
-            .map_err(|e| anyhow!("invalid configuration: {e}"))?;
+            .map_err(|e| crate::diagnose::settings_error(e, None))?;
         fixed_settings(&self.current, &settings)?;
         let config =
             crate::run::manager_config(&settings, settings.worker.for_server(&settings.server));
@@ -441,7 +441,7 @@ mod tests {
 
         std::fs::write(&files.config, "max_workers = \"many\"").unwrap();
         let err = reloader.reload().await.unwrap_err().to_string();
-        assert!(err.contains("invalid configuration"), "{err}");
+        assert!(err.contains(":1: wrong type: `max_workers`"), "{err}");
         files.write("", "");
         reloader.reload().await.unwrap();
     }
