@@ -10,8 +10,10 @@
 //! take). Tests in this file run in parallel; each uses its own queue (`--request-queue` on the
 //! bundles, `--worker-tag … --worker-tag-exclusive` on the workers), so no worker takes another
 //! test's bundle. The two tests that involve untagged bundles or untagged workers take the
-//! `UNTAGGED` lock, so that one's untagged workers never run the other's untagged bundle. No test sleeps to synchronise: each polls the server's bundle states or the manager's
-//! log with a deadline. Locally a missing service skips the test; under `CI=true` it fails.
+//! `UNTAGGED` lock, so that one's untagged workers never run the other's untagged bundle. Two
+//! fault tests: a worker SIGKILLed mid-run, and dockerd stopped (that one runs alone: the others
+//! hold the `DOCKER` lock for reading). No test sleeps to synchronise: each polls the server's
+//! bundle states or the manager's log with a deadline. Locally a missing service skips the test; under `CI=true` it fails.
 
 mod support;
 use support::bundles::{Server, cl_worker, docker_host, docker_running};
@@ -20,11 +22,17 @@ use support::{codalab_running, slurm_running, stage_as, unique};
 
 use codalab_wm_core::testing::require_service;
 use std::path::Path;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 /// Held by the tests whose bundles or workers carry no queue (see the module doc).
 static UNTAGGED: Mutex<()> = Mutex::new(());
+/// Every test reads Docker; the test that stops dockerd writes (runs alone).
+static DOCKER: RwLock<()> = RwLock::new(());
+
+fn docker_in_use() -> std::sync::RwLockReadGuard<'static, ()> {
+    DOCKER.read().unwrap_or_else(|p| p.into_inner())
+}
 
 const USER: (&str, &str) = ("bob", "bobpw");
 /// Time for workers to start, run and upload (measured: a bundle is ready ~8 s after its worker
@@ -93,6 +101,7 @@ fn local_workers_run_bundles_to_ready_exit_when_idle_and_come_back() {
     if !services_up(false) {
         return;
     }
+    let _docker = docker_in_use();
     let _untagged = UNTAGGED.lock().unwrap_or_else(|p| p.into_inner());
     let tag = unique("realw");
     let dir = tempfile::tempdir().unwrap();
@@ -162,6 +171,7 @@ fn tag_exclusive_workers_take_only_their_queue_and_exit_after_one_run_each() {
     if !services_up(false) {
         return;
     }
+    let _docker = docker_in_use();
     let _untagged = UNTAGGED.lock().unwrap_or_else(|p| p.into_inner());
     let tag = unique("realq");
     let dir = tempfile::tempdir().unwrap();
@@ -234,6 +244,7 @@ fn a_bundle_no_worker_fits_stays_staged_and_is_reported() {
     if !services_up(false) {
         return;
     }
+    let _docker = docker_in_use();
     let tag = unique("realmisfit");
     let dir = tempfile::tempdir().unwrap();
     let server = Server::login(USER.0, USER.1);
@@ -281,6 +292,7 @@ fn slurm_jobs_run_the_real_worker_to_ready() {
     if !services_up(true) {
         return;
     }
+    let _docker = docker_in_use();
     let tag = unique("realslurm");
     let dir = tempfile::tempdir().unwrap();
     let server = Server::login(USER.0, USER.1);
@@ -345,4 +357,196 @@ fn slurm_jobs_run_the_real_worker_to_ready() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Polls the server (every 0.5 s, at most `limit`) until `done` holds for the bundle's info.
+fn wait_bundle(
+    server: &Server,
+    uuid: &str,
+    what: &str,
+    log: impl Fn() -> String,
+    done: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + READY_WITHIN;
+    loop {
+        let state = server.info(uuid).state;
+        if done(&state) {
+            return state;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "bundle {uuid} never {what} (last {state}):\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The pid of the only local worker recorded in `dir`.
+fn local_worker_pid(dir: &Path) -> u32 {
+    let records: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .collect();
+    assert_eq!(
+        records.len(),
+        1,
+        "expected one worker record in {}",
+        dir.display()
+    );
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(records[0].path()).unwrap()).unwrap();
+    record["pid"].as_u64().unwrap() as u32
+}
+
+/// Fault: the worker running a bundle is SIGKILLed. The server settles the bundle as it does for
+/// a worker that vanished (1.7.5: `worker_offline`), the manager replaces the worker (min 1), and
+/// never holds more than `--max-workers` jobs.
+#[test]
+fn a_worker_killed_mid_run_is_replaced_and_never_above_max() {
+    if !services_up(false) {
+        return;
+    }
+    let _docker = docker_in_use();
+    let tag = unique("realkill");
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().join("state");
+    let server = Server::login(USER.0, USER.1);
+    let flags = [
+        "--request-cpus",
+        "1",
+        "--request-memory",
+        "256m",
+        "--tags",
+        &tag,
+        "--request-queue",
+        &tag,
+    ];
+    let uuids = stage(1, "sleep 60; echo done > out.txt", &flags);
+    let extra = ["--worker-tag", &tag, "--worker-tag-exclusive"];
+    let mut args = manager_args(&tag, 1, &extra);
+    // min 1, and workers that do not exit idle during the test: the replacement is for the kill
+    let at = args.iter().position(|a| a == "--min-workers").unwrap();
+    args[at + 1] = "1".into();
+    let at = args
+        .iter()
+        .position(|a| a == "--worker-idle-seconds")
+        .unwrap();
+    args[at + 1] = "600".into();
+    args.extend(local_args(&state_dir));
+    let mut manager = Manager::start(&args, USER, &docker_env());
+    wait_bundle(
+        &server,
+        &uuids[0],
+        "ran",
+        || manager.log(),
+        |s| s == "running",
+    );
+    let pid = local_worker_pid(&state_dir);
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pid}")])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    manager.wait_until("a replacement worker", READY_WITHIN, |m| {
+        m.count("started a worker job") >= 2
+    });
+    let settled = wait_bundle(
+        &server,
+        &uuids[0],
+        "left `running`",
+        || manager.log(),
+        |s| s != "running",
+    );
+    eprintln!("the server settled the bundle of the killed worker as `{settled}`");
+    assert!(
+        ["worker_offline", "failed", "staged", "starting", "ready"].contains(&settled.as_str()),
+        "unexpected state {settled}"
+    );
+    assert_eq!(
+        manager.most_jobs_seen(),
+        1,
+        "more jobs than --max-workers 1:\n{}",
+        manager.log()
+    );
+    drop(manager);
+    let out = down(&local_args(&state_dir), USER);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.remove(&uuids);
+}
+
+/// Restarts our dockerd when dropped, whatever the test did.
+struct DockerStopped;
+
+impl DockerStopped {
+    fn stop() -> Self {
+        docker_script("down.sh");
+        Self
+    }
+}
+
+impl Drop for DockerStopped {
+    fn drop(&mut self) {
+        docker_script("up.sh");
+    }
+}
+
+fn docker_script(name: &str) {
+    let repo = support::repo();
+    let status = std::process::Command::new("bash")
+        .arg(repo.join("xtask/services/docker").join(name))
+        .env("SERVICES_DIR", repo.join(".services"))
+        .status()
+        .unwrap();
+    assert!(status.success(), "services/docker/{name} failed");
+}
+
+/// Fault: dockerd is stopped. A real `cl-worker` cannot start without it (it exits 1 at once);
+/// the manager must count those workers as failed starts, not as capacity: with
+/// `--exit-after-num-failed 2` it gives up with exit status 3 and the bundle stays staged.
+#[test]
+fn with_dockerd_stopped_workers_fail_and_are_counted_as_failures() {
+    if !services_up(false) {
+        return;
+    }
+    let _docker = DOCKER.write().unwrap_or_else(|p| p.into_inner());
+    let tag = unique("realnodocker");
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::login(USER.0, USER.1);
+    let flags = [
+        "--request-cpus",
+        "1",
+        "--request-memory",
+        "256m",
+        "--tags",
+        &tag,
+        "--request-queue",
+        &tag,
+    ];
+    let uuids = stage(1, "echo never > out.txt", &flags);
+    let stopped = DockerStopped::stop();
+    let extra = [
+        "--worker-tag",
+        &tag,
+        "--worker-tag-exclusive",
+        "--exit-after-num-failed",
+        "2",
+    ];
+    let mut args = manager_args(&tag, 2, &extra);
+    args.extend(local_args(dir.path()));
+    let mut manager = Manager::start(&args, USER, &docker_env());
+    let status = manager.wait_exit(READY_WITHIN);
+    drop(stopped);
+    assert_eq!(status.code(), Some(3), "{}", manager.log());
+    let state = server.info(&uuids[0]).state;
+    assert!(
+        ["staged", "starting"].contains(&state.as_str()),
+        "bundle went {state}"
+    );
+    server.remove(&uuids);
 }

@@ -151,16 +151,26 @@ impl Server {
         }
     }
 
-    /// Removes bundles (`cl rm`), e.g. one left staged on purpose.
+    /// Removes bundles (`cl rm --force`), e.g. one left staged on purpose.
     pub fn remove(&self, uuids: &[String]) {
-        for uuid in uuids {
-            let _ = self.runtime.block_on(
-                self.http
-                    .delete(format!("{SERVER}/rest/bundles"))
-                    .bearer_auth(&self.token)
-                    .json(&serde_json::json!({"data": [{"id": uuid, "type": "bundles"}]}))
-                    .send(),
-            );
-        }
+        let data: Vec<serde_json::Value> = uuids
+            .iter()
+            .map(|id| serde_json::json!({"id": id, "type": "bundles"}))
+            .collect();
+        let status = self.runtime.block_on(async {
+            self.http
+                .delete(format!("{SERVER}/rest/bundles?force=1"))
+                .bearer_auth(&self.token)
+                // the server's CSRF guard for state-changing requests
+                .header("X-Requested-With", "XMLHttpRequest")
+                .json(&serde_json::json!({ "data": data }))
+                .send()
+                .await
+                .map(|r| r.status())
+        });
+        assert!(
+            status.as_ref().is_ok_and(|s| s.is_success()),
+            "removing {uuids:?}: {status:?}"
+        );
     }
 }

@@ -83,6 +83,35 @@ impl Manager {
     }
 }
 
+impl Manager {
+    /// Waits (bounded by `limit`) for the manager to exit on its own; panics with the log if it
+    /// does not.
+    pub fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the manager did not exit within {limit:?}:\n{}", self.log());
+    }
+
+    /// The largest job count any status line reported.
+    pub fn most_jobs_seen(&self) -> usize {
+        let lines = self.lines.lock().unwrap();
+        lines
+            .iter()
+            .filter(|l| l.contains(" worker jobs (min="))
+            .filter_map(|l| {
+                let head = l.split(" worker jobs (min=").next()?;
+                head.rsplit(' ').next()?.parse().ok()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+}
+
 impl Drop for Manager {
     fn drop(&mut self) {
         let _ = Command::new("kill")
