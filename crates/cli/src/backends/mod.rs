@@ -63,6 +63,11 @@ pub fn is_compiled_in(name: &str) -> bool {
 #[derive(Debug, Subcommand)]
 pub enum BackendCommand {
     /// Run workers as child processes on this machine.
+    ///
+    /// Each worker is a `cl-worker` process in its own process group. It inherits the manager's
+    /// environment (DOCKER_HOST, which the real cl-worker needs to reach its Docker engine; PATH;
+    /// proxies) plus CODALAB_USERNAME/CODALAB_PASSWORD, and writes its output to
+    /// `<state-dir>/<worker-id>.log`. `cl-worker-manager down local` stops them.
     Local(local::Args),
     /// Submit workers as Slurm batch jobs (sbatch), locally or on a login node over SSH.
     #[cfg(feature = "slurm")]
