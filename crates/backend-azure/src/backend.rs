@@ -333,7 +333,8 @@ impl WorkerBackend for AzureBatchBackend {
         let tasks = self.client.list_tasks(TASK_FILTER, TASK_SELECT).await?;
         let mut items = Vec::new();
         for task in tasks.iter().filter(|t| t.id.starts_with(TASK_PREFIX)) {
-            if task.state != Some(TaskState::Completed) {
+            // A dry run lists what `down` deletes once it has terminated the live tasks.
+            if !dry_run && task.state != Some(TaskState::Completed) {
                 continue;
             }
             let item = CleanupItem::found("finished task", &task.id);

@@ -88,7 +88,14 @@ async fn cleanup_deletes_completed_own_tasks_only() {
         .iter()
         .map(|i| (i.kind, i.name.as_str(), i.removed))
         .collect();
-    assert_eq!(shown, [("finished task", done.as_str(), false)]);
+    // What `down` will delete once it has stopped the live task: both.
+    assert_eq!(
+        shown,
+        [
+            ("finished task", done.as_str(), false),
+            ("finished task", running.as_str(), false)
+        ]
+    );
     assert_eq!(task_ids(&fake).len(), 3, "a dry run deletes nothing");
 
     // down: stop the live task, then clean up.
@@ -99,6 +106,16 @@ async fn cleanup_deletes_completed_own_tasks_only() {
     }
     let removed = backend.cleanup(false).await.unwrap();
     assert_eq!(removed.len(), 2, "{removed:?}");
+    let names = |items: &[codalab_wm_core::CleanupItem]| {
+        let mut names: Vec<String> = items.iter().map(|i| i.name.clone()).collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        names(&removed),
+        names(&listed),
+        "the dry run listed what was removed"
+    );
     assert!(removed.iter().all(|i| i.removed && i.error.is_none()));
     assert_eq!(task_ids(&fake), ["someone-elses-task"]);
     assert!(backend.get_worker_jobs().await.unwrap().is_empty());

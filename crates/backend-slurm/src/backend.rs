@@ -211,7 +211,13 @@ impl WorkerBackend for SlurmBackend {
     /// login node).
     #[tracing::instrument(skip(self), fields(backend = BACKEND))]
     async fn cleanup(&self, dry_run: bool) -> Result<Vec<CleanupItem>> {
-        let jobs = self.get_worker_jobs().await?;
+        // A dry run lists what `down` removes once it has stopped every live job: the
+        // directories of the jobs running now too.
+        let jobs = if dry_run {
+            Vec::new()
+        } else {
+            self.get_worker_jobs().await?
+        };
         let base = self.settings.config.slurm_work_dir.to_string_lossy();
         let base = base.trim_end_matches('/');
         let listing = self

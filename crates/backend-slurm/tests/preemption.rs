@@ -123,7 +123,10 @@ async fn a_preempted_worker_is_counted_once_and_replaced_without_counting_as_a_f
 
     // --exit-after-num-failed 0 is not exceeded by the preemption.
     let (_, shutdown) = tokio::sync::watch::channel(false);
-    assert_eq!(manager.run(true, shutdown).await.unwrap(), Outcome::Once);
+    assert_eq!(
+        manager.run(true, shutdown).await.unwrap(),
+        Outcome::Once { launch_errors: 0 }
+    );
 }
 
 #[tokio::test]

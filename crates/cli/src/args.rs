@@ -4,7 +4,7 @@
 
 use crate::backends::BackendCommand;
 use crate::settings::LogFormat;
-use clap::{Parser, ValueHint};
+use clap::{CommandFactory, FromArgMatches, Parser, ValueHint};
 use codalab_wm_core::LaunchMode;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -24,12 +24,37 @@ fn parse_launch_mode(value: &str) -> Result<LaunchMode, String> {
 /// variables, then these flags. Credentials come from CODALAB_USERNAME and CODALAB_PASSWORD, or
 /// from --password-file.
 #[derive(Debug, Parser)]
-#[command(name = "cl-worker-manager", version, max_term_width = 100)]
+// `infer_long_args`: like upstream's argparse, an unambiguous prefix of a long flag is
+// accepted (`--max-w 4`), on every subcommand too (the setting is global).
+#[command(
+    name = "cl-worker-manager",
+    version,
+    max_term_width = 100,
+    infer_long_args = true
+)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+impl Cli {
+    /// Joins the process flags given after the subcommand (`local --dry-run`, `down
+    /// --config F`) to those given before it; the later ones win.
+    fn absorb_subcommand_flags(&mut self) {
+        let later = match &mut self.command {
+            Some(Command::Backend(backend)) => backend.take_process(),
+            Some(Command::Down(args)) => args.take_process(),
+            Some(Command::Status(args)) => args.take_process(),
+            Some(Command::Simulate(args)) => crate::args::ProcessArgs {
+                config: args.config.take(),
+                ..Default::default()
+            },
+            _ => return,
+        };
+        self.global.process.absorb(later);
+    }
 }
 
 /// A backend to run the manager on, or one of the tools.
@@ -58,11 +83,6 @@ pub enum Command {
 /// Flags that apply to every backend.
 #[derive(Debug, Default, clap::Args, Serialize)]
 pub struct GlobalArgs {
-    /// TOML config file (defaults < file < CODALAB_WM_* env < flags)
-    #[arg(long, value_hint = ValueHint::FilePath, global = true)]
-    #[serde(skip)]
-    pub config: Option<PathBuf>,
-
     /// URL of the CodaLab server, <http|https>://<hostname>[:<port>] [default: https://worksheets.codalab.org]
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -83,15 +103,20 @@ pub struct GlobalArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_workers: Option<u32>,
 
-    /// Monitor only runs that satisfy these criteria (CodaLab search keywords, e.g. tags=exp1)
-    #[arg(long, num_args = 0.., action = clap::ArgAction::Append)]
+    /// Monitor only runs that satisfy these criteria (CodaLab search keywords, e.g. `--search
+    /// tags=exp1 .owner=alice`); the keywords end at the next flag or at the backend name
+    // Upstream's `nargs='*'` is emulated by `normalise_search`, which turns `--search a b` into
+    // `--search=a --search=b`: one value per occurrence, given with `=`, so that neither a
+    // backend name nor a subcommand after the keywords can ever be taken as one.
+    #[arg(
+        long,
+        value_name = "KW",
+        num_args = 0..=1,
+        require_equals = true,
+        action = clap::ArgAction::Append
+    )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub search: Option<Vec<String>>,
-
-    /// Whether to print out extra information (debug logs)
-    #[arg(long, global = true)]
-    #[serde(skip_serializing_if = "is_false")]
-    pub verbose: bool,
 
     /// Number of seconds to wait between checks [default: 5]
     #[arg(long = "sleep-time")]
@@ -118,31 +143,6 @@ pub struct GlobalArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_seconds_between_workers: Option<u64>,
 
-    /// File with the CodaLab user name (line 1) and password (line 2); must not be readable by group or others
-    #[arg(long = "password-file", value_hint = ValueHint::FilePath, global = true)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub password_file: Option<PathBuf>,
-
-    /// Exit with status 3 after more than this many worker jobs failed to start
-    #[arg(long = "exit-after-num-failed", global = true)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub exit_after_num_failed: Option<u32>,
-
-    /// Print what would be submitted (secrets redacted) and submit nothing
-    #[arg(long = "dry-run", global = true)]
-    #[serde(skip_serializing_if = "is_false")]
-    pub dry_run: bool,
-
-    /// Extra CA certificate (PEM) to trust for the CodaLab server
-    #[arg(long = "ca-cert", value_hint = ValueHint::FilePath, global = true)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ca_cert: Option<PathBuf>,
-
-    /// Accept any TLS certificate from the CodaLab server (dangerous; warns at every start)
-    #[arg(long = "insecure-skip-tls-verify", global = true)]
-    #[serde(skip_serializing_if = "is_false")]
-    pub insecure_skip_tls_verify: bool,
-
     /// compat: upstream's rules (one launch per tick); target: absolute target with burst launches [default: compat]
     #[arg(long = "launch-mode", value_parser = parse_launch_mode)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -153,19 +153,92 @@ pub struct GlobalArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_launches_per_tick: Option<u32>,
 
-    /// Log format [default: text]
-    #[arg(long = "log-format", value_enum, global = true)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub log_format: Option<LogFormat>,
-
-    /// Serve /metrics (Prometheus), /healthz and /status on this address, e.g. 127.0.0.1:9464 [default: off]
-    #[arg(long, value_name = "ADDR", global = true)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub listen: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub process: ProcessArgs,
 
     #[command(flatten)]
     #[serde(rename = "worker")]
     pub worker: WorkerArgs,
+}
+
+/// Flags of the manager process (config file, credentials, logging, failure limit, dry run,
+/// TLS, endpoints): before the backend name or after it (`local --dry-run`), not on the tools
+/// they do not apply to (`completions`, `config`, `simulate`). A flag after the backend name
+/// wins over the same flag before it.
+#[derive(Debug, Default, clap::Args, Serialize)]
+#[command(next_help_heading = "Manager process options")]
+pub struct ProcessArgs {
+    /// TOML config file (defaults < file < CODALAB_WM_* env < flags)
+    #[arg(long, value_hint = ValueHint::FilePath)]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+
+    /// Whether to print out extra information (debug logs)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "is_false")]
+    pub verbose: bool,
+
+    /// File with the CodaLab user name (line 1) and password (line 2); must not be readable by group or others
+    #[arg(long = "password-file", value_hint = ValueHint::FilePath)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
+
+    /// Exit with status 3 after more than this many worker jobs failed to start
+    #[arg(long = "exit-after-num-failed")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_after_num_failed: Option<u32>,
+
+    /// Print what would be submitted (secrets redacted) and submit nothing
+    #[arg(long = "dry-run")]
+    #[serde(skip_serializing_if = "is_false")]
+    pub dry_run: bool,
+
+    /// Extra CA certificate (PEM) to trust for the CodaLab server
+    #[arg(long = "ca-cert", value_hint = ValueHint::FilePath)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_cert: Option<PathBuf>,
+
+    /// Accept any TLS certificate from the CodaLab server (dangerous; warns at every start)
+    #[arg(long = "insecure-skip-tls-verify")]
+    #[serde(skip_serializing_if = "is_false")]
+    pub insecure_skip_tls_verify: bool,
+
+    /// Log format [default: text]
+    #[arg(long = "log-format", value_enum)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_format: Option<LogFormat>,
+
+    /// Serve /metrics (Prometheus), /healthz and /status on this address, e.g. 127.0.0.1:9464 [default: off]
+    #[arg(long, value_name = "ADDR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+impl ProcessArgs {
+    /// Takes the flags given in `later` (after the backend name) over these.
+    pub fn absorb(&mut self, later: ProcessArgs) {
+        let ProcessArgs {
+            config,
+            password_file,
+            exit_after_num_failed,
+            dry_run,
+            ca_cert,
+            insecure_skip_tls_verify,
+            log_format,
+            listen,
+            verbose,
+        } = later;
+        self.config = config.or(self.config.take());
+        self.password_file = password_file.or(self.password_file.take());
+        self.exit_after_num_failed = exit_after_num_failed.or(self.exit_after_num_failed);
+        self.dry_run |= dry_run;
+        self.ca_cert = ca_cert.or(self.ca_cert.take());
+        self.insecure_skip_tls_verify |= insecure_skip_tls_verify;
+        self.log_format = log_format.or(self.log_format);
+        self.listen = listen.or(self.listen);
+        self.verbose |= verbose;
+    }
 }
 
 /// The `--worker-*` flags, passed down to every `cl-worker`.
@@ -248,27 +321,129 @@ pub struct WorkerArgs {
     pub preemptible: bool,
 }
 
-/// Rewrites upstream's `--search a b c` (argparse `nargs='*'`) into `--search a --search b
-/// --search c`, stopping at the next flag or at a backend name, so that `--search x slurm-batch`
-/// selects the backend instead of swallowing it (upstream's parser swallows it).
-pub fn normalise_search(args: Vec<String>, subcommands: &[&str]) -> Vec<String> {
+/// Parses the command line as `main` does: upstream's `--search a b c` first rewritten by
+/// [`normalise_search`]. Tests parse through this too, so they see what users get.
+pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<String>,
+{
+    let mut command = Cli::command();
+    command.build();
+    let mut stops: Vec<String> = crate::backends::ALL_BACKENDS
+        .iter()
+        .map(|(name, _)| (*name).to_owned())
+        .collect();
+    stops.extend(command.get_subcommands().map(|c| c.get_name().to_owned()));
+    let longs: Vec<String> = command
+        .get_arguments()
+        .filter_map(|a| a.get_long().map(str::to_owned))
+        .collect();
+    let args = normalise_search(args.into_iter().map(Into::into).collect(), &stops, &longs);
+    let mut matches = command
+        .try_get_matches_from_mut(args.clone())
+        .map_err(|e| explain_ambiguous(e, &command, &args))?;
+    let mut cli = Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut command))?;
+    cli.absorb_subcommand_flags();
+    Ok(cli)
+}
+
+/// clap reports a prefix that several long flags share as an unknown argument with one
+/// suggestion; name them all instead (`--max` is ambiguous: --max-workers, …).
+fn explain_ambiguous(error: clap::Error, command: &clap::Command, args: &[String]) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if error.kind() != ErrorKind::UnknownArgument {
+        return error;
+    }
+    let Some(ContextValue::String(arg)) = error.get(ContextKind::InvalidArg) else {
+        return error;
+    };
+    let Some(prefix) = arg.strip_prefix("--").filter(|p| !p.contains('=')) else {
+        return error;
+    };
+    let mut matching: Vec<String> = longs_where(command, args, arg)
+        .filter(|long| long.starts_with(prefix))
+        .map(|long| format!("--{long}"))
+        .collect();
+    matching.sort();
+    matching.dedup();
+    if matching.len() < 2 {
+        return error;
+    }
+    let mut command = command.clone();
+    command.error(
+        ErrorKind::UnknownArgument,
+        format!(
+            "`{arg}` is ambiguous: it could be {}; write more of the flag",
+            matching.join(", ")
+        ),
+    )
+}
+
+/// The long flags of the (sub)command that `arg` was given to: the subcommands named in
+/// `args` before it are followed from `command`.
+fn longs_where<'a>(
+    command: &'a clap::Command,
+    args: &[String],
+    arg: &str,
+) -> impl Iterator<Item = &'a str> {
+    let mut current = command;
+    for word in args.iter().skip(1).take_while(|w| *w != arg) {
+        if let Some(sub) = current.find_subcommand(word) {
+            current = sub;
+        }
+    }
+    current.get_arguments().filter_map(|a| a.get_long())
+}
+
+/// Whether `arg` names `--search`: in full, or (as `infer_long_args` accepts) by a prefix
+/// that no other long flag of `longs` shares.
+fn is_search_flag(arg: &str, longs: &[String]) -> bool {
+    let Some(name) = arg.strip_prefix("--") else {
+        return false;
+    };
+    if name == "search" {
+        return true;
+    }
+    !name.is_empty()
+        && "search".starts_with(name)
+        && longs
+            .iter()
+            .filter(|long| long.starts_with(name))
+            .all(|long| long == "search")
+}
+
+/// Rewrites upstream's `--search a b c` (argparse `nargs='*'`) into `--search=a --search=b
+/// --search=c`, stopping at the next flag or at a subcommand (`stops`: backends and tools),
+/// so that `--search x slurm-batch` selects the backend instead of swallowing it (upstream's
+/// parser swallows it). A bare `--search` stays as it is (no keywords).
+pub fn normalise_search(args: Vec<String>, stops: &[String], longs: &[String]) -> Vec<String> {
     let mut out = Vec::with_capacity(args.len());
     let mut in_search = false;
+    let mut pending_bare = false;
     for arg in args {
-        if arg == "--search" {
-            in_search = true;
-            out.push(arg);
-            continue;
-        }
-        if in_search && !arg.starts_with('-') && !subcommands.contains(&arg.as_str()) {
-            if out.last().map(String::as_str) != Some("--search") {
+        if is_search_flag(&arg, longs) {
+            if pending_bare {
                 out.push("--search".into());
             }
-            out.push(arg);
+            in_search = true;
+            pending_bare = true;
             continue;
         }
+        if in_search && !arg.starts_with('-') && !stops.contains(&arg) {
+            out.push(format!("--search={arg}"));
+            pending_bare = false;
+            continue;
+        }
+        if pending_bare {
+            out.push("--search".into());
+        }
         in_search = false;
+        pending_bare = false;
         out.push(arg);
+    }
+    if pending_bare {
+        out.push("--search".into());
     }
     out
 }
@@ -276,24 +451,116 @@ pub fn normalise_search(args: Vec<String>, subcommands: &[&str]) -> Vec<String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backends::{ALL_BACKENDS, is_compiled_in};
 
-    fn strings(s: &str) -> Vec<String> {
-        s.split_whitespace().map(str::to_owned).collect()
+    fn words(s: &str) -> Vec<&str> {
+        s.split_whitespace().collect()
+    }
+
+    fn parse(s: &str) -> Result<Cli, clap::Error> {
+        parse_args(words(s))
+    }
+
+    /// One flag of each backend's own, to show it reached the backend's parser.
+    fn own_flag(backend: &str) -> &'static str {
+        match backend {
+            "local" => "--cpus 1",
+            "slurm-batch" => "--partition cpu",
+            "aws-batch" => "--job-queue q",
+            "azure-batch" => "--account-name a",
+            "kubernetes" => "--namespace n",
+            other => panic!("no flag for {other}"),
+        }
     }
 
     #[test]
-    fn search_values_are_split_and_stop_at_backends() {
-        let args = normalise_search(
-            strings("wm --search a b slurm-batch --partition p"),
-            &["slurm-batch"],
+    fn search_keywords_stop_at_every_backend_and_its_flags_parse() {
+        for (backend, _) in ALL_BACKENDS.iter().filter(|(n, _)| is_compiled_in(n)) {
+            let flag = own_flag(backend);
+            for line in [
+                format!("wm --search tags=x {backend} {flag}"),
+                format!("wm --search tags=x .owner=alice {backend} {flag}"),
+                format!("wm --search a b --once {backend} {flag}"),
+                format!("wm --sea tags=x {backend} {flag}"),
+            ] {
+                let cli = parse(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
+                let Some(Command::Backend(command)) = &cli.command else {
+                    panic!("{line}: no backend parsed");
+                };
+                assert_eq!(command.name(), *backend, "{line}");
+                let search = cli.global.search.clone().unwrap();
+                assert!(search.len() == 1 || search.len() == 2, "{line}: {search:?}");
+                assert!(search.iter().all(|kw| !kw.starts_with('-')), "{search:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_readme_search_example_parses() {
+        let cli = parse("wm --search a b slurm-batch --partition p").unwrap();
+        assert_eq!(cli.global.search, Some(vec!["a".into(), "b".into()]));
+        assert!(matches!(cli.command, Some(Command::Backend(_))));
+    }
+
+    #[test]
+    fn a_bare_search_has_no_keywords_and_keeps_the_backend() {
+        let cli = parse("wm --search local --cpus 2").unwrap();
+        assert_eq!(cli.global.search, Some(vec![]));
+        assert!(matches!(cli.command, Some(Command::Backend(_))));
+        let cli = parse("wm --search --once").unwrap();
+        assert_eq!(cli.global.search, Some(vec![]));
+        assert!(cli.global.once);
+    }
+
+    #[test]
+    fn search_stops_at_the_tools_too() {
+        let cli = parse("wm --search a b simulate --arrivals poisson:1").unwrap();
+        assert_eq!(cli.global.search, Some(vec!["a".into(), "b".into()]));
+        assert!(matches!(cli.command, Some(Command::Simulate(_))));
+    }
+
+    #[test]
+    fn unambiguous_prefixes_of_long_flags_are_accepted() {
+        let cli = parse("wm --max-w 4 --min-w 2 --once local --mem 512").unwrap();
+        assert_eq!(cli.global.max_workers, Some(4));
+        assert_eq!(cli.global.min_workers, Some(2));
+        let Some(Command::Backend(crate::backends::BackendCommand::Local(local))) = cli.command
+        else {
+            panic!("not local");
+        };
+        assert_eq!(local.memory_mb, Some(512));
+    }
+
+    #[test]
+    fn an_ambiguous_prefix_is_an_error_naming_the_candidates() {
+        let error = parse("wm --max 4 local").unwrap_err().to_string();
+        assert!(
+            error.contains(
+                "`--max` is ambiguous: it could be --max-launches-per-tick, --max-workers; write more of the flag"
+            ),
+            "{error}"
         );
-        assert_eq!(
-            args,
-            strings("wm --search a --search b slurm-batch --partition p")
-        );
-        let args = normalise_search(strings("wm --search a --once local"), &["local"]);
-        assert_eq!(args, strings("wm --search a --once local"));
-        let args = normalise_search(strings("wm --search --once"), &[]);
-        assert_eq!(args, strings("wm --search --once"));
+    }
+
+    #[test]
+    fn process_flags_after_the_backend_join_those_before() {
+        let cli = parse("wm --config a.toml local --dry-run --config b.toml").unwrap();
+        assert!(cli.global.process.dry_run);
+        assert_eq!(cli.global.process.config, Some("b.toml".into()));
+        let cli = parse("wm down --dry-run --config c.toml local --cpus 2").unwrap();
+        assert!(cli.global.process.dry_run);
+        assert_eq!(cli.global.process.config, Some("c.toml".into()));
+    }
+
+    #[test]
+    fn tools_refuse_manager_flags_that_do_not_apply() {
+        for line in [
+            "wm completions bash --listen 127.0.0.1:1",
+            "wm config check --config wm.toml wm.toml",
+            "wm simulate --arrivals poisson:1 --password-file pw",
+            "wm down --exit-after-num-failed 1",
+        ] {
+            assert!(parse(line).is_err(), "{line} parsed");
+        }
     }
 }

@@ -12,9 +12,8 @@ mod run;
 mod settings;
 
 use anyhow::Result;
-use args::{Cli, Command, normalise_search};
+use args::{Cli, Command};
 use backends::{ALL_BACKENDS, is_compiled_in};
-use clap::Parser;
 use codalab_wm_core::Error;
 use std::process::ExitCode;
 
@@ -31,9 +30,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(EXIT_USAGE);
     }
-    let mut names: Vec<&str> = ALL_BACKENDS.iter().map(|(name, _)| *name).collect();
-    names.extend(commands::NAMES);
-    let cli = Cli::parse_from(normalise_search(raw, &names));
+    let cli = args::parse_args(raw).unwrap_or_else(|error| error.exit());
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

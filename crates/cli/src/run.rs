@@ -22,9 +22,15 @@ pub const EXIT_TOO_MANY_FAILURES: u8 = 3;
 /// Prefix of the environment variables that set configuration keys (`__` separates tables).
 pub const ENV_PREFIX: &str = "CODALAB_WM_";
 
+/// Exit status of `--once` when its tick or a launch in it failed.
+pub const EXIT_ONCE_FAILED: u8 = 1;
+
 /// The configuration layers, lowest first.
 pub fn figment(global: &GlobalArgs, backend: Option<&BackendCommand>) -> Result<Figment> {
-    layered(global.config.as_deref(), flag_layers(global, backend))
+    layered(
+        global.process.config.as_deref(),
+        flag_layers(global, backend),
+    )
 }
 
 /// The layers from the command line (global flags, then the backend's), highest of all.
@@ -68,7 +74,7 @@ pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<
     let mut manager = build_manager(backend, figment, &settings).await?;
     crate::commands::config::reload::install(
         &mut manager,
-        global.config,
+        global.process.config,
         flags,
         &start,
         &settings,
@@ -78,12 +84,28 @@ pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<
         crate::http::spawn(listener, manager.subscribe_status(), sleep_time);
     }
     let shutdown = shutdown_signal()?;
-    match manager.run(settings.once, shutdown).await? {
+    let outcome = match manager.run(settings.once, shutdown).await {
+        Ok(outcome) => outcome,
+        // A refused password keeps its own message; any other failed --once tick exits 1.
+        Err(error @ codalab_wm_core::Error::Unauthenticated { .. }) => return Err(error.into()),
+        Err(error) if settings.once => {
+            eprintln!("error: --once: the tick failed: {error}");
+            return Ok(ExitCode::from(EXIT_ONCE_FAILED));
+        }
+        Err(error) => return Err(error.into()),
+    };
+    match outcome {
         Outcome::Shutdown => {
             tracing::info!("shutdown requested; exiting");
             Ok(ExitCode::SUCCESS)
         }
-        Outcome::Once => Ok(ExitCode::SUCCESS),
+        Outcome::Once { launch_errors: 0 } => Ok(ExitCode::SUCCESS),
+        Outcome::Once { launch_errors } => {
+            eprintln!(
+                "error: --once: {launch_errors} worker launch(es) failed (see the log above)"
+            );
+            Ok(ExitCode::from(EXIT_ONCE_FAILED))
+        }
         Outcome::Restart => Err(restart()),
         Outcome::TooManyFailures { failed, limit } => {
             eprintln!(
@@ -379,6 +401,12 @@ pub fn credentials(password_file: Option<&Path>) -> Result<Credentials> {
         use std::os::unix::fs::PermissionsExt;
         let metadata = std::fs::metadata(path)
             .with_context(|| format!("cannot read password file {}", path.display()))?;
+        if !metadata.is_file() {
+            bail!(
+                "password file {} is not a regular file: give a file holding the user name on line 1 and the password on line 2",
+                path.display()
+            );
+        }
         let mode = metadata.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
             bail!(
@@ -416,6 +444,14 @@ pub fn credentials(password_file: Option<&Path>) -> Result<Credentials> {
     })
 }
 
+/// Colour only for a person: stderr is a terminal and `NO_COLOR` is unset or empty (files,
+/// pipes and journald get plain text).
+fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// Logs to stderr: `--verbose` adds debug lines, `CODALAB_WM_LOG` overrides the filter.
 pub fn init_logging(verbose: bool, format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let default = if verbose { "debug" } else { "info" };
@@ -426,6 +462,7 @@ pub fn init_logging(verbose: bool, format: LogFormat) {
     });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour_on_stderr())
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),

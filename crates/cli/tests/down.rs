@@ -235,10 +235,12 @@ async fn down_stops_every_owned_job_and_removes_finished_scratch_dirs() {
         "{stdout}"
     );
     assert!(!stdout.contains("someone-elses-dir"), "{stdout}");
+    // The running jobs' directories too: `down` removes them once it has stopped the jobs.
     assert!(
-        stdout.contains("dry run: would stop 2 job(s) and remove 1 resource(s)"),
+        stdout.contains("dry run: would stop 2 job(s) and remove 3 resource(s)"),
         "{stdout}"
     );
+    let listed = scratch_dirs_in(&stdout, "would remove");
     let jobs = backend.get_worker_jobs().await.unwrap();
     for job in &live {
         let now = jobs.iter().find(|j| j.id == job.id).unwrap();
@@ -260,7 +262,15 @@ async fn down_stops_every_owned_job_and_removes_finished_scratch_dirs() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     println!("{stdout}");
-    assert!(stdout.contains("stopped 2 job(s)"), "{stdout}");
+    assert!(
+        stdout.contains("stopped 2 job(s), removed 3 resource(s)"),
+        "{stdout}"
+    );
+    assert_eq!(
+        scratch_dirs_in(&stdout, "removed"),
+        listed,
+        "--dry-run listed exactly what down removed"
+    );
     let jobs = backend.get_worker_jobs().await.unwrap();
     let left: Vec<_> = jobs.iter().filter(|j| j.state.is_capacity()).collect();
     assert!(left.is_empty(), "owned jobs left: {left:?}");
@@ -282,6 +292,19 @@ async fn down_stops_every_owned_job_and_removes_finished_scratch_dirs() {
         stdout.contains("stopped 0 job(s), removed 0 resource(s)"),
         "{stdout}"
     );
+}
+
+/// The scratch directories of a `down` report whose action is `action`, sorted.
+fn scratch_dirs_in(report: &str, action: &str) -> Vec<String> {
+    let mut dirs: Vec<String> = report
+        .lines()
+        .filter(|l| l.contains("scratch dir") && l.trim_end().ends_with(action))
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with('/')))
+        .map(str::to_owned)
+        .collect();
+    dirs.sort();
+    assert_eq!(dirs.len(), 3, "{report}");
+    dirs
 }
 
 #[test]

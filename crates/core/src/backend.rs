@@ -165,7 +165,9 @@ pub trait WorkerBackend: Send + Sync + Debug + 'static {
 
     /// Removes what this backend created besides worker jobs and no live worker job needs
     /// any more (job definitions it registered, a credentials Secret it created, scratch
-    /// directories of finished workers), or with `dry_run` only lists it. Ownership comes
+    /// directories of finished workers), or with `dry_run` only lists what a real clean-up
+    /// would remove after `down` stopped every live worker job (so a job's scratch directory
+    /// is listed while the job still runs: the dry run and the real `down` agree). Ownership comes
     /// from the same names, labels and tags as [`WorkerBackend::get_worker_jobs`], so no
     /// running manager is needed (`cl-worker-manager down`). A removal that fails is
     /// reported in its item, not returned; an error means nothing could be listed.

@@ -127,7 +127,10 @@ pub enum Outcome {
     /// A shutdown was requested (SIGINT/SIGTERM).
     Shutdown,
     /// `--once`: one tick was run.
-    Once,
+    Once {
+        /// Launches that failed in that tick (the caller exits non-zero when any did).
+        launch_errors: usize,
+    },
     /// `--restart-after-seconds` elapsed: the caller re-executes the program.
     Restart,
     /// More failed launches than `--exit-after-num-failed` allows.
@@ -582,8 +585,10 @@ impl Manager {
                 );
                 return Ok(Outcome::Restart);
             }
+            let mut launch_errors = 0;
             let delay = match self.tick().await {
-                Ok(_) => {
+                Ok(report) => {
+                    launch_errors = report.launch_errors.len();
                     if let Some((after, kind)) = streak.success(Instant::now()) {
                         tracing::info!(after, "recovered from: {kind}");
                     }
@@ -619,7 +624,7 @@ impl Manager {
                 return Ok(outcome);
             }
             if once {
-                return Ok(Outcome::Once);
+                return Ok(Outcome::Once { launch_errors });
             }
             if *shutdown.borrow() {
                 return Ok(Outcome::Shutdown);

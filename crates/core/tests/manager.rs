@@ -182,7 +182,7 @@ async fn once_returns_after_one_tick_and_surfaces_its_error() {
     let (_stop, shutdown) = tokio::sync::watch::channel(false);
     assert_eq!(
         manager.run(true, shutdown.clone()).await.unwrap(),
-        Outcome::Once
+        Outcome::Once { launch_errors: 0 }
     );
     assert_eq!(backend.launches().len(), 1);
 

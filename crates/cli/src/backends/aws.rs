@@ -64,6 +64,10 @@ pub struct Args {
     #[arg(long, value_name = "ARN")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub execution_role_arn: Option<String>,
+    /// The manager's process flags, accepted after the backend name too.
+    #[command(flatten)]
+    #[serde(skip)]
+    pub process: crate::args::ProcessArgs,
 }
 
 /// Builds the backend from the merged configuration (its table is `config.focus(TABLE)`).

@@ -56,6 +56,10 @@ pub struct Args {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// The manager's process flags, accepted after the backend name too.
+    #[command(flatten)]
+    #[serde(skip)]
+    pub process: crate::args::ProcessArgs,
 }
 
 impl fmt::Debug for Args {

@@ -30,6 +30,10 @@ pub struct Args {
     #[arg(long = "state-dir")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_dir: Option<PathBuf>,
+    /// The manager's process flags, accepted after the backend name too.
+    #[command(flatten)]
+    #[serde(skip)]
+    pub process: crate::args::ProcessArgs,
 }
 
 /// Builds the local backend from the `[local]` table.

@@ -102,6 +102,23 @@ impl BackendCommand {
         }
     }
 
+    /// The manager's process flags given after the backend name (`local --dry-run`), taken
+    /// out so they join those given before it.
+    pub fn take_process(&mut self) -> crate::args::ProcessArgs {
+        let process = match self {
+            BackendCommand::Local(args) => &mut args.process,
+            #[cfg(feature = "slurm")]
+            BackendCommand::SlurmBatch(args) => &mut args.process,
+            #[cfg(feature = "aws")]
+            BackendCommand::AwsBatch(args) => &mut args.process,
+            #[cfg(feature = "azure")]
+            BackendCommand::AzureBatch(args) => &mut args.process,
+            #[cfg(feature = "k8s")]
+            BackendCommand::Kubernetes(args) => &mut args.process,
+        };
+        std::mem::take(process)
+    }
+
     /// The backend's flags as a figment layer over its config table.
     pub fn flags(&self) -> Figment {
         match self {

@@ -24,6 +24,10 @@ pub struct Args {
     #[command(flatten)]
     #[serde(flatten)]
     pub flags: Box<SlurmArgs>,
+    /// The manager's process flags, accepted after the backend name too.
+    #[command(flatten)]
+    #[serde(skip)]
+    pub process: crate::args::ProcessArgs,
 }
 
 /// Flags of `cl-worker-manager slurm-batch`, upstream's names. Every field is optional so it

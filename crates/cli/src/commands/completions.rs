@@ -20,19 +20,49 @@ pub struct Args {
     pub shell: Shell,
 }
 
+/// The program's name, as completions register it.
+const BIN: &str = "cl-worker-manager";
+
 /// Prints shell completions.
 pub fn run(args: Args) -> Result<ExitCode> {
     let mut out = Vec::new();
     write_completions(args.shell, &mut out);
-    std::io::stdout()
-        .write_all(&out)
-        .context("cannot write the completions")?;
-    Ok(ExitCode::SUCCESS)
+    write_stdout(&out, "the completions")
+}
+
+/// Writes `bytes` to stdout. A reader that has gone (`completions bash | head`) is not an
+/// error: the reader took what it wanted.
+fn write_stdout(bytes: &[u8], what: &str) -> Result<ExitCode> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+        result => {
+            result.with_context(|| format!("cannot write {what}"))?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }
 
 /// The completion script for `shell`.
 pub fn write_completions(shell: Shell, out: &mut impl Write) {
-    clap_complete::generate(shell, &mut Cli::command(), "cl-worker-manager", out);
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), BIN, &mut script);
+    if shell == Shell::Bash {
+        script = fix_bash_function_names(&script);
+    }
+    let _ = out.write_all(&script);
+}
+
+/// Works around clap-rs/clap#6421: for a binary name with `-`, clap_complete's bash script
+/// labels each subcommand's case `cl__subcmd__worker__subcmd__manager__…` while its dispatch
+/// builds `cl__worker__manager__…`, so no subcommand's flags complete. The labels are
+/// renamed to what the dispatch builds.
+fn fix_bash_function_names(script: &[u8]) -> Vec<u8> {
+    let wrong = BIN.replace('-', "__subcmd__");
+    let right = BIN.replace('-', "__");
+    String::from_utf8_lossy(script)
+        .replace(&wrong, &right)
+        .into_bytes()
 }
 
 /// Prints the man page (roff): the top-level page with every global flag and the subcommands.
@@ -41,8 +71,5 @@ pub fn man() -> Result<ExitCode> {
     clap_mangen::Man::new(Cli::command())
         .render(&mut out)
         .context("cannot render the man page")?;
-    std::io::stdout()
-        .write_all(&out)
-        .context("cannot write the man page")?;
-    Ok(ExitCode::SUCCESS)
+    write_stdout(&out, "the man page")
 }

@@ -28,12 +28,32 @@ const POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// optionally, the backend subcommand with its flags, as when running the manager.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// TOML config file of the manager whose jobs to stop (its backend or [[pools]])
+    #[arg(long, value_hint = clap::ValueHint::FilePath)]
+    pub config: Option<std::path::PathBuf>,
+    /// List the jobs that would be stopped and what would be removed; change nothing
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
     /// Seconds to wait for the stopped jobs to end before removing what they used
     #[arg(long = "wait-seconds", default_value_t = 60)]
     pub wait_seconds: u64,
     /// The backend and its flags; without one, `backend = "…"` or [[pools]] of the config
     #[command(subcommand)]
     pub backend: Option<BackendCommand>,
+}
+
+impl Args {
+    /// `--config`, `--dry-run` and the backend's process flags, to join those before `down`.
+    pub fn take_process(&mut self) -> crate::args::ProcessArgs {
+        let mut process = self
+            .backend
+            .as_mut()
+            .map(BackendCommand::take_process)
+            .unwrap_or_default();
+        process.config = self.config.take().or(process.config);
+        process.dry_run |= self.dry_run;
+        process
+    }
 }
 
 /// One line of the report.
@@ -299,13 +319,12 @@ pub fn render(rows: &[Row], dry_run: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
     use codalab_wm_core::testing::FakeBackend;
     use codalab_wm_core::{JobState, WorkerShape};
 
     #[test]
     fn parses_a_backend_with_its_flags_and_the_global_ones() {
-        let cli = crate::args::Cli::try_parse_from([
+        let cli = crate::args::parse_args([
             "cl-worker-manager",
             "down",
             "--dry-run",
@@ -316,16 +335,15 @@ mod tests {
             "2",
         ])
         .unwrap();
-        assert!(cli.global.dry_run);
+        assert!(cli.global.process.dry_run);
         let Some(crate::args::Command::Down(args)) = cli.command else {
             panic!("not down");
         };
         assert_eq!(args.wait_seconds, 5);
         assert_eq!(args.backend.map(|b| b.name()), Some("local"));
         let cli =
-            crate::args::Cli::try_parse_from(["cl-worker-manager", "down", "--config", "wm.toml"])
-                .unwrap();
-        assert!(cli.global.config.is_some());
+            crate::args::parse_args(["cl-worker-manager", "down", "--config", "wm.toml"]).unwrap();
+        assert!(cli.global.process.config.is_some());
     }
 
     #[tokio::test]

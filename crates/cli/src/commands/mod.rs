@@ -6,6 +6,3 @@ pub mod config;
 pub mod down;
 pub mod simulate;
 pub mod status;
-
-/// Subcommand names that are not backends (so `--search a b status` stops at `status`).
-pub const NAMES: [&str; 5] = ["status", "simulate", "config", "down", "completions"];

@@ -53,10 +53,12 @@ fn long_help() -> String {
 #[derive(Debug, clap::Args)]
 // The subcommand's doc line (in args.rs) is its about; the explanation and the examples go
 // after the flags.
+// The workload comes from exactly one of --trace and --arrivals; a bare `simulate` names both.
 #[command(after_help = SHORT, after_long_help = long_help())]
+#[command(group(clap::ArgGroup::new("workload").args(["trace", "arrivals"]).required(true)))]
 pub struct Args {
     /// Bundle trace: CSV with a header, a JSON array or JSON lines
-    #[arg(long, value_hint = ValueHint::FilePath, required_unless_present = "arrivals", conflicts_with = "arrivals")]
+    #[arg(long, value_hint = ValueHint::FilePath)]
     pub trace: Option<PathBuf>,
 
     /// Generate arrivals instead: poisson:RATE, RATE in bundles per minute (or poisson:2/s, poisson:90/h)
@@ -110,6 +112,10 @@ pub struct Args {
     /// Print the report as JSON
     #[arg(long)]
     pub json: bool,
+
+    /// TOML config file with the pools to simulate (as `--config` before `simulate`)
+    #[arg(long, value_hint = ValueHint::FilePath)]
+    pub config: Option<PathBuf>,
 }
 
 /// Runs `cl-worker-manager simulate`.

@@ -19,6 +19,19 @@ use serde_json::{Map, Value};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
+impl Args {
+    /// `--config` and the backend's process flags, to join those before `status`.
+    pub fn take_process(&mut self) -> crate::args::ProcessArgs {
+        let mut process = self
+            .backend
+            .as_mut()
+            .map(BackendCommand::take_process)
+            .unwrap_or_default();
+        process.config = self.config.take().or(process.config);
+        process
+    }
+}
+
 /// Flags of `cl-worker-manager status`.
 #[derive(Debug, Default, clap::Args)]
 pub struct Args {
@@ -37,6 +50,10 @@ pub struct Args {
     /// With --dry-tick: the backend (as when running the manager), unless the config names one
     #[command(subcommand)]
     pub backend: Option<BackendCommand>,
+
+    /// TOML config file of the manager (its `listen` address; with --dry-tick, everything)
+    #[arg(long, value_hint = clap::ValueHint::FilePath)]
+    pub config: Option<std::path::PathBuf>,
 }
 
 /// Runs `cl-worker-manager status`.

@@ -126,9 +126,35 @@ pub(crate) fn log_decisions<'a>(
                 pool.stops.len(),
             );
         }
+        let upstream = single && policy.launch_mode == LaunchMode::Compat;
         for reason in &pool.reasons {
-            tracing::debug!(pool = %pool.pool, reason = reason.code(), "{reason}");
+            match upstream_line(reason).filter(|_| upstream) {
+                Some(line) => tracing::info!(reason = reason.code(), "{line}"),
+                None => tracing::debug!(pool = %pool.pool, reason = reason.code(), "{reason}"),
+            }
         }
+        if upstream && pool.launches > 0 {
+            tracing::info!("Starting a worker!");
+        }
+    }
+}
+
+/// Upstream's INFO line for one of its own rules, verbatim (grep-based alerts written for the
+/// Python manager keep working): `Want to launch a worker because we have 3 > 0 staged
+/// bundles`, `Don't launch because …`, `Launch a worker because we are under the minimum …`.
+fn upstream_line(reason: &Reason) -> Option<String> {
+    match reason {
+        Reason::WantWorkers { .. }
+        | Reason::RateLimited { .. }
+        | Reason::PendingCoversDemand { .. }
+        | Reason::MaxReached { .. }
+        | Reason::BelowMin { .. } => {
+            let text = reason.to_string();
+            let mut chars = text.chars();
+            let first = chars.next()?.to_ascii_uppercase();
+            Some(std::iter::once(first).chain(chars).collect())
+        }
+        _ => None,
     }
 }
 
@@ -149,7 +175,44 @@ pub(crate) fn decision_events(decision: &PoolsDecision) -> Vec<TickEvent> {
 
 #[cfg(test)]
 mod tests {
-    use super::update_staged;
+    use super::{Reason, update_staged, upstream_line};
+
+    /// The exact lines of upstream's `worker_manager.py` (codalab-worksheets 1.7.5).
+    #[test]
+    fn upstream_lines_are_verbatim() {
+        let cases = [
+            (
+                Reason::WantWorkers { staged: 3 },
+                "Want to launch a worker because we have 3 > 0 staged bundles",
+            ),
+            (
+                Reason::RateLimited {
+                    waited_seconds: 4,
+                    min_seconds: 60,
+                },
+                "Don't launch because waited 4 < 60 seconds since last worker",
+            ),
+            (
+                Reason::PendingCoversDemand {
+                    pending: 2,
+                    staged: 1,
+                },
+                "Don't launch because still more pending workers than staged bundles (2 >= 1)",
+            ),
+            (
+                Reason::MaxReached { jobs: 10, max: 10 },
+                "Don't launch because too many workers already (10 >= 10)",
+            ),
+            (
+                Reason::BelowMin { jobs: 0, min: 1 },
+                "Launch a worker because we are under the minimum (0 < 1)",
+            ),
+        ];
+        for (reason, line) in cases {
+            assert_eq!(upstream_line(&reason).as_deref(), Some(line));
+        }
+        assert_eq!(upstream_line(&Reason::NoStagedBundles), None);
+    }
     use rustc_hash::FxHashSet;
 
     fn known(uuids: &[&str]) -> FxHashSet<String> {
