@@ -48,12 +48,21 @@ pub fn layered(path: Option<&Path>, flags: Figment) -> Result<Figment> {
     Ok(figment.merge(flags))
 }
 
-/// Runs the manager until it is told to stop.
-pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<ExitCode> {
-    let figment = figment(&global, backend.as_ref())?;
+/// The settings the layers give, with every duration in its range.
+pub fn settings(figment: &Figment) -> Result<Settings> {
     let settings: Settings = figment
         .extract()
         .map_err(|e| anyhow!("invalid configuration: {e}"))?;
+    settings
+        .check_durations()
+        .map_err(|e| anyhow!("invalid configuration: {e}"))?;
+    Ok(settings)
+}
+
+/// Runs the manager until it is told to stop.
+pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<ExitCode> {
+    let figment = figment(&global, backend.as_ref())?;
+    let settings = settings(&figment)?;
     init_logging(settings.verbose, settings.log_format);
     let listener = match settings.listen {
         Some(addr) => Some(crate::http::bind(addr).await?),
@@ -124,7 +133,11 @@ pub fn manager_config(settings: &Settings, worker: WorkerOptions) -> ManagerConf
         search: settings.search.clone(),
         sleep_time: Duration::from_secs(settings.sleep_time),
         no_prefilter: settings.no_prefilter,
-        restart_after: settings.restart_after_seconds.map(Duration::from_secs),
+        // 0 is off, as upstream (`if args.restart_after_seconds and …`).
+        restart_after: settings
+            .restart_after_seconds
+            .filter(|s| *s > 0)
+            .map(Duration::from_secs),
         exit_after_num_failed: settings.exit_after_num_failed,
         dry_run: settings.dry_run,
         worker,
