@@ -194,3 +194,104 @@ async fn restart_after_seconds_0_is_off() {
     assert!(!text.contains("restarting"), "{text}");
     assert_eq!(text.matches("started worker manager").count(), 1, "{text}");
 }
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_worker_exiting_1_at_once_counts_as_failed() {
+    let server = FakeCodaLab::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let worker = script(
+        dir.path(),
+        "failing-worker.sh",
+        "echo 'cannot start'\nexit 1",
+    );
+    let state = dir.path().join("state");
+    let (status, log) = run_to_end(&mut manager(&[
+        "--server",
+        &server.url(),
+        "--sleep-time",
+        "1",
+        "--min-seconds-between-workers",
+        "0",
+        "--min-workers",
+        "1",
+        "--exit-after-num-failed",
+        "2",
+        "--worker-executable",
+        worker.to_str().unwrap(),
+        "local",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]));
+    assert_eq!(status.code(), Some(3), "{log}");
+    assert!(log.contains("exited with status 1 after"), "{log}");
+    assert!(log.contains("more than --exit-after-num-failed 2"), "{log}");
+    // Private state: the dir 0700, records and logs 0600; ended workers' files are pruned.
+    assert_eq!(mode(&state), 0o700);
+    let files: Vec<PathBuf> = std::fs::read_dir(&state)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let logs = files
+        .iter()
+        .filter(|f| f.extension() == Some("log".as_ref()));
+    assert!((1..=10).contains(&logs.clone().count()), "{files:?}");
+    for file in &files {
+        assert_eq!(mode(file), 0o600, "{}", file.display());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_manager_on_the_same_state_dir_is_refused() {
+    let server = FakeCodaLab::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let args = [
+        "--server",
+        &server.url(),
+        "--sleep-time",
+        "1",
+        "--min-workers",
+        "0",
+        "local",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ];
+    let (mut first, log) = spawn_logged(&mut manager(&args), dir.path(), "first");
+    wait_for_log(&log, "worker jobs (min=0, max=10)", 1);
+    let (second, second_log) = run_to_end(&mut manager(&args));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert_eq!(second.code(), Some(2), "{second_log}");
+    let holder = format!("in use by another manager (pid {}", first.id());
+    assert!(second_log.contains(&holder), "{second_log}");
+    // Once the first is gone, the dir is free again.
+    let (status, log) = run_to_end(&mut manager(
+        &[&args[..2], &["--once"], &args[2..]].concat(),
+    ));
+    assert!(status.success(), "{log}");
+}
+
+#[test]
+fn a_state_dir_others_may_write_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (status, log) = run_to_end(&mut manager(&[
+        "--server",
+        "http://127.0.0.1:9",
+        "--once",
+        "local",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]));
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(
+        log.contains("is writable by group or others (mode 0777)"),
+        "{log}"
+    );
+}
