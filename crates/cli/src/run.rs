@@ -421,18 +421,35 @@ pub fn init_logging(verbose: bool, format: LogFormat) {
     };
 }
 
-/// A watch channel that turns `true` on SIGINT or SIGTERM.
+/// Exit status on a second SIGINT (128 + 2, as a shell reports it).
+pub const EXIT_SECOND_SIGINT: u8 = 130;
+/// Exit status on a second SIGTERM (128 + 15).
+pub const EXIT_SECOND_SIGTERM: u8 = 143;
+
+/// A watch channel that turns `true` on the first SIGINT or SIGTERM (the manager cancels the
+/// step in flight and exits 0); a second signal exits at once with 130 (SIGINT) or 143
+/// (SIGTERM).
 pub fn shutdown_signal() -> Result<tokio::sync::watch::Receiver<bool>> {
     use tokio::signal::unix::{SignalKind, signal};
     let (sender, receiver) = tokio::sync::watch::channel(false);
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
     let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
     tokio::spawn(async move {
-        tokio::select! {
-            _ = interrupt.recv() => tracing::info!("SIGINT received; finishing the current step"),
-            _ = terminate.recv() => tracing::info!("SIGTERM received; finishing the current step"),
+        let mut first = true;
+        loop {
+            let (name, status) = tokio::select! {
+                _ = interrupt.recv() => ("SIGINT", EXIT_SECOND_SIGINT),
+                _ = terminate.recv() => ("SIGTERM", EXIT_SECOND_SIGTERM),
+            };
+            if !first {
+                tracing::warn!("second signal ({name}); exiting at once");
+                eprintln!("cl-worker-manager: second signal ({name}); exiting at once");
+                std::process::exit(i32::from(status));
+            }
+            first = false;
+            tracing::info!("{name} received; stopping (a second signal exits at once)");
+            let _ = sender.send(true);
         }
-        let _ = sender.send(true);
     });
     Ok(receiver)
 }

@@ -295,3 +295,111 @@ fn a_state_dir_others_may_write_is_refused() {
         "{log}"
     );
 }
+
+/// Waits (bounded: 60 s) until `path` exists.
+fn wait_for_file(path: &Path) {
+    for _ in 0..6000 {
+        if path.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("{} was never created", path.display());
+}
+
+/// A directory of fake Slurm commands (`squeue`, `sbatch` with the given bodies; each first
+/// creates `<dir>/<name>.started`) to put first on `PATH`.
+fn fake_slurm(dir: &Path, squeue: &str, sbatch: &str) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for (name, body) in [("squeue", squeue), ("sbatch", sbatch)] {
+        let started = bin.join(format!("{name}.started"));
+        script(
+            &bin,
+            name,
+            &format!("touch '{}'\n{body}", started.display()),
+        );
+    }
+    bin
+}
+
+/// The manager on `slurm-batch` with the fake commands of `bin` first on `PATH`, in `dir`.
+fn slurm_manager(server: &str, bin: &Path, dir: &Path, extra: &[&str]) -> Command {
+    let mut args = vec![
+        "--server",
+        server,
+        "--sleep-time",
+        "1",
+        "--min-seconds-between-workers",
+        "0",
+    ];
+    args.extend(extra);
+    args.extend(["slurm-batch", "--partition", "cpu", "--gpus", "0"]);
+    let mut command = manager(&args);
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    command.env("PATH", path).current_dir(dir);
+    command
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_squeue_times_out_and_the_loop_goes_on() {
+    let server = FakeCodaLab::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = fake_slurm(dir.path(), "exec sleep 600", "exit 1");
+    let mut command = slurm_manager(&server.url(), &bin, dir.path(), &["--min-workers", "0"]);
+    command.env("CODALAB_WM_SLURM_BATCH__COMMAND_TIMEOUT_SECONDS", "1");
+    let (mut child, log) = spawn_logged(&mut command, dir.path(), "manager");
+    // Two timeouts in a row: the first did not stop the loop.
+    let text = wait_for_log(&log, "did not finish within 1 s and was killed", 2);
+    kill(&child, "-TERM");
+    let status = exit_within(&mut child, Duration::from_secs(60), &log);
+    assert!(status.success(), "{status}");
+    assert!(
+        text.contains("`squeue` did not finish within 1 s"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_cancels_a_hanging_squeue_and_exits_0() {
+    let server = FakeCodaLab::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = fake_slurm(dir.path(), "exec sleep 600", "exit 1");
+    let mut command = slurm_manager(&server.url(), &bin, dir.path(), &["--min-workers", "0"]);
+    let (mut child, log) = spawn_logged(&mut command, dir.path(), "manager");
+    wait_for_file(&bin.join("squeue.started"));
+    kill(&child, "-TERM");
+    // The squeue would hang for 60 s (the default timeout) and the sleep for 600 s; the bound
+    // is far below both.
+    let status = exit_within(&mut child, Duration::from_secs(30), &log);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}: {text}");
+    assert!(text.contains("cancelling the current step"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigint_exits_at_once_with_130() {
+    let server = FakeCodaLab::start().await.unwrap();
+    server.set_bundles(vec![
+        codalab_wm_core::testing::fake_codalab::FakeBundle::new("alice", 1),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let bin = fake_slurm(dir.path(), "exit 0", "exec sleep 600");
+    let mut command = slurm_manager(&server.url(), &bin, dir.path(), &["--min-workers", "1"]);
+    let (mut child, log) = spawn_logged(&mut command, dir.path(), "manager");
+    wait_for_file(&bin.join("sbatch.started"));
+    kill(&child, "-INT");
+    wait_for_log(
+        &log,
+        "waiting up to 5 s for the worker job being submitted",
+        1,
+    );
+    kill(&child, "-INT");
+    let status = exit_within(&mut child, Duration::from_secs(30), &log);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(130), "{text}");
+    assert!(
+        text.contains("second signal (SIGINT); exiting at once"),
+        "{text}"
+    );
+}

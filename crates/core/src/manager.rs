@@ -34,7 +34,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 mod reconfigure;
+mod shutdown;
 pub use reconfigure::{Change, Reconfiguration};
+pub use shutdown::SUBMIT_GRACE;
 
 /// Everything the loop needs besides the server and the backend.
 #[derive(Debug, Clone)]
@@ -162,6 +164,8 @@ pub struct Manager {
     reloads: Option<mpsc::UnboundedReceiver<Reconfiguration>>,
     /// When the current tick started, for [`Status::last_tick_duration_seconds`].
     tick_started: Instant,
+    /// A submit in flight, a shutdown requested.
+    stop_flags: shutdown::StopFlags,
 }
 
 impl Manager {
@@ -217,6 +221,7 @@ impl Manager {
             status: watch::channel(Status::default()).0,
             reloads: None,
             tick_started: Instant::now(),
+            stop_flags: shutdown::StopFlags::default(),
         }
     }
 
@@ -396,7 +401,7 @@ impl Manager {
         for (index, decision) in decisions.iter().enumerate() {
             self.stop_stuck(index, decision, report).await;
             for _ in 0..decision.launches {
-                if !self.launch(index, report).await {
+                if self.stop_flags.stopping() || !self.launch(index, report).await {
                     break;
                 }
             }
@@ -465,7 +470,9 @@ impl Manager {
             worker: &runtime.pool.worker,
             dry_run,
         };
+        let submitting = shutdown::Submitting::new(&self.stop_flags.submitting);
         let result = runtime.pool.backend.start_worker_job(&request).await;
+        drop(submitting);
         let (outcome, go_on) = match result {
             Ok(job) => {
                 tracing::info!(pool = %pool_name, job = %job.id, backend = runtime.pool.backend.name(), dry_run, "started a worker job");
@@ -532,8 +539,9 @@ impl Manager {
         })
     }
 
-    /// Ticks every `sleep_time` until a shutdown is requested (`shutdown` turns `true`), one
-    /// tick ran with `once`, the restart time came, or an error is fatal.
+    /// Ticks every `sleep_time` until a shutdown is requested (`shutdown` turns `true`: the
+    /// tick in flight is cancelled, see [`SUBMIT_GRACE`]), one tick ran with `once`, the
+    /// restart time came, or an error is fatal.
     pub async fn run(
         &mut self,
         once: bool,
@@ -556,7 +564,10 @@ impl Manager {
                 );
                 return Ok(Outcome::Restart);
             }
-            let delay = match self.tick().await {
+            let Some(result) = self.tick_or_shutdown(&mut shutdown).await else {
+                return Ok(Outcome::Shutdown);
+            };
+            let delay = match result {
                 Ok(_) => {
                     if let Some(kind) = streak.take() {
                         tracing::info!(after = backoff.failures(), "recovered from: {kind}");
