@@ -15,7 +15,12 @@
 //! the last [`KEEP_ENDED`]. The state dir is private and locked by one manager
 //! ([`state_dir`]).
 
+mod record;
 mod state_dir;
+
+use record::{
+    Exit, WorkerRecord, is_alive, now_seconds, private_file, process_start_ticks, write_atomically,
+};
 
 use crate::backend::{JobState, LaunchRequest, WorkerBackend, WorkerJob};
 use crate::bundle::WorkerShape;
@@ -23,9 +28,8 @@ use crate::error::{Error, Result};
 use crate::secret::Credentials;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -65,48 +69,6 @@ fn default_state_dir() -> PathBuf {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
         .unwrap_or_else(std::env::temp_dir);
     base.join("codalab-wm/local")
-}
-
-/// What is recorded about a started worker.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct WorkerRecord {
-    worker_id: String,
-    pid: u32,
-    /// Field 22 of `/proc/<pid>/stat` when the worker started.
-    start_ticks: u64,
-    /// Seconds since the epoch.
-    started_at: u64,
-    argv: Vec<String>,
-    /// The manager asked the worker to stop (`stop_worker_job`): its end is not a failure.
-    #[serde(default)]
-    stopped: bool,
-    /// How the worker ended, when the manager that started it saw it end.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    exit: Option<Exit>,
-}
-
-/// How a worker process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct Exit {
-    /// Its exit code, when it exited.
-    code: Option<i32>,
-    /// The signal that killed it, when one did.
-    signal: Option<i32>,
-    /// Seconds it ran.
-    after_seconds: u64,
-}
-
-impl WorkerRecord {
-    /// Why the worker counts as failed, when it does: it ended on its own, not with status 0.
-    fn failure(&self) -> Option<String> {
-        let exit = self.exit.filter(|e| !self.stopped && e.code != Some(0))?;
-        let how = match (exit.code, exit.signal) {
-            (Some(code), _) => format!("exited with status {code}"),
-            (None, Some(signal)) => format!("killed by signal {signal}"),
-            (None, None) => "ended abnormally".to_owned(),
-        };
-        Some(format!("{how} after {} s", exit.after_seconds))
-    }
 }
 
 /// Runs `cl-worker` processes on this machine.
@@ -371,46 +333,6 @@ impl WorkerBackend for LocalBackend {
     }
 }
 
-/// Whether the worker of `record` runs: its pid is alive with the recorded start time.
-fn is_alive(record: &WorkerRecord) -> bool {
-    process_start_ticks(record.pid) == Some(record.start_ticks)
-}
-
-/// The start time (field 22 of `/proc/<pid>/stat`) of a live, non-zombie process.
-fn process_start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    if matches!(fields.first(), Some(&"Z") | Some(&"X") | None) {
-        return None;
-    }
-    fields.get(19)?.parse().ok()
-}
-
-fn now_seconds() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs()
-}
-
-/// Creates (or truncates) `path`, readable and writable by this user only.
-fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("json.tmp");
-    private_file(&tmp)?.write_all(bytes)?;
-    std::fs::rename(tmp, path)
-}
-
 fn shell_join(argv: &[String]) -> String {
     argv.iter()
         .map(|a| {
@@ -432,6 +354,7 @@ mod tests {
     use super::*;
     use crate::command::WorkerOptions;
     use crate::secret::Secret;
+    use std::path::Path;
 
     fn backend(dir: &Path) -> LocalBackend {
         let config = LocalConfig {

@@ -44,6 +44,13 @@ impl Drop for Submitting<'_> {
     }
 }
 
+/// Resolves when a shutdown is requested; never when no one can request one any more.
+async fn requested(shutdown: &mut watch::Receiver<bool>) {
+    if shutdown.wait_for(|stop| *stop).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 impl Manager {
     /// One tick, unless a shutdown is requested first: then `None` once the tick is cancelled
     /// (or a submit in flight has finished, within [`SUBMIT_GRACE`]).
@@ -56,7 +63,7 @@ impl Manager {
         tokio::pin!(tick);
         tokio::select! {
             result = &mut tick => return Some(result),
-            _ = shutdown.wait_for(|stop| *stop) => {}
+            () = requested(shutdown) => {}
         }
         flags.stopping.store(true, Ordering::SeqCst);
         if !flags.submitting.load(Ordering::SeqCst) {
