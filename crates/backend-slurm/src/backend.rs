@@ -66,7 +66,8 @@ impl SlurmBackend {
     async fn run(&self, operation: &'static str, invocation: Invocation) -> Result<Output> {
         self.calls.add();
         let program = invocation.program().to_owned();
-        let output = self.transport.run(operation, invocation).await?;
+        let timeout = std::time::Duration::from_secs(self.settings.config.command_timeout_seconds);
+        let output = self.transport.run(operation, invocation, timeout).await?;
         if !output.success() {
             return Err(command_failed(
                 operation,

@@ -57,7 +57,13 @@ pub struct SlurmConfig {
     /// `--ssh-known-hosts PATH`: the known_hosts file the host key is checked against;
     /// `~/.ssh/known_hosts` when unset. An unknown or changed host key is refused.
     pub ssh_known_hosts: Option<PathBuf>,
+    /// Seconds a Slurm command (`squeue`, `sbatch`, `scancel` …) may run before it is killed
+    /// and the step retried on a later tick (1 to 3600; over SSH each call has a 60 s limit).
+    pub command_timeout_seconds: u64,
 }
+
+/// The longest `command_timeout_seconds` allowed.
+pub const MAX_COMMAND_TIMEOUT_SECONDS: u64 = 3600;
 
 impl Default for SlurmConfig {
     fn default() -> Self {
@@ -80,6 +86,7 @@ impl Default for SlurmConfig {
             ssh_user: None,
             ssh_key: None,
             ssh_known_hosts: None,
+            command_timeout_seconds: crate::transport::DEFAULT_TIMEOUT.as_secs(),
         }
     }
 }
@@ -227,6 +234,11 @@ impl SlurmConfig {
         }
         if self.memory_mb == 0 {
             return Err(invalid("memory_mb", "0", "must be at least 1"));
+        }
+        if !(1..=MAX_COMMAND_TIMEOUT_SECONDS).contains(&self.command_timeout_seconds) {
+            let value = self.command_timeout_seconds.to_string();
+            let why = format!("must be between 1 and {MAX_COMMAND_TIMEOUT_SECONDS} seconds");
+            return Err(invalid("command_timeout_seconds", &value, &why));
         }
         check_word("slurm_work_dir", &self.slurm_work_dir.to_string_lossy())?;
         if let Some(file) = &self.password_file {

@@ -1,6 +1,10 @@
 //! Where Slurm commands run: as a child process here ([`Transport::Local`]) or on a login node
 //! over one reused SSH session ([`Transport::Ssh`]). Both run the same argv; the backend does
 //! not know which one it has.
+//!
+//! Every command has a deadline: a local command still running after `timeout` is killed and
+//! reported as a temporary error naming it (a hung `squeue` must not stop the manager's loop);
+//! over SSH every blocking call has the session's own timeout (see [`crate::ssh`]).
 
 use crate::error::transport_failed;
 use crate::ssh::SshTransport;
@@ -9,7 +13,11 @@ use codalab_wm_core::secret::Secret;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 use tokio::io::AsyncWriteExt;
+
+/// How long a Slurm command may run by default (`command_timeout_seconds`).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One command to run.
 #[derive(Debug, Clone, Default)]
@@ -80,15 +88,33 @@ pub enum Transport {
 }
 
 impl Transport {
-    /// Runs `invocation` for `operation` (used in error messages).
-    pub async fn run(&self, operation: &'static str, invocation: Invocation) -> Result<Output> {
+    /// Runs `invocation` for `operation` (used in error messages); a local command is killed
+    /// after `timeout`.
+    pub async fn run(
+        &self,
+        operation: &'static str,
+        invocation: Invocation,
+        timeout: Duration,
+    ) -> Result<Output> {
         match self {
-            Transport::Local => run_local(operation, invocation).await,
+            Transport::Local => {
+                let program = invocation.program().to_owned();
+                tokio::time::timeout(timeout, run_local(operation, invocation))
+                    .await
+                    .unwrap_or_else(|_| {
+                        let message = format!(
+                            "`{program}` did not finish within {} s and was killed (command_timeout_seconds)",
+                            timeout.as_secs_f64()
+                        );
+                        Err(transport_failed(operation, message, true, None))
+                    })
+            }
             Transport::Ssh(ssh) => ssh.run(operation, invocation).await,
         }
     }
 }
 
+/// Runs `invocation` as a child process; dropping the future kills the child.
 async fn run_local(operation: &'static str, invocation: Invocation) -> Result<Output> {
     let program = invocation.program().to_owned();
     let mut command = tokio::process::Command::new(&program);
@@ -166,7 +192,10 @@ mod tests {
         invocation
             .secret_env
             .push(("PW".into(), Secret::new("s3cret")));
-        let output = Transport::Local.run("test", invocation).await.unwrap();
+        let output = Transport::Local
+            .run("test", invocation, DEFAULT_TIMEOUT)
+            .await
+            .unwrap();
         assert!(output.success());
         assert_eq!(
             (output.stdout.as_str(), output.stderr.as_str()),
@@ -175,10 +204,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_hanging_squeue_times_out_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let squeue = dir.path().join("squeue");
+        std::fs::write(&squeue, "#!/bin/sh\nexec sleep 600\n").unwrap();
+        std::fs::set_permissions(&squeue, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let invocation = Invocation::new(vec![squeue.display().to_string()]);
+        let err = Transport::Local
+            .run("list worker jobs", invocation, Duration::from_millis(300))
+            .await
+            .unwrap_err();
+        assert!(err.is_temporary());
+        let message = err.to_string();
+        assert!(
+            message.contains("squeue` did not finish within 0.3 s"),
+            "{message}"
+        );
+        assert!(message.contains("list worker jobs"), "{message}");
+    }
+
+    #[tokio::test]
     async fn a_missing_program_is_a_permanent_error() {
         let invocation = Invocation::new(vec!["/nonexistent/sbatch".into()]);
         let err = Transport::Local
-            .run("submit a worker job", invocation)
+            .run("submit a worker job", invocation, DEFAULT_TIMEOUT)
             .await
             .unwrap_err();
         assert!(!err.is_temporary());

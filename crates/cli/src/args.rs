@@ -123,7 +123,7 @@ pub struct GlobalArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sleep_time: Option<u64>,
 
-    /// Restart the worker manager after this many seconds have passed since launch
+    /// Restart the worker manager after this many seconds have passed since launch (0: never)
     #[arg(long = "restart-after-seconds")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restart_after_seconds: Option<u64>,

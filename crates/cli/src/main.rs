@@ -41,7 +41,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    let result = runtime.block_on(dispatch(cli));
+    // Blocking calls still running (an SSH command) are not waited for.
+    runtime.shutdown_background();
+    match result {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error:#}");

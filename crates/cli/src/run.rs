@@ -58,12 +58,21 @@ pub fn layered(path: Option<&Path>, flags: Figment) -> Result<Figment> {
     Ok(figment.merge(flags))
 }
 
-/// Runs the manager until it is told to stop.
-pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<ExitCode> {
-    let figment = figment(&global, backend.as_ref())?;
+/// The settings the layers give, with every duration in its range.
+pub fn settings(figment: &Figment) -> Result<Settings> {
     let settings: Settings = figment
         .extract()
         .map_err(|e| crate::diagnose::settings_error(e, None))?;
+    settings
+        .check_durations()
+        .map_err(|e| anyhow!("invalid configuration: {e}"))?;
+    Ok(settings)
+}
+
+/// Runs the manager until it is told to stop.
+pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<ExitCode> {
+    let figment = figment(&global, backend.as_ref())?;
+    let settings = settings(&figment)?;
     init_logging(settings.verbose, settings.log_format);
     let listener = match settings.listen {
         Some(addr) => Some(crate::http::bind(addr).await?),
@@ -161,7 +170,11 @@ pub fn manager_config(settings: &Settings, worker: WorkerOptions) -> ManagerConf
         search: settings.search.clone(),
         sleep_time: Duration::from_secs(settings.sleep_time),
         no_prefilter: settings.no_prefilter,
-        restart_after: settings.restart_after_seconds.map(Duration::from_secs),
+        // 0 is off, as upstream (`if args.restart_after_seconds and …`).
+        restart_after: settings
+            .restart_after_seconds
+            .filter(|s| *s > 0)
+            .map(Duration::from_secs),
         exit_after_num_failed: settings.exit_after_num_failed,
         dry_run: settings.dry_run,
         worker,
@@ -470,18 +483,35 @@ pub fn init_logging(verbose: bool, format: LogFormat) {
     };
 }
 
-/// A watch channel that turns `true` on SIGINT or SIGTERM.
+/// Exit status on a second SIGINT (128 + 2, as a shell reports it).
+pub const EXIT_SECOND_SIGINT: u8 = 130;
+/// Exit status on a second SIGTERM (128 + 15).
+pub const EXIT_SECOND_SIGTERM: u8 = 143;
+
+/// A watch channel that turns `true` on the first SIGINT or SIGTERM (the manager cancels the
+/// step in flight and exits 0); a second signal exits at once with 130 (SIGINT) or 143
+/// (SIGTERM).
 pub fn shutdown_signal() -> Result<tokio::sync::watch::Receiver<bool>> {
     use tokio::signal::unix::{SignalKind, signal};
     let (sender, receiver) = tokio::sync::watch::channel(false);
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
     let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
     tokio::spawn(async move {
-        tokio::select! {
-            _ = interrupt.recv() => tracing::info!("SIGINT received; finishing the current step"),
-            _ = terminate.recv() => tracing::info!("SIGTERM received; finishing the current step"),
+        let mut first = true;
+        loop {
+            let (name, status) = tokio::select! {
+                _ = interrupt.recv() => ("SIGINT", EXIT_SECOND_SIGINT),
+                _ = terminate.recv() => ("SIGTERM", EXIT_SECOND_SIGTERM),
+            };
+            if !first {
+                tracing::warn!("second signal ({name}); exiting at once");
+                eprintln!("cl-worker-manager: second signal ({name}); exiting at once");
+                std::process::exit(i32::from(status));
+            }
+            first = false;
+            tracing::info!("{name} received; stopping (a second signal exits at once)");
+            let _ = sender.send(true);
         }
-        let _ = sender.send(true);
     });
     Ok(receiver)
 }

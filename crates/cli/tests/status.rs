@@ -350,8 +350,12 @@ async fn a_dry_tick_shows_what_one_tick_would_do_and_submits_nothing() {
         stdout.contains("decision  launch 1 (demand 1): want_workers (staged=1)"),
         "{stdout}"
     );
+    // Nothing but the state dir's lock file: no worker record, no log.
     assert!(
-        !state.exists() || std::fs::read_dir(&state).unwrap().next().is_none(),
+        !state.exists()
+            || std::fs::read_dir(&state)
+                .unwrap()
+                .all(|e| e.unwrap().file_name() == "lock"),
         "a dry tick starts no worker"
     );
 

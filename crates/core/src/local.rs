@@ -6,6 +6,21 @@
 //! manager started later lists the workers whose pid is alive *and* has the recorded start
 //! time, so a recycled pid is never taken for a worker. Credentials reach the worker through
 //! `CODALAB_USERNAME`/`CODALAB_PASSWORD` in its environment, as upstream passes them.
+//!
+//! The manager reaps its own workers and records how each ended in its record: one that exits
+//! non-zero, or is killed by a signal it did not send, is [`JobState::Failed`] (so it counts
+//! toward `--exit-after-num-failed` and backs a target-mode pool off). A worker adopted from an
+//! earlier manager is not this process's child: its exit status cannot be read, and its end
+//! is reported as [`JobState::Ended`]. Records and logs of ended workers are pruned, keeping
+//! the last [`KEEP_ENDED`]. The state dir is private and locked by one manager
+//! ([`state_dir`]).
+
+mod record;
+mod state_dir;
+
+use record::{
+    Exit, WorkerRecord, is_alive, now_seconds, private_file, process_start_ticks, write_atomically,
+};
 
 use crate::backend::{JobState, LaunchRequest, WorkerBackend, WorkerJob};
 use crate::bundle::WorkerShape;
@@ -13,14 +28,15 @@ use crate::error::{Error, Result};
 use crate::secret::Credentials;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 const NAME: &str = "local";
-/// Records of ended workers kept for inspection; older ones are removed.
-const KEEP_ENDED: usize = 50;
+/// Records and logs of ended workers kept for inspection; older ones are removed.
+pub const KEEP_ENDED: usize = 10;
 
 /// Settings of the local backend (`[local]` in the config file).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,42 +71,30 @@ fn default_state_dir() -> PathBuf {
     base.join("codalab-wm/local")
 }
 
-/// What is recorded about a started worker.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct WorkerRecord {
-    worker_id: String,
-    pid: u32,
-    /// Field 22 of `/proc/<pid>/stat` when the worker started.
-    start_ticks: u64,
-    /// Seconds since the epoch.
-    started_at: u64,
-    argv: Vec<String>,
-}
-
 /// Runs `cl-worker` processes on this machine.
 #[derive(Debug)]
 pub struct LocalBackend {
     config: LocalConfig,
     credentials: Credentials,
     username: String,
-    children: Mutex<HashMap<u32, std::process::Child>>,
+    /// This process's workers, by worker id, until reaped.
+    children: Mutex<HashMap<String, std::process::Child>>,
+    /// The exclusive hold on the state dir, for as long as the backend lives.
+    _lock: Arc<state_dir::StateLock>,
 }
 
 impl LocalBackend {
-    /// A local backend; creates the state directory.
+    /// A local backend; creates the state directory (0700) and locks it: a state dir that
+    /// group or others may write, or that another manager holds, is refused.
     pub fn new(config: LocalConfig, credentials: Credentials) -> Result<Self> {
-        std::fs::create_dir_all(&config.state_dir).map_err(|e| {
-            Error::InvalidConfig(format!(
-                "cannot create local state dir {}: {e}",
-                config.state_dir.display()
-            ))
-        })?;
+        let lock = state_dir::prepare(&config.state_dir)?;
         let username = credentials.username.clone();
         Ok(Self {
             config,
             credentials,
             username,
             children: Mutex::new(HashMap::new()),
+            _lock: lock,
         })
     }
 
@@ -98,10 +102,60 @@ impl LocalBackend {
         self.config.state_dir.join(format!("{worker_id}.json"))
     }
 
-    /// Reaps children of this process that exited, so they do not linger as zombies.
-    fn reap(&self) {
+    fn log_path(&self, worker_id: &str) -> PathBuf {
+        self.config.state_dir.join(format!("{worker_id}.log"))
+    }
+
+    fn read_record(&self, worker_id: &str) -> std::io::Result<WorkerRecord> {
+        let bytes = std::fs::read(self.record_path(worker_id))?;
+        serde_json::from_slice(&bytes).map_err(std::io::Error::other)
+    }
+
+    fn write_record(&self, record: &WorkerRecord) -> std::io::Result<()> {
+        let json = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
+        write_atomically(&self.record_path(&record.worker_id), &json)
+    }
+
+    /// Reaps children of this process that exited, so they do not linger as zombies, and
+    /// records how each ended; returns those ends by worker id.
+    fn reap(&self) -> HashMap<String, Exit> {
         let mut children = self.children.lock().unwrap_or_else(|p| p.into_inner());
-        children.retain(|_, child| matches!(child.try_wait(), Ok(None)));
+        let mut ended = Vec::new();
+        children.retain(|id, child| match child.try_wait() {
+            Ok(None) => true,
+            Ok(Some(status)) => {
+                ended.push((id.clone(), status));
+                false
+            }
+            Err(_) => false,
+        });
+        drop(children);
+        let mut exits = HashMap::new();
+        for (worker_id, status) in ended {
+            let Ok(mut record) = self.read_record(&worker_id) else {
+                continue;
+            };
+            let exit = Exit {
+                code: status.code(),
+                signal: status.signal(),
+                after_seconds: now_seconds().saturating_sub(record.started_at),
+            };
+            record.exit = Some(exit);
+            if let Err(e) = self.write_record(&record) {
+                tracing::warn!(worker = %worker_id, error = %e, "cannot record how a local worker ended");
+            }
+            exits.insert(worker_id, exit);
+        }
+        exits
+    }
+
+    /// Removes the records and logs of ended workers but the last [`KEEP_ENDED`].
+    fn prune(&self, jobs: &[WorkerJob]) {
+        let ended: Vec<&WorkerJob> = jobs.iter().filter(|j| j.state.is_finished()).collect();
+        for job in ended.iter().take(ended.len().saturating_sub(KEEP_ENDED)) {
+            let _ = std::fs::remove_file(self.record_path(&job.id));
+            let _ = std::fs::remove_file(self.log_path(&job.id));
+        }
     }
 
     fn records(&self) -> Result<Vec<WorkerRecord>> {
@@ -132,19 +186,25 @@ impl LocalBackend {
         Ok(records)
     }
 
-    fn job_of(record: &WorkerRecord) -> WorkerJob {
-        let alive = process_start_ticks(record.pid) == Some(record.start_ticks);
+    /// The job of `record`, whose process was `alive` when last looked at.
+    fn job_of(&self, record: &WorkerRecord, alive: bool) -> WorkerJob {
+        let failure = (!alive).then(|| record.failure()).flatten();
+        let state = match (alive, &failure) {
+            (true, _) => JobState::Active,
+            (false, Some(_)) => JobState::Failed,
+            (false, None) => JobState::Ended,
+        };
+        let reason = failure.map(|f| {
+            let log = self.log_path(&record.worker_id);
+            format!("{f}; its output is in {}", log.display())
+        });
         WorkerJob {
             id: record.worker_id.clone(),
             name: format!("pid {}", record.pid),
-            state: if alive {
-                JobState::Active
-            } else {
-                JobState::Ended
-            },
+            state,
             submitted_at: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(record.started_at)),
             shape: None,
-            reason: None,
+            reason,
         }
     }
 }
@@ -160,13 +220,20 @@ impl WorkerBackend for LocalBackend {
     }
 
     async fn get_worker_jobs(&self) -> Result<Vec<WorkerJob>> {
-        self.reap();
-        let records = self.records()?;
-        let jobs: Vec<WorkerJob> = records.iter().map(Self::job_of).collect();
-        let ended: Vec<&WorkerJob> = jobs.iter().filter(|j| j.state == JobState::Ended).collect();
-        for job in ended.iter().take(ended.len().saturating_sub(KEEP_ENDED)) {
-            let _ = std::fs::remove_file(self.record_path(&job.id));
+        let mut records = self.records()?;
+        // Liveness first, then reaping: a worker dead at the first look is reaped and its
+        // exit status known at the second.
+        let alive: Vec<bool> = records.iter().map(is_alive).collect();
+        let exits = self.reap();
+        for record in &mut records {
+            if let Some(exit) = exits.get(&record.worker_id) {
+                record.exit = Some(*exit);
+            }
         }
+        let jobs: Vec<WorkerJob> = (records.iter().zip(alive))
+            .map(|(record, alive)| self.job_of(record, alive))
+            .collect();
+        self.prune(&jobs);
         Ok(jobs)
     }
 
@@ -188,11 +255,11 @@ impl WorkerBackend for LocalBackend {
                 JobState::Ended,
             ));
         }
-        let log_path = self.config.state_dir.join(format!("{worker_id}.log"));
+        let log_path = self.log_path(worker_id);
         let fail = |what: &str, e: std::io::Error| {
             Error::backend(NAME, "start a worker job", format!("{what}: {e}"))
         };
-        let log = std::fs::File::create(&log_path)
+        let log = private_file(&log_path)
             .map_err(|e| fail(&format!("creating {}", log_path.display()), e))?;
         let log_err = log
             .try_clone()
@@ -212,26 +279,26 @@ impl WorkerBackend for LocalBackend {
             .map_err(|e| fail(&format!("running `{}`", argv[0]), e))?;
         let pid = child.id();
         let start_ticks = process_start_ticks(pid).unwrap_or_default();
-        let started_at = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
         let record = WorkerRecord {
             worker_id: worker_id.to_owned(),
             pid,
             start_ticks,
-            started_at,
+            started_at: now_seconds(),
             argv,
+            stopped: false,
+            exit: None,
         };
-        let json = serde_json::to_vec_pretty(&record)
-            .map_err(|e| Error::backend(NAME, "start a worker job", e.to_string()))?;
-        write_atomically(&self.record_path(worker_id), &json)
-            .map_err(|e| fail("writing the worker record", e))?;
         self.children
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(pid, child);
-        Ok(Self::job_of(&record))
+            .insert(worker_id.to_owned(), child);
+        self.write_record(&record)
+            .map_err(|e| fail("writing the worker record", e))?;
+        // Started: active even if it already ended (the next listing tells how it ended).
+        Ok(WorkerJob {
+            state: JobState::Active,
+            ..self.job_of(&record, true)
+        })
     }
 
     fn job_output(&self, job: &WorkerJob) -> Option<String> {
@@ -240,22 +307,19 @@ impl WorkerBackend for LocalBackend {
     }
 
     async fn stop_worker_job(&self, job: &WorkerJob) -> Result<()> {
-        let bytes = std::fs::read(self.record_path(&job.id)).map_err(|e| {
+        let mut record = self.read_record(&job.id).map_err(|e| {
             Error::backend(
                 NAME,
                 "stop a worker job",
-                format!("no record of worker {}: {e}", job.id),
+                format!("no readable record of worker {}: {e}", job.id),
             )
         })?;
-        let record: WorkerRecord = serde_json::from_slice(&bytes).map_err(|e| {
-            Error::backend(
-                NAME,
-                "stop a worker job",
-                format!("record of {}: {e}", job.id),
-            )
-        })?;
-        if process_start_ticks(record.pid) != Some(record.start_ticks) {
+        if !is_alive(&record) {
             return Ok(());
+        }
+        record.stopped = true;
+        if let Err(e) = self.write_record(&record) {
+            tracing::warn!(worker = %job.id, error = %e, "cannot note the stop in the worker record");
         }
         // The worker leads its own process group: signal the whole group.
         let status = tokio::process::Command::new("kill")
@@ -272,23 +336,6 @@ impl WorkerBackend for LocalBackend {
         }
         Ok(())
     }
-}
-
-/// The start time (field 22 of `/proc/<pid>/stat`) of a live, non-zombie process.
-fn process_start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    if matches!(fields.first(), Some(&"Z") | Some(&"X") | None) {
-        return None;
-    }
-    fields.get(19)?.parse().ok()
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(tmp, path)
 }
 
 fn shell_join(argv: &[String]) -> String {
@@ -312,6 +359,7 @@ mod tests {
     use super::*;
     use crate::command::WorkerOptions;
     use crate::secret::Secret;
+    use std::path::Path;
 
     fn backend(dir: &Path) -> LocalBackend {
         let config = LocalConfig {
@@ -408,6 +456,8 @@ mod tests {
             start_ticks: 1,
             started_at: 0,
             argv: vec![],
+            stopped: false,
+            exit: None,
         };
         std::fs::write(
             dir.path().join("old.json"),
@@ -458,6 +508,70 @@ mod tests {
             "{err}"
         );
         assert!(!err.is_temporary());
+    }
+
+    /// Lists until no worker is active (bounded: 10 s).
+    async fn list_when_all_ended(backend: &LocalBackend) -> Vec<WorkerJob> {
+        for _ in 0..500 {
+            let jobs = backend.get_worker_jobs().await.unwrap();
+            if jobs.iter().all(|j| j.state.is_finished()) {
+                return jobs;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("workers still running");
+    }
+
+    #[tokio::test]
+    async fn a_worker_exiting_non_zero_is_failed_and_ended_ones_are_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let failing = dir.path().join("failing.sh");
+        std::fs::write(&failing, "#!/bin/sh\necho oops\nexit 1\n").unwrap();
+        std::fs::set_permissions(
+            &failing,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let state = dir.path().join("state");
+        let backend = backend(&state);
+        let worker = WorkerOptions {
+            executable: failing.display().to_string(),
+            ..Default::default()
+        };
+        for i in 0..KEEP_ENDED + 3 {
+            let unique = format!("w{i:02}");
+            let request = LaunchRequest {
+                unique: &unique,
+                worker: &worker,
+                dry_run: false,
+            };
+            backend.start_worker_job(&request).await.unwrap();
+        }
+        let jobs = list_when_all_ended(&backend).await;
+        assert!(jobs.iter().all(|j| j.state == JobState::Failed), "{jobs:?}");
+        let reason = jobs[0].reason.as_deref().unwrap();
+        assert!(
+            reason.starts_with("exited with status 1 after "),
+            "{reason}"
+        );
+        assert!(reason.contains(".log"), "{reason}");
+        let files: Vec<String> = std::fs::read_dir(&state)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        let count = |ext: &str| files.iter().filter(|f| f.ends_with(ext)).count();
+        assert_eq!(
+            (count(".json"), count(".log")),
+            (KEEP_ENDED, KEEP_ENDED),
+            "{files:?}"
+        );
+        let log = state.join(format!("w{:02}.log", KEEP_ENDED + 2));
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "oops\n");
+        let mode = std::fs::metadata(&log).unwrap().permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o600
+        );
     }
 
     #[test]

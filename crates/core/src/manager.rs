@@ -34,8 +34,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 mod reconfigure;
+mod shutdown;
 mod streak;
 pub use reconfigure::{Change, Reconfiguration};
+pub use shutdown::SUBMIT_GRACE;
 
 /// Everything the loop needs besides the server and the backend.
 #[derive(Debug, Clone)]
@@ -168,6 +170,8 @@ pub struct Manager {
     tick_started: Instant,
     /// Called once the server answered and took the credentials ([`Manager::on_ready`]).
     on_ready: Option<ReadyHook>,
+    /// A submit in flight, a shutdown requested.
+    stop_flags: shutdown::StopFlags,
 }
 
 /// What [`Manager::on_ready`] runs.
@@ -233,6 +237,7 @@ impl Manager {
             status: watch::channel(Status::default()).0,
             reloads: None,
             tick_started: Instant::now(),
+            stop_flags: shutdown::StopFlags::default(),
         }
     }
 
@@ -424,7 +429,7 @@ impl Manager {
         for (index, decision) in decisions.iter().enumerate() {
             self.stop_stuck(index, decision, report).await;
             for _ in 0..decision.launches {
-                if !self.launch(index, report).await {
+                if self.stop_flags.stopping() || !self.launch(index, report).await {
                     break;
                 }
             }
@@ -493,7 +498,9 @@ impl Manager {
             worker: &runtime.pool.worker,
             dry_run,
         };
+        let submitting = shutdown::Submitting::new(&self.stop_flags.submitting);
         let result = runtime.pool.backend.start_worker_job(&request).await;
+        drop(submitting);
         let (outcome, go_on) = match result {
             Ok(job) => {
                 let output = runtime.pool.backend.job_output(&job);
@@ -561,8 +568,9 @@ impl Manager {
         })
     }
 
-    /// Ticks every `sleep_time` until a shutdown is requested (`shutdown` turns `true`), one
-    /// tick ran with `once`, the restart time came, or an error is fatal.
+    /// Ticks every `sleep_time` until a shutdown is requested (`shutdown` turns `true`: the
+    /// tick in flight is cancelled, see [`SUBMIT_GRACE`]), one tick ran with `once`, the
+    /// restart time came, or an error is fatal.
     pub async fn run(
         &mut self,
         once: bool,
@@ -585,8 +593,11 @@ impl Manager {
                 );
                 return Ok(Outcome::Restart);
             }
+            let Some(result) = self.tick_or_shutdown(&mut shutdown).await else {
+                return Ok(Outcome::Shutdown);
+            };
             let mut launch_errors = 0;
-            let delay = match self.tick().await {
+            let delay = match result {
                 Ok(report) => {
                     launch_errors = report.launch_errors.len();
                     if let Some((after, kind)) = streak.success(Instant::now()) {

@@ -74,9 +74,7 @@ pub struct Row {
 /// Runs `cl-worker-manager down`.
 pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     let figment = run::figment(&global, args.backend.as_ref())?;
-    let settings: Settings = figment
-        .extract()
-        .map_err(|e| crate::diagnose::settings_error(e, None))?;
+    let settings = crate::run::settings(&figment)?;
     run::init_logging(settings.verbose, settings.log_format);
     let pools = backends(args.backend, figment, &settings).await?;
     let wait = Duration::from_secs(args.wait_seconds);

@@ -120,9 +120,7 @@ pub struct Args {
 
 /// Runs `cl-worker-manager simulate`.
 pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
-    let settings: Settings = crate::run::figment(&global, None)?
-        .extract()
-        .map_err(|e| anyhow!("invalid configuration: {e}"))?;
+    let settings = crate::run::settings(&crate::run::figment(&global, None)?)?;
     let mut policies = policies(&settings, args.backend.as_deref())?;
     for change in &args.set {
         apply(&mut policies, change)?;

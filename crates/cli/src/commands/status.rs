@@ -65,9 +65,7 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
         dry_tick(args.backend, &global).await?
     } else {
         let figment = run::figment(&global, None)?;
-        let settings: Settings = figment
-            .extract()
-            .map_err(|e| anyhow!("invalid configuration: {e}"))?;
+        let settings = crate::run::settings(&figment)?;
         fetch(&base_url(args.url, &settings)?).await?
     };
     if args.json {

@@ -330,6 +330,10 @@ impl Checker<'_> {
                 ),
             );
         }
+        if let Err(message) = settings.check_durations() {
+            let line = self.mentioned_line(place, &message);
+            self.push(line, Kind::Invalid, message);
+        }
         if let Some(name) = &settings.backend {
             let line = self.key_line(place, "backend");
             self.backend_name(name, line, "backend");
@@ -681,6 +685,10 @@ impl Checker<'_> {
                 .and_then(Value::as_u64)
                 .unwrap_or(2048),
         );
+        if let Err(message) = entry.check_durations() {
+            let line = self.mentioned_line(place, &message);
+            self.push(line, Kind::Invalid, message);
+        }
         if let Err(message) = entry.policy(settings, shape).validate() {
             let line = self.mentioned_line(place, &message);
             self.push(line, Kind::Invalid, message);

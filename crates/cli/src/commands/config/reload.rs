@@ -145,9 +145,7 @@ impl Reloader {
             bail!("no --config file to reload");
         };
         let figment = crate::run::layered(Some(path), self.flags.clone())?;
-        let settings: Settings = figment
-            .extract()
-            .map_err(|e| crate::diagnose::settings_error(e, None))?;
+        let settings = crate::run::settings(&figment)?;
         fixed_settings(&self.current, &settings)?;
         let config =
             crate::run::manager_config(&settings, settings.worker.for_server(&settings.server));

@@ -318,6 +318,11 @@ pub const EXTRA_DOCS: &[(&str, &str, &str)] = &[
         "File with the CodaLab user name and password passed to every worker (set from the global password_file when unset); must be readable on the compute nodes",
     ),
     (
+        "slurm_batch",
+        "command_timeout_seconds",
+        "Seconds a Slurm command (squeue, sbatch, scancel) may run before it is killed and the step retried [default: 60]",
+    ),
+    (
         "azure_batch",
         "worker_image",
         "Worker image [default: codalab/worker:<CODALAB_VERSION or latest>]",
