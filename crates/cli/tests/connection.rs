@@ -58,7 +58,7 @@ fn an_unreachable_server_keeps_being_reported_at_warn_with_count_and_url() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("http://127.0.0.1:{}", closed_port());
     let log = dir.path().join("stderr.log");
-    let extra = ["--min-workers", "0", "--sleep-time", "0"];
+    let extra = ["--min-workers", "0", "--sleep-time", "1"];
     let mut child = manager(&url, &dir.path().join("state"), &extra)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
