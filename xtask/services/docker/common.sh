@@ -4,7 +4,7 @@
 # touches a system dockerd or /var/lib/docker. Clients use DOCKER_HOST=unix://$SOCK.
 set -euo pipefail
 : "${SERVICES_DIR:=$PWD/.services}"
-DIR=$SERVICES_DIR/docker
+DIR=$(realpath -m "$SERVICES_DIR/docker")  # one name for one engine, through symlinks too
 SOCK=$DIR/docker.sock
 PIDFILE=$DIR/dockerd.pid
 LOGFILE=$DIR/dockerd.log
