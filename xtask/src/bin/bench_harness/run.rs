@@ -80,7 +80,7 @@ fn work_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
-fn peer_python() -> Option<PathBuf> {
+pub fn peer_python() -> Option<PathBuf> {
     let python = repo_root().join(".services/codalab/venv/bin/python");
     python.exists().then_some(python)
 }
@@ -136,6 +136,7 @@ pub fn run(args: &[String]) -> Result<()> {
     peer_backends.extend(peer_azure);
     let reaction = reaction(&plan, python)?;
     let reaction_model = reaction_model(&plan);
+    let staged_ready = crate::staged_ready::measure_all(quick)?;
     let results = json!({
         "quick": quick,
         "machine": machine(python, load_before),
@@ -147,21 +148,45 @@ pub fn run(args: &[String]) -> Result<()> {
         "peer_backends": peer_backends,
         "reaction": reaction,
         "reaction_model": reaction_model,
+        "staged_ready": staged_ready,
     });
-    let table = report::render(&results);
-    println!("{table}");
-    // Quick runs (CI) must not overwrite the figures BENCH.md shows.
-    let out = if quick {
+    publish(quick, &results)
+}
+
+/// Where a run's results go: quick runs (CI) must not overwrite the figures BENCH.md shows.
+fn results_path(quick: bool) -> Result<PathBuf> {
+    Ok(if quick {
         work_dir()?.join("results-quick.json")
     } else {
         repo_root().join("bench/results.json")
-    };
-    std::fs::write(&out, serde_json::to_string_pretty(&results)? + "\n")?;
+    })
+}
+
+/// Prints the tables, writes the results and (full runs) the table in `BENCH.md`.
+fn publish(quick: bool, results: &Value) -> Result<()> {
+    let table = report::render(results);
+    println!("{table}");
+    let out = results_path(quick)?;
+    std::fs::write(&out, serde_json::to_string_pretty(results)? + "\n")?;
     eprintln!("bench: wrote {}", out.display());
     if !quick {
         report::update_bench_md(&repo_root().join("BENCH.md"), &table)?;
     }
     Ok(())
+}
+
+/// `bench-harness staged-ready [--quick]`: only the staged→ready section, merged into the
+/// results of the last run (the other sections keep their figures).
+pub fn staged_ready_only(args: &[String]) -> Result<()> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let path = results_path(quick)?;
+    let mut results: Value = match std::fs::read_to_string(&path) {
+        Ok(text) => serde_json::from_str(&text)
+            .with_context(|| format!("reading {}", path.display()))?,
+        Err(_) => json!({ "quick": quick }),
+    };
+    results["staged_ready"] = json!(crate::staged_ready::measure_all(quick)?);
+    publish(quick, &results)
 }
 
 /// Runs `command`, stderr to `log`, and returns the JSON lines it printed.
