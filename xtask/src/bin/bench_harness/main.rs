@@ -25,6 +25,7 @@ mod args;
 mod aws;
 mod azure;
 mod backends;
+mod codalab_rest;
 mod count_proxy;
 mod k8s;
 mod listing;
@@ -51,7 +52,7 @@ fn main() -> Result<()> {
         "count-proxy" => count_proxy::run(rest),
         "ours-aws" => aws::run(rest),
         "ours-slurm-real" => slurm_real::run(rest),
-        "staged-ready" => run::staged_ready_only(rest),
+        "staged-ready" => staged_ready::only(rest),
         "k8s-fake" => k8s::serve(rest),
         "ours-k8s" => k8s::run(rest),
         "azure-fake" => azure::serve(rest),

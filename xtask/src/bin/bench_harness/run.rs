@@ -154,7 +154,7 @@ pub fn run(args: &[String]) -> Result<()> {
 }
 
 /// Where a run's results go: quick runs (CI) must not overwrite the figures BENCH.md shows.
-fn results_path(quick: bool) -> Result<PathBuf> {
+pub fn results_path(quick: bool) -> Result<PathBuf> {
     Ok(if quick {
         work_dir()?.join("results-quick.json")
     } else {
@@ -163,7 +163,7 @@ fn results_path(quick: bool) -> Result<PathBuf> {
 }
 
 /// Prints the tables, writes the results and (full runs) the table in `BENCH.md`.
-fn publish(quick: bool, results: &Value) -> Result<()> {
+pub fn publish(quick: bool, results: &Value) -> Result<()> {
     let table = report::render(results);
     println!("{table}");
     let out = results_path(quick)?;
@@ -173,20 +173,6 @@ fn publish(quick: bool, results: &Value) -> Result<()> {
         report::update_bench_md(&repo_root().join("BENCH.md"), &table)?;
     }
     Ok(())
-}
-
-/// `bench-harness staged-ready [--quick]`: only the staged→ready section, merged into the
-/// results of the last run (the other sections keep their figures).
-pub fn staged_ready_only(args: &[String]) -> Result<()> {
-    let quick = args.iter().any(|a| a == "--quick");
-    let path = results_path(quick)?;
-    let mut results: Value = match std::fs::read_to_string(&path) {
-        Ok(text) => serde_json::from_str(&text)
-            .with_context(|| format!("reading {}", path.display()))?,
-        Err(_) => json!({ "quick": quick }),
-    };
-    results["staged_ready"] = json!(crate::staged_ready::measure_all(quick)?);
-    publish(quick, &results)
 }
 
 /// Runs `command`, stderr to `log`, and returns the JSON lines it printed.

@@ -13,7 +13,8 @@
 //! Figures: seconds to the first job submission seen in `squeue`, to the first and to the
 //! last bundle `ready`, and the most jobs seen at once.
 
-use crate::run::{peer_python, repo_root};
+use crate::codalab_rest::{Rest, SERVER, USER};
+use crate::run::{peer_python, publish, repo_root, results_path};
 use crate::slurm_real::{output, slurm_up};
 use anyhow::{Context, Result, bail, ensure};
 use codalab_wm_core::backend::new_unique;
@@ -22,9 +23,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const SERVER: &str = "http://127.0.0.1:2900";
-/// Bench bundles run as bob only (tests stage as alice; bob's tests use their own queues).
-const USER: (&str, &str) = ("bob", "bobpw");
 /// `--max-workers` of every side.
 const MAX_WORKERS: &str = "10";
 /// `--max-launches-per-tick` of ours in target mode.
@@ -74,6 +72,21 @@ fn plan(quick: bool) -> Vec<(usize, usize, Duration)> {
         }
     }
     runs
+}
+
+/// `bench-harness staged-ready [--quick]`: only the staged→ready section, merged into the
+/// results of the last run (the other sections keep their figures).
+pub fn only(args: &[String]) -> Result<()> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let path = results_path(quick)?;
+    let mut results: Value = match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?
+        }
+        Err(_) => json!({ "quick": quick }),
+    };
+    results["staged_ready"] = json!(measure_all(quick)?);
+    publish(quick, &results)
 }
 
 /// The rows, or none when a service is missing and the run may go without it (quick, not CI).
@@ -205,11 +218,19 @@ fn common_args(run: &RunDirs) -> Vec<String> {
         dir("work"),
     ];
     args.extend(
-        ["slurm-batch", "--partition", "cpu", "--gpus", "0", "--cpus", "1"]
-            .into_iter()
-            .chain(["--memory-mb", "1024", "--job-name", &run.tag])
-            .chain(["--slurm-work-dir", &dir("slurm")])
-            .map(str::to_owned),
+        [
+            "slurm-batch",
+            "--partition",
+            "cpu",
+            "--gpus",
+            "0",
+            "--cpus",
+            "1",
+        ]
+        .into_iter()
+        .chain(["--memory-mb", "1024", "--job-name", &run.tag])
+        .chain(["--slurm-work-dir", &dir("slurm")])
+        .map(str::to_owned),
     );
     args
 }
@@ -227,9 +248,8 @@ fn ours_exe() -> Result<PathBuf> {
 
 /// Upstream's `cl-worker-manager` 1.7.5, from the codalab venv.
 fn peer_exe() -> Result<PathBuf> {
-    let python = peer_python().context(
-        "the codalab venv is missing: start it with `cargo xtask services up codalab`",
-    )?;
+    let python = peer_python()
+        .context("the codalab venv is missing: start it with `cargo xtask services up codalab`")?;
     Ok(python.with_file_name("cl-worker-manager"))
 }
 
@@ -246,7 +266,10 @@ fn start_manager(run: &RunDirs, side: &Side) -> Result<Child> {
         format!("{} {}\n", exe.display(), args.join(" ")),
     )?;
     let log = std::fs::File::create(run.dir.join("manager.log"))?;
-    let docker = format!("unix://{}", services_dir().join("docker/docker.sock").display());
+    let docker = format!(
+        "unix://{}",
+        services_dir().join("docker/docker.sock").display()
+    );
     Command::new(&exe)
         .args(&args)
         .env("CODALAB_USERNAME", USER.0)
@@ -364,87 +387,6 @@ fn remove_unfinished(tag: &str, uuids: &[String]) -> Result<()> {
     rest.remove(uuids)
 }
 
-/// bob's REST session on the real server (gunicorn drops idle keep-alives: no reuse).
-struct Rest {
-    http: reqwest::Client,
-    token: String,
-    runtime: tokio::runtime::Runtime,
-}
-
-impl Rest {
-    fn login() -> Result<Self> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let http = reqwest::Client::builder()
-            .pool_max_idle_per_host(0)
-            .timeout(Duration::from_secs(30))
-            .build()?;
-        let request = http
-            .post(format!("{SERVER}/rest/oauth2/token"))
-            .basic_auth("codalab_cli_client", Some(""))
-            .form(&[
-                ("grant_type", "password"),
-                ("username", USER.0),
-                ("password", USER.1),
-            ]);
-        let reply = runtime
-            .block_on(Self::json(request))
-            .context("logging in to CodaLab as bob")?;
-        let token = reply["access_token"]
-            .as_str()
-            .context("no access_token in the login reply")?
-            .to_owned();
-        Ok(Self {
-            http,
-            token,
-            runtime,
-        })
-    }
-
-    async fn json(request: reqwest::RequestBuilder) -> Result<Value> {
-        Ok(request.send().await?.error_for_status()?.json().await?)
-    }
-
-    /// States of the bundles tagged `tag` (one search request).
-    fn states(&self, tag: &str) -> Result<Vec<String>> {
-        let tags = format!("tags={tag}");
-        let request = self
-            .http
-            .get(format!("{SERVER}/rest/bundles"))
-            .query(&[("keywords", tags.as_str()), ("keywords", ".limit=1000")])
-            .bearer_auth(&self.token);
-        let reply = self
-            .runtime
-            .block_on(Self::json(request))
-            .context("searching the run's bundles")?;
-        let data = reply["data"]
-            .as_array()
-            .context("no data in the search reply")?;
-        Ok(data
-            .iter()
-            .map(|b| b["attributes"]["state"].as_str().unwrap_or("?").to_owned())
-            .collect())
-    }
-
-    fn remove(&self, uuids: &[String]) -> Result<()> {
-        let data: Vec<Value> = uuids
-            .iter()
-            .map(|u| json!({"id": u, "type": "bundles"}))
-            .collect();
-        let request = self
-            .http
-            .delete(format!("{SERVER}/rest/bundles"))
-            .query(&[("force", "1")])
-            .bearer_auth(&self.token)
-            .json(&json!({ "data": data }));
-        self.runtime.block_on(async {
-            request.send().await?.error_for_status()?;
-            Ok(())
-        })
-    }
-}
-
 /// The section's table in Markdown (empty when the run has no rows).
 pub fn render(out: &mut String, results: &Value) {
     use std::fmt::Write as _;
@@ -463,7 +405,11 @@ pub fn render(out: &mut String, results: &Value) {
     for row in rows {
         let all = match row["all_ready_s"].as_f64() {
             Some(x) => format!("{x:.1}"),
-            None => format!("— ({} after {} s)", row["outcome"].as_str().unwrap_or("?"), row["deadline_s"]),
+            None => format!(
+                "— ({} after {} s)",
+                row["outcome"].as_str().unwrap_or("?"),
+                row["deadline_s"]
+            ),
         };
         let _ = writeln!(
             out,
