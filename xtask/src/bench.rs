@@ -25,11 +25,16 @@ pub fn run(args: &[String]) -> Result<()> {
         "--package",
         "xtask",
         "--features",
-        "bench",
+        "xtask/bench",
         "--bin",
         "bench-harness",
         "--bin",
         "bench-ours",
+        // The staged→ready section runs our real binary (local + Slurm, the default features).
+        "--package",
+        "codalab-wm",
+        "--bin",
+        "cl-worker-manager",
     ];
     eprintln!("==> cargo {}", build.join(" "));
     let status = Command::new(env!("CARGO"))

@@ -15,6 +15,8 @@
 //! - `ours-aws`, `count-proxy`: AWS Batch calls per tick against moto, counted on the wire;
 //! - `ours-slurm-real`: Slurm calls per tick against the real cluster (held jobs);
 //! - `k8s-fake`, `ours-k8s`: Kubernetes calls per tick against the in-repo fake API server;
+//! - `staged-ready`: only the time from staged to ready with real workers on real Slurm
+//!   (`staged_ready.rs`), merged into the last results;
 //! - `run`: spawns all of the above over the grid, prints the table, writes
 //!   `bench/results.json` and the table in `BENCH.md` (quick runs: `target/bench/results-quick.json`
 //!   only).
@@ -23,6 +25,7 @@ mod args;
 mod aws;
 mod azure;
 mod backends;
+mod codalab_rest;
 mod count_proxy;
 mod k8s;
 mod listing;
@@ -30,6 +33,7 @@ mod report;
 mod run;
 mod serve;
 mod slurm_real;
+mod staged_ready;
 mod stats;
 
 use anyhow::{Result, bail};
@@ -39,7 +43,7 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((command, rest)) = args.split_first() else {
         bail!(
-            "usage: bench-harness run [--quick] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure …"
+            "usage: bench-harness run [--quick] | staged-ready [--quick] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure …"
         );
     };
     match command.as_str() {
@@ -48,6 +52,7 @@ fn main() -> Result<()> {
         "count-proxy" => count_proxy::run(rest),
         "ours-aws" => aws::run(rest),
         "ours-slurm-real" => slurm_real::run(rest),
+        "staged-ready" => staged_ready::only(rest),
         "k8s-fake" => k8s::serve(rest),
         "ours-k8s" => k8s::run(rest),
         "azure-fake" => azure::serve(rest),

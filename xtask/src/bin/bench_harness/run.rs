@@ -80,7 +80,7 @@ fn work_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
-fn peer_python() -> Option<PathBuf> {
+pub fn peer_python() -> Option<PathBuf> {
     let python = repo_root().join(".services/codalab/venv/bin/python");
     python.exists().then_some(python)
 }
@@ -136,6 +136,7 @@ pub fn run(args: &[String]) -> Result<()> {
     peer_backends.extend(peer_azure);
     let reaction = reaction(&plan, python)?;
     let reaction_model = reaction_model(&plan);
+    let staged_ready = crate::staged_ready::measure_all(quick)?;
     let results = json!({
         "quick": quick,
         "machine": machine(python, load_before),
@@ -147,16 +148,26 @@ pub fn run(args: &[String]) -> Result<()> {
         "peer_backends": peer_backends,
         "reaction": reaction,
         "reaction_model": reaction_model,
+        "staged_ready": staged_ready,
     });
-    let table = report::render(&results);
-    println!("{table}");
-    // Quick runs (CI) must not overwrite the figures BENCH.md shows.
-    let out = if quick {
+    publish(quick, &results)
+}
+
+/// Where a run's results go: quick runs (CI) must not overwrite the figures BENCH.md shows.
+pub fn results_path(quick: bool) -> Result<PathBuf> {
+    Ok(if quick {
         work_dir()?.join("results-quick.json")
     } else {
         repo_root().join("bench/results.json")
-    };
-    std::fs::write(&out, serde_json::to_string_pretty(&results)? + "\n")?;
+    })
+}
+
+/// Prints the tables, writes the results and (full runs) the table in `BENCH.md`.
+pub fn publish(quick: bool, results: &Value) -> Result<()> {
+    let table = report::render(results);
+    println!("{table}");
+    let out = results_path(quick)?;
+    std::fs::write(&out, serde_json::to_string_pretty(results)? + "\n")?;
     eprintln!("bench: wrote {}", out.display());
     if !quick {
         report::update_bench_md(&repo_root().join("BENCH.md"), &table)?;

@@ -53,7 +53,7 @@ fn sizes(quick: bool) -> &'static [usize] {
     if quick { &[1, 10] } else { &[1, 10, 100, 1000] }
 }
 
-fn output(program: &str, args: &[&str]) -> Result<String> {
+pub fn output(program: &str, args: &[&str]) -> Result<String> {
     let out = Command::new(program)
         .args(args)
         .output()
@@ -68,7 +68,7 @@ fn output(program: &str, args: &[&str]) -> Result<String> {
 }
 
 /// Whether slurmctld answers `scontrol ping`.
-fn slurm_up() -> bool {
+pub fn slurm_up() -> bool {
     output("scontrol", &["ping"]).is_ok_and(|o| o.contains("is UP"))
 }
 
