@@ -334,6 +334,9 @@ pub fn client_options(settings: &Settings) -> Result<ClientOptions> {
     if let Some(path) = &settings.ca_cert {
         let pem = std::fs::read(path)
             .with_context(|| format!("cannot read --ca-cert {}", path.display()))?;
+        if let Err(error) = codalab_wm_core::codalab::tls::parse_ca_certificates(&pem) {
+            bail!("--ca-cert {}: {error}", path.display());
+        }
         options.ca_certificates.push(pem);
     }
     if settings.insecure_skip_tls_verify {

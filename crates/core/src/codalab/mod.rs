@@ -8,6 +8,8 @@
 //! because the server runs a request with an invalid token as anonymous instead of failing.
 
 pub mod jsonapi;
+pub mod limits;
+pub mod tls;
 
 use crate::bundle::StagedBundle;
 use crate::error::{Error, Result};
@@ -123,12 +125,12 @@ impl CodaLabClient {
             .timeout(options.timeout)
             .connect_timeout(options.timeout.min(Duration::from_secs(10)))
             .user_agent(concat!("codalab-wm/", env!("CARGO_PKG_VERSION")))
+            .redirect(limits::redirect_policy())
             .danger_accept_invalid_certs(options.insecure_skip_tls_verify);
-        for pem in &options.ca_certificates {
-            let certificate = reqwest::Certificate::from_pem(pem).map_err(|e| {
-                Error::InvalidConfig(format!("CA certificate is not valid PEM: {e}"))
-            })?;
-            builder = builder.add_root_certificate(certificate);
+        if !options.ca_certificates.is_empty() && !options.insecure_skip_tls_verify {
+            let config = tls::client_config(&options.ca_certificates)
+                .map_err(|e| Error::InvalidConfig(format!("--ca-cert: {e}")))?;
+            builder = builder.use_preconfigured_tls(config);
         }
         let http = builder
             .build()
@@ -182,7 +184,7 @@ impl CodaLabClient {
             .await
             .map_err(|e| unreachable("login", e))?;
         let status = response.status();
-        let body = response.text().await.map_err(|e| unreachable("login", e))?;
+        let body = limits::read_text(response, limits::MAX_TOKEN_BYTES, "login").await?;
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::BAD_REQUEST {
             return Err(Error::Unauthenticated {
                 server: self.server.clone(),
@@ -197,7 +199,7 @@ impl CodaLabClient {
                 message: first_line(&body),
             });
         }
-        let reply: TokenReply = serde_json::from_str(&body).map_err(|e| Error::InvalidReply {
+        let reply: TokenReply = limits::parse_json(&body).map_err(|e| Error::InvalidReply {
             from: "codalab server".into(),
             what: "login".into(),
             message: format!("token reply is not the expected JSON: {e}"),
@@ -261,10 +263,7 @@ impl CodaLabClient {
             .await
             .map_err(|e| unreachable("identity check", e))?;
         let status = response.status();
-        let body = response
-            .text()
-            .await
-            .map_err(|e| unreachable("identity check", e))?;
+        let body = limits::read_text(response, limits::MAX_USER_BYTES, "identity check").await?;
         if status == StatusCode::UNAUTHORIZED {
             *self.token.lock().await = None;
             return Err(Error::Server {
@@ -281,10 +280,10 @@ impl CodaLabClient {
             });
         }
         let document: serde_json::Value =
-            serde_json::from_str(&body).map_err(|e| Error::InvalidReply {
+            limits::parse_json(&body).map_err(|message| Error::InvalidReply {
                 from: "codalab server".into(),
                 what: "identity check".into(),
-                message: e.to_string(),
+                message,
             })?;
         match jsonapi::parse_user_name(&document) {
             Some(name) if name == self.credentials.username => Ok(()),
@@ -306,8 +305,21 @@ impl CodaLabClient {
     /// When a search comes back empty after an earlier one found bundles, the identity is
     /// checked: an expired or revoked token makes the server answer as anonymous, and `.mine`
     /// then matches nothing. If the token was bad, the client logs in again and searches once more.
+    /// A search answered 401 likewise logs in again and searches once more.
     pub async fn search_bundles(&self, keywords: &[String]) -> Result<SearchResult> {
-        let mut result = self.search_pages(keywords).await?;
+        let mut result = match self.search_pages(keywords).await {
+            // A dead token (expired early, revoked, server restarted with new keys): log in
+            // again once instead of waiting for the scheduled refresh.
+            Err(Error::Server { status: 401, .. }) => {
+                tracing::warn!(
+                    "the server refused our token (401 to the search); logging in again"
+                );
+                *self.token.lock().await = None;
+                self.login().await?;
+                self.search_pages(keywords).await?
+            }
+            other => other?,
+        };
         let mut last_nonempty = self.last_search_nonempty.lock().await;
         if result.bundles.is_empty() && result.skipped.is_empty() && *last_nonempty {
             match self.check_identity().await {
@@ -378,20 +390,12 @@ impl CodaLabClient {
 
 /// Reads one search page into `body` (cleared first) and parses it.
 async fn read_page(
-    mut response: reqwest::Response,
+    response: reqwest::Response,
     body: &mut Vec<u8>,
 ) -> Result<(Vec<StagedBundle>, Vec<SkippedBundle>)> {
     let status = response.status();
-    body.clear();
-    let announced = response.content_length().unwrap_or(0);
-    body.reserve(usize::try_from(announced).map_or(0, |n| n.min(PAGE_BUFFER_RETAINED)));
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| unreachable("staged bundle search", e))?
-    {
-        body.extend_from_slice(&chunk);
-    }
+    let what = "staged bundle search";
+    limits::read_body(response, limits::MAX_SEARCH_PAGE_BYTES, what, body).await?;
     if !status.is_success() {
         return Err(Error::Server {
             what: "staged bundle search",
@@ -425,6 +429,12 @@ pub fn staged_keywords(
 }
 
 fn unreachable(what: &'static str, error: reqwest::Error) -> Error {
+    if let Some(refused) = find_cause::<limits::RedirectRefused>(&error) {
+        return refused.into_error();
+    }
+    if let Some(error) = tls::classify(what, &error) {
+        return error;
+    }
     // reqwest's own message ("error sending request") hides the cause; keep the whole chain.
     let error = error.without_url();
     let mut message = error.to_string();
@@ -440,7 +450,27 @@ fn unreachable(what: &'static str, error: reqwest::Error) -> Error {
     }
 }
 
-/// The first non-empty line of an error body, HTML tags stripped, at most 200 characters.
+/// The first cause of type `T` in the chain of `error` (looking inside `io::Error`s, whose
+/// `source` skips the error they wrap).
+fn find_cause<'a, T: std::error::Error + 'static>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut cause = Some(error);
+    while let Some(current) = cause {
+        if let Some(found) = current.downcast_ref::<T>() {
+            return Some(found);
+        }
+        let wrapped = current
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref());
+        cause = match wrapped {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => current.source(),
+        };
+    }
+    None
+}
+
 /// Keeps the first of bundles with the same uuid, in order: a bundle can be on two pages when
 /// the staged set shifts between the requests of one search (offset paging).
 fn dedup_by_uuid(bundles: &mut Vec<StagedBundle>) {
