@@ -7,6 +7,7 @@ mod args;
 mod backends;
 mod commands;
 mod http;
+mod log_escape;
 mod run;
 mod settings;
 
@@ -46,7 +47,11 @@ fn main() -> ExitCode {
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            // The chain may quote the server (an error body): no raw control characters.
+            eprintln!(
+                "error: {}",
+                log_escape::escape(&format!("{error:#}"), false)
+            );
             match error.downcast_ref::<Error>() {
                 Some(Error::Unauthenticated { .. }) => ExitCode::from(EXIT_UNAUTHENTICATED),
                 _ => ExitCode::from(EXIT_USAGE),

@@ -189,7 +189,7 @@ pub async fn single_backend(
     let backend = crate::http::metered(backend, &pool);
     tracing::info!(
         backend = backend.name(),
-        server = %settings.server,
+        server = %codalab_wm_core::secret::redact_url(&settings.server),
         user = %credentials.username,
         min_workers = config.policy.min_workers,
         max_workers = config.policy.max_workers,
@@ -341,7 +341,7 @@ pub fn client_options(settings: &Settings) -> Result<ClientOptions> {
     }
     if settings.insecure_skip_tls_verify {
         tracing::warn!(
-            server = %settings.server,
+            server = %codalab_wm_core::secret::redact_url(&settings.server),
             "--insecure-skip-tls-verify: the CodaLab server's certificate is NOT verified; \
              anyone on the network path can read the credentials"
         );
@@ -402,12 +402,21 @@ pub fn init_logging(verbose: bool, format: LogFormat) {
             "{default},hyper=info,reqwest=info,rustls=info,h2=info,tower=info,aws=info,kube=info"
         ))
     });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
     let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => {
+            // As tracing-subscriber decides by default; said here because the writer must know.
+            let ansi = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            builder
+                .with_ansi(ansi)
+                .with_writer(move || crate::log_escape::Escaping::new(std::io::stderr(), ansi))
+                .try_init()
+        }
+        LogFormat::Json => builder
+            .with_writer(std::io::stderr)
+            .json()
+            .flatten_event(true)
+            .try_init(),
     };
 }
 

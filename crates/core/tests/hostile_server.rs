@@ -225,3 +225,33 @@ async fn well_formed_replies_still_work() {
             .is_empty()
     );
 }
+
+/// A 100 KB `--worker-tag` with `--worker-tag-exclusive` makes a search URL the real server
+/// refuses (gunicorn: `400 Request Line is too large`, or a reset connection): a clear fatal
+/// error naming the flag, and nothing sent.
+#[tokio::test]
+async fn a_search_url_longer_than_the_server_accepts_is_a_clear_fatal_error() {
+    let server = Hostile::start(well_behaved).await;
+    let tag = "t".repeat(100_000);
+    let keywords = staged_keywords(&[], "alice", Some(&tag), true);
+    let error = client(&server.url())
+        .search_bundles(&keywords)
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(error.is_fatal(), "{text}");
+    assert!(text.contains("--worker-tag"), "{text}");
+    assert!(
+        !server
+            .requests()
+            .iter()
+            .any(|r| r.path.starts_with("/rest/bundles")),
+        "the search was sent"
+    );
+    // A usual tag is fine.
+    let keywords = staged_keywords(&[], "alice", Some("gpu-queue-1"), true);
+    client(&server.url())
+        .search_bundles(&keywords)
+        .await
+        .unwrap();
+}

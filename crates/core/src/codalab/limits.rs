@@ -17,6 +17,9 @@ pub const MAX_USER_BYTES: usize = 1 << 20;
 /// recursion limit accepts (it refuses 128 levels). The CodaLab replies the manager reads nest 6 deep; the check runs before any parser,
 /// so that a deeply nested document cannot overflow the stack of a recursive one.
 pub const MAX_JSON_DEPTH: usize = 127;
+/// The longest request line CodaLab's REST server accepts: it runs under gunicorn, which
+/// answers `400 Request Line is too large (4116 > 4094)` past it (measured on 1.7.5).
+pub const MAX_REQUEST_LINE_BYTES: usize = 4094;
 /// Same-origin redirects followed at most (other redirects are refused, see [`redirect_policy`]).
 const MAX_REDIRECTS: usize = 5;
 
@@ -111,6 +114,23 @@ pub fn check_json_depth(body: &[u8]) -> std::result::Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Fails, as a fatal configuration error, when the request line of `url` (`GET <target>
+/// HTTP/1.1`) is longer than the server accepts: the search keywords (`--search`, and
+/// `--worker-tag` twice with `--worker-tag-exclusive`) are in the URL, and a server that
+/// refuses or drops the request would otherwise look like a server error or an outage.
+pub(crate) fn check_request_line(url: &reqwest::Url) -> Result<()> {
+    let target = url.path().len() + url.query().map_or(0, |q| q.len() + 1);
+    let line = "GET ".len() + target + " HTTP/1.1".len();
+    if line <= MAX_REQUEST_LINE_BYTES {
+        return Ok(());
+    }
+    Err(Error::InvalidConfig(format!(
+        "the staged bundle search would be a request line of {line} bytes, longer than the \
+         {MAX_REQUEST_LINE_BYTES} bytes CodaLab's server accepts: shorten --worker-tag (sent \
+         twice with --worker-tag-exclusive) or --search"
+    )))
 }
 
 /// Parses a small JSON reply (token, user) after the depth check.

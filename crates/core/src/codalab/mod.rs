@@ -88,7 +88,10 @@ const PAGE_BUFFER_RETAINED: usize = 8 << 20;
 /// A client for one CodaLab server and one user.
 #[derive(Debug)]
 pub struct CodaLabClient {
+    /// The base URL requests go to, as given (it may carry `user:password@`).
     server: String,
+    /// The same without any password, for messages.
+    shown: String,
     credentials: Credentials,
     http: reqwest::Client,
     page_size: usize,
@@ -114,11 +117,16 @@ impl CodaLabClient {
         options: &ClientOptions,
     ) -> Result<Self> {
         let server = server.trim_end_matches('/').to_owned();
-        let url = reqwest::Url::parse(&server)
-            .map_err(|e| Error::InvalidConfig(format!("--server `{server}` is not a URL: {e}")))?;
+        let url = reqwest::Url::parse(&server).map_err(|e| {
+            Error::InvalidConfig(format!(
+                "--server `{}` is not a URL: {e}",
+                crate::secret::redact_url(&server)
+            ))
+        })?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
             return Err(Error::InvalidConfig(format!(
-                "--server `{server}` must look like http[s]://<host>[:<port>]"
+                "--server `{}` must look like http[s]://<host>[:<port>]",
+                crate::secret::redact_url(&server)
             )));
         }
         let mut builder = reqwest::Client::builder()
@@ -136,6 +144,7 @@ impl CodaLabClient {
             .build()
             .map_err(|e| Error::InvalidConfig(format!("cannot build the HTTP client: {e}")))?;
         Ok(Self {
+            shown: crate::secret::redact_url(&server).into_owned(),
             server,
             credentials,
             http,
@@ -146,9 +155,9 @@ impl CodaLabClient {
         })
     }
 
-    /// The server URL.
+    /// The server URL, without the password it may carry (for messages).
     pub fn server(&self) -> &str {
-        &self.server
+        &self.shown
     }
 
     /// The user name the client logs in as.
@@ -187,7 +196,7 @@ impl CodaLabClient {
         let body = limits::read_text(response, limits::MAX_TOKEN_BYTES, "login").await?;
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::BAD_REQUEST {
             return Err(Error::Unauthenticated {
-                server: self.server.clone(),
+                server: self.shown.clone(),
                 username: self.credentials.username.clone(),
                 message: oauth_error(&body),
             });
@@ -288,7 +297,7 @@ impl CodaLabClient {
         match jsonapi::parse_user_name(&document) {
             Some(name) if name == self.credentials.username => Ok(()),
             Some(name) => Err(Error::Unauthenticated {
-                server: self.server.clone(),
+                server: self.shown.clone(),
                 username: self.credentials.username.clone(),
                 message: format!("the token belongs to user `{name}`"),
             }),
@@ -371,11 +380,16 @@ impl CodaLabClient {
         if offset > 0 {
             query.push(("keywords", format!(".offset={offset}")));
         }
-        let response = self
+        let request = self
             .request(Method::GET, "/rest/bundles")
             .bearer_auth(access.expose())
             .query(&query)
-            .send()
+            .build()
+            .map_err(|e| unreachable("staged bundle search", e))?;
+        limits::check_request_line(request.url())?;
+        let response = self
+            .http
+            .execute(request)
             .await
             .map_err(|e| unreachable("staged bundle search", e))?;
         let mut body = self.page_buffer.lock().await;
