@@ -255,3 +255,27 @@ async fn a_search_url_longer_than_the_server_accepts_is_a_clear_fatal_error() {
         .await
         .unwrap();
 }
+
+/// Once the client has worked, a refused redirect is temporary (a maintenance redirect must
+/// not stop the manager): retried later, and still nothing sent to the other origin.
+#[tokio::test]
+async fn a_redirect_elsewhere_after_a_good_start_is_temporary() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let elsewhere = Hostile::start(well_behaved).await;
+    let location = format!("{}/maintenance", elsewhere.url());
+    let searches = AtomicUsize::new(0);
+    let server = Hostile::start(move |request: &Request| {
+        if path(request) == "/rest/bundles" && searches.fetch_add(1, Ordering::Relaxed) > 0 {
+            return Reply::redirect(302, &location);
+        }
+        well_behaved(request)
+    })
+    .await;
+    let client = client(&server.url());
+    client.search_bundles(&keywords()).await.unwrap();
+    let error = client.search_bundles(&keywords()).await.unwrap_err();
+    let text = error.to_string();
+    assert!(error.is_temporary(), "{text}");
+    assert!(text.contains("another origin"), "{text}");
+    assert!(elsewhere.requests().is_empty());
+}

@@ -141,7 +141,7 @@ pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(
     serde_json::from_str(body).map_err(|e| e.to_string())
 }
 
-/// A redirect the client refused to follow; turned into a fatal [`Error::InvalidConfig`].
+/// A redirect the client refused to follow (see [`Refused`]).
 #[derive(Debug)]
 pub(crate) struct RedirectRefused {
     from: String,
@@ -172,12 +172,36 @@ impl std::fmt::Display for RedirectRefused {
 impl std::error::Error for RedirectRefused {}
 
 impl RedirectRefused {
-    /// The error the client returns: fatal, naming both ends and what to do.
-    pub(crate) fn into_error(&self) -> Error {
-        Error::InvalidConfig(format!(
+    /// The error the client returns, naming both ends and what to do.
+    pub(crate) fn into_error(&self, what: &'static str) -> Error {
+        Refused(format!(
             "{self}; if {} is the right server, give it as --server",
             self.to
         ))
+        .into_error(what)
+    }
+}
+
+/// A request the client refused to complete (a redirect elsewhere, a server certificate it
+/// does not trust): fatal at start, temporary once the client has worked (see
+/// `CodaLabClient::search_bundles`); the message says what to do.
+#[derive(Debug)]
+pub(crate) struct Refused(pub(crate) String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+impl Refused {
+    pub(crate) fn into_error(self, what: &'static str) -> Error {
+        Error::Unreachable {
+            what,
+            source: Box::new(self),
+        }
     }
 }
 

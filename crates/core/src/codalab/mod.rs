@@ -99,6 +99,8 @@ pub struct CodaLabClient {
     /// Whether the last search returned any bundle (an empty search after a non-empty one
     /// triggers an identity check).
     last_search_nonempty: Mutex<bool>,
+    /// Whether a login or search ever succeeded (see [`CodaLabClient::search_bundles`]).
+    established: std::sync::atomic::AtomicBool,
     /// The body of the last search page, kept so that each page of every tick reuses one
     /// allocation (a page is ~1 MB at 1,000 bundles).
     page_buffer: Mutex<Vec<u8>>,
@@ -151,6 +153,7 @@ impl CodaLabClient {
             page_size: options.search_page_size.max(1),
             token: Mutex::new(None),
             last_search_nonempty: Mutex::new(false),
+            established: std::sync::atomic::AtomicBool::new(false),
             page_buffer: Mutex::new(Vec::new()),
         })
     }
@@ -173,6 +176,11 @@ impl CodaLabClient {
 
     /// Logs in with the password grant and confirms the identity with `GET /rest/user`.
     pub async fn login(&self) -> Result<()> {
+        let result = self.login_once().await;
+        self.settle(result)
+    }
+
+    async fn login_once(&self) -> Result<()> {
         let form = [
             ("grant_type", "password"),
             ("username", self.credentials.username.as_str()),
@@ -208,7 +216,7 @@ impl CodaLabClient {
                 message: first_line(&body),
             });
         }
-        let reply: TokenReply = limits::parse_json(&body).map_err(|e| Error::InvalidReply {
+        let reply = parse_token(&body).map_err(|e| Error::InvalidReply {
             from: "codalab server".into(),
             what: "login".into(),
             message: format!("token reply is not the expected JSON: {e}"),
@@ -252,7 +260,7 @@ impl CodaLabClient {
             };
             match refreshed {
                 Some(token) => *self.token.lock().await = Some(token),
-                None => self.login().await?,
+                None => self.login_once().await?,
             }
         }
         let token = self.token.lock().await;
@@ -288,13 +296,12 @@ impl CodaLabClient {
                 message: first_line(&body),
             });
         }
-        let document: serde_json::Value =
-            limits::parse_json(&body).map_err(|message| Error::InvalidReply {
-                from: "codalab server".into(),
-                what: "identity check".into(),
-                message,
-            })?;
-        match jsonapi::parse_user_name(&document) {
+        let name = parse_user_reply(&body).map_err(|message| Error::InvalidReply {
+            from: "codalab server".into(),
+            what: "identity check".into(),
+            message,
+        })?;
+        match name {
             Some(name) if name == self.credentials.username => Ok(()),
             Some(name) => Err(Error::Unauthenticated {
                 server: self.shown.clone(),
@@ -315,7 +322,33 @@ impl CodaLabClient {
     /// checked: an expired or revoked token makes the server answer as anonymous, and `.mine`
     /// then matches nothing. If the token was bad, the client logs in again and searches once more.
     /// A search answered 401 likewise logs in again and searches once more.
+    ///
+    /// A refused server certificate or redirect is fatal until the client has once completed a
+    /// search (a misconfiguration at start), temporary after (retried with backoff).
     pub async fn search_bundles(&self, keywords: &[String]) -> Result<SearchResult> {
+        let result = self.search_once(keywords).await;
+        self.settle(result)
+    }
+
+    /// Marks the client established after a success; before that, makes a refusal fatal.
+    fn settle<T>(&self, result: Result<T>) -> Result<T> {
+        use std::sync::atomic::Ordering;
+        match result {
+            Ok(value) => {
+                self.established.store(true, Ordering::Relaxed);
+                Ok(value)
+            }
+            Err(Error::Unreachable { source, .. })
+                if !self.established.load(Ordering::Relaxed)
+                    && source.downcast_ref::<limits::Refused>().is_some() =>
+            {
+                Err(Error::InvalidConfig(source.to_string()))
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn search_once(&self, keywords: &[String]) -> Result<SearchResult> {
         let mut result = match self.search_pages(keywords).await {
             // A dead token (expired early, revoked, server restarted with new keys): log in
             // again once instead of waiting for the scheduled refresh.
@@ -324,7 +357,7 @@ impl CodaLabClient {
                     "the server refused our token (401 to the search); logging in again"
                 );
                 *self.token.lock().await = None;
-                self.login().await?;
+                self.login_once().await?;
                 self.search_pages(keywords).await?
             }
             other => other?,
@@ -337,7 +370,7 @@ impl CodaLabClient {
                     tracing::warn!(
                         "the server no longer accepts our token (empty search); logging in again"
                     );
-                    self.login().await?;
+                    self.login_once().await?;
                     result = self.search_pages(keywords).await?;
                 }
                 Err(e) => return Err(e),
@@ -424,6 +457,28 @@ async fn read_page(
     })
 }
 
+/// Reads a token reply body as the client does: the depth bound, then the typed model.
+fn parse_token(body: &str) -> std::result::Result<TokenReply, String> {
+    limits::parse_json(body)
+}
+
+/// Whether a token reply body is one the client accepts (the `token` fuzz target).
+pub fn parse_token_reply(body: &str) -> std::result::Result<(), String> {
+    parse_token(body).map(|_| ())
+}
+
+/// The user name in a `/rest/user` reply body, as the identity check reads it.
+pub fn parse_user_reply(body: &str) -> std::result::Result<Option<String>, String> {
+    let document: serde_json::Value = limits::parse_json(body)?;
+    Ok(jsonapi::parse_user_name(&document).map(str::to_owned))
+}
+
+/// What an error reply says, as the client words it: the OAuth2 error of a token reply, else
+/// the first line of the body (the `token` fuzz target).
+pub fn error_reply_message(body: &str) -> String {
+    oauth_error(body)
+}
+
 /// The keywords of the staged search, as upstream builds them.
 pub fn staged_keywords(
     search: &[String],
@@ -444,7 +499,7 @@ pub fn staged_keywords(
 
 fn unreachable(what: &'static str, error: reqwest::Error) -> Error {
     if let Some(refused) = find_cause::<limits::RedirectRefused>(&error) {
-        return refused.into_error();
+        return refused.into_error(what);
     }
     if let Some(error) = tls::classify(what, &error) {
         return error;
@@ -525,11 +580,14 @@ fn oauth_error(body: &str) -> String {
         #[serde(default)]
         error_description: Option<String>,
     }
-    match serde_json::from_str::<OAuthError>(body) {
+    match limits::parse_json::<OAuthError>(body) {
         Ok(e) => match e.error_description {
             Some(description) => format!("{} ({})", description, e.error),
             None => e.error,
-        },
+        }
+        .chars()
+        .take(200)
+        .collect(),
         Err(_) => first_line(body),
     }
 }

@@ -119,8 +119,8 @@ impl ServerCertVerifier for PinnedOrWebPki {
     }
 }
 
-/// A refused server certificate, as a fatal configuration error that says what to do; `None`
-/// for any other transport error. Retrying does not fix a certificate.
+/// A refused server certificate, as a refusal that says what to do (fatal at start, see
+/// [`Refused`](super::limits::Refused)); `None` for any other transport error.
 pub(crate) fn classify(what: &'static str, error: &reqwest::Error) -> Option<Error> {
     let tls = super::find_cause::<rustls::Error>(error)?;
     let certificate = matches!(
@@ -130,10 +130,11 @@ pub(crate) fn classify(what: &'static str, error: &reqwest::Error) -> Option<Err
             | rustls::Error::UnsupportedNameType
     );
     certificate.then(|| {
-        Error::InvalidConfig(format!(
+        super::limits::Refused(format!(
             "the CodaLab server's TLS certificate was refused during {what}: {tls}; if the server \
              uses a private CA or a self-signed certificate, give that certificate (PEM) with \
              --ca-cert"
         ))
+        .into_error(what)
     })
 }
