@@ -84,23 +84,18 @@ fn human_bytes(bytes: usize) -> String {
 }
 
 /// Fails when `body` nests arrays and objects deeper than [`MAX_JSON_DEPTH`]. A linear scan
-/// that skips strings (escapes included); it does not validate the JSON, the parser does.
+/// that jumps over strings with `memchr` (most of a search page is strings), so it costs a
+/// small fraction of the parse; it does not validate the JSON, the parser does.
 pub fn check_json_depth(body: &[u8]) -> std::result::Result<(), String> {
     let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for &byte in body {
-        if in_string {
-            match byte {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
+    let mut at = 0;
+    while let Some(&byte) = body.get(at) {
         match byte {
-            b'"' => in_string = true,
+            b'"' => match string_end(body, at + 1) {
+                Some(end) => at = end,
+                // Unterminated: nothing nests after it; the parser refuses the body.
+                None => return Ok(()),
+            },
             b'[' | b'{' => {
                 depth += 1;
                 if depth > MAX_JSON_DEPTH {
@@ -112,8 +107,20 @@ pub fn check_json_depth(body: &[u8]) -> std::result::Result<(), String> {
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
+        at += 1;
     }
     Ok(())
+}
+
+/// The index of the `"` that closes the string whose content starts at `from`.
+fn string_end(body: &[u8], mut from: usize) -> Option<usize> {
+    loop {
+        let offset = memchr::memchr2(b'"', b'\\', body.get(from..)?)?;
+        if body[from + offset] == b'"' {
+            return Some(from + offset);
+        }
+        from += offset + 2;
+    }
 }
 
 /// Fails, as a fatal configuration error, when the request line of `url` (`GET <target>
@@ -263,6 +270,11 @@ mod tests {
         }
         let in_string = format!("{{\"a\": \"{}\\\"{}\"}}", "[".repeat(300), "{".repeat(300));
         assert!(check_json_depth(in_string.as_bytes()).is_ok());
+        // Escaped quotes and backslashes inside strings, and a string cut at the end.
+        let escapes = format!("[\"a\\\\\", \"\\\"[[\", {}]", "[".repeat(200));
+        assert!(check_json_depth(escapes.as_bytes()).is_err(), "{escapes}");
+        assert!(check_json_depth(b"[\"abc\\").is_ok());
+        assert!(check_json_depth(b"\"").is_ok());
         let unbalanced_closers = format!("{}{}", "]".repeat(300), "[".repeat(100));
         assert!(check_json_depth(unbalanced_closers.as_bytes()).is_ok());
     }
