@@ -180,7 +180,7 @@ impl std::error::Error for RedirectRefused {}
 
 impl RedirectRefused {
     /// The error the client returns, naming both ends and what to do.
-    pub(crate) fn into_error(&self, what: &'static str) -> Error {
+    pub(crate) fn to_error(&self, what: &'static str) -> Error {
         Refused(format!(
             "{self}; if {} is the right server, give it as --server",
             self.to

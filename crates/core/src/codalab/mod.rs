@@ -89,9 +89,9 @@ const PAGE_BUFFER_RETAINED: usize = 8 << 20;
 #[derive(Debug)]
 pub struct CodaLabClient {
     /// The base URL requests go to, as given (it may carry `user:password@`).
-    server: String,
+    base: String,
     /// The same without any password, for messages.
-    shown: String,
+    server: String,
     credentials: Credentials,
     http: reqwest::Client,
     page_size: usize,
@@ -146,8 +146,8 @@ impl CodaLabClient {
             .build()
             .map_err(|e| Error::InvalidConfig(format!("cannot build the HTTP client: {e}")))?;
         Ok(Self {
-            shown: crate::secret::redact_url(&server).into_owned(),
-            server,
+            base: server.clone(),
+            server: crate::secret::redact_url(&server).into_owned(),
             credentials,
             http,
             page_size: options.search_page_size.max(1),
@@ -160,7 +160,7 @@ impl CodaLabClient {
 
     /// The server URL, without the password it may carry (for messages).
     pub fn server(&self) -> &str {
-        &self.shown
+        &self.server
     }
 
     /// The user name the client logs in as.
@@ -170,7 +170,7 @@ impl CodaLabClient {
 
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
         self.http
-            .request(method, format!("{}{path}", self.server))
+            .request(method, format!("{}{path}", self.base))
             .header("X-Requested-With", "XMLHttpRequest")
     }
 
@@ -204,7 +204,7 @@ impl CodaLabClient {
         let body = limits::read_text(response, limits::MAX_TOKEN_BYTES, "login").await?;
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::BAD_REQUEST {
             return Err(Error::Unauthenticated {
-                server: self.shown.clone(),
+                server: self.server.clone(),
                 username: self.credentials.username.clone(),
                 message: oauth_error(&body),
             });
@@ -304,7 +304,7 @@ impl CodaLabClient {
         match name {
             Some(name) if name == self.credentials.username => Ok(()),
             Some(name) => Err(Error::Unauthenticated {
-                server: self.shown.clone(),
+                server: self.server.clone(),
                 username: self.credentials.username.clone(),
                 message: format!("the token belongs to user `{name}`"),
             }),
@@ -499,7 +499,7 @@ pub fn staged_keywords(
 
 fn unreachable(what: &'static str, error: reqwest::Error) -> Error {
     if let Some(refused) = find_cause::<limits::RedirectRefused>(&error) {
-        return refused.into_error(what);
+        return refused.to_error(what);
     }
     if let Some(error) = tls::classify(what, &error) {
         return error;
