@@ -1,7 +1,8 @@
 //! `cargo xtask fuzz [--seconds N] [TARGET…]`: runs every cargo-fuzz target of `fuzz/` for N
 //! seconds (default 60) each, starting from the seeds kept in `fuzz/seeds/<target>` (new
 //! inputs go to `fuzz/corpus/<target>`, not kept in git). Fails on the first crash; the input
-//! is left in `fuzz/artifacts/<target>`.
+//! is left in `fuzz/artifacts/<target>`. The CodaLab reply targets (`jsonapi` for search
+//! pages, `token`, `user`) have seeds nested 100,000 deep and a 1,000-bundle page.
 //!
 //! cargo-fuzz needs nightly-only flags (`-Zsanitizer`); this project builds on stable, so the
 //! task sets `RUSTC_BOOTSTRAP=1` for the fuzz build only. Needs `cargo install cargo-fuzz`.
@@ -11,7 +12,19 @@ use anyhow::{Context, Result, bail};
 use std::process::Command;
 
 /// The targets in `fuzz/Cargo.toml`.
-const TARGETS: &[&str] = &["squeue", "sbatch", "jsonapi", "size", "config"];
+const TARGETS: &[&str] = &[
+    "squeue", "sbatch", "jsonapi", "token", "user", "size", "config",
+];
+
+/// The largest input of a target: the CodaLab replies get 2 MiB, so that the seeds of a
+/// 1,000-bundle search page (~1 MB) and of 100,000 nested arrays (200 KB) are used whole;
+/// the command-output and config parsers 64 KiB.
+fn max_len(target: &str) -> usize {
+    match target {
+        "jsonapi" | "token" | "user" => 2 << 20,
+        _ => 64 << 10,
+    }
+}
 
 pub fn run(args: &[String]) -> Result<()> {
     let mut seconds = 60u64;
@@ -54,7 +67,7 @@ pub fn run(args: &[String]) -> Result<()> {
             .args([
                 "--",
                 &format!("-max_total_time={seconds}"),
-                "-max_len=65536",
+                &format!("-max_len={}", max_len(target)),
             ])
             .current_dir(&fuzz_dir)
             .env("RUSTC_BOOTSTRAP", "1")

@@ -41,6 +41,16 @@ pub enum Fault {
         /// The body.
         body: String,
     },
+    /// Answer with a redirect (`status` 301/302/307/308) to `location`.
+    Redirect {
+        /// HTTP status code.
+        status: u16,
+        /// The `Location` header.
+        location: String,
+    },
+    /// Answer `200`, chunked, with a body that never ends (until the client hangs up, or
+    /// 4 GiB).
+    Endless,
 }
 
 impl Fault {
@@ -55,6 +65,8 @@ impl Fault {
             Fault::Stall => "stall".into(),
             Fault::Truncate => "truncate".into(),
             Fault::Reply { status, .. } => format!("reply {status}"),
+            Fault::Redirect { status, .. } => format!("redirect {status}"),
+            Fault::Endless => "endless body".into(),
         }
     }
 
@@ -233,7 +245,33 @@ fn handle(mut client: TcpStream, shared: &Shared) -> std::io::Result<()> {
             client.write_all(body.as_bytes())?;
             client.shutdown(Shutdown::Both)
         }
+        Fault::Redirect { status, location } => {
+            shared.faulted.fetch_add(1, Ordering::Relaxed);
+            let head = format!(
+                "HTTP/1.1 {status} Injected\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            client.write_all(head.as_bytes())?;
+            client.shutdown(Shutdown::Both)
+        }
+        Fault::Endless => {
+            shared.faulted.fetch_add(1, Ordering::Relaxed);
+            endless(&mut client)
+        }
     }
+}
+
+/// A chunked `200` reply of `{"data": [` then spaces, until the client hangs up (bounded).
+fn endless(client: &mut TcpStream) -> std::io::Result<()> {
+    client.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\nb\r\n{\"data\": [ \r\n",
+    )?;
+    let mut chunk = b"10000\r\n".to_vec();
+    chunk.extend(std::iter::repeat_n(b' ', 1 << 16));
+    chunk.extend_from_slice(b"\r\n");
+    for _ in 0..(1 << 16) {
+        client.write_all(&chunk)?;
+    }
+    client.shutdown(Shutdown::Both)
 }
 
 /// Reads one request: the head, then `Content-Length` bytes of body.

@@ -8,6 +8,7 @@ mod backends;
 mod commands;
 mod diagnose;
 mod http;
+mod log_escape;
 mod run;
 mod settings;
 
@@ -47,7 +48,11 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            // The chain may quote the server (an error body): no raw control characters.
+            eprintln!(
+                "error: {}",
+                log_escape::escape(&format!("{error:#}"), false)
+            );
             match error.downcast_ref::<Error>() {
                 Some(Error::Unauthenticated { .. }) => ExitCode::from(EXIT_UNAUTHENTICATED),
                 _ => ExitCode::from(EXIT_USAGE),

@@ -145,7 +145,8 @@ pub async fn build_manager(
     let pools = build_pools(settings, &credentials).await?;
     let client =
         CodaLabClient::with_options(&settings.server, credentials, &client_options(settings)?)?;
-    let (server, user) = (client.server().to_owned(), client.username().to_owned());
+    let server = codalab_wm_core::secret::redact_url(client.server()).into_owned();
+    let user = client.username().to_owned();
     let count = pools.len();
     let mut manager = Manager::with_pools(config, client, pools)?;
     manager.on_ready(move || {
@@ -245,7 +246,8 @@ pub async fn single_backend(
     let launch_mode = config.launch_mode;
     let client =
         CodaLabClient::with_options(&settings.server, credentials, &client_options(settings)?)?;
-    let (server, user) = (client.server().to_owned(), client.username().to_owned());
+    let server = codalab_wm_core::secret::redact_url(client.server()).into_owned();
+    let user = client.username().to_owned();
     let mut manager = Manager::new(config, client, backend);
     // Said once the server answered and took the credentials, not before.
     manager.on_ready(move || {
@@ -394,11 +396,14 @@ pub fn client_options(settings: &Settings) -> Result<ClientOptions> {
     if let Some(path) = &settings.ca_cert {
         let pem = std::fs::read(path)
             .with_context(|| format!("cannot read --ca-cert {}", path.display()))?;
+        if let Err(error) = codalab_wm_core::codalab::tls::parse_ca_certificates(&pem) {
+            bail!("--ca-cert {}: {error}", path.display());
+        }
         options.ca_certificates.push(pem);
     }
     if settings.insecure_skip_tls_verify {
         tracing::warn!(
-            server = %settings.server,
+            server = %codalab_wm_core::secret::redact_url(&settings.server),
             "--insecure-skip-tls-verify: the CodaLab server's certificate is NOT verified; \
              anyone on the network path can read the credentials"
         );
@@ -473,13 +478,21 @@ pub fn init_logging(verbose: bool, format: LogFormat) {
             "{default},hyper=info,reqwest=info,rustls=info,h2=info,tower=info,aws=info,kube=info"
         ))
     });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(colour_on_stderr())
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
     let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => {
+            // The escaping writer must know whether colour codes are ours.
+            let ansi = colour_on_stderr();
+            builder
+                .with_ansi(ansi)
+                .with_writer(move || crate::log_escape::Escaping::new(std::io::stderr(), ansi))
+                .try_init()
+        }
+        LogFormat::Json => builder
+            .with_writer(std::io::stderr)
+            .json()
+            .flatten_event(true)
+            .try_init(),
     };
 }
 

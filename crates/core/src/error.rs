@@ -43,6 +43,9 @@ pub enum Error {
         /// The transport error with its causes (each once) and a hint when one applies; text,
         /// not a `source`, so that `{:#}` does not print the causes twice.
         message: String,
+        /// The client refused to go on (a redirect to another origin, a server certificate it
+        /// does not trust): fatal until the client has once worked, temporary after.
+        refused: bool,
     },
     /// A reply that does not have the expected shape.
     #[error("invalid reply from {from} to {what}: {message}")]

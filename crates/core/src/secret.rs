@@ -51,9 +51,34 @@ pub struct Credentials {
     pub password: Secret,
 }
 
+/// `url` with the password of its userinfo (`http://user:pw@host`) replaced by `***`, for
+/// logs and error messages; `url` itself when it has none (or is not a URL).
+pub fn redact_url(url: &str) -> std::borrow::Cow<'_, str> {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            let mut text = parsed.to_string();
+            // `Url` adds a `/` path to `http://host`; keep the URL as it was written.
+            if !url.ends_with('/') && parsed.path() == "/" && parsed.query().is_none() {
+                text.pop();
+            }
+            text.into()
+        }
+        _ => url.into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn url_passwords_are_redacted() {
+        assert_eq!(redact_url("http://u:hunter2@h:2900"), "http://u:***@h:2900");
+        assert_eq!(redact_url("https://u:p@h/x/"), "https://u:***@h/x/");
+        assert_eq!(redact_url("http://h:2900"), "http://h:2900");
+        assert_eq!(redact_url("not a url"), "not a url");
+    }
 
     #[test]
     fn never_prints_the_value() {

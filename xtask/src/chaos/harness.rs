@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 /// The CodaLab user the scenarios run as (others' tests mostly use alice).
 pub const USER: &str = "bob";
-const PASSWORD: &str = "bobpw";
+/// Its password (scenarios check that it never reaches a log).
+pub const PASSWORD: &str = "bobpw";
 /// Workers per manager.
 pub const MAX_WORKERS: usize = 2;
 

@@ -11,6 +11,7 @@
 
 mod event;
 mod harness;
+mod hostile;
 mod moto;
 mod scenarios;
 

@@ -73,6 +73,11 @@ pub const ALL: &[Scenario] = &[
         aws_throttled,
     ),
     (
+        "hostile-server",
+        "redirect to another origin, search reply nested 100,000 deep, endless body, 401 to the search",
+        super::hostile::hostile_server,
+    ),
+    (
         "sigkill-after-submit",
         "SIGKILL right after a submit, restart, SIGTERM",
         sigkill_after_submit,

@@ -44,7 +44,11 @@ pub fn parse_bundles(document: &Value) -> Result<(Vec<StagedBundle>, Vec<Skipped
 /// member of an unexpected type, or not JSON) goes through [`parse_bundles`], so the result
 /// and every per-bundle reason are the same as the `Value` path's (checked by the tests and
 /// the `jsonapi` fuzz target).
+///
+/// A body nested deeper than [`MAX_JSON_DEPTH`](super::limits::MAX_JSON_DEPTH) is refused
+/// before either parser sees it (sonic-rs has no recursion limit of its own).
 pub fn parse_bundles_slice(body: &[u8]) -> Result<(Vec<StagedBundle>, Vec<SkippedBundle>), String> {
+    super::limits::check_json_depth(body)?;
     match sonic_rs::from_slice::<typed::Document>(body) {
         Ok(document) => Ok(document.into_bundles()),
         Err(_) => {

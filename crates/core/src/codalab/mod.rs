@@ -8,6 +8,8 @@
 //! because the server runs a request with an invalid token as anonymous instead of failing.
 
 pub mod jsonapi;
+pub mod limits;
+pub mod tls;
 
 use crate::bundle::StagedBundle;
 use crate::error::{Error, Result};
@@ -86,6 +88,9 @@ const PAGE_BUFFER_RETAINED: usize = 8 << 20;
 /// A client for one CodaLab server and one user.
 #[derive(Debug)]
 pub struct CodaLabClient {
+    /// The base URL requests go to, as given (it may carry `user:password@`).
+    base: String,
+    /// The same without any password, for messages.
     server: String,
     credentials: Credentials,
     http: reqwest::Client,
@@ -94,6 +99,8 @@ pub struct CodaLabClient {
     /// Whether the last search returned any bundle (an empty search after a non-empty one
     /// triggers an identity check).
     last_search_nonempty: Mutex<bool>,
+    /// Whether a login or search ever succeeded (see [`CodaLabClient::search_bundles`]).
+    established: std::sync::atomic::AtomicBool,
     /// The body of the last search page, kept so that each page of every tick reuses one
     /// allocation (a page is ~1 MB at 1,000 bundles).
     page_buffer: Mutex<Vec<u8>>,
@@ -112,39 +119,46 @@ impl CodaLabClient {
         options: &ClientOptions,
     ) -> Result<Self> {
         let server = server.trim_end_matches('/').to_owned();
-        let url = reqwest::Url::parse(&server)
-            .map_err(|e| Error::InvalidConfig(format!("--server `{server}` is not a URL: {e}")))?;
+        let url = reqwest::Url::parse(&server).map_err(|e| {
+            Error::InvalidConfig(format!(
+                "--server `{}` is not a URL: {e}",
+                crate::secret::redact_url(&server)
+            ))
+        })?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
             return Err(Error::InvalidConfig(format!(
-                "--server `{server}` must look like http[s]://<host>[:<port>]"
+                "--server `{}` must look like http[s]://<host>[:<port>]",
+                crate::secret::redact_url(&server)
             )));
         }
         let mut builder = reqwest::Client::builder()
             .timeout(options.timeout)
             .connect_timeout(options.timeout.min(Duration::from_secs(10)))
             .user_agent(concat!("codalab-wm/", env!("CARGO_PKG_VERSION")))
+            .redirect(limits::redirect_policy())
             .danger_accept_invalid_certs(options.insecure_skip_tls_verify);
-        for pem in &options.ca_certificates {
-            let certificate = reqwest::Certificate::from_pem(pem).map_err(|e| {
-                Error::InvalidConfig(format!("CA certificate is not valid PEM: {e}"))
-            })?;
-            builder = builder.add_root_certificate(certificate);
+        if !options.ca_certificates.is_empty() && !options.insecure_skip_tls_verify {
+            let config = tls::client_config(&options.ca_certificates)
+                .map_err(|e| Error::InvalidConfig(format!("--ca-cert: {e}")))?;
+            builder = builder.use_preconfigured_tls(config);
         }
         let http = builder
             .build()
             .map_err(|e| Error::InvalidConfig(format!("cannot build the HTTP client: {e}")))?;
         Ok(Self {
-            server,
+            base: server.clone(),
+            server: crate::secret::redact_url(&server).into_owned(),
             credentials,
             http,
             page_size: options.search_page_size.max(1),
             token: Mutex::new(None),
             last_search_nonempty: Mutex::new(false),
+            established: std::sync::atomic::AtomicBool::new(false),
             page_buffer: Mutex::new(Vec::new()),
         })
     }
 
-    /// The server URL.
+    /// The server URL, without the password it may carry (for messages).
     pub fn server(&self) -> &str {
         &self.server
     }
@@ -156,12 +170,17 @@ impl CodaLabClient {
 
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
         self.http
-            .request(method, format!("{}{path}", self.server))
+            .request(method, format!("{}{path}", self.base))
             .header("X-Requested-With", "XMLHttpRequest")
     }
 
     /// Logs in with the password grant and confirms the identity with `GET /rest/user`.
     pub async fn login(&self) -> Result<()> {
+        let result = self.login_once().await;
+        self.settle(result)
+    }
+
+    async fn login_once(&self) -> Result<()> {
         let form = [
             ("grant_type", "password"),
             ("username", self.credentials.username.as_str()),
@@ -182,7 +201,7 @@ impl CodaLabClient {
             .await
             .map_err(|e| unreachable("login", e))?;
         let status = response.status();
-        let body = response.text().await.map_err(|e| unreachable("login", e))?;
+        let body = limits::read_text(response, limits::MAX_TOKEN_BYTES, "login").await?;
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::BAD_REQUEST {
             return Err(Error::Unauthenticated {
                 server: self.server.clone(),
@@ -197,7 +216,7 @@ impl CodaLabClient {
                 message: first_line(&body),
             });
         }
-        let reply: TokenReply = serde_json::from_str(&body).map_err(|e| Error::InvalidReply {
+        let reply = parse_token(&body).map_err(|e| Error::InvalidReply {
             from: "codalab server".into(),
             what: "login".into(),
             message: format!("token reply is not the expected JSON: {e}"),
@@ -241,7 +260,7 @@ impl CodaLabClient {
             };
             match refreshed {
                 Some(token) => *self.token.lock().await = Some(token),
-                None => self.login().await?,
+                None => self.login_once().await?,
             }
         }
         let token = self.token.lock().await;
@@ -261,10 +280,7 @@ impl CodaLabClient {
             .await
             .map_err(|e| unreachable("identity check", e))?;
         let status = response.status();
-        let body = response
-            .text()
-            .await
-            .map_err(|e| unreachable("identity check", e))?;
+        let body = limits::read_text(response, limits::MAX_USER_BYTES, "identity check").await?;
         if status == StatusCode::UNAUTHORIZED {
             *self.token.lock().await = None;
             return Err(Error::Server {
@@ -280,13 +296,12 @@ impl CodaLabClient {
                 message: first_line(&body),
             });
         }
-        let document: serde_json::Value =
-            serde_json::from_str(&body).map_err(|e| Error::InvalidReply {
-                from: "codalab server".into(),
-                what: "identity check".into(),
-                message: e.to_string(),
-            })?;
-        match jsonapi::parse_user_name(&document) {
+        let name = parse_user_reply(&body).map_err(|message| Error::InvalidReply {
+            from: "codalab server".into(),
+            what: "identity check".into(),
+            message,
+        })?;
+        match name {
             Some(name) if name == self.credentials.username => Ok(()),
             Some(name) => Err(Error::Unauthenticated {
                 server: self.server.clone(),
@@ -306,8 +321,46 @@ impl CodaLabClient {
     /// When a search comes back empty after an earlier one found bundles, the identity is
     /// checked: an expired or revoked token makes the server answer as anonymous, and `.mine`
     /// then matches nothing. If the token was bad, the client logs in again and searches once more.
+    /// A search answered 401 likewise logs in again and searches once more.
+    ///
+    /// A refused server certificate or redirect is fatal until the client has once completed a
+    /// search (a misconfiguration at start), temporary after (retried with backoff).
     pub async fn search_bundles(&self, keywords: &[String]) -> Result<SearchResult> {
-        let mut result = self.search_pages(keywords).await?;
+        let result = self.search_once(keywords).await;
+        self.settle(result)
+    }
+
+    /// Marks the client established after a success; before that, makes a refusal fatal.
+    fn settle<T>(&self, result: Result<T>) -> Result<T> {
+        use std::sync::atomic::Ordering;
+        match result {
+            Ok(value) => {
+                self.established.store(true, Ordering::Relaxed);
+                Ok(value)
+            }
+            Err(Error::Unreachable {
+                refused: true,
+                message,
+                ..
+            }) if !self.established.load(Ordering::Relaxed) => Err(Error::InvalidConfig(message)),
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn search_once(&self, keywords: &[String]) -> Result<SearchResult> {
+        let mut result = match self.search_pages(keywords).await {
+            // A dead token (expired early, revoked, server restarted with new keys): log in
+            // again once instead of waiting for the scheduled refresh.
+            Err(Error::Server { status: 401, .. }) => {
+                tracing::warn!(
+                    "the server refused our token (401 to the search); logging in again"
+                );
+                *self.token.lock().await = None;
+                self.login_once().await?;
+                self.search_pages(keywords).await?
+            }
+            other => other?,
+        };
         let mut last_nonempty = self.last_search_nonempty.lock().await;
         if result.bundles.is_empty() && result.skipped.is_empty() && *last_nonempty {
             match self.check_identity().await {
@@ -316,7 +369,7 @@ impl CodaLabClient {
                     tracing::warn!(
                         "the server no longer accepts our token (empty search); logging in again"
                     );
-                    self.login().await?;
+                    self.login_once().await?;
                     result = self.search_pages(keywords).await?;
                 }
                 Err(e) => return Err(e),
@@ -359,11 +412,16 @@ impl CodaLabClient {
         if offset > 0 {
             query.push(("keywords", format!(".offset={offset}")));
         }
-        let response = self
+        let request = self
             .request(Method::GET, "/rest/bundles")
             .bearer_auth(access.expose())
             .query(&query)
-            .send()
+            .build()
+            .map_err(|e| unreachable("staged bundle search", e))?;
+        limits::check_request_line(request.url())?;
+        let response = self
+            .http
+            .execute(request)
             .await
             .map_err(|e| unreachable("staged bundle search", e))?;
         let mut body = self.page_buffer.lock().await;
@@ -378,20 +436,12 @@ impl CodaLabClient {
 
 /// Reads one search page into `body` (cleared first) and parses it.
 async fn read_page(
-    mut response: reqwest::Response,
+    response: reqwest::Response,
     body: &mut Vec<u8>,
 ) -> Result<(Vec<StagedBundle>, Vec<SkippedBundle>)> {
     let status = response.status();
-    body.clear();
-    let announced = response.content_length().unwrap_or(0);
-    body.reserve(usize::try_from(announced).map_or(0, |n| n.min(PAGE_BUFFER_RETAINED)));
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| unreachable("staged bundle search", e))?
-    {
-        body.extend_from_slice(&chunk);
-    }
+    let what = "staged bundle search";
+    limits::read_body(response, limits::MAX_SEARCH_PAGE_BYTES, what, body).await?;
     if !status.is_success() {
         return Err(Error::Server {
             what: "staged bundle search",
@@ -404,6 +454,28 @@ async fn read_page(
         what: "staged bundle search".into(),
         message,
     })
+}
+
+/// Reads a token reply body as the client does: the depth bound, then the typed model.
+fn parse_token(body: &str) -> std::result::Result<TokenReply, String> {
+    limits::parse_json(body)
+}
+
+/// Whether a token reply body is one the client accepts (the `token` fuzz target).
+pub fn parse_token_reply(body: &str) -> std::result::Result<(), String> {
+    parse_token(body).map(|_| ())
+}
+
+/// The user name in a `/rest/user` reply body, as the identity check reads it.
+pub fn parse_user_reply(body: &str) -> std::result::Result<Option<String>, String> {
+    let document: serde_json::Value = limits::parse_json(body)?;
+    Ok(jsonapi::parse_user_name(&document).map(str::to_owned))
+}
+
+/// What an error reply says, as the client words it: the OAuth2 error of a token reply, else
+/// the first line of the body (the `token` fuzz target).
+pub fn error_reply_message(body: &str) -> String {
+    oauth_error(body)
 }
 
 /// The keywords of the staged search, as upstream builds them.
@@ -425,7 +497,13 @@ pub fn staged_keywords(
 }
 
 fn unreachable(what: &'static str, error: reqwest::Error) -> Error {
-    let server = error.url().map_or_else(String::new, origin);
+    if let Some(refused) = find_cause::<limits::RedirectRefused>(&error) {
+        return refused.to_error(what, error.url().map_or_else(String::new, limits::origin));
+    }
+    if let Some(error) = tls::classify(what, &error) {
+        return error;
+    }
+    let server = error.url().map_or_else(String::new, limits::origin);
     let https = error.url().is_some_and(|u| u.scheme() == "https");
     let timeout = error.is_timeout();
     let message = cause_chain(&error.without_url());
@@ -440,6 +518,7 @@ fn unreachable(what: &'static str, error: reqwest::Error) -> Error {
         what,
         server,
         message: format!("{message}{hint}"),
+        refused: false,
     }
 }
 
@@ -459,16 +538,27 @@ fn cause_chain(error: &dyn std::error::Error) -> String {
     message
 }
 
-/// `scheme://host[:port]` of `url` (no path, query or credentials).
-fn origin(url: &reqwest::Url) -> String {
-    let host = url.host_str().unwrap_or_default();
-    match url.port() {
-        Some(port) => format!("{}://{host}:{port}", url.scheme()),
-        None => format!("{}://{host}", url.scheme()),
+/// The first cause of type `T` in the chain of `error` (looking inside `io::Error`s, whose
+/// `source` skips the error they wrap).
+fn find_cause<'a, T: std::error::Error + 'static>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut cause = Some(error);
+    while let Some(current) = cause {
+        if let Some(found) = current.downcast_ref::<T>() {
+            return Some(found);
+        }
+        let wrapped = current
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref());
+        cause = match wrapped {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => current.source(),
+        };
     }
+    None
 }
 
-/// The first non-empty line of an error body, HTML tags stripped, at most 200 characters.
 /// Keeps the first of bundles with the same uuid, in order: a bundle can be on two pages when
 /// the staged set shifts between the requests of one search (offset paging).
 fn dedup_by_uuid(bundles: &mut Vec<StagedBundle>) {
@@ -509,11 +599,14 @@ fn oauth_error(body: &str) -> String {
         #[serde(default)]
         error_description: Option<String>,
     }
-    match serde_json::from_str::<OAuthError>(body) {
+    match limits::parse_json::<OAuthError>(body) {
         Ok(e) => match e.error_description {
             Some(description) => format!("{} ({})", description, e.error),
             None => e.error,
-        },
+        }
+        .chars()
+        .take(200)
+        .collect(),
         Err(_) => first_line(body),
     }
 }
