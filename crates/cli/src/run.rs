@@ -95,10 +95,16 @@ pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<
     let shutdown = shutdown_signal()?;
     let outcome = match manager.run(settings.once, shutdown).await {
         Ok(outcome) => outcome,
-        // A refused password keeps its own message; any other failed --once tick exits 1.
-        Err(error @ codalab_wm_core::Error::Unauthenticated { .. }) => return Err(error.into()),
+        // A refused password (1) and a configuration the server cannot serve (2) keep their own
+        // exit statuses; any other failed --once tick exits 1.
+        Err(
+            error @ (codalab_wm_core::Error::Unauthenticated { .. }
+            | codalab_wm_core::Error::InvalidConfig(_)),
+        ) => return Err(error.into()),
         Err(error) if settings.once => {
-            eprintln!("error: --once: the tick failed: {error}");
+            // The error may quote the server: no raw control characters.
+            let said = crate::log_escape::escape(&error.to_string(), false);
+            eprintln!("error: --once: the tick failed: {said}");
             return Ok(ExitCode::from(EXIT_ONCE_FAILED));
         }
         Err(error) => return Err(error.into()),

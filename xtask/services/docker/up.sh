@@ -36,6 +36,7 @@ refuse_foreign() {
   local pid
   for pid in $(pgrep -x dockerd || true); do
     [ "$pid" = "$(our_pid || true)" ] && continue
+    running "$pid" || continue   # a zombie (ours, just stopped, not yet reaped)
     log "a dockerd that is not ours runs as pid $pid: $(tr '\0' ' ' </proc/$pid/cmdline | cut -c1-200)"
     log "ours would clash with it over the docker0 bridge; stop it (or use it: set DOCKER_HOST for the worker yourself)"
     exit 1
@@ -51,8 +52,13 @@ start_dockerd() {
   rm -f "$SOCK"
   log "starting dockerd (storage driver $driver, log $LOGFILE)"
   # setsid + closed fds: the daemon outlives this script and holds none of its pipes
+  # Every cl-worker creates 3 networks and a killed one leaves them behind (later workers prune
+  # unused ones). Docker's default pools hold ~30 networks, so 10 leaked workers stopped every
+  # new worker ("could not find an available, non-overlapping IPv4 address pool"): /24s of the
+  # same 172.16.0.0/12 range give 4,096.
   setsid dockerd --data-root "$DIR/data" --exec-root "$exec_root" --pidfile "$PIDFILE" \
-    --host "unix://$SOCK" --storage-driver "$driver" </dev/null >"$LOGFILE" 2>&1 9>&- &
+    --host "unix://$SOCK" --storage-driver "$driver" \
+    --default-address-pool base=172.16.0.0/12,size=24 </dev/null >"$LOGFILE" 2>&1 9>&- &
   for _ in $(seq 300); do answers && return 0; sleep 0.1; done
   tail -n 20 "$LOGFILE" >&2
   log "dockerd did not answer on $SOCK within 30 s"
