@@ -16,18 +16,7 @@ fn slurm_dir() -> PathBuf {
 
 /// Runs `snippet` in bash after sourcing common.sh and owner.sh for these directories.
 fn owner(services: &Path, sys_etc: &Path, snippet: &str) -> Output {
-    let dir = slurm_dir();
-    let script = format!(
-        "source {}/common.sh; source {}/owner.sh; {snippet}",
-        dir.display(),
-        dir.display()
-    );
-    Command::new("bash")
-        .args(["-c", &script])
-        .env("SERVICES_DIR", services)
-        .env("SYS_ETC", sys_etc)
-        .output()
-        .expect("bash runs")
+    owner_with_path(services, sys_etc, snippet, &std::env::var("PATH").unwrap())
 }
 
 fn text(out: &Output) -> String {
@@ -82,15 +71,68 @@ fn our_own_conf_even_from_before_the_gres_marker_is_ours() {
     assert_eq!(text(&out), "");
 }
 
+/// A PATH entry whose `pgrep` prints `pids` (the daemons it "finds").
+fn pgrep_finding(tmp: &Path, pids: &str) -> String {
+    let bin = tmp.join("pgrep-bin");
+    fs::create_dir_all(&bin).unwrap();
+    let path = bin.join("pgrep");
+    fs::write(&path, format!("#!/bin/sh\nprintf '%s' '{pids}'\n")).unwrap();
+    Command::new("chmod")
+        .arg("755")
+        .arg(&path)
+        .status()
+        .unwrap();
+    format!("{}:{}", bin.display(), std::env::var("PATH").unwrap())
+}
+
+const OTHER_CLONE_CONF: &str =
+    "# written by xtask/services/slurm/up.sh\nStateSaveLocation=/elsewhere/slurm/state/ctld\n";
+
 #[test]
-fn a_conf_written_for_another_services_dir_is_not_ours() {
-    let (_tmp, services, sys_etc) = dirs();
-    let conf =
-        "# written by xtask/services/slurm/up.sh\nStateSaveLocation=/elsewhere/slurm/state/ctld\n";
-    fs::write(sys_etc.join("slurm.conf"), conf).unwrap();
-    let said = text(&owner(&services, &sys_etc, "foreign_slurm_conf"));
+fn a_conf_of_another_services_dir_whose_cluster_runs_is_not_ours() {
+    let (tmp, services, sys_etc) = dirs();
+    fs::write(sys_etc.join("slurm.conf"), OTHER_CLONE_CONF).unwrap();
+    // a live process stands for that cluster's slurmctld
+    let path = pgrep_finding(tmp.path(), &format!("{}\n", std::process::id()));
+    let said = text(&owner_with_path(
+        &services,
+        &sys_etc,
+        "foreign_slurm_conf",
+        &path,
+    ));
     assert!(said.contains("for another services directory"), "{said}");
     assert!(said.contains("/elsewhere/slurm/state/ctld"), "{said}");
+}
+
+#[test]
+fn a_stale_conf_of_another_services_dir_is_taken_over() {
+    let (tmp, services, sys_etc) = dirs();
+    fs::write(sys_etc.join("slurm.conf"), OTHER_CLONE_CONF).unwrap();
+    let path = pgrep_finding(tmp.path(), "");
+    let said = text(&owner_with_path(
+        &services,
+        &sys_etc,
+        "foreign_slurm_conf",
+        &path,
+    ));
+    assert_eq!(said, "");
+}
+
+/// [`owner`] with another PATH.
+fn owner_with_path(services: &Path, sys_etc: &Path, snippet: &str, path: &str) -> Output {
+    let dir = slurm_dir();
+    let script = format!(
+        "source {}/common.sh; source {}/owner.sh; {snippet}",
+        dir.display(),
+        dir.display()
+    );
+    Command::new("bash")
+        .args(["-c", &script])
+        .env("SERVICES_DIR", services)
+        .env("SYS_ETC", sys_etc)
+        .env("PATH", path)
+        .output()
+        .expect("bash runs")
 }
 
 #[test]

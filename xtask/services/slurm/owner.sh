@@ -21,9 +21,21 @@ foreign_slurm_conf() {
     return 0
   fi
   state=$(conf_setting "$conf" StateSaveLocation)
-  if ! same_path "$state" "$STATE/ctld"; then
-    echo "$conf was written by up.sh for another services directory (StateSaveLocation=$state, ours would be $STATE/ctld); stop that cluster with its own 'cargo xtask services down slurm' first"
+  # Written for another clone of this project: in the way only while a cluster runs (its
+  # daemons); a stale one (that clone's cluster stopped, e.g. a finished CI run) is ours to
+  # rewrite, or no second clone on a machine could ever start a cluster.
+  if ! same_path "$state" "$STATE/ctld" && slurm_daemons_running; then
+    echo "$conf was written by up.sh for another services directory (StateSaveLocation=$state, ours would be $STATE/ctld) and a Slurm daemon runs; stop that cluster with its own 'cargo xtask services down slurm' first"
   fi
+}
+
+# slurm_daemons_running: true when any slurmctld or slurmd process (not a zombie) runs
+slurm_daemons_running() {
+  local pid
+  for pid in $(pgrep -x slurmctld || true) $(pgrep -x slurmd || true); do
+    running "$pid" && return 0
+  done
+  return 1
 }
 
 # foreign_gres_conf: prints why $SYS_ETC/gres.conf is not ours. Before the marker, up.sh wrote
