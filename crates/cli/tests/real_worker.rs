@@ -91,9 +91,32 @@ fn docker_env() -> Vec<(&'static str, String)> {
     vec![("DOCKER_HOST", docker_host())]
 }
 
-/// Stages `n` bundles as bob, each writing `out.txt` with `command`.
-fn stage(n: usize, command: &str, flags: &[&str]) -> Vec<String> {
-    stage_as(USER.0, n, flags, &[("STAGE_COMMAND", command)])
+/// `cl run` flags of a test's bundles: `cpus` CPUs, 256m, tagged `tag` (what the manager
+/// searches), and in the queue `tag` unless `queued` is false.
+fn bundle_flags(tag: &str, cpus: u32, queued: bool) -> Vec<String> {
+    let mut flags = vec![
+        "--request-cpus".to_owned(),
+        cpus.to_string(),
+        "--request-memory".to_owned(),
+        "256m".to_owned(),
+        "--tags".to_owned(),
+        tag.to_owned(),
+    ];
+    if queued {
+        flags.extend(["--request-queue".to_owned(), tag.to_owned()]);
+    }
+    flags
+}
+
+/// Stages `n` bundles as bob, each writing `out.txt` with `command` (`deps` before it).
+fn stage(n: usize, command: &str, flags: &[String], deps: &str) -> Vec<String> {
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    stage_as(
+        USER.0,
+        n,
+        &flags,
+        &[("STAGE_COMMAND", command), ("STAGE_DEPS", deps)],
+    )
 }
 
 #[test]
@@ -106,15 +129,8 @@ fn local_workers_run_bundles_to_ready_exit_when_idle_and_come_back() {
     let tag = unique("realw");
     let dir = tempfile::tempdir().unwrap();
     let server = Server::login(USER.0, USER.1);
-    let bundle_flags = [
-        "--request-cpus",
-        "1",
-        "--request-memory",
-        "256m",
-        "--tags",
-        &tag,
-    ];
-    let first = stage(3, "echo real-{i} > out.txt", &bundle_flags);
+    let flags = bundle_flags(&tag, 1, false);
+    let first = stage(3, "echo real-{i} > out.txt", &flags, "");
 
     let mut args = manager_args(&tag, 2, &[]);
     args.extend(local_args(dir.path()));
@@ -141,15 +157,7 @@ fn local_workers_run_bundles_to_ready_exit_when_idle_and_come_back() {
     // A new bundle that depends on the first one's output: the manager launches again and the
     // worker fetches the dependency from the server.
     let deps = format!("dep:{}", first[0]);
-    let second = stage_as(
-        USER.0,
-        1,
-        &bundle_flags,
-        &[
-            ("STAGE_COMMAND", "cat dep/out.txt > out.txt"),
-            ("STAGE_DEPS", &deps),
-        ],
-    );
+    let second = stage(1, "cat dep/out.txt > out.txt", &flags, &deps);
     server.wait_ready(&second, READY_WITHIN, || manager.log());
     assert_eq!(server.cat(&second[0], "out.txt").trim(), "real-1");
     assert!(
@@ -176,18 +184,18 @@ fn tag_exclusive_workers_take_only_their_queue_and_exit_after_one_run_each() {
     let tag = unique("realq");
     let dir = tempfile::tempdir().unwrap();
     let server = Server::login(USER.0, USER.1);
-    let common = [
-        "--request-cpus",
-        "1",
-        "--request-memory",
-        "256m",
-        "--tags",
-        &tag,
-    ];
-    let mut queued_flags = common.to_vec();
-    queued_flags.extend(["--request-queue", &tag]);
-    let queued = stage(3, "echo queued-{i} > out.txt", &queued_flags);
-    let untagged = stage(1, "echo untagged > out.txt", &common);
+    let queued = stage(
+        3,
+        "echo queued-{i} > out.txt",
+        &bundle_flags(&tag, 1, true),
+        "",
+    );
+    let untagged = stage(
+        1,
+        "echo untagged > out.txt",
+        &bundle_flags(&tag, 1, false),
+        "",
+    );
 
     let extra = [
         "--worker-tag",
@@ -248,20 +256,7 @@ fn a_bundle_no_worker_fits_stays_staged_and_is_reported() {
     let tag = unique("realmisfit");
     let dir = tempfile::tempdir().unwrap();
     let server = Server::login(USER.0, USER.1);
-    let misfit = stage(
-        1,
-        "echo never > out.txt",
-        &[
-            "--request-cpus",
-            "64",
-            "--request-memory",
-            "256m",
-            "--tags",
-            &tag,
-            "--request-queue",
-            &tag,
-        ],
-    );
+    let misfit = stage(1, "echo never > out.txt", &bundle_flags(&tag, 64, true), "");
     let mut args = manager_args(&tag, 2, &["--worker-tag", &tag, "--worker-tag-exclusive"]);
     args.extend(local_args(dir.path()));
     let mut manager = Manager::start(&args, USER, &docker_env());
@@ -296,17 +291,12 @@ fn slurm_jobs_run_the_real_worker_to_ready() {
     let tag = unique("realslurm");
     let dir = tempfile::tempdir().unwrap();
     let server = Server::login(USER.0, USER.1);
-    let flags = [
-        "--request-cpus",
-        "1",
-        "--request-memory",
-        "256m",
-        "--tags",
-        &tag,
-        "--request-queue",
-        &tag,
-    ];
-    let uuids = stage(2, "echo slurm-{i} > out.txt", &flags);
+    let uuids = stage(
+        2,
+        "echo slurm-{i} > out.txt",
+        &bundle_flags(&tag, 1, true),
+        "",
+    );
 
     let prefix = dir.path().display().to_string();
     let extra = [
@@ -413,17 +403,12 @@ fn a_worker_killed_mid_run_is_replaced_and_never_above_max() {
     let dir = tempfile::tempdir().unwrap();
     let state_dir = dir.path().join("state");
     let server = Server::login(USER.0, USER.1);
-    let flags = [
-        "--request-cpus",
-        "1",
-        "--request-memory",
-        "256m",
-        "--tags",
-        &tag,
-        "--request-queue",
-        &tag,
-    ];
-    let uuids = stage(1, "sleep 60; echo done > out.txt", &flags);
+    let uuids = stage(
+        1,
+        "sleep 60; echo done > out.txt",
+        &bundle_flags(&tag, 1, true),
+        "",
+    );
     let extra = ["--worker-tag", &tag, "--worker-tag-exclusive"];
     let mut args = manager_args(&tag, 1, &extra);
     // min 1, and workers that do not exit idle during the test: the replacement is for the kill
@@ -518,17 +503,7 @@ fn with_dockerd_stopped_workers_fail_and_are_counted_as_failures() {
     let tag = unique("realnodocker");
     let dir = tempfile::tempdir().unwrap();
     let server = Server::login(USER.0, USER.1);
-    let flags = [
-        "--request-cpus",
-        "1",
-        "--request-memory",
-        "256m",
-        "--tags",
-        &tag,
-        "--request-queue",
-        &tag,
-    ];
-    let uuids = stage(1, "echo never > out.txt", &flags);
+    let uuids = stage(1, "echo never > out.txt", &bundle_flags(&tag, 1, true), "");
     let stopped = DockerStopped::stop();
     let extra = [
         "--worker-tag",

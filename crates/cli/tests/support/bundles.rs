@@ -151,26 +151,37 @@ impl Server {
         }
     }
 
-    /// Removes bundles (`cl rm --force`), e.g. one left staged on purpose.
+    /// Removes bundles (`cl rm --force`), e.g. one left staged on purpose. The server refuses
+    /// (400) while a bundle is `starting` (it may be offered to a worker that exited and come
+    /// back to `staged`): retried every 0.5 s for up to a minute.
     pub fn remove(&self, uuids: &[String]) {
         let data: Vec<serde_json::Value> = uuids
             .iter()
             .map(|id| serde_json::json!({"id": id, "type": "bundles"}))
             .collect();
-        let status = self.runtime.block_on(async {
-            self.http
-                .delete(format!("{SERVER}/rest/bundles?force=1"))
-                .bearer_auth(&self.token)
-                // the server's CSRF guard for state-changing requests
-                .header("X-Requested-With", "XMLHttpRequest")
-                .json(&serde_json::json!({ "data": data }))
-                .send()
-                .await
-                .map(|r| r.status())
-        });
-        assert!(
-            status.as_ref().is_ok_and(|s| s.is_success()),
-            "removing {uuids:?}: {status:?}"
-        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let reply = self.runtime.block_on(async {
+                let response = self
+                    .http
+                    .delete(format!("{SERVER}/rest/bundles?force=1"))
+                    .bearer_auth(&self.token)
+                    // the server's CSRF guard for state-changing requests
+                    .header("X-Requested-With", "XMLHttpRequest")
+                    .json(&serde_json::json!({ "data": data }))
+                    .send()
+                    .await?;
+                Ok::<_, reqwest::Error>((response.status(), response.text().await?))
+            });
+            if reply.as_ref().is_ok_and(|(status, _)| status.is_success()) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "removing {uuids:?}: {reply:?} (states {:?})",
+                self.states(uuids)
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
     }
 }
