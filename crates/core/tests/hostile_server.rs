@@ -279,3 +279,20 @@ async fn a_redirect_elsewhere_after_a_good_start_is_temporary() {
     assert!(text.contains("another origin"), "{text}");
     assert!(elsewhere.requests().is_empty());
 }
+
+#[tokio::test]
+async fn a_reply_cut_short_names_the_server() {
+    // 2 MiB announced, 1 MiB sent, then the connection closes: the body read fails.
+    let reply = Reply::Announced { length: 2 << 20 };
+    let server = Hostile::start(hostile_on("/rest/bundles", reply)).await;
+    let error = client(&server.url())
+        .search_bundles(&keywords())
+        .await
+        .unwrap_err();
+    assert!(error.is_temporary(), "{error}");
+    let text = error.to_string();
+    assert!(
+        text.starts_with(&format!("codalab server {} unreachable", server.url())),
+        "{text}"
+    );
+}

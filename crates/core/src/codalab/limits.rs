@@ -37,10 +37,12 @@ pub(crate) async fn read_body(
         return Err(too_large(what, cap));
     }
     body.reserve(usize::try_from(announced).unwrap_or(0).min(8 << 20));
+    // A body error carries no URL; the message names the server from it.
+    let url = response.url().clone();
     while let Some(chunk) = response
         .chunk()
         .await
-        .map_err(|e| super::unreachable(what, e))?
+        .map_err(|e| super::unreachable(what, e.with_url(url.clone())))?
     {
         if body.len() + chunk.len() > cap {
             return Err(too_large(what, cap));
