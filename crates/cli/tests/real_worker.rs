@@ -516,7 +516,15 @@ fn with_dockerd_stopped_workers_fail_and_are_counted_as_failures() {
     args.extend(local_args(dir.path()));
     let mut manager = Manager::start(&args, USER, &docker_env());
     let status = manager.wait_exit(READY_WITHIN);
+    // A worker still starting when the manager gave up would run once dockerd is back: stop
+    // every one first (seen: such a worker outlived the test).
+    let out = down(&local_args(dir.path()), USER);
     drop(stopped);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(status.code(), Some(3), "{}", manager.log());
     let state = server.info(&uuids[0]).state;
     assert!(
