@@ -7,23 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
-
-/// The manager with alice's credentials and no `CODALAB_WM_*` from the test's environment.
-fn manager(args: &[&str]) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .args(args)
-        .env("CODALAB_USERNAME", "alice")
-        .env("CODALAB_PASSWORD", "alicepw")
-        .env("NO_COLOR", "1");
-    for (key, _) in std::env::vars() {
-        if key.starts_with("CODALAB_WM_") {
-            command.env_remove(key);
-        }
-    }
-    command
-}
+mod support;
+use support::manager::command as manager;
 
 /// An executable shell script `name` in `dir`.
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {

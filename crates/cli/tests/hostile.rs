@@ -5,24 +5,8 @@
 use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
 use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
-
-/// The manager with `args`, alice's credentials, `NO_COLOR`, and no `CODALAB_WM_*` from the
-/// environment; `--once` makes it exit after one tick.
-fn manager(args: &[&str]) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .args(args)
-        .env("CODALAB_USERNAME", "alice")
-        .env("CODALAB_PASSWORD", "alicepw")
-        .env("NO_COLOR", "1");
-    for (key, _) in std::env::vars() {
-        if key.starts_with("CODALAB_WM_") {
-            command.env_remove(key);
-        }
-    }
-    command
-}
+mod support;
+use support::manager::command as manager;
 
 /// Runs `command` on a blocking thread (the test's runtime keeps serving the fake).
 async fn run(mut command: Command) -> (Output, String) {

@@ -165,13 +165,7 @@ fn local_workers_run_bundles_to_ready_exit_when_idle_and_come_back() {
         "no worker was launched for the new bundle:\n{}",
         manager.log()
     );
-    drop(manager);
-    let out = down(&local_args(dir.path()), USER);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    stop(manager, &local_args(dir.path()));
 }
 
 #[test]
@@ -237,14 +231,8 @@ fn tag_exclusive_workers_take_only_their_queue_and_exit_after_one_run_each() {
         "the untagged bundle was run: {info:?}\n{}",
         manager.log()
     );
-    drop(manager);
+    stop(manager, &local_args(dir.path()));
     server.remove(&untagged);
-    let out = down(&local_args(dir.path()), USER);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]
@@ -340,8 +328,14 @@ fn slurm_jobs_run_the_real_worker_to_ready() {
             "bundle ran on {remote}, not on one of this test's Slurm jobs"
         );
     }
+    stop(manager, &backend);
+}
+
+/// Stops the manager (SIGTERM, which releases the state dir), then every worker job it owns
+/// (`down BACKEND…`).
+fn stop(manager: Manager, backend_args: &[String]) {
     drop(manager);
-    let out = down(&backend, USER);
+    let out = down(backend_args, USER);
     assert!(
         out.status.success(),
         "{}",
@@ -455,13 +449,7 @@ fn a_worker_killed_mid_run_is_replaced_and_never_above_max() {
         "more jobs than --max-workers 1:\n{}",
         manager.log()
     );
-    drop(manager);
-    let out = down(&local_args(&state_dir), USER);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    stop(manager, &local_args(&state_dir));
     server.remove(&uuids);
 }
 

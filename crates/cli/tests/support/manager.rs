@@ -7,6 +7,23 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
 
+/// The manager with `args`, alice's credentials, `NO_COLOR`, and no `CODALAB_WM_*` from the
+/// test's environment.
+pub fn command(args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .env("CODALAB_USERNAME", "alice")
+        .env("CODALAB_PASSWORD", "alicepw")
+        .env("NO_COLOR", "1");
+    for (key, _) in std::env::vars() {
+        if key.starts_with("CODALAB_WM_") {
+            command.env_remove(key);
+        }
+    }
+    command
+}
+
 /// A running manager. Dropping it sends SIGTERM and waits for it (the manager's workers are
 /// separate processes or jobs: stop them with [`down`]).
 #[derive(Debug)]
