@@ -21,9 +21,11 @@ pub mod backend;
 pub mod client;
 pub mod config;
 pub mod definition;
+pub mod describe;
 pub mod error;
 
 pub use backend::AwsBatchBackend;
 pub use client::BatchClient;
 pub use config::AwsBatchConfig;
 pub use definition::{HostEnvironment, JobDefinitionSpec};
+pub use describe::KIND;

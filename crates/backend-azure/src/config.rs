@@ -15,56 +15,86 @@
 use codalab_wm_core::Error;
 use codalab_wm_core::bundle::WorkerShape;
 use codalab_wm_core::secret::Secret;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// The Entra ID scope of the Batch data plane.
 pub const BATCH_SCOPE: &str = "https://batch.core.windows.net/.default";
 
-/// Settings of the Azure Batch backend.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Settings of the Azure Batch backend: the flags of `cl-worker-manager azure-batch` and the
+/// `[azure_batch]` table (defaults written once, in the flags). The required settings default
+/// to empty and [`AzureBatchConfig::validate`] names the one missing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
+#[serde(deny_unknown_fields, default)]
 pub struct AzureBatchConfig {
-    /// The Batch account name (`--account-name`).
+    /// Azure Batch account name (required)
+    #[arg(long, default_value = "", hide_default_value = true)]
     pub account_name: String,
-    /// The Batch account key, base64 (`--account-key`, env `AZURE_BATCH_ACCOUNT_KEY`). Needed
-    /// unless `entra` is set.
-    #[serde(default)]
+    /// Azure Batch account key (required unless `[azure_batch.entra]` is configured); prefer
+    /// the environment variable or the config file, which keep it out of the process list
+    #[arg(long, env = "AZURE_BATCH_ACCOUNT_KEY", hide_env_values = true, value_parser = secret)]
+    #[serde(serialize_with = "expose_option")]
     pub account_key: Option<Secret>,
-    /// The account's Batch endpoint, `https://<account>.<region>.batch.azure.com`
-    /// (`--service-url`).
+    /// Azure Batch service URL, https://<account>.<region>.batch.azure.com (required)
+    #[arg(long, default_value = "", hide_default_value = true)]
     pub service_url: String,
-    /// URL of the blob container, with a SAS token allowing writes, that receives each
-    /// worker's `stderr.txt` when its task completes (`--log-container-url`). A secret.
+    /// URL (with a SAS token) of the Azure Storage container that receives the worker logs (required)
+    #[arg(long, default_value = "", hide_default_value = true, value_parser = secret)]
+    #[serde(serialize_with = "expose")]
     pub log_container_url: Secret,
-    /// The Batch job the worker tasks are added to (`--job-id`). It must exist, on a pool with
-    /// a container configuration.
+    /// ID of the Azure Batch job to add tasks to (required)
+    #[arg(long, default_value = "", hide_default_value = true)]
     pub job_id: String,
-    /// CPUs per worker (`--cpus`, docker `--cpus`).
-    #[serde(default = "default_cpus")]
+    /// Number of CPUs for each worker
+    #[arg(long, default_value_t = 1)]
     pub cpus: u32,
-    /// GPUs per worker (`--gpus`); used for the worker shape, as upstream.
-    #[serde(default)]
+    /// Number of GPUs for each worker
+    #[arg(long, default_value_t = 0)]
     pub gpus: u32,
-    /// Memory per worker in MiB (`--memory-mb`, docker `--memory <n>M`).
-    #[serde(default = "default_memory_mb")]
+    /// Memory (in MiB) for each worker
+    #[arg(long, default_value_t = 2048)]
     pub memory_mb: u64,
-    /// The user the worker container runs as (`--user`, docker `--user`).
-    #[serde(default = "default_user")]
+    /// User to run the worker containers as
+    #[arg(long, default_value = "root")]
     pub user: String,
     /// The worker image. Default `codalab/worker:<CODALAB_VERSION or latest>`, as upstream.
-    #[serde(default)]
+    #[arg(skip)]
     pub worker_image: Option<String>,
-    /// Seconds before a Batch request times out (default 30).
-    #[serde(default = "default_request_timeout_seconds")]
+    /// Seconds before a Batch request times out.
+    #[arg(skip = 30u64)]
     pub request_timeout_seconds: u64,
     /// Microsoft Entra ID client-credentials auth instead of the account key.
-    #[serde(default)]
+    #[arg(skip)]
     pub entra: Option<EntraConfig>,
 }
 
+impl Default for AzureBatchConfig {
+    fn default() -> Self {
+        codalab_wm_core::describe::defaults()
+    }
+}
+
+fn secret(value: &str) -> Result<Secret, String> {
+    Ok(Secret::new(value))
+}
+
+/// Serializes the value itself: only for layering the flags over the config file.
+fn expose<S: serde::Serializer>(secret: &Secret, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(secret.expose())
+}
+
+fn expose_option<S: serde::Serializer>(
+    secret: &Option<Secret>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match secret {
+        Some(secret) => expose(secret, serializer),
+        None => serializer.serialize_none(),
+    }
+}
+
 /// A Microsoft Entra ID application (service principal) allowed on the Batch account.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EntraConfig {
     /// The directory (tenant) id.
@@ -72,6 +102,7 @@ pub struct EntraConfig {
     /// The application (client) id.
     pub client_id: String,
     /// The client secret.
+    #[serde(serialize_with = "expose")]
     pub client_secret: Secret,
     /// The token endpoint. Default
     /// `https://login.microsoftonline.com/<tenant_id>/oauth2/v2.0/token`.
@@ -80,22 +111,6 @@ pub struct EntraConfig {
     /// The scope asked for. Default [`BATCH_SCOPE`].
     #[serde(default)]
     pub scope: Option<String>,
-}
-
-fn default_cpus() -> u32 {
-    1
-}
-
-fn default_memory_mb() -> u64 {
-    2048
-}
-
-fn default_user() -> String {
-    "root".to_owned()
-}
-
-fn default_request_timeout_seconds() -> u64 {
-    30
 }
 
 impl AzureBatchConfig {
@@ -108,17 +123,10 @@ impl AzureBatchConfig {
     ) -> Self {
         Self {
             account_name: account_name.into(),
-            account_key: None,
             service_url: service_url.into(),
             log_container_url,
             job_id: job_id.into(),
-            cpus: default_cpus(),
-            gpus: 0,
-            memory_mb: default_memory_mb(),
-            user: default_user(),
-            worker_image: None,
-            request_timeout_seconds: default_request_timeout_seconds(),
-            entra: None,
+            ..Self::default()
         }
     }
 

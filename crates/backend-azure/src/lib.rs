@@ -21,6 +21,7 @@ pub mod auth;
 pub mod backend;
 pub mod client;
 pub mod config;
+pub mod describe;
 pub mod error;
 #[cfg(feature = "fake")]
 pub mod fake;
@@ -29,3 +30,4 @@ pub mod sign;
 
 pub use backend::AzureBatchBackend;
 pub use config::{AzureBatchConfig, EntraConfig};
+pub use describe::KIND;

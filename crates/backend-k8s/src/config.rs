@@ -18,6 +18,17 @@ pub enum BundleRuntime {
     Kubernetes,
 }
 
+/// The values of `--bundle-runtime`, as [`BundleRuntime::as_str`] spells them.
+impl clap::ValueEnum for BundleRuntime {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[BundleRuntime::Docker, BundleRuntime::Kubernetes]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.as_str()))
+    }
+}
+
 impl BundleRuntime {
     /// The value of `--bundle-runtime`.
     pub fn as_str(self) -> &'static str {
@@ -28,80 +39,86 @@ impl BundleRuntime {
     }
 }
 
-/// The settings of the `kubernetes` backend.
+/// The settings of the `kubernetes` backend: the flags of `cl-worker-manager kubernetes` and
+/// the `[kubernetes]` table (defaults written once, in the flags).
 ///
 /// Upstream's flags (`--bundle-runtime`, `--cluster-host`, `--auth-token`, `--cert-path`,
 /// `--cert`, `--nfs-volume-name`, `--cpus`, `--gpus`, `--memory-mb`) plus the namespace, the
-/// manager id that marks this manager's pods, and the history limit of finished pods.
-///
-/// `Serialize` is for `cl-worker-manager config init`, which writes the defaults into its
-/// template; the token is never serialized.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// manager id that marks this manager's pods, and the history limit of finished pods. The
+/// token is serialized only to layer the flags over the file; `Debug` hides it.
+#[derive(Debug, Clone, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields, default)]
 pub struct KubernetesConfig {
-    /// How workers run bundles (`docker` or `kubernetes`).
+    /// The runtime through which workers run bundles
+    #[arg(long, value_enum, default_value = "docker")]
     pub bundle_runtime: BundleRuntime,
-    /// URL of the API server (`https://host:6443`). When absent, the usual kubeconfig
-    /// (`KUBECONFIG`, `~/.kube/config`) or in-cluster service account is used.
+    /// URL of the Kubernetes API server; without it the kubeconfig (KUBECONFIG, ~/.kube/config)
+    /// or the in-cluster service account is used
+    #[arg(long)]
     pub cluster_host: Option<String>,
-    /// Bearer token for the API server at `cluster_host` (without `cluster_host` the kubeconfig's
-    /// credentials are used); with `bundle_runtime = "kubernetes"` workers get it too (through
-    /// the credentials Secret, never in the pod manifest).
-    #[serde(skip_serializing)]
+    /// Bearer token for the API server (and, with --bundle-runtime kubernetes, for the workers);
+    /// prefer CODALAB_WM_KUBERNETES__AUTH_TOKEN or the config file, which keep it out of the
+    /// process list
+    #[arg(long, value_parser = secret)]
+    #[serde(serialize_with = "expose_option")]
     pub auth_token: Option<Secret>,
-    /// Path of the cluster's CA certificate (PEM), for the client of `cluster_host`. `/dev/null`
-    /// means "use `cert` instead", as upstream. Kubernetes-runtime workers get the same path,
-    /// mounted read-only from their node.
+    /// Path of the cluster's CA certificate (PEM); /dev/null means "use --cert"
+    #[arg(long)]
     pub cert_path: Option<String>,
-    /// Contents of the cluster's CA certificate (PEM; a literal `\n` counts as a newline, for
-    /// values passed through environment variables). Used when `cert_path` is absent or
-    /// `/dev/null`.
+    /// Contents of the cluster's CA certificate (PEM; a literal \n counts as a newline)
+    #[arg(long)]
     pub cert: Option<String>,
-    /// Name of the NFS volume: workers mount the claim `<name>-claim` as their work dir instead
-    /// of a host path.
+    /// Name of the NFS persistent volume: workers mount the claim <name>-claim as work dir
+    #[arg(long)]
     pub nfs_volume_name: Option<String>,
-    /// CPUs per worker (a request of 0.5 CPU when this is 1, as upstream).
+    /// Number of CPUs for each worker
+    #[arg(long, default_value_t = 1)]
     pub cpus: u32,
-    /// GPUs (`nvidia.com/gpu`) per worker.
+    /// Number of GPUs (nvidia.com/gpu) for each worker
+    #[arg(long, default_value_t = 0)]
     pub gpus: u32,
-    /// Memory per worker, in MiB.
+    /// Memory (in MiB) for each worker
+    #[arg(long, default_value_t = 2048)]
     pub memory_mb: u64,
-    /// Namespace of the worker pods and the credentials Secret.
+    /// Namespace of the worker pods and the credentials Secret
+    #[arg(long, default_value = "default")]
     pub namespace: String,
-    /// Finished (succeeded or failed) worker pods kept for inspection; older ones are deleted.
+    /// Finished worker pods kept for inspection; older ones are deleted
+    #[arg(long, default_value_t = 10)]
     pub keep_finished_pods: usize,
-    /// Marks the pods of this manager (label `codalab-wm/manager-id`). Two managers in one
-    /// namespace need different ids; a restarted manager must keep its id to find its pods.
+    /// Marks this manager's pods (label codalab-wm/manager-id); keep it across restarts
+    #[arg(long, default_value = "default")]
     pub manager_id: String,
-    /// Worker image; default `codalab/worker:<CODALAB_VERSION or latest>`, as upstream.
+    /// Worker image [default: codalab/worker:$CODALAB_VERSION, else codalab/worker:latest]
+    #[arg(long)]
     pub image: Option<String>,
-    /// Name of an existing Secret holding the worker credentials (keys `codalab-username`,
-    /// `codalab-password` and, for the kubernetes runtime, `kubernetes-auth-token` and
-    /// `kubernetes-cert`). When absent the manager creates and updates its own Secret.
+    /// Existing Secret with the worker credentials (keys codalab-username, codalab-password,
+    /// kubernetes-auth-token, kubernetes-cert); by default the manager creates its own
+    #[arg(long)]
     pub credentials_secret: Option<String>,
     /// Timeout of one API request, in seconds.
+    #[arg(skip = 60u64)]
     pub request_timeout_seconds: u64,
 }
 
 impl Default for KubernetesConfig {
     fn default() -> Self {
-        Self {
-            bundle_runtime: BundleRuntime::Docker,
-            cluster_host: None,
-            auth_token: None,
-            cert_path: None,
-            cert: None,
-            nfs_volume_name: None,
-            cpus: 1,
-            gpus: 0,
-            memory_mb: 2048,
-            namespace: "default".to_owned(),
-            keep_finished_pods: 10,
-            manager_id: "default".to_owned(),
-            image: None,
-            credentials_secret: None,
-            request_timeout_seconds: 60,
-        }
+        codalab_wm_core::describe::defaults()
+    }
+}
+
+fn secret(value: &str) -> std::result::Result<Secret, String> {
+    Ok(Secret::new(value))
+}
+
+/// Serializes the token itself: only for layering the flags over the config file.
+fn expose_option<S: serde::Serializer>(
+    secret: &Option<Secret>,
+    serializer: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    match secret {
+        Some(secret) => serializer.serialize_str(secret.expose()),
+        None => serializer.serialize_none(),
     }
 }
 

@@ -26,6 +26,7 @@
 pub mod backend;
 mod client;
 pub mod config;
+pub mod describe;
 mod error;
 #[cfg(feature = "fake")]
 pub mod fake;
@@ -35,4 +36,5 @@ pub mod pods;
 
 pub use backend::KubernetesBackend;
 pub use config::{BundleRuntime, KubernetesConfig};
+pub use describe::KIND;
 pub use manifest::WorkerTemplate;

@@ -8,57 +8,72 @@ use codalab_wm_core::{Error, Result, WorkerShape};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-/// Settings of the `slurm-batch` backend, with upstream's names and defaults.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Settings of the `slurm-batch` backend, with upstream's names and defaults: the flags of
+/// `cl-worker-manager slurm-batch` and the `[slurm_batch]` table (defaults written once, in the
+/// flags). `--password-file`, `--dry-run` and `--exit-after-num-failed` are global flags: the
+/// password file reaches this table through [`BackendConfig::complete`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields, default)]
 pub struct SlurmConfig {
-    /// `--job-name`: middle part of every job name, `<user>-<job-name>-<unique>`; jobs whose
-    /// name starts with `<user>-<job-name>-` belong to this manager.
+    /// Name for the jobs this manager submits, as in `<user>-<job-name>-<id>`
+    #[arg(long, default_value = "codalab-slurm-worker")]
     pub job_name: String,
-    /// `--nodelist`: the nodes to run workers on (`#SBATCH --nodelist`).
+    /// The worker nodes to run jobs on
+    #[arg(long)]
     pub nodelist: Option<String>,
-    /// `--exclude`: comma-separated nodes never to run workers on.
+    /// A comma-separated list of nodes to explicitly exclude from running jobs
+    #[arg(long)]
     pub exclude: Option<String>,
-    /// `--partition`: the partition to submit to. Required.
+    /// Name of the Slurm partition to submit to (required)
+    #[arg(long)]
     pub partition: Option<String>,
-    /// `--cpus`: CPUs per worker (`--cpus-per-task`).
+    /// Number of CPUs for each worker
+    #[arg(long, default_value_t = 1)]
     pub cpus: u32,
-    /// `--gpus`: GPUs per worker; 0 writes no `--gres` line.
+    /// Number of GPUs for each worker; 0 requests none
+    #[arg(long, default_value_t = 1)]
     pub gpus: u32,
-    /// `--gpu-type`: GPU type in `--gres=gpu:<type>:<n>`.
+    /// GPU type to request from Slurm (`--gres=gpu:<type>:<n>`)
+    #[arg(long)]
     pub gpu_type: Option<String>,
-    /// `--constraint`: node features to require (`#SBATCH --constraint`).
+    /// Node features to request from Slurm (`--constraint`)
+    #[arg(long)]
     pub constraint: Option<String>,
-    /// `--memory-mb`: memory per worker in MiB (`--mem`).
+    /// Memory (in MiB) for each worker
+    #[arg(long, default_value_t = 2048)]
     pub memory_mb: u64,
-    /// `--time`: time limit of a worker job, in any form sbatch accepts (`10-0` = 10 days).
+    /// Time limit of each worker job, in minutes or days-hours
+    #[arg(long, default_value = "10-0")]
     pub time: String,
-    /// `--user`: the Slurm user whose jobs are listed; the current user when unset (over SSH:
-    /// the SSH user).
+    /// Slurm user whose jobs are tracked [default: the current user; over SSH the SSH user]
+    #[arg(long)]
     pub user: Option<String>,
-    /// `--password-file`: a file with the CodaLab user name and password on two lines, passed
-    /// to every worker as `--password-file`. It must be readable at the same path on the
-    /// compute nodes. Without it, workers read `CODALAB_USERNAME`/`CODALAB_PASSWORD` from the
-    /// environment that sbatch hands down; over SSH it is required (see [`SlurmConfig::ssh_host`]).
+    /// A file with the CodaLab user name and password on two lines, passed to every worker as
+    /// `--password-file` (the global `password_file` when unset); readable at the same path
+    /// on the compute nodes. Required over SSH: the password never travels over SSH.
+    #[arg(skip)]
     pub password_file: Option<PathBuf>,
-    /// `--slurm-work-dir`: where job scripts and logs go, one directory per worker (relative
-    /// paths are relative to the directory sbatch runs in; over SSH, the login home).
+    /// Directory for the job scripts and logs, one subdirectory per worker
+    #[arg(long, default_value = "slurm-worker-scratch")]
     pub slurm_work_dir: PathBuf,
-    /// `--account`: the Slurm account to charge. No default (upstream defaults to `nlp`); when
-    /// unset no `--account` line is written.
+    /// Slurm account to charge the jobs to (no default: no --account line when unset)
+    #[arg(long)]
     pub account: Option<String>,
-    /// `--ssh-host HOST[:PORT]`: run the Slurm commands on this login node over SSH instead of
-    /// locally. The CodaLab password never travels over SSH, so this needs `password_file`.
+    /// Run the Slurm commands on this login node over SSH, HOST[:PORT] (needs --password-file)
+    #[arg(long, value_name = "HOST[:PORT]")]
     pub ssh_host: Option<String>,
-    /// `--ssh-user`: the login user on the SSH host; the current user when unset.
+    /// User to log in as on the SSH host [default: the current user]
+    #[arg(long)]
     pub ssh_user: Option<String>,
-    /// `--ssh-key PATH`: the private key to log in with; `~/.ssh/id_ed25519` when unset.
+    /// Private key to log in with [default: ~/.ssh/id_ed25519]
+    #[arg(long, value_name = "PATH")]
     pub ssh_key: Option<PathBuf>,
-    /// `--ssh-known-hosts PATH`: the known_hosts file the host key is checked against;
-    /// `~/.ssh/known_hosts` when unset. An unknown or changed host key is refused.
+    /// known_hosts file the SSH host key must be in [default: ~/.ssh/known_hosts]
+    #[arg(long, value_name = "PATH")]
     pub ssh_known_hosts: Option<PathBuf>,
     /// Seconds a Slurm command (`squeue`, `sbatch`, `scancel` …) may run before it is killed
     /// and the step retried on a later tick (1 to 3600; over SSH each call has a 60 s limit).
+    #[arg(skip = crate::transport::DEFAULT_TIMEOUT.as_secs())]
     pub command_timeout_seconds: u64,
 }
 
@@ -67,27 +82,7 @@ pub const MAX_COMMAND_TIMEOUT_SECONDS: u64 = 3600;
 
 impl Default for SlurmConfig {
     fn default() -> Self {
-        Self {
-            job_name: "codalab-slurm-worker".to_owned(),
-            nodelist: None,
-            exclude: None,
-            partition: None,
-            cpus: 1,
-            gpus: 1,
-            gpu_type: None,
-            constraint: None,
-            memory_mb: 2048,
-            time: "10-0".to_owned(),
-            user: None,
-            password_file: None,
-            slurm_work_dir: PathBuf::from("slurm-worker-scratch"),
-            account: None,
-            ssh_host: None,
-            ssh_user: None,
-            ssh_key: None,
-            ssh_known_hosts: None,
-            command_timeout_seconds: crate::transport::DEFAULT_TIMEOUT.as_secs(),
-        }
+        codalab_wm_core::describe::defaults()
     }
 }
 

@@ -29,6 +29,7 @@
 
 pub mod backend;
 pub mod config;
+pub mod describe;
 pub mod error;
 pub mod scratch;
 pub mod script;
@@ -38,3 +39,4 @@ pub mod transport;
 
 pub use backend::SlurmBackend;
 pub use config::SlurmConfig;
+pub use describe::KIND;

@@ -3,9 +3,9 @@
 //! overrides the config file and environment, and a flag not given does not.
 
 use crate::backends::BackendCommand;
-use crate::settings::LogFormat;
 use clap::{CommandFactory, FromArgMatches, Parser, ValueHint};
 use codalab_wm_core::LaunchMode;
+use codalab_wm_core::settings::LogFormat;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -44,7 +44,7 @@ impl Cli {
     /// --config F`) to those given before it; the later ones win.
     fn absorb_subcommand_flags(&mut self) {
         let later = match &mut self.command {
-            Some(Command::Backend(backend)) => backend.take_process(),
+            Some(Command::Backend(backend)) => std::mem::take(&mut backend.process),
             Some(Command::Down(args)) => args.take_process(),
             Some(Command::Status(args)) => args.take_process(),
             Some(Command::Simulate(args)) => crate::args::ProcessArgs {
@@ -330,9 +330,10 @@ where
 {
     let mut command = Cli::command();
     command.build();
-    let mut stops: Vec<String> = crate::backends::ALL_BACKENDS
-        .iter()
-        .map(|(name, _)| (*name).to_owned())
+    let mut stops: Vec<String> = crate::backends::catalogue()
+        .names()
+        .into_iter()
+        .map(str::to_owned)
         .collect();
     stops.extend(command.get_subcommands().map(|c| c.get_name().to_owned()));
     let longs: Vec<String> = command
@@ -451,7 +452,6 @@ pub fn normalise_search(args: Vec<String>, stops: &[String], longs: &[String]) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backends::{ALL_BACKENDS, is_compiled_in};
 
     fn words(s: &str) -> Vec<&str> {
         s.split_whitespace().collect()
@@ -475,7 +475,8 @@ mod tests {
 
     #[test]
     fn search_keywords_stop_at_every_backend_and_its_flags_parse() {
-        for (backend, _) in ALL_BACKENDS.iter().filter(|(n, _)| is_compiled_in(n)) {
+        for kind in crate::backends::catalogue().kinds() {
+            let backend = kind.name();
             let flag = own_flag(backend);
             for line in [
                 format!("wm --search tags=x {backend} {flag}"),
@@ -487,7 +488,7 @@ mod tests {
                 let Some(Command::Backend(command)) = &cli.command else {
                     panic!("{line}: no backend parsed");
                 };
-                assert_eq!(command.name(), *backend, "{line}");
+                assert_eq!(command.kind.name(), backend, "{line}");
                 let search = cli.global.search.clone().unwrap();
                 assert!(search.len() == 1 || search.len() == 2, "{line}: {search:?}");
                 assert!(search.iter().all(|kw| !kw.starts_with('-')), "{search:?}");
@@ -524,11 +525,10 @@ mod tests {
         let cli = parse("wm --max-w 4 --min-w 2 --once local --mem 512").unwrap();
         assert_eq!(cli.global.max_workers, Some(4));
         assert_eq!(cli.global.min_workers, Some(2));
-        let Some(Command::Backend(crate::backends::BackendCommand::Local(local))) = cli.command
-        else {
+        let Some(Command::Backend(local)) = cli.command else {
             panic!("not local");
         };
-        assert_eq!(local.memory_mb, Some(512));
+        assert_eq!(local.flags, serde_json::json!({"memory_mb": 512}));
     }
 
     #[test]

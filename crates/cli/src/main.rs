@@ -9,12 +9,11 @@ mod commands;
 mod diagnose;
 mod http;
 mod log_escape;
+mod reload;
 mod run;
-mod settings;
 
 use anyhow::Result;
 use args::{Cli, Command};
-use backends::{ALL_BACKENDS, is_compiled_in};
 use codalab_wm_core::Error;
 use std::process::ExitCode;
 
@@ -63,11 +62,13 @@ fn main() -> ExitCode {
 
 /// A backend named on the command line that this binary was built without.
 fn not_compiled_in(args: &[String]) -> Option<(&'static str, &'static str)> {
+    let catalogue = backends::catalogue();
     args.iter().skip(1).find_map(|arg| {
-        ALL_BACKENDS
+        catalogue
+            .entries()
             .iter()
-            .find(|(name, _)| name == arg && !is_compiled_in(name))
-            .map(|(name, feature)| (*name, *feature))
+            .find(|e| e.name == arg && e.kind.is_none())
+            .map(|e| (e.name, e.feature))
     })
 }
 

@@ -1,17 +1,17 @@
-//! Running the manager: layering the configuration, building the backend or the pools, and
-//! the loop with its signals and exit codes.
+//! Running the manager: the settings and their layout (`codalab_wm_core::layout`), the
+//! backends built, the loop with its signals and exit codes.
 
 use crate::args::GlobalArgs;
-use crate::backends::{self, ALL_BACKENDS, BackendCommand, BackendContext, is_compiled_in};
-use crate::settings::{LogFormat, Settings};
+use crate::backends::{BackendCommand, catalogue};
 use anyhow::{Context, Result, anyhow, bail};
 use codalab_wm_core::codalab::{ClientOptions, CodaLabClient};
+use codalab_wm_core::layout::Layout;
 use codalab_wm_core::manager::Outcome;
-use codalab_wm_core::policy::PolicyConfig;
 use codalab_wm_core::secret::{Credentials, Secret};
-use codalab_wm_core::{LaunchMode, Manager, ManagerConfig, Pool, WorkerOptions};
+use codalab_wm_core::settings::{Layers, LogFormat, Settings};
+use codalab_wm_core::{Manager, Pool};
 use figment::Figment;
-use figment::providers::{Env, Format, Serialized, Toml};
+use figment::providers::Serialized;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -19,75 +19,40 @@ use std::time::Duration;
 /// Exit status when more launches failed than `--exit-after-num-failed` allows.
 pub const EXIT_TOO_MANY_FAILURES: u8 = 3;
 
-/// Prefix of the environment variables that set configuration keys (`__` separates tables).
-pub const ENV_PREFIX: &str = "CODALAB_WM_";
-
 /// Exit status of `--once` when its tick or a launch in it failed.
 pub const EXIT_ONCE_FAILED: u8 = 1;
 
-/// The configuration layers, lowest first.
-pub fn figment(global: &GlobalArgs, backend: Option<&BackendCommand>) -> Result<Figment> {
-    layered(
-        global.process.config.as_deref(),
-        flag_layers(global, backend),
-    )
-}
-
-/// The layers from the command line (global flags, then the backend's), highest of all.
-pub fn flag_layers(global: &GlobalArgs, backend: Option<&BackendCommand>) -> Figment {
-    let mut flags = Figment::from(Serialized::defaults(global));
-    if let Some(backend) = backend {
-        flags = flags.merge(backend.flags());
+/// The layers the settings come from: defaults < `--config` file < `CODALAB_WM_*` < flags.
+pub fn layers(global: &GlobalArgs, backend: Option<&BackendCommand>) -> Layers {
+    Layers {
+        file: global.process.config.clone(),
+        flags: Figment::from(Serialized::defaults(global)),
+        backend: backend.map(|b| (b.kind, b.flags.clone())),
     }
-    flags
 }
 
-/// Defaults, then the config file at `path`, then `CODALAB_WM_*`, then `flags` (what a reload
-/// reads again, with the flags given at start).
-pub fn layered(path: Option<&Path>, flags: Figment) -> Result<Figment> {
-    let mut figment = Figment::from(Serialized::defaults(Settings::default()));
-    if let Some(path) = path {
-        if !path.is_file() {
-            bail!("config file {} does not exist", path.display());
-        }
+/// The settings the layers give; a config file's problems are all listed with their lines.
+pub fn settings(layers: &Layers) -> Result<Settings> {
+    if let Some(path) = layers.file.as_deref().filter(|p| p.is_file()) {
         crate::diagnose::file_problems(path)?;
-        figment = figment.merge(Toml::file_exact(path));
     }
-    // `CODALAB_WM_LOG` is the log filter (see `init_logging`), not a setting.
-    figment = figment.merge(Env::prefixed(ENV_PREFIX).ignore(&["LOG"]).split("__"));
-    Ok(figment.merge(flags))
-}
-
-/// The settings the layers give, with every duration in its range.
-pub fn settings(figment: &Figment) -> Result<Settings> {
-    let settings: Settings = figment
-        .extract()
-        .map_err(|e| crate::diagnose::settings_error(e, None))?;
-    settings
-        .check_durations()
-        .map_err(|e| anyhow!("invalid configuration: {e}"))?;
-    Ok(settings)
+    Ok(layers.settings(&catalogue())?)
 }
 
 /// Runs the manager until it is told to stop.
 pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<ExitCode> {
-    let figment = figment(&global, backend.as_ref())?;
-    let settings = settings(&figment)?;
+    let layers = layers(&global, backend.as_ref());
+    let settings = settings(&layers)?;
     init_logging(settings.verbose, settings.log_format);
     let listener = match settings.listen {
         Some(addr) => Some(crate::http::bind(addr).await?),
         None => None,
     };
-    let flags = flag_layers(&global, backend.as_ref());
-    let start = figment.clone();
-    let mut manager = build_manager(backend, figment, &settings).await?;
-    crate::commands::config::reload::install(
-        &mut manager,
-        global.process.config,
-        flags,
-        &start,
-        &settings,
-    )?;
+    // Every configuration problem is said before the credentials are looked for.
+    let layout = Layout::new(&settings, &layers, &catalogue())?;
+    let credentials = credentials(settings.password_file.as_deref())?;
+    let mut manager = build_manager(layout.clone(), &settings, credentials).await?;
+    crate::reload::install(&mut manager, layers, &settings, layout)?;
     if let Some(listener) = listener {
         let sleep_time = Duration::from_secs(settings.sleep_time);
         crate::http::spawn(listener, manager.subscribe_status(), sleep_time);
@@ -109,6 +74,10 @@ pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<
         }
         Err(error) => return Err(error.into()),
     };
+    exit_code(outcome)
+}
+
+fn exit_code(outcome: Outcome) -> Result<ExitCode> {
     match outcome {
         Outcome::Shutdown => {
             tracing::info!("shutdown requested; exiting");
@@ -131,129 +100,42 @@ pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<
     }
 }
 
-/// The manager the settings describe: one backend (the subcommand or `backend = "…"`) or
-/// the `[[pools]]` of the config file.
+/// The manager the layout describes, each backend metered (`/metrics`).
 pub async fn build_manager(
-    backend: Option<BackendCommand>,
-    figment: Figment,
+    layout: Layout,
     settings: &Settings,
+    credentials: Credentials,
 ) -> Result<Manager> {
-    if settings.pools.is_empty() {
-        return single_backend(backend, figment, settings).await;
-    }
-    if backend.is_some() || settings.backend.is_some() {
-        bail!(
-            "choose either a backend (a subcommand or `backend = \"…\"`) or [[pools]] in the config file, not both"
-        );
-    }
-    let config = manager_config(settings, settings.worker.for_server(&settings.server));
-    let credentials = credentials(settings.password_file.as_deref())?;
-    let pools = build_pools(settings, &credentials).await?;
+    let pools = build_pools(&layout, &credentials).await?;
     let client =
         CodaLabClient::with_options(&settings.server, credentials, &client_options(settings)?)?;
     let server = codalab_wm_core::secret::redact_url(client.server()).into_owned();
     let user = client.username().to_owned();
-    let count = pools.len();
-    let mut manager = Manager::with_pools(config, client, pools)?;
-    manager.on_ready(move || {
-        tracing::info!(
-            server,
-            user,
-            pools = count,
-            "started worker manager; {count} pools"
-        );
-    });
-    Ok(manager)
-}
-
-/// The manager settings shared by both modes.
-pub fn manager_config(settings: &Settings, worker: WorkerOptions) -> ManagerConfig {
-    ManagerConfig {
-        policy: PolicyConfig {
-            min_workers: settings.min_workers,
-            max_workers: settings.max_workers,
-            min_seconds_between_workers: settings.min_seconds_between_workers,
-        },
-        search: settings.search.clone(),
-        sleep_time: Duration::from_secs(settings.sleep_time),
-        no_prefilter: settings.no_prefilter,
-        // 0 is off, as upstream (`if args.restart_after_seconds and …`).
-        restart_after: settings
-            .restart_after_seconds
-            .filter(|s| *s > 0)
-            .map(Duration::from_secs),
-        exit_after_num_failed: settings.exit_after_num_failed,
-        dry_run: settings.dry_run,
-        worker,
-        launch_mode: settings.launch_mode,
-        max_launches_per_tick: settings.max_launches_per_tick,
-        ..ManagerConfig::default()
+    if !layout.single {
+        let count = pools.len();
+        let mut manager = Manager::with_pools(layout.config, client, pools)?;
+        manager.on_ready(move || {
+            tracing::info!(
+                server,
+                user,
+                pools = count,
+                "started worker manager; {count} pools"
+            );
+        });
+        return Ok(manager);
     }
-}
-
-/// Upstream's mode: one backend, from the subcommand or `backend = "…"`.
-pub async fn single_backend(
-    command: Option<BackendCommand>,
-    mut figment: Figment,
-    settings: &Settings,
-) -> Result<Manager> {
-    let backend_command = match command {
-        Some(command) => command,
-        None => {
-            let names: Vec<&str> = ALL_BACKENDS.iter().map(|(n, _)| *n).collect();
-            let name = settings.backend.as_deref().ok_or_else(|| {
-                anyhow!("no backend given: name one of {} (or set `backend = \"…\"` or [[pools]] in the config file)", names.join(", "))
-            })?;
-            if let Some((name, feature)) = ALL_BACKENDS
-                .iter()
-                .find(|(n, _)| *n == name && !is_compiled_in(n))
-            {
-                bail!("backend `{name}` is not compiled in: rebuild with `--features {feature}`");
-            }
-            BackendCommand::from_name(name).ok_or_else(|| {
-                anyhow!(
-                    "unknown backend `{name}` in `backend`: use one of {}",
-                    names.join(", ")
-                )
-            })?
-        }
-    };
-    let config = manager_config(settings, settings.worker.for_server(&settings.server));
-    config.policy.validate().map_err(|e| anyhow!(e))?;
-    if config.max_launches_per_tick == 0 {
-        bail!("--max-launches-per-tick must be at least 1");
-    }
-    if config.max_launches_per_tick > 1 && config.launch_mode == LaunchMode::Compat {
-        bail!(
-            "--max-launches-per-tick {} needs --launch-mode target (compat launches at most one worker per tick, as upstream)",
-            config.max_launches_per_tick
-        );
-    }
-    let credentials = credentials(settings.password_file.as_deref())?;
-    if let Some(path) = &settings.password_file {
-        // Backends that pass the file on to workers (Slurm) read it from their own table.
-        figment = figment.merge(Serialized::default("slurm_batch.password_file", path));
-    }
-    let context = BackendContext {
-        credentials: credentials.clone(),
-        worker: config.worker.clone(),
-    };
-    let backend = backend_command
-        .build(&figment, &context)
-        .await
-        .with_context(|| format!("cannot set up the {} backend", backend_command.name()))?;
-    let pool = backend.name().to_owned();
-    let backend = crate::http::metered(backend, &pool);
+    let backend = pools
+        .into_iter()
+        .next()
+        .map(|p| p.backend)
+        .context("no backend")?;
     let (name, shape) = (
         backend.name().to_owned(),
         backend.worker_shape().to_string(),
     );
+    let config = layout.config;
     let (min_workers, max_workers) = (config.policy.min_workers, config.policy.max_workers);
     let launch_mode = config.launch_mode;
-    let client =
-        CodaLabClient::with_options(&settings.server, credentials, &client_options(settings)?)?;
-    let server = codalab_wm_core::secret::redact_url(client.server()).into_owned();
-    let user = client.username().to_owned();
     let mut manager = Manager::new(config, client, backend);
     // Said once the server answered and took the credentials, not before.
     manager.on_ready(move || {
@@ -270,130 +152,43 @@ pub async fn single_backend(
     Ok(manager)
 }
 
-/// The `[[pools]]` of the config file, each with its backend built by the backend's own
-/// `build` on the pool's `[pools.<table>]`.
-pub async fn build_pools(settings: &Settings, credentials: &Credentials) -> Result<Vec<Pool>> {
-    if settings.worker.tag.is_some() || settings.worker.tag_exclusive {
-        bail!(
-            "with [[pools]], set `tag` and `tag_exclusive` per pool, not --worker-tag/--worker-tag-exclusive or [worker] tag"
-        );
-    }
+/// Every pool's backend, built and metered; each pool of `[[pools]]` is logged.
+pub async fn build_pools(layout: &Layout, credentials: &Credentials) -> Result<Vec<Pool>> {
     let mut pools = Vec::new();
-    let mut job_names: Vec<(String, String)> = Vec::new();
-    for entry in &settings.pools {
-        let name = &entry.name;
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            bail!("pool name `{name}` must be letters, digits and `_`");
+    for pool in &layout.pools {
+        let (name, backend) = (&pool.policy.name, pool.kind.name());
+        let built = pool
+            .build(credentials)
+            .await
+            .with_context(|| match layout.single {
+                true => format!("cannot set up the {backend} backend"),
+                false => format!("cannot set up pool {name} ({backend})"),
+            })?;
+        let backend = crate::http::metered(built.backend, name);
+        if !layout.single {
+            log_pool(&built.policy, &*backend);
         }
-        let table = backends::table_of(&entry.backend).ok_or_else(|| {
-            let names: Vec<&str> = ALL_BACKENDS.iter().map(|(n, _)| *n).collect();
-            anyhow!(
-                "pool {name}: unknown backend `{}`: use one of {}",
-                entry.backend,
-                names.join(", ")
-            )
-        })?;
-        let mut value = serde_json::Value::Object(Default::default());
-        for (given, settings) in entry.tables() {
-            if given != table {
-                bail!(
-                    "pool {name}: [pools.{given}] does not belong to backend {}; its settings go in [pools.{table}]",
-                    entry.backend
-                );
-            }
-            value = settings.clone();
-        }
-        let object = value
-            .as_object_mut()
-            .ok_or_else(|| anyhow!("pool {name}: [pools.{table}] must be a table"))?;
-        own_jobs(name, table, object, settings);
-        if table == "slurm_batch" {
-            let job_name = object
-                .get("job_name")
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_owned();
-            job_names.push((name.clone(), job_name));
-        }
-        let mut worker = settings.worker.for_server(&settings.server);
-        worker.tag = entry.tag.clone();
-        worker.tag_exclusive = entry.tag_exclusive;
-        let context = BackendContext {
-            credentials: credentials.clone(),
-            worker: worker.clone(),
-        };
-        let backend = backends::build_by_name(
-            &entry.backend,
-            Figment::from(Serialized::defaults(value)),
-            &context,
-        )
-        .await
-        .with_context(|| format!("cannot set up pool {name} ({})", entry.backend))?;
-        let backend = crate::http::metered(backend, name);
-        let policy = entry.policy(settings, backend.worker_shape());
-        policy.validate().map_err(|e| anyhow!(e))?;
-        tracing::info!(
-            pool = %name,
-            backend = backend.name(),
-            min = policy.min,
-            max = policy.max,
-            tag = policy.tag.as_deref().unwrap_or(""),
-            tag_exclusive = policy.tag_exclusive,
-            cost = policy.cost,
-            launch_mode = %policy.launch_mode,
-            max_launches_per_tick = policy.max_launches_per_tick,
-            pending_timeout_seconds = entry.pending_timeout,
-            "pool {name} ready; workers get {}",
-            backend.worker_shape()
-        );
-        pools.push(Pool {
-            policy,
-            backend,
-            worker,
-        });
-    }
-    for (a, job_a) in &job_names {
-        for (b, job_b) in &job_names {
-            if a != b && format!("{job_b}-").starts_with(&format!("{job_a}-")) {
-                bail!(
-                    "pools {a} and {b} would own each other's Slurm jobs: job_name `{job_a}` is a prefix of `{job_b}`; give them distinct job names"
-                );
-            }
-        }
+        pools.push(Pool { backend, ..built });
     }
     Ok(pools)
 }
 
-/// Keeps the jobs of two pools apart: a Slurm pool without `job_name` gets
-/// `codalab-slurm-worker-<pool>`, a local pool without `state_dir` its own subdirectory; the
-/// global `--password-file` reaches Slurm pools as it reaches `[slurm_batch]`.
-pub fn own_jobs(
-    pool: &str,
-    table: &str,
-    object: &mut serde_json::Map<String, serde_json::Value>,
-    settings: &Settings,
-) {
-    match table {
-        "slurm_batch" => {
-            object
-                .entry("job_name")
-                .or_insert_with(|| format!("codalab-slurm-worker-{pool}").into());
-            if let Some(path) = &settings.password_file {
-                object
-                    .entry("password_file")
-                    .or_insert_with(|| path.display().to_string().into());
-            }
-        }
-        "local" => {
-            let dir = codalab_wm_core::local::LocalConfig::default()
-                .state_dir
-                .join(pool);
-            object
-                .entry("state_dir")
-                .or_insert_with(|| dir.display().to_string().into());
-        }
-        _ => {}
-    }
+fn log_pool(policy: &codalab_wm_core::PoolPolicy, backend: &dyn codalab_wm_core::WorkerBackend) {
+    tracing::info!(
+        pool = %policy.name,
+        backend = backend.name(),
+        min = policy.min,
+        max = policy.max,
+        tag = policy.tag.as_deref().unwrap_or(""),
+        tag_exclusive = policy.tag_exclusive,
+        cost = policy.cost,
+        launch_mode = %policy.launch_mode,
+        max_launches_per_tick = policy.max_launches_per_tick,
+        pending_timeout_seconds = policy.pending_timeout.map(|d| d.as_secs()),
+        "pool {} ready; workers get {}",
+        policy.name,
+        backend.worker_shape()
+    );
 }
 
 /// TLS options of the CodaLab connection.

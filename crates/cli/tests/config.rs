@@ -147,13 +147,13 @@ fn each_kind_of_problem_is_reported_at_its_line() {
             "min above max",
             "min_workers = 5\nmax_workers = 2\n",
             2,
-            "invalid: max_workers (2) is less than min_workers (5)",
+            "invalid: --max-workers (2) is less than --min-workers (5)",
         ),
         (
             "burst in compat mode",
             "launch_mode = \"compat\"\nmax_launches_per_tick = 3\n",
             2,
-            "invalid: max_launches_per_tick 3 needs launch_mode = \"target\"",
+            "invalid: --max-launches-per-tick 3 needs --launch-mode target",
         ),
         (
             "no CPUs",
@@ -203,7 +203,7 @@ fn each_kind_of_problem_is_reported_at_its_line() {
             "missing azure keys",
             "[azure_batch]\naccount_name = \"a\"\n",
             1,
-            "missing: [azure_batch]: missing field",
+            "missing: [azure_batch]: azure_batch: service_url (--service-url) is required",
         ),
         (
             "backend validation",
@@ -214,7 +214,7 @@ fn each_kind_of_problem_is_reported_at_its_line() {
         (
             "pool rules",
             "[[pools]]\nname = \"p\"\nbackend = \"local\"\nmin = 3\nmax = 1\n",
-            4,
+            5,
             "invalid: pool p: max (1) is less than min (3)",
         ),
         (

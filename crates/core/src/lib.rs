@@ -11,6 +11,9 @@
 //! - [`codalab`]: the CodaLab REST client (login, token refresh, identity check, staged search);
 //! - [`backend`]: the [`WorkerBackend`] trait every compute platform implements;
 //! - [`command`]: the `cl-worker` command line, as upstream builds it;
+//! - [`describe`]: how a backend describes itself (name, table, flags, checks, build);
+//! - [`settings`] and [`layout`]: the layered settings and the one assembly from them to
+//!   pools with their backend tables, every rule about a combination of settings checked once;
 //! - [`manager`]: the loop that observes, plans and acts, with retry and backoff;
 //! - [`local`] (feature `local`): a backend that runs workers as local processes.
 //!
@@ -56,7 +59,9 @@ pub mod backend;
 pub mod bundle;
 pub mod codalab;
 pub mod command;
+pub mod describe;
 pub mod error;
+pub mod layout;
 #[cfg(feature = "local")]
 pub mod local;
 pub mod manager;
@@ -64,6 +69,7 @@ pub mod policy;
 pub mod pools;
 pub mod retry;
 pub mod secret;
+pub mod settings;
 pub mod simulate;
 pub mod size;
 #[cfg(any(test, feature = "testing"))]

@@ -38,28 +38,69 @@ const NAME: &str = "local";
 /// Records and logs of ended workers kept for inspection; older ones are removed.
 pub const KEEP_ENDED: usize = 10;
 
-/// Settings of the local backend (`[local]` in the config file).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Settings of the local backend: the flags of `cl-worker-manager local` and the `[local]`
+/// table of the config file (defaults written once, in the flags).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields, default)]
 pub struct LocalConfig {
-    /// CPUs each worker may use (for the prefilter).
+    /// CPUs each worker may use; bundles asking more are filtered out
+    #[arg(long, default_value_t = 1)]
     pub cpus: u32,
-    /// GPUs each worker may use (for the prefilter).
+    /// GPUs each worker may use
+    #[arg(long, default_value_t = 0)]
     pub gpus: u32,
-    /// Memory per worker in MiB (for the prefilter).
+    /// Memory per worker in MiB
+    #[arg(long, default_value_t = 2048)]
     pub memory_mb: u64,
-    /// Where worker records and logs are kept.
+    /// Where worker records and logs are kept [default: $XDG_STATE_HOME/codalab-wm/local]
+    #[arg(long, default_value_os_t = default_state_dir(), hide_default_value = true)]
     pub state_dir: PathBuf,
 }
 
 impl Default for LocalConfig {
     fn default() -> Self {
-        Self {
-            cpus: 1,
-            gpus: 0,
-            memory_mb: 2048,
-            state_dir: default_state_dir(),
-        }
+        crate::describe::defaults()
+    }
+}
+
+/// The description of the local backend, for the program's list of backends.
+pub static KIND: crate::describe::Kind<LocalConfig> = crate::describe::Kind::new();
+
+#[crate::async_trait]
+impl crate::describe::BackendConfig for LocalConfig {
+    const NAME: &'static str = NAME;
+    const TABLE: &'static str = "local";
+    const ABOUT: &'static str = "Run workers as child processes on this machine";
+    const LONG_ABOUT: Option<&'static str> = Some(
+        "Each worker is a `cl-worker` process in its own process group. It inherits the manager's \
+         environment (DOCKER_HOST, which the real cl-worker needs to reach its Docker engine; PATH; \
+         proxies) plus CODALAB_USERNAME/CODALAB_PASSWORD, and writes its output to \
+         `<state-dir>/<worker-id>.log`. `cl-worker-manager down local` stops them.",
+    );
+    const IDENTITY: &'static [&'static str] = &["state_dir"];
+
+    fn shape(&self) -> WorkerShape {
+        WorkerShape::from_flags(self.cpus, self.gpus, self.memory_mb)
+    }
+
+    /// A pool's own subdirectory of the default state directory.
+    fn placement_defaults(
+        placement: crate::describe::Placement<'_>,
+    ) -> serde_json::Map<String, serde_json::Value> {
+        let dir = placement.pool.map(|pool| default_state_dir().join(pool));
+        dir.map(|d| ("state_dir".to_owned(), d.display().to_string().into()))
+            .into_iter()
+            .collect()
+    }
+
+    async fn build(
+        self,
+        context: &crate::describe::BackendContext,
+    ) -> Result<Arc<dyn crate::WorkerBackend>> {
+        Ok(Arc::new(LocalBackend::new(
+            self,
+            context.credentials.clone(),
+        )?))
     }
 }
 

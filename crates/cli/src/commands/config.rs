@@ -1,14 +1,13 @@
 //! `cl-worker-manager config init|check`: the Ray-style workflow of a template whose
 //! placeholders are customised (`grep -n XXX-CUSTOMIZE-THIS-XXX`), checked without contacting
-//! anything, and reloaded into a running manager with SIGHUP ([`reload`]).
+//! anything, and reloaded into a running manager with SIGHUP (`crate::reload`).
 
 pub mod check;
-pub mod reload;
 pub mod schema;
 pub mod template;
 
 use crate::args::GlobalArgs;
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,7 +26,7 @@ pub enum ConfigCommand {
 #[derive(Debug, clap::Args)]
 pub struct InitArgs {
     /// The backend whose table the template holds
-    #[arg(long, default_value = "slurm-batch", value_parser = ["local", "slurm-batch", "aws-batch", "azure-batch", "kubernetes"])]
+    #[arg(long, default_value = "slurm-batch", value_parser = backend_names())]
     pub backend: String,
     /// Write a two-pool example ([[pools]]) instead of the single-backend mode
     #[arg(long)]
@@ -38,6 +37,11 @@ pub struct InitArgs {
     /// Overwrite --output if it exists
     #[arg(long)]
     pub force: bool,
+}
+
+/// Every backend name, compiled in or not (one that is not is refused with its feature).
+fn backend_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(crate::backends::catalogue().names())
 }
 
 /// Flags of `config check`.
@@ -57,14 +61,8 @@ pub async fn run(command: ConfigCommand, _global: GlobalArgs) -> Result<ExitCode
 
 /// The template of `backend` (`slurm-batch` …), single-backend or with two pools.
 pub fn template(backend: &str, pools: bool) -> Result<String> {
-    let Some(schema) = schema::backend_named(backend) else {
-        let feature = crate::backends::ALL_BACKENDS
-            .iter()
-            .find(|(n, _)| *n == backend)
-            .map_or("full", |(_, f)| *f);
-        bail!("backend `{backend}` is not compiled in: rebuild with `--features {feature}`");
-    };
-    Ok(template::render(&schema, pools))
+    let kind = crate::backends::catalogue().get(backend)?;
+    Ok(template::render(kind, pools))
 }
 
 fn init(args: InitArgs) -> Result<ExitCode> {

@@ -8,14 +8,12 @@
 //! their jobs and resources by the names, labels and tags they always use.
 
 use crate::args::GlobalArgs;
-use crate::backends::{ALL_BACKENDS, BackendCommand, BackendContext, is_compiled_in};
+use crate::backends::{BackendCommand, catalogue};
 use crate::run;
-use crate::settings::Settings;
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::Result;
+use codalab_wm_core::layout::Layout;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::{CleanupItem, Error, WorkerBackend, WorkerJob};
-use figment::Figment;
-use figment::providers::Serialized;
 use std::collections::HashSet;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -48,7 +46,7 @@ impl Args {
         let mut process = self
             .backend
             .as_mut()
-            .map(BackendCommand::take_process)
+            .map(|b| std::mem::take(&mut b.process))
             .unwrap_or_default();
         process.config = self.config.take().or(process.config);
         process.dry_run |= self.dry_run;
@@ -73,10 +71,15 @@ pub struct Row {
 
 /// Runs `cl-worker-manager down`.
 pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
-    let figment = run::figment(&global, args.backend.as_ref())?;
-    let settings = crate::run::settings(&figment)?;
+    let layers = run::layers(&global, args.backend.as_ref());
+    let settings = run::settings(&layers)?;
     run::init_logging(settings.verbose, settings.log_format);
-    let pools = backends(args.backend, figment, &settings).await?;
+    let layout = Layout::new(&settings, &layers, &catalogue())?;
+    let pools = run::build_pools(&layout, &placeholder_credentials()).await?;
+    let pools: Vec<(String, Arc<dyn WorkerBackend>)> = pools
+        .into_iter()
+        .map(|p| (p.policy.name, p.backend))
+        .collect();
     let wait = Duration::from_secs(args.wait_seconds);
     let mut rows = Vec::new();
     for (pool, backend) in &pools {
@@ -100,67 +103,6 @@ fn placeholder_credentials() -> Credentials {
         username: "cl-worker-manager-down".into(),
         password: Secret::new("unused-by-down"),
     }
-}
-
-/// The backends to tear down, by pool name: the `[[pools]]`, or the one backend.
-async fn backends(
-    command: Option<BackendCommand>,
-    mut figment: Figment,
-    settings: &Settings,
-) -> Result<Vec<(String, Arc<dyn WorkerBackend>)>> {
-    let credentials = placeholder_credentials();
-    if !settings.pools.is_empty() {
-        if command.is_some() || settings.backend.is_some() {
-            bail!(
-                "choose either a backend (a subcommand or `backend = \"…\"`) or [[pools]] in the config file, not both"
-            );
-        }
-        let pools = run::build_pools(settings, &credentials).await?;
-        return Ok(pools
-            .into_iter()
-            .map(|p| (p.policy.name, p.backend))
-            .collect());
-    }
-    let command = match command {
-        Some(command) => command,
-        None => backend_from_config(settings)?,
-    };
-    if let Some(path) = &settings.password_file {
-        // Slurm over SSH checks that workers get a password file; its content is not read.
-        figment = figment.merge(Serialized::default("slurm_batch.password_file", path));
-    }
-    let context = BackendContext {
-        credentials,
-        worker: settings.worker.for_server(&settings.server),
-    };
-    let backend = command
-        .build(&figment, &context)
-        .await
-        .with_context(|| format!("cannot set up the {} backend", command.name()))?;
-    Ok(vec![(command.name().to_owned(), backend)])
-}
-
-/// The backend named by `backend = "…"` in the configuration.
-fn backend_from_config(settings: &Settings) -> Result<BackendCommand> {
-    let names: Vec<&str> = ALL_BACKENDS.iter().map(|(n, _)| *n).collect();
-    let name = settings.backend.as_deref().ok_or_else(|| {
-        anyhow!(
-            "no backend given: name one of {} (or set `backend = \"…\"` or [[pools]] in the config file)",
-            names.join(", ")
-        )
-    })?;
-    if let Some((name, feature)) = ALL_BACKENDS
-        .iter()
-        .find(|(n, _)| *n == name && !is_compiled_in(n))
-    {
-        bail!("backend `{name}` is not compiled in: rebuild with `--features {feature}`");
-    }
-    BackendCommand::from_name(name).ok_or_else(|| {
-        anyhow!(
-            "unknown backend `{name}` in `backend`: use one of {}",
-            names.join(", ")
-        )
-    })
 }
 
 /// Stops the pool's pending and running jobs, waits up to `wait` for them to end, then
@@ -338,7 +280,7 @@ mod tests {
             panic!("not down");
         };
         assert_eq!(args.wait_seconds, 5);
-        assert_eq!(args.backend.map(|b| b.name()), Some("local"));
+        assert_eq!(args.backend.map(|b| b.kind.name()), Some("local"));
         let cli =
             crate::args::parse_args(["cl-worker-manager", "down", "--config", "wm.toml"]).unwrap();
         assert!(cli.global.process.config.is_some());

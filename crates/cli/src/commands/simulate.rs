@@ -3,13 +3,13 @@
 //! into pool policies (shapes read from the backend tables, no backend built) and prints.
 
 use crate::args::GlobalArgs;
-use crate::backends::table_of;
-use crate::settings::{PoolSettings, Settings};
+use crate::backends::catalogue;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::ValueHint;
-use codalab_wm_core::pools::DEFAULT_STARTUP_GRACE;
+use codalab_wm_core::PoolPolicy;
+use codalab_wm_core::layout::{Layout, Reading, single_placement};
+use codalab_wm_core::settings::{Layers, Settings};
 use codalab_wm_core::simulate::{BundleTemplate, PoissonRate, SimConfig, Workload, simulate};
-use codalab_wm_core::{LaunchMode, PoolPolicy, WorkerShape};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -120,8 +120,9 @@ pub struct Args {
 
 /// Runs `cl-worker-manager simulate`.
 pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
-    let settings = crate::run::settings(&crate::run::figment(&global, None)?)?;
-    let mut policies = policies(&settings, args.backend.as_deref())?;
+    let layers = crate::run::layers(&global, None);
+    let settings = crate::run::settings(&layers)?;
+    let mut policies = policies(&settings, &layers, args.backend.as_deref())?;
     for change in &args.set {
         apply(&mut policies, change)?;
     }
@@ -191,115 +192,29 @@ fn latency(text: &str) -> Result<(Duration, Duration)> {
 }
 
 /// The pool policies the manager would build, without building any backend.
-fn policies(settings: &Settings, backend: Option<&str>) -> Result<Vec<PoolPolicy>> {
-    if settings.pools.is_empty() {
-        return single_pool(settings, backend).map(|p| vec![p]);
+fn policies(
+    settings: &Settings,
+    layers: &Layers,
+    backend: Option<&str>,
+) -> Result<Vec<PoolPolicy>> {
+    let catalogue = catalogue();
+    if !settings.pools.is_empty() {
+        if backend.is_some() {
+            bail!("--backend is for the single-backend mode; the config file declares [[pools]]");
+        }
+        let layout = Layout::pools(settings, &catalogue, Reading::Shapes)?;
+        return Ok(layout.pools.into_iter().map(|p| p.policy).collect());
     }
-    if backend.is_some() {
-        bail!("--backend is for the single-backend mode; the config file declares [[pools]]");
-    }
-    settings
-        .pools
-        .iter()
-        .map(|entry| pool(settings, entry))
-        .collect()
-}
-
-/// Upstream's mode, as `Manager::new` builds its pool.
-fn single_pool(settings: &Settings, backend: Option<&str>) -> Result<PoolPolicy> {
     let name = backend.or(settings.backend.as_deref()).unwrap_or("local");
-    let table = table_of(name).ok_or_else(|| anyhow!("unknown backend `{name}`"))?;
-    let values = match table {
-        "local" => settings.local.as_ref(),
-        "slurm_batch" => settings.slurm_batch.as_ref(),
-        "aws_batch" => settings.aws_batch.as_ref(),
-        "azure_batch" => settings.azure_batch.as_ref(),
-        _ => settings.kubernetes.as_ref(),
-    };
-    if settings.max_launches_per_tick > 1 && settings.launch_mode == LaunchMode::Compat {
-        bail!(
-            "--max-launches-per-tick {} needs --launch-mode target (compat launches at most one worker per tick, as upstream)",
-            settings.max_launches_per_tick
-        );
-    }
-    Ok(PoolPolicy {
-        min: settings.min_workers,
-        max: settings.max_workers,
-        // The server's search does the queue filtering in this mode; the simulated server
-        // still runs a bundle only on a worker with its tag.
-        match_request_queue: false,
-        tag: settings.worker.tag.clone(),
-        tag_exclusive: settings.worker.tag_exclusive,
-        check_shape: !settings.no_prefilter,
-        launch_mode: settings.launch_mode,
-        max_launches_per_tick: settings.max_launches_per_tick,
-        min_seconds_between_workers: settings.min_seconds_between_workers,
-        ..PoolPolicy::new(name, shape(name, values)?)
-    })
-}
-
-/// One `[[pools]]` entry, as `run::build_pools` makes its policy.
-fn pool(settings: &Settings, entry: &PoolSettings) -> Result<PoolPolicy> {
-    let name = &entry.name;
-    let table = table_of(&entry.backend)
-        .ok_or_else(|| anyhow!("pool {name}: unknown backend `{}`", entry.backend))?;
-    let mut values = None;
-    for (given, value) in entry.tables() {
-        if given != table {
-            bail!(
-                "pool {name}: [pools.{given}] does not belong to backend {}; its settings go in [pools.{table}]",
-                entry.backend
-            );
-        }
-        values = Some(value);
-    }
-    Ok(PoolPolicy {
-        min: entry.min,
-        max: entry.max,
-        tag: entry.tag.clone(),
-        tag_exclusive: entry.tag_exclusive,
-        check_shape: !settings.no_prefilter,
-        cost: entry.cost,
-        pending_timeout: entry.pending_timeout.map(Duration::from_secs),
-        startup_grace: entry
-            .startup_grace
-            .map_or(DEFAULT_STARTUP_GRACE, Duration::from_secs),
-        launch_mode: entry.launch_mode,
-        max_launches_per_tick: entry.max_launches_per_tick,
-        min_seconds_between_workers: entry
-            .min_seconds_between_workers
-            .unwrap_or(settings.min_seconds_between_workers),
-        ..PoolPolicy::new(name.clone(), shape(&entry.backend, values)?)
-    })
-}
-
-/// The worker shape from a backend table's `cpus`, `gpus` and `memory_mb`, with the backend's
-/// defaults (1 CPU, 2048 MB; Slurm asks for 1 GPU by default, as upstream, the others none).
-fn shape(backend: &str, table: Option<&serde_json::Value>) -> Result<WorkerShape> {
-    let (cpus, gpus, memory_mb) = default_shape(backend);
-    let field = |key: &str, default: u64| -> Result<u64> {
-        match table.and_then(|t| t.get(key)) {
-            None => Ok(default),
-            Some(value) => value
-                .as_u64()
-                .ok_or_else(|| anyhow!("{backend} `{key}` = {value} is not a whole number")),
-        }
-    };
-    let cpus = u32::try_from(field("cpus", cpus.into())?).context("cpus is too large")?;
-    let gpus = u32::try_from(field("gpus", gpus.into())?).context("gpus is too large")?;
-    Ok(WorkerShape::from_flags(
-        cpus,
-        gpus,
-        field("memory_mb", memory_mb)?,
-    ))
-}
-
-/// `(cpus, gpus, memory_mb)` a backend gives a worker when its table does not say.
-pub fn default_shape(backend: &str) -> (u32, u32, u64) {
-    match backend {
-        "slurm-batch" => (1, 1, 2048),
-        _ => (1, 0, 2048),
-    }
+    let kind = catalogue.get(name)?;
+    let tables = layers.tables(kind, kind.placement_defaults(single_placement(settings)))?;
+    let layout = Layout::single(settings, kind, &tables, Reading::Shapes)?;
+    let mut policy = layout.pools.into_iter().next().context("no pool")?.policy;
+    // The server's search does the queue filtering in this mode; the simulated server still
+    // runs a bundle only on a worker with its tag.
+    policy.tag = settings.worker.tag.clone();
+    policy.tag_exclusive = settings.worker.tag_exclusive;
+    Ok(vec![policy])
 }
 
 /// Applies one `--set [POOL.]KEY=VALUE`.
@@ -365,23 +280,7 @@ fn set(policy: &mut PoolPolicy, key: &str, value: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn default_shapes_match_the_backends() {
-        let local = codalab_wm_core::local::LocalConfig::default();
-        assert_eq!(
-            default_shape("local"),
-            (local.cpus, local.gpus, local.memory_mb)
-        );
-        #[cfg(feature = "slurm")]
-        {
-            let slurm = codalab_wm_slurm::SlurmConfig::default();
-            assert_eq!(
-                default_shape("slurm-batch"),
-                (slurm.cpus, slurm.gpus, slurm.memory_mb)
-            );
-        }
-    }
+    use codalab_wm_core::{LaunchMode, WorkerShape};
 
     #[test]
     fn set_changes_one_pool_or_all() {

@@ -9,11 +9,11 @@
 //! manager version serves and the two paths cannot drift apart.
 
 use crate::args::GlobalArgs;
-use crate::backends::BackendCommand;
+use crate::backends::{BackendCommand, catalogue};
 use crate::run;
-use crate::settings::Settings;
 use anyhow::{Context, Result, anyhow, bail};
-use figment::providers::Serialized;
+use codalab_wm_core::layout::Layout;
+use codalab_wm_core::settings::Settings;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::fmt::Write as _;
@@ -25,7 +25,7 @@ impl Args {
         let mut process = self
             .backend
             .as_mut()
-            .map(BackendCommand::take_process)
+            .map(|b| std::mem::take(&mut b.process))
             .unwrap_or_default();
         process.config = self.config.take().or(process.config);
         process
@@ -64,8 +64,7 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     let document = if args.dry_tick {
         dry_tick(args.backend, &global).await?
     } else {
-        let figment = run::figment(&global, None)?;
-        let settings = crate::run::settings(&figment)?;
+        let settings = run::settings(&run::layers(&global, None))?;
         fetch(&base_url(args.url, &settings)?).await?
     };
     if args.json {
@@ -117,15 +116,15 @@ async fn fetch(base: &str) -> Result<Value> {
 
 /// Builds the manager as `run` does, with `dry_run` forced, and runs one tick.
 async fn dry_tick(backend: Option<BackendCommand>, global: &GlobalArgs) -> Result<Value> {
-    let figment =
-        run::figment(global, backend.as_ref())?.merge(Serialized::default("dry_run", true));
-    let settings: Settings = figment
-        .extract()
-        .map_err(|e| anyhow!("invalid configuration: {e}"))?;
+    let layers = run::layers(global, backend.as_ref());
+    let mut settings = run::settings(&layers)?;
+    settings.dry_run = true;
     if settings.verbose {
         run::init_logging(true, settings.log_format);
     }
-    let mut manager = run::build_manager(backend, figment, &settings).await?;
+    let layout = Layout::new(&settings, &layers, &catalogue())?;
+    let credentials = run::credentials(settings.password_file.as_deref())?;
+    let mut manager = run::build_manager(layout, &settings, credentials).await?;
     manager
         .tick()
         .await

@@ -13,7 +13,7 @@
 
 use super::{Manager, ManagerConfig};
 use crate::error::{Error, Result};
-use crate::pools::{Pool, PoolPolicy};
+use crate::pools::Pool;
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
@@ -87,17 +87,7 @@ impl Manager {
         config: &ManagerConfig,
         backend: Arc<dyn crate::backend::WorkerBackend>,
     ) -> Pool {
-        let policy = PoolPolicy {
-            min: config.policy.min_workers,
-            max: config.policy.max_workers,
-            match_request_queue: false,
-            check_shape: !config.no_prefilter,
-            pending_timeout: config.pending_timeout,
-            launch_mode: config.launch_mode,
-            max_launches_per_tick: config.max_launches_per_tick,
-            min_seconds_between_workers: config.policy.min_seconds_between_workers,
-            ..PoolPolicy::new(backend.name(), backend.worker_shape())
-        };
+        let policy = crate::layout::single_policy(config, backend.name(), backend.worker_shape());
         Pool {
             policy,
             backend,

@@ -4,9 +4,12 @@
 //! one wrong key does not hide the next), each backend table with the backend's own config
 //! type and `validate()`, then the combinations no manager could run with.
 
-use super::schema::{self, BackendSchema, PLACEHOLDER, TableSchema};
-use crate::settings::{PoolSettings, Settings, WorkerSettings};
-use codalab_wm_core::{LaunchMode, WorkerShape};
+use super::schema::{self, PLACEHOLDER};
+use crate::backends::catalogue;
+use codalab_wm_core::WorkerShape;
+use codalab_wm_core::describe::{BackendKind, Placement, TableSchema};
+use codalab_wm_core::layout;
+use codalab_wm_core::settings::{PoolRules, PoolSettings, Settings, WorkerSettings, suggestion};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use std::fmt;
@@ -218,14 +221,31 @@ impl Checker<'_> {
         }
     }
 
-    /// Checks each key of `place` against `schema` and the type `T` (on top of `base`, a
-    /// valid value of `T`); returns `base` with every valid key of the table set.
+    /// [`Checker::keys_with`] for the type `T` the table deserializes into.
     fn keys<T: DeserializeOwned>(
         &mut self,
         place: &Place<'_>,
         schema: &TableSchema,
         base: &Map<String, Value>,
         nested: &[&str],
+    ) -> (Map<String, Value>, bool) {
+        let parse = |v: Value| {
+            serde_json::from_value::<T>(v)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        };
+        self.keys_with(place, schema, base, nested, &parse)
+    }
+
+    /// Checks each key of `place` against `schema` and `parse` (on top of `base`, a valid
+    /// table); returns `base` with every valid key of the table set.
+    fn keys_with(
+        &mut self,
+        place: &Place<'_>,
+        schema: &TableSchema,
+        base: &Map<String, Value>,
+        nested: &[&str],
+        parse: &dyn Fn(Value) -> Result<(), String>,
     ) -> (Map<String, Value>, bool) {
         let mut merged = base.clone();
         let mut clean = true;
@@ -251,7 +271,7 @@ impl Checker<'_> {
             }
             let mut candidate = merged.clone();
             candidate.insert(key.to_owned(), to_json(item));
-            match serde_json::from_value::<T>(Value::Object(candidate.clone())) {
+            match parse(Value::Object(candidate.clone())) {
                 Ok(_) => merged = candidate,
                 Err(error) => {
                     self.push(
@@ -273,7 +293,8 @@ impl Checker<'_> {
             line: 1,
         };
         let top = schema::top();
-        let mut nested: Vec<&str> = schema::BACKEND_TABLES.to_vec();
+        let catalogue = catalogue();
+        let mut nested: Vec<&str> = catalogue.tables().collect();
         nested.extend(["worker", "pools"]);
         let (merged, _) = self.keys::<Settings>(&place, &top, &top.defaults, &nested);
         let settings: Settings =
@@ -283,9 +304,10 @@ impl Checker<'_> {
             self.worker(item, &settings);
         }
         let backend = settings.backend.as_deref();
-        for table in schema::BACKEND_TABLES {
+        let chosen = catalogue.entries().iter().find(|e| Some(e.name) == backend);
+        for table in catalogue.tables() {
             let given = root.get(table);
-            let is_chosen = backend.and_then(crate::backends::table_of) == Some(table);
+            let is_chosen = chosen.is_some_and(|e| e.table == table);
             if given.is_none() && !is_chosen {
                 continue;
             }
@@ -301,34 +323,9 @@ impl Checker<'_> {
     }
 
     fn globals(&mut self, place: &Place<'_>, settings: &Settings) {
-        if settings.max_workers < settings.min_workers {
-            let line = self.key_line(place, "max_workers");
-            self.push(
-                line,
-                Kind::Invalid,
-                format!(
-                    "max_workers ({}) is less than min_workers ({})",
-                    settings.max_workers, settings.min_workers
-                ),
-            );
-        }
-        let line = self.key_line(place, "max_launches_per_tick");
-        if settings.max_launches_per_tick == 0 {
-            self.push(
-                line,
-                Kind::Invalid,
-                "max_launches_per_tick must be at least 1".into(),
-            );
-        }
-        if settings.max_launches_per_tick > 1 && settings.launch_mode == LaunchMode::Compat {
-            self.push(
-                line,
-                Kind::Invalid,
-                format!(
-                    "max_launches_per_tick {} needs launch_mode = \"target\" (compat launches at most one worker per tick, as upstream)",
-                    settings.max_launches_per_tick
-                ),
-            );
+        for problem in layout::global_problems(settings) {
+            let line = self.mentioned_line(place, &problem);
+            self.push(line, Kind::Invalid, problem);
         }
         if let Err(message) = settings.check_durations() {
             let line = self.mentioned_line(place, &message);
@@ -348,27 +345,23 @@ impl Checker<'_> {
     }
 
     /// Whether backend `name` exists and is compiled in.
-    fn backend_name(&mut self, name: &str, line: usize, key: &str) -> Option<BackendSchema> {
-        if let Some(backend) = schema::backend_named(name) {
-            return Some(backend);
-        }
-        let message = match crate::backends::ALL_BACKENDS
-            .iter()
-            .find(|(n, _)| *n == name)
-        {
-            Some((_, feature)) => {
-                format!("`{key}` = {name:?}: not compiled in: rebuild with `--features {feature}`")
-            }
-            None => {
-                let names: Vec<&str> = crate::backends::ALL_BACKENDS
-                    .iter()
-                    .map(|(n, _)| *n)
-                    .collect();
-                format!(
-                    "`{key}` = {name:?} is not a backend: use one of {}",
-                    names.join(", ")
-                )
-            }
+    fn backend_name(
+        &mut self,
+        name: &str,
+        line: usize,
+        key: &str,
+    ) -> Option<&'static dyn BackendKind> {
+        let catalogue = catalogue();
+        let message = match catalogue.entries().iter().find(|e| e.name == name) {
+            Some(entry) if entry.kind.is_some() => return entry.kind,
+            Some(entry) => format!(
+                "`{key}` = {name:?}: not compiled in: rebuild with `--features {}`",
+                entry.feature
+            ),
+            None => format!(
+                "`{key}` = {name:?} is not a backend: use one of {}",
+                catalogue.names().join(", ")
+            ),
         };
         self.push(line, Kind::Invalid, message);
         None
@@ -411,11 +404,10 @@ impl Checker<'_> {
         line: usize,
         pool: Option<&str>,
     ) -> Option<Map<String, Value>> {
-        let Some(backend) = schema::backend_of_table(table) else {
-            let feature = crate::backends::ALL_BACKENDS
-                .iter()
-                .find(|(n, _)| crate::backends::table_of(n) == Some(table))
-                .map_or("full", |(_, f)| *f);
+        let catalogue = catalogue();
+        let entry = catalogue.by_table(table);
+        let Some(backend) = entry.and_then(|e| e.kind) else {
+            let feature = entry.map_or("full", |e| e.feature);
             self.push(
                 line,
                 Kind::Invalid,
@@ -441,24 +433,29 @@ impl Checker<'_> {
         };
         // A valid base for types with required keys: the required keys with a dummy value.
         let base: Map<String, Value> = backend
-            .required
+            .required()
             .iter()
             .map(|(k, _)| ((*k).to_owned(), Value::String("x".into())))
             .collect();
-        let (merged, clean) = self.keys_dyn(&place, &backend, &base, &["entra"]);
+        let schema = backend.schema();
+        let nested: Vec<&str> = backend.subtables().iter().map(|(n, _)| *n).collect();
+        let (merged, clean) =
+            self.keys_with(&place, &schema, &base, &nested, &|v| backend.parse(&v));
         let given: Map<String, Value> = merged
             .into_iter()
             .filter(|(k, _)| table_like.contains_key(k))
             .collect();
-        let mut with_defaults = backend.table.defaults.clone();
+        let mut with_defaults = schema.defaults.clone();
         with_defaults.extend(given.clone());
         let shape_ok = self.shape(&place, &with_defaults, pool);
         if clean && shape_ok {
             let mut whole = given.clone();
-            if let Some(entra) = table_like.get("entra") {
-                whole.insert("entra".into(), to_json(entra));
+            for name in &nested {
+                if let Some(item) = table_like.get(name) {
+                    whole.insert((*name).into(), to_json(item));
+                }
             }
-            if let Err(message) = (backend.validate)(Value::Object(whole)) {
+            if let Err(message) = backend.validate(&Value::Object(whole)) {
                 let message = message.trim_start_matches("invalid configuration: ");
                 let kind = if message.contains("missing field")
                     || message.contains("needs --")
@@ -475,53 +472,26 @@ impl Checker<'_> {
         Some(with_defaults)
     }
 
-    /// [`Checker::keys`] for the backend's own config type.
-    fn keys_dyn(
-        &mut self,
-        place: &Place<'_>,
-        backend: &BackendSchema,
-        base: &Map<String, Value>,
-        nested: &[&str],
-    ) -> (Map<String, Value>, bool) {
-        match backend.table.name {
-            "local" => self.keys::<codalab_wm_core::local::LocalConfig>(
-                place,
-                &backend.table,
-                base,
-                nested,
-            ),
-            #[cfg(feature = "slurm")]
-            "slurm_batch" => {
-                self.keys::<codalab_wm_slurm::SlurmConfig>(place, &backend.table, base, nested)
-            }
-            #[cfg(feature = "aws")]
-            "aws_batch" => {
-                self.keys::<codalab_wm_aws::AwsBatchConfig>(place, &backend.table, base, nested)
-            }
-            #[cfg(feature = "azure")]
-            "azure_batch" => {
-                self.keys::<codalab_wm_azure::AzureBatchConfig>(place, &backend.table, base, nested)
-            }
-            #[cfg(feature = "k8s")]
-            "kubernetes" => {
-                self.keys::<codalab_wm_k8s::KubernetesConfig>(place, &backend.table, base, nested)
-            }
-            _ => (base.clone(), true),
-        }
-    }
-
     /// The line of the first key of `place` that `message` names (else the table's line).
+    /// (The key the message names first, as `key`, `.key`, ` key ` or its flag `--key`.)
     fn mentioned_line(&self, place: &Place<'_>, message: &str) -> usize {
+        let position = |k: &str| {
+            [
+                format!("`{k}`"),
+                format!(".{k}"),
+                format!(" {k} "),
+                format!("--{}", k.replace('_', "-")),
+            ]
+            .iter()
+            .filter_map(|form| message.find(form.as_str()))
+            .min()
+        };
         place
             .table
             .iter()
-            .map(|(k, _)| k)
-            .find(|k| {
-                message.contains(&format!("`{k}`"))
-                    || message.contains(&format!(".{k}"))
-                    || message.contains(&format!(" {k} "))
-            })
-            .map_or(place.line, |k| self.key_line(place, k))
+            .filter_map(|(k, _)| position(k).map(|at| (at, k)))
+            .min()
+            .map_or(place.line, |(_, k)| self.key_line(place, k))
     }
 
     /// A worker shape no bundle could use, or a GPU pool without GPUs. Returns whether the
@@ -620,8 +590,8 @@ impl Checker<'_> {
             ]
             .into_iter()
             .collect();
-            let (merged, _) =
-                self.keys::<PoolSettings>(&place, &schema, &base, &schema::BACKEND_TABLES);
+            let tables: Vec<&str> = catalogue().tables().collect();
+            let (merged, _) = self.keys::<PoolRules>(&place, &schema, &base, &tables);
             if let Some(owner) = self.pool(&place, merged, settings) {
                 owners.push(owner);
             }
@@ -645,31 +615,30 @@ impl Checker<'_> {
                 );
             }
         }
-        let entry: PoolSettings = serde_json::from_value(Value::Object(merged)).ok()?;
-        let name = entry.name.clone();
+        let rules: PoolRules = serde_json::from_value(Value::Object(merged)).ok()?;
+        let name = rules.name.clone();
         let name_line = self.key_line(place, "name");
         if !place.table.contains_key("name") || !place.table.contains_key("backend") {
             return None;
         }
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            self.push(
-                name_line,
-                Kind::Invalid,
-                format!("pool name `{name}` must be letters, digits and `_`"),
-            );
+        if let Err(message) = layout::check_pool_name(&name) {
+            self.push(name_line, Kind::Invalid, message);
         }
         let backend_line = self.key_line(place, "backend");
-        let backend = self.backend_name(&entry.backend, backend_line, "backend")?;
-        let table = backend.table.name;
-        for (given, _) in place
-            .table
-            .iter()
-            .filter(|(k, _)| schema::BACKEND_TABLES.contains(k))
-        {
-            if given != table {
-                let line = self.key_line(place, given);
-                self.push(line, Kind::Invalid, format!("pool {name}: [pools.{given}] does not belong to backend {}; its settings go in [pools.{table}]", entry.backend));
-            }
+        let backend = self.backend_name(&rules.backend, backend_line, "backend")?;
+        let table = backend.table();
+        let entry = PoolSettings {
+            rules,
+            tables: place
+                .table
+                .iter()
+                .filter(|(k, _)| catalogue().by_table(k).is_some())
+                .map(|(k, item)| (k.to_owned(), to_json(item)))
+                .collect(),
+        };
+        if let Err(message) = layout::pool_table(&entry, backend, &catalogue()) {
+            let line = self.mentioned_line(place, &message);
+            self.push(line, Kind::Invalid, message);
         }
         let given = place.table.get(table);
         let line = given
@@ -685,35 +654,27 @@ impl Checker<'_> {
                 .and_then(Value::as_u64)
                 .unwrap_or(2048),
         );
-        if let Err(message) = entry.check_durations() {
+        let problems = [
+            entry.rules.check_durations(),
+            entry.rules.policy(settings, shape).validate(),
+        ];
+        for message in problems.into_iter().filter_map(Result::err) {
             let line = self.mentioned_line(place, &message);
             self.push(line, Kind::Invalid, message);
         }
-        if let Err(message) = entry.policy(settings, shape).validate() {
-            let line = self.mentioned_line(place, &message);
-            self.push(line, Kind::Invalid, message);
+        let mut identity = values;
+        identity.extend(backend.placement_defaults(Placement {
+            pool: Some(&name),
+            password_file: settings.password_file.as_deref(),
+        }));
+        if let Some(Value::Object(object)) = given.map(to_json) {
+            identity.extend(object);
         }
-        let mut object: Map<String, Value> = given
-            .map(to_json)
-            .and_then(|v| v.as_object().cloned())
-            .unwrap_or_default();
-        crate::run::own_jobs(&name, table, &mut object, settings);
-        let mut identity = backend.table.defaults.clone();
-        identity.extend(object);
         Some(Owner {
             pool: name,
-            table,
+            backend,
             line: name_line,
-            identity: backend
-                .identity
-                .iter()
-                .map(|k| {
-                    (
-                        (*k).to_owned(),
-                        identity.get(*k).cloned().unwrap_or(Value::Null),
-                    )
-                })
-                .collect(),
+            identity,
         })
     }
 
@@ -729,10 +690,10 @@ impl Checker<'_> {
                     );
                     continue;
                 }
-                if a.table != b.table {
+                if a.backend.name() != b.backend.name() {
                     continue;
                 }
-                if let Some(why) = shared_jobs(a, b) {
+                if let Some(why) = a.backend.shares_jobs(&a.identity, &b.identity) {
                     self.push(
                         b.line,
                         Kind::Invalid,
@@ -747,61 +708,10 @@ impl Checker<'_> {
     }
 }
 
-/// What identifies a pool's jobs on its backend.
+/// What identifies a pool's jobs on its backend: its table over the defaults.
 struct Owner {
     pool: String,
-    table: &'static str,
+    backend: &'static dyn BackendKind,
     line: usize,
     identity: Map<String, Value>,
-}
-
-/// Why two pools of the same backend would own each other's jobs, if they would.
-fn shared_jobs(a: &Owner, b: &Owner) -> Option<String> {
-    let text = |o: &Owner, k: &str| {
-        o.identity
-            .get(k)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    if a.table == "slurm_batch" {
-        let (ja, jb) = (text(a, "job_name"), text(b, "job_name"));
-        let prefix = |x: &str, y: &str| format!("{y}-").starts_with(&format!("{x}-"));
-        return (prefix(&ja, &jb) || prefix(&jb, &ja)).then(|| {
-            format!("job_name `{ja}` and `{jb}` share a prefix (jobs are found by `<user>-<job_name>-`); give them distinct job names")
-        });
-    }
-    let same = a.identity == b.identity;
-    same.then(|| {
-        let keys: Vec<&str> = a.identity.keys().map(String::as_str).collect();
-        format!("the same {} (set one of them apart)", keys.join(", "))
-    })
-}
-
-/// ` (did you mean `x`?)` for a key close to a known one.
-/// ` (did you mean `FIELD`?)` for the field of `fields` nearest to `key`, or nothing.
-pub fn suggestion(key: &str, fields: &[&str]) -> String {
-    fields
-        .iter()
-        .map(|f| (distance(key, f), f))
-        .filter(|(d, f)| *d <= 2.max(f.len() / 4) || f.starts_with(key) || key.starts_with(*f))
-        .min()
-        .map_or_else(String::new, |(_, f)| format!(" (did you mean `{f}`?)"))
-}
-
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut previous = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let current = row[j + 1];
-            row[j + 1] = (previous + usize::from(ca != *cb))
-                .min(row[j] + 1)
-                .min(current + 1);
-            previous = current;
-        }
-    }
-    row[b.len()]
 }

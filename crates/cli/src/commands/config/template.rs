@@ -1,7 +1,8 @@
 //! `config init`: a commented TOML template with every option, its default and its help,
 //! required values set to [`PLACEHOLDER`], all generated from [`super::schema`].
 
-use super::schema::{self, BackendSchema, PLACEHOLDER, TableSchema};
+use super::schema::{self, PLACEHOLDER};
+use codalab_wm_core::describe::{BackendKind, Placement, TableSchema};
 use serde_json::Value;
 use std::fmt::Write;
 
@@ -23,7 +24,13 @@ pub fn toml_value(value: &Value) -> Option<String> {
 
 /// Writes one option: its help as a comment, then `key = default`, the placeholder of a
 /// required key, or (unset by default) a commented-out example.
-fn option(out: &mut String, table: &TableSchema, key: &str, required: Option<&str>) {
+fn option(
+    out: &mut String,
+    table: &TableSchema,
+    key: &str,
+    required: Option<&str>,
+    kind: Option<&dyn BackendKind>,
+) {
     let doc = table.docs.get(key).map(String::as_str).unwrap_or_default();
     let default = table.defaults.get(key).and_then(toml_value);
     // A set default is printed as the value; an unset one keeps the help's explanation.
@@ -39,7 +46,7 @@ fn option(out: &mut String, table: &TableSchema, key: &str, required: Option<&st
             let _ = writeln!(out, "# {doc}\n{key} = {value}");
         }
         (None, None) => {
-            let example = schema::example(table.name, key).unwrap_or("\"\"");
+            let example = schema::example(table.name, key, kind).unwrap_or("\"\"");
             let unset = if doc.contains("[default:") {
                 ""
             } else {
@@ -50,15 +57,20 @@ fn option(out: &mut String, table: &TableSchema, key: &str, required: Option<&st
     }
 }
 
-/// Writes the options of `table`, skipping `skip`; `set` overrides values (already TOML).
+/// Writes the options of `table` (of backend `kind`, if any), skipping `skip`; `set`
+/// overrides values (already TOML).
 fn options(
     out: &mut String,
     table: &TableSchema,
-    required: &[(&str, &str)],
+    kind: Option<&dyn BackendKind>,
     skip: &[&str],
     set: &[(&str, &str)],
 ) {
-    for key in table.options().filter(|k| !skip.contains(k)) {
+    let required = kind.map_or(&[][..], |k| k.required());
+    let nested: Vec<&str> = kind.map_or_else(Vec::new, |k| {
+        k.subtables().iter().map(|(n, _)| *n).collect()
+    });
+    for key in schema::options(table, &nested).filter(|k| !skip.contains(k)) {
         if let Some((_, value)) = set.iter().find(|(k, _)| *k == key) {
             let doc = table.docs.get(key).map(String::as_str).unwrap_or_default();
             let doc = doc.split(" [default:").next().unwrap_or_default().trim();
@@ -66,11 +78,11 @@ fn options(
             continue;
         }
         let placeholder = required.iter().find(|(k, _)| *k == key).map(|(_, p)| *p);
-        option(out, table, key, placeholder);
+        option(out, table, key, placeholder, kind);
     }
 }
 
-fn header(out: &mut String, backend: &BackendSchema, pools: bool) {
+fn header(out: &mut String, backend: &dyn BackendKind, pools: bool) {
     let flags = if pools { " --pools" } else { "" };
     let _ = writeln!(
         out,
@@ -82,12 +94,12 @@ fn header(out: &mut String, backend: &BackendSchema, pools: bool) {
          # 2. Check the file (contacts nothing):      cl-worker-manager config check FILE\n\
          # 3. Run:                                    cl-worker-manager --config FILE\n\
          # 4. After editing limits, shapes or rates:  kill -HUP <manager pid>  (applied at the next tick)\n",
-        backend.backend
+        backend.name()
     );
 }
 
 /// The whole template for `backend`, single-backend or (`pools`) with a two-pool example.
-pub fn render(backend: &BackendSchema, pools: bool) -> String {
+pub fn render(backend: &dyn BackendKind, pools: bool) -> String {
     let mut out = String::new();
     header(&mut out, backend, pools);
     let top = schema::top();
@@ -99,10 +111,10 @@ pub fn render(backend: &BackendSchema, pools: bool) -> String {
              # min_workers, max_workers, launch_mode and max_launches_per_tick below apply to the\n\
              # single-backend mode only; pools have their own.\n"
         );
-        options(&mut out, &top, &[], &[], &[]);
+        options(&mut out, &top, None, &[], &[]);
     } else {
-        let name = format!("\"{}\"", backend.backend);
-        options(&mut out, &top, &[], &[], &[("backend", &name)]);
+        let name = format!("\"{}\"", backend.name());
+        options(&mut out, &top, None, &[], &[("backend", &name)]);
     }
     let _ = writeln!(
         out,
@@ -113,60 +125,41 @@ pub fn render(backend: &BackendSchema, pools: bool) -> String {
     } else {
         &[]
     };
-    options(&mut out, &schema::worker(), &[], skip, &[]);
+    options(&mut out, &schema::worker(), None, skip, &[]);
     if pools {
         pools_example(&mut out, backend);
     } else {
         let _ = writeln!(
             out,
             "\n# ---- the {} backend ----\n[{}]",
-            backend.backend, backend.table.name
+            backend.name(),
+            backend.table()
         );
-        options(&mut out, &backend.table, backend.required, &[], &[]);
-        extra_tables(&mut out, backend, backend.table.name);
+        options(&mut out, &backend.schema(), Some(backend), &[], &[]);
+        extra_tables(&mut out, backend, backend.table());
     }
     out
 }
 
 /// Sub-tables a backend may have (Azure's Entra ID app), commented out.
-fn extra_tables(out: &mut String, backend: &BackendSchema, prefix: &str) {
-    #[cfg(feature = "azure")]
-    if backend.backend == "azure-batch" {
-        let doc = backend.table.docs.get("entra").cloned().unwrap_or_default();
+fn extra_tables(out: &mut String, backend: &dyn BackendKind, prefix: &str) {
+    let schema = backend.schema();
+    for (name, fields) in backend.subtables() {
+        let doc = schema.docs.get(name).cloned().unwrap_or_default();
         let _ = writeln!(
             out,
-            "\n# {doc}; give it instead of account_key (unset by default):\n# [{prefix}.entra]"
+            "\n# {doc}; give it instead of account_key (unset by default):\n# [{prefix}.{name}]"
         );
-        for field in schema::fields_of::<codalab_wm_azure::EntraConfig>() {
+        for field in fields {
             let _ = writeln!(out, "# {field} = \"\"");
         }
     }
-    let _ = (out, backend, prefix);
 }
 
-/// Keys of a pool's backend table that each pool gets its own default of (so that pools never
-/// own each other's jobs): written commented out.
-const PER_POOL: &[&str] = &["job_name", "state_dir"];
-
-/// What makes the second (`gpu`) pool different, per backend.
-fn gpu_pool_settings(backend: &str) -> Vec<(&'static str, String)> {
-    let mut set = vec![("gpus", "1".to_owned())];
-    match backend {
-        "aws-batch" => {
-            set.push(("job_queue", "\"codalab-batch-gpu\"".into()));
-            set.push(("manager_id", "\"codalab-worker-gpu\"".into()));
-        }
-        "kubernetes" => set.push(("manager_id", "\"codalab-gpu\"".into())),
-        "azure-batch" => set.push(("job_id", format!("\"{PLACEHOLDER}-gpu\""))),
-        _ => {}
-    }
-    set
-}
-
-fn pools_example(out: &mut String, backend: &BackendSchema) {
+fn pools_example(out: &mut String, backend: &dyn BackendKind) {
     let pools = schema::pools();
-    let table = backend.table.name;
-    let name = format!("\"{}\"", backend.backend);
+    let (table, schema) = (backend.table(), backend.schema());
+    let name = format!("\"{}\"", backend.name());
     let _ = writeln!(
         out,
         "\n# ---- pools: one manager, several worker shapes; each bundle goes to the cheapest pool it fits ----\n\
@@ -175,7 +168,7 @@ fn pools_example(out: &mut String, backend: &BackendSchema) {
     options(
         out,
         &pools,
-        &[],
+        None,
         &[],
         &[("name", "\"cpu\""), ("backend", &name)],
     );
@@ -183,27 +176,22 @@ fn pools_example(out: &mut String, backend: &BackendSchema) {
         out,
         "\n# The pool's backend settings: every [{table}] key is accepted here.\n[pools.{table}]"
     );
-    // What `run` gives pool `cpu` when these are unset.
-    let mut own = serde_json::Map::new();
-    crate::run::own_jobs(
-        "cpu",
-        table,
-        &mut own,
-        &crate::settings::Settings::default(),
-    );
-    for key in PER_POOL {
-        if backend.table.fields.contains(key) {
-            let doc = backend.table.docs.get(*key).cloned().unwrap_or_default();
-            let doc = doc.split(" [default:").next().unwrap_or_default().trim();
-            let value = own.get(*key).and_then(toml_value).unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "# {doc} [default: one per pool, so that pools never share jobs]\n# {key} = {value}"
-            );
-        }
+    // What each pool gets of its own when these are unset (here: pool `cpu`).
+    let own = backend.placement_defaults(Placement {
+        pool: Some("cpu"),
+        password_file: None,
+    });
+    for (key, value) in &own {
+        let doc = schema.docs.get(key).cloned().unwrap_or_default();
+        let doc = doc.split(" [default:").next().unwrap_or_default().trim();
+        let value = toml_value(value).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "# {doc} [default: one per pool, so that pools never share jobs]\n# {key} = {value}"
+        );
     }
-    let gpus0 = [("gpus", "0")];
-    options(out, &backend.table, backend.required, PER_POOL, &gpus0);
+    let per_pool: Vec<&str> = own.keys().map(String::as_str).collect();
+    options(out, &schema, Some(backend), &per_pool, &[("gpus", "0")]);
     extra_tables(out, backend, &format!("pools.{table}"));
     let _ = writeln!(
         out,
@@ -212,15 +200,14 @@ fn pools_example(out: &mut String, backend: &BackendSchema) {
          launch_mode = \"target\"\nmax_launches_per_tick = 2\n\
          pending_timeout = 900\n\n[pools.{table}]"
     );
-    for (key, placeholder) in backend.required {
-        if !gpu_pool_settings(backend.backend)
-            .iter()
-            .any(|(k, _)| k == key)
-        {
+    let gpu = backend.gpu_pool();
+    for (key, placeholder) in backend.required() {
+        if !gpu.iter().any(|(k, _)| k == key) {
             let _ = writeln!(out, "{key} = {placeholder}");
         }
     }
-    for (key, value) in gpu_pool_settings(backend.backend) {
+    let _ = writeln!(out, "gpus = 1");
+    for (key, value) in gpu {
         let _ = writeln!(out, "{key} = {value}");
     }
 }

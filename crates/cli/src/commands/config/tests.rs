@@ -4,17 +4,16 @@
 use super::check::{self, Kind};
 use super::schema::{self, PLACEHOLDER};
 use super::template;
-use crate::settings::Settings;
+use crate::backends::catalogue;
+use codalab_wm_core::layout::Layout;
+use codalab_wm_core::settings::Layers;
 use figment::Figment;
-use figment::providers::{Format, Serialized, Toml};
+use figment::providers::{Format, Toml};
 
-const BACKENDS: [&str; 5] = [
-    "local",
-    "slurm-batch",
-    "aws-batch",
-    "azure-batch",
-    "kubernetes",
-];
+/// Every backend compiled in.
+fn backends() -> Vec<&'static str> {
+    catalogue().kinds().map(|k| k.name()).collect()
+}
 
 fn filled(text: &str) -> String {
     text.replace(PLACEHOLDER, "filled")
@@ -30,73 +29,73 @@ fn mentions(text: &str, key: &str) -> bool {
 
 #[test]
 fn every_field_of_every_config_struct_is_in_the_template() {
-    for backend in BACKENDS {
-        let schema = schema::backend_named(backend).unwrap();
+    for kind in catalogue().kinds() {
+        let backend = kind.name();
+        let table = kind.schema();
         let single = super::template(backend, false).unwrap();
         let pools = super::template(backend, true).unwrap();
-        for key in schema::top().options() {
+        for key in schema::options(&schema::top(), &[]) {
             assert!(mentions(&single, key), "{backend}: top-level `{key}`");
         }
-        for key in schema::worker().options() {
+        for key in schema::options(&schema::worker(), &[]) {
             assert!(mentions(&single, key), "{backend}: [worker] `{key}`");
         }
-        for key in schema.table.fields {
+        for key in table.fields {
             assert!(
-                mentions(&single, key)
-                    || single.contains(&format!("[{}.{key}]", schema.table.name)),
+                mentions(&single, key) || single.contains(&format!("[{}.{key}]", table.name)),
                 "{backend}: [{}] `{key}`",
-                schema.table.name
+                table.name
             );
             assert!(
                 mentions(&pools, key) || pools.contains(&format!(".{key}]")),
                 "{backend} pools: [pools.{}] `{key}`",
-                schema.table.name
+                table.name
             );
         }
-        for key in schema::pools().options() {
+        for key in schema::options(&schema::pools(), &[]) {
             assert!(mentions(&pools, key), "{backend}: [[pools]] `{key}`");
         }
         for key in schema::top().fields.iter().chain(schema::worker().fields) {
             assert!(
                 schema::top().docs.contains_key(*key)
                     || schema::worker().docs.contains_key(*key)
-                    || schema::BACKEND_TABLES.contains(key)
                     || ["pools", "worker"].contains(key),
                 "`{key}` has no doc"
             );
         }
-        for key in schema.table.fields.iter().chain(schema::pools().fields) {
-            let documented = schema.table.docs.contains_key(*key)
-                || schema::pools().docs.contains_key(*key)
-                || schema::BACKEND_TABLES.contains(key);
+        for key in table.fields.iter().chain(schema::pools().fields) {
+            let documented =
+                table.docs.contains_key(*key) || schema::pools().docs.contains_key(*key);
             assert!(documented, "{backend}: `{key}` has no doc");
         }
-    }
-    #[cfg(feature = "azure")]
-    {
-        let azure = super::template("azure-batch", false).unwrap();
-        for key in schema::fields_of::<codalab_wm_azure::EntraConfig>() {
-            assert!(mentions(&azure, key), "[azure_batch.entra] `{key}`");
+        for (name, fields) in kind.subtables() {
+            for key in fields {
+                assert!(mentions(&single, key), "[{}.{name}] `{key}`", table.name);
+            }
         }
     }
 }
 
 #[test]
-fn every_template_passes_the_parser_and_the_check_once_filled() {
-    for backend in BACKENDS {
+fn every_template_passes_the_parser_the_layout_and_the_check_once_filled() {
+    let dir = tempfile::tempdir().unwrap();
+    for backend in backends() {
         for pools in [false, true] {
             let text = filled(&super::template(backend, pools).unwrap());
-            let figment =
-                Figment::from(Serialized::defaults(Settings::default())).merge(Toml::string(&text));
-            let settings: Settings = figment
-                .extract()
+            let path = dir.path().join(format!("{backend}-{pools}.toml"));
+            std::fs::write(&path, &text).unwrap();
+            let layers = Layers {
+                file: Some(path),
+                flags: Figment::new(),
+                backend: None,
+            };
+            let settings = layers
+                .settings(&catalogue())
                 .unwrap_or_else(|e| panic!("{backend} pools={pools}: {e}\n{text}"));
             assert_eq!(settings.pools.len(), if pools { 2 } else { 0 });
-            let schema = schema::backend_named(backend).unwrap();
-            if !pools {
-                let table: serde_json::Value = figment.focus(schema.table.name).extract().unwrap();
-                (schema.validate)(table).unwrap_or_else(|e| panic!("{backend}: {e}"));
-            }
+            let layout = Layout::new(&settings, &layers, &catalogue())
+                .unwrap_or_else(|e| panic!("{backend} pools={pools}: {e}"));
+            assert_eq!(layout.pools.len(), if pools { 2 } else { 1 });
             let found = check::check(&text);
             assert!(
                 found.is_empty(),
@@ -108,7 +107,7 @@ fn every_template_passes_the_parser_and_the_check_once_filled() {
 
 #[test]
 fn every_commented_out_key_is_accepted_once_uncommented() {
-    for backend in BACKENDS {
+    for backend in backends() {
         for pools in [false, true] {
             let text = filled(&super::template(backend, pools).unwrap());
             let lines: Vec<&str> = text.lines().collect();

@@ -30,13 +30,23 @@
 //! ```
 //!
 //! A Slurm pool without `job_name` gets `codalab-slurm-worker-<pool>` and a local pool without
-//! `state_dir` its own subdirectory, so that pools never adopt each other's jobs. Other
-//! backends must be given distinct queues, jobs or namespaces per pool.
+//! `state_dir` its own subdirectory, so that pools never adopt each other's jobs (each backend
+//! says so itself: `BackendConfig::placement_defaults`). Other backends must be given distinct
+//! queues, jobs or namespaces per pool.
+//!
+//! The backend tables (`[slurm_batch]`, `[pools.local]` …) are not fields here: the backends
+//! are known at run time ([`crate::describe::Catalogue`]), and each reads its own table.
 
-use codalab_wm_core::LaunchMode;
-use codalab_wm_core::command::WorkerOptions;
+use crate::LaunchMode;
+use crate::command::WorkerOptions;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+
+mod bounds;
+mod load;
+pub use bounds::MAX_SECONDS;
+pub use load::{ENV_PREFIX, Layers, invalid, suggestion};
 
 /// Output format of the logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, Default)]
@@ -99,22 +109,12 @@ pub struct Settings {
     pub pools: Vec<PoolSettings>,
     /// The `cl-worker` settings (`--worker-*`).
     pub worker: WorkerSettings,
-    /// `[local]` backend table.
-    pub local: Option<serde_json::Value>,
-    /// `[slurm_batch]` backend table.
-    pub slurm_batch: Option<serde_json::Value>,
-    /// `[aws_batch]` backend table.
-    pub aws_batch: Option<serde_json::Value>,
-    /// `[azure_batch]` backend table.
-    pub azure_batch: Option<serde_json::Value>,
-    /// `[kubernetes]` backend table.
-    pub kubernetes: Option<serde_json::Value>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            server: codalab_wm_core::DEFAULT_SERVER.to_owned(),
+            server: crate::DEFAULT_SERVER.to_owned(),
             temp_session: true,
             min_workers: 1,
             max_workers: 10,
@@ -137,20 +137,25 @@ impl Default for Settings {
             backend: None,
             pools: Vec::new(),
             worker: WorkerSettings::default(),
-            local: None,
-            slurm_batch: None,
-            aws_batch: None,
-            azure_batch: None,
-            kubernetes: None,
         }
     }
 }
 
-/// One `[[pools]]` entry. The backend's own settings go in the sub-table named like the
-/// backend's top-level table (`[pools.slurm_batch]`, `[pools.local]` …).
+/// One `[[pools]]` entry: its rules, and its backend's settings in the sub-table named like
+/// the backend's top-level table (`[pools.slurm_batch]`, `[pools.local]` …).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct PoolSettings {
+    /// The pool's own keys.
+    #[serde(flatten)]
+    pub rules: PoolRules,
+    /// Every other key: the backend sub-table, or a mistake the layout names.
+    #[serde(flatten)]
+    pub tables: BTreeMap<String, serde_json::Value>,
+}
+
+/// The keys of a `[[pools]]` entry besides its backend table.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PoolRules {
     /// Unique name: letters, digits and `_`.
     pub name: String,
     /// The backend (`slurm-batch`, `local` …).
@@ -182,16 +187,6 @@ pub struct PoolSettings {
     pub max_launches_per_tick: u32,
     /// Seconds between two launches of this pool [default: the global setting].
     pub min_seconds_between_workers: Option<u64>,
-    /// `[pools.local]` settings.
-    pub local: Option<serde_json::Value>,
-    /// `[pools.slurm_batch]` settings.
-    pub slurm_batch: Option<serde_json::Value>,
-    /// `[pools.aws_batch]` settings.
-    pub aws_batch: Option<serde_json::Value>,
-    /// `[pools.azure_batch]` settings.
-    pub azure_batch: Option<serde_json::Value>,
-    /// `[pools.kubernetes]` settings.
-    pub kubernetes: Option<serde_json::Value>,
 }
 
 fn default_pool_max() -> u32 {
@@ -206,29 +201,11 @@ fn default_pool_cap() -> u32 {
     1
 }
 
-impl PoolSettings {
-    /// The backend tables given, by table name.
-    pub fn tables(&self) -> Vec<(&'static str, &serde_json::Value)> {
-        [
-            ("local", &self.local),
-            ("slurm_batch", &self.slurm_batch),
-            ("aws_batch", &self.aws_batch),
-            ("azure_batch", &self.azure_batch),
-            ("kubernetes", &self.kubernetes),
-        ]
-        .into_iter()
-        .filter_map(|(table, value)| value.as_ref().map(|v| (table, v)))
-        .collect()
-    }
-
+impl PoolRules {
     /// The pool's rules for a backend whose workers have `shape` (what `run` starts the pool
     /// with and what a reload applies).
-    pub fn policy(
-        &self,
-        settings: &Settings,
-        shape: codalab_wm_core::WorkerShape,
-    ) -> codalab_wm_core::PoolPolicy {
-        codalab_wm_core::PoolPolicy {
+    pub fn policy(&self, settings: &Settings, shape: crate::WorkerShape) -> crate::PoolPolicy {
+        crate::PoolPolicy {
             min: self.min,
             max: self.max,
             tag: self.tag.clone(),
@@ -237,7 +214,7 @@ impl PoolSettings {
             cost: self.cost,
             pending_timeout: self.pending_timeout.map(std::time::Duration::from_secs),
             startup_grace: self.startup_grace.map_or(
-                codalab_wm_core::pools::DEFAULT_STARTUP_GRACE,
+                crate::pools::DEFAULT_STARTUP_GRACE,
                 std::time::Duration::from_secs,
             ),
             launch_mode: self.launch_mode,
@@ -245,7 +222,7 @@ impl PoolSettings {
             min_seconds_between_workers: self
                 .min_seconds_between_workers
                 .unwrap_or(settings.min_seconds_between_workers),
-            ..codalab_wm_core::PoolPolicy::new(self.name.clone(), shape)
+            ..crate::PoolPolicy::new(self.name.clone(), shape)
         }
     }
 }
@@ -253,105 +230,3 @@ impl PoolSettings {
 /// The `[worker]` table: the `--worker-*` flags. Its server is always the global `server`
 /// ([`WorkerOptions::for_server`]).
 pub type WorkerSettings = WorkerOptions;
-
-/// The longest duration any setting may give, in seconds (a year): far above any sane value,
-/// far below where adding it to a clock overflows.
-pub const MAX_SECONDS: u64 = 365 * 24 * 60 * 60;
-
-/// A duration setting to check: its flag (empty for config-only keys), its config key, the
-/// value given and the least value allowed.
-struct Bound {
-    flag: &'static str,
-    key: String,
-    value: u64,
-    min: u64,
-}
-
-impl Settings {
-    /// Every duration setting in its sane range (`sleep_time` ≥ 1, every one ≤ [`MAX_SECONDS`]);
-    /// the error names the flag and the config key. `restart_after_seconds = 0` means off.
-    pub fn check_durations(&self) -> Result<(), String> {
-        let bound = |flag, key: &str, value, min| Bound {
-            flag,
-            key: key.to_owned(),
-            value,
-            min,
-        };
-        let mut bounds = vec![
-            bound("--sleep-time", "sleep_time", self.sleep_time, 1),
-            bound(
-                "--min-seconds-between-workers",
-                "min_seconds_between_workers",
-                self.min_seconds_between_workers,
-                0,
-            ),
-            bound(
-                "--worker-idle-seconds",
-                "worker.idle_seconds",
-                self.worker.idle_seconds,
-                0,
-            ),
-        ];
-        let optional = [
-            (
-                "--restart-after-seconds",
-                "restart_after_seconds",
-                self.restart_after_seconds,
-            ),
-            (
-                "--worker-checkin-frequency-seconds",
-                "worker.checkin_frequency_seconds",
-                self.worker.checkin_frequency_seconds,
-            ),
-        ];
-        for (flag, key, value) in optional {
-            bounds.extend(value.map(|v| bound(flag, key, v, 0)));
-        }
-        bounds.iter().try_for_each(Bound::check)?;
-        self.pools
-            .iter()
-            .try_for_each(PoolSettings::check_durations)
-    }
-}
-
-impl PoolSettings {
-    /// The pool's duration settings in their range (≤ [`MAX_SECONDS`]).
-    pub fn check_durations(&self) -> Result<(), String> {
-        let keys = [
-            ("pending_timeout", self.pending_timeout),
-            ("startup_grace", self.startup_grace),
-            (
-                "min_seconds_between_workers",
-                self.min_seconds_between_workers,
-            ),
-        ];
-        for (key, value) in keys {
-            let Some(value) = value else { continue };
-            Bound {
-                flag: "",
-                key: format!("pools.{key}` of pool `{}", self.name),
-                value,
-                min: 0,
-            }
-            .check()?;
-        }
-        Ok(())
-    }
-}
-
-impl Bound {
-    fn check(&self) -> Result<(), String> {
-        if (self.min..=MAX_SECONDS).contains(&self.value) {
-            return Ok(());
-        }
-        let name = if self.flag.is_empty() {
-            format!("`{}`", self.key)
-        } else {
-            format!("{} (`{}` in the config file)", self.flag, self.key)
-        };
-        Err(format!(
-            "{name} is {} seconds: it must be between {} and {MAX_SECONDS} (a year)",
-            self.value, self.min
-        ))
-    }
-}

@@ -1,0 +1,92 @@
+//! The Slurm backend as the program sees it: its name, table, flags (those of [`SlurmConfig`]),
+//! what `config check` needs and how it is built.
+
+use crate::{SlurmBackend, SlurmConfig};
+use codalab_wm_core::describe::{BackendConfig, BackendContext, Kind, Placement};
+use codalab_wm_core::{Result, WorkerBackend, WorkerShape};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+
+/// The description of the Slurm backend, for the program's list of backends.
+pub static KIND: Kind<SlurmConfig> = Kind::new();
+
+#[codalab_wm_core::async_trait]
+impl BackendConfig for SlurmConfig {
+    const NAME: &'static str = crate::error::BACKEND;
+    const TABLE: &'static str = "slurm_batch";
+    const ABOUT: &'static str =
+        "Submit workers as Slurm batch jobs (sbatch), locally or on a login node over SSH";
+    const REQUIRED: &'static [(&'static str, &'static str)] =
+        &[("partition", "\"XXX-CUSTOMIZE-THIS-XXX\"")];
+    const IDENTITY: &'static [&'static str] =
+        &["job_name", "partition", "user", "ssh_host", "ssh_user"];
+    const EXTRA_DOCS: &'static [(&'static str, &'static str)] = &[
+        (
+            "password_file",
+            "File with the CodaLab user name and password passed to every worker (set from the global password_file when unset); must be readable on the compute nodes",
+        ),
+        (
+            "command_timeout_seconds",
+            "Seconds a Slurm command (squeue, sbatch, scancel) may run before it is killed and the step retried [default: 60]",
+        ),
+    ];
+    const EXAMPLES: &'static [(&'static str, &'static str)] = &[
+        ("nodelist", "\"node[1-4]\""),
+        ("exclude", "\"node5,node6\""),
+        ("partition", "\"cpu\""),
+        ("gpu_type", "\"a100\""),
+        ("constraint", "\"avx2\""),
+        ("user", "\"alice\""),
+        ("password_file", "\"/home/alice/.codalab-password\""),
+        ("account", "\"nlp\""),
+        ("ssh_host", "\"login.example.org:22\""),
+        ("ssh_user", "\"alice\""),
+        ("ssh_key", "\"/home/alice/.ssh/id_ed25519\""),
+        ("ssh_known_hosts", "\"/home/alice/.ssh/known_hosts\""),
+    ];
+
+    fn validate(&self) -> std::result::Result<(), String> {
+        SlurmConfig::validate(self)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    fn shape(&self) -> WorkerShape {
+        WorkerShape::from_flags(self.cpus, self.gpus, self.memory_mb)
+    }
+
+    /// A pool's own job name, `codalab-slurm-worker-<pool>`, so that pools never adopt each
+    /// other's jobs; the global password file.
+    fn placement_defaults(placement: Placement<'_>) -> Map<String, Value> {
+        let mut defaults = Map::new();
+        if let Some(pool) = placement.pool {
+            let job_name = format!("codalab-slurm-worker-{pool}");
+            defaults.insert("job_name".into(), job_name.into());
+        }
+        if let Some(path) = placement.password_file {
+            defaults.insert("password_file".into(), path.display().to_string().into());
+        }
+        defaults
+    }
+
+    /// Jobs are found by the name prefix `<user>-<job_name>-`: a job name that is a prefix of
+    /// another's shares its jobs.
+    fn shares_jobs(a: &Map<String, Value>, b: &Map<String, Value>) -> Option<String> {
+        let name = |t: &Map<String, Value>| {
+            t.get("job_name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let (ja, jb) = (name(a), name(b));
+        let prefix = |x: &str, y: &str| format!("{y}-").starts_with(&format!("{x}-"));
+        (prefix(&ja, &jb) || prefix(&jb, &ja)).then(|| {
+            format!("job_name `{ja}` and `{jb}` share a prefix (jobs are found by `<user>-<job_name>-`); give them distinct job names")
+        })
+    }
+
+    async fn build(self, context: &BackendContext) -> Result<Arc<dyn WorkerBackend>> {
+        let backend = SlurmBackend::new(&self, Some(context.credentials.clone()))?;
+        Ok(Arc::new(backend))
+    }
+}

@@ -1,0 +1,335 @@
+//! From settings to what runs: [`Layout::new`] is the one pure assembly of a manager's
+//! configuration (which pools, each with its backend table read and checked, its rules and
+//! its workers' settings), used by `run`, `down`, `status`, `simulate`, a reload and `config
+//! check`. Every rule about a combination of settings lives here, once; [`Layout::build`]
+//! then builds the backends (the only I/O).
+
+use crate::WorkerOptions;
+use crate::describe::{BackendContext, BackendKind, Catalogue, Placement, Table};
+use crate::error::{Error, Result};
+use crate::manager::ManagerConfig;
+use crate::policy::PolicyConfig;
+use crate::pools::{LaunchMode, Pool, PoolPolicy};
+use crate::secret::Credentials;
+use crate::settings::{Layers, PoolSettings, Settings, suggestion};
+use figment::Figment;
+use figment::providers::Serialized;
+use std::time::Duration;
+
+/// What the settings describe.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// The manager's own settings.
+    pub config: ManagerConfig,
+    /// The pools, in declaration order (one, named after its backend, in upstream's
+    /// single-backend mode).
+    pub pools: Vec<PoolLayout>,
+    /// Upstream's single-backend mode: the server search is narrowed by the worker tag.
+    pub single: bool,
+}
+
+/// How much of each backend table is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// Everything the backend checks (to run, stop or reload).
+    Checked,
+    /// The types only: enough for the worker shapes (a simulation builds no backend).
+    Shapes,
+}
+
+/// One pool: its backend and table, its rules, its workers' settings.
+#[derive(Debug, Clone)]
+pub struct PoolLayout {
+    /// The backend.
+    pub kind: &'static dyn BackendKind,
+    /// Its table, read and checked.
+    pub table: Table,
+    /// The pool's rules.
+    pub policy: PoolPolicy,
+    /// The `cl-worker` settings of its workers.
+    pub worker: WorkerOptions,
+}
+
+impl Layout {
+    /// The layout `settings` describe, the single backend's table read from `layers`.
+    pub fn new(settings: &Settings, layers: &Layers, catalogue: &Catalogue) -> Result<Self> {
+        if settings.pools.is_empty() {
+            let kind = single_kind(settings, layers, catalogue)?;
+            let placement = single_placement(settings);
+            let tables = layers.tables(kind, kind.placement_defaults(placement))?;
+            return Self::single(settings, kind, &tables, Reading::Checked);
+        }
+        if layers.backend.is_some() || settings.backend.is_some() {
+            return Err(invalid(
+                "choose either a backend (a subcommand or `backend = \"…\"`) or [[pools]] in the config file, not both",
+            ));
+        }
+        Self::pools(settings, catalogue, Reading::Checked)
+    }
+
+    /// Upstream's mode: one backend, its table at `tables`' key [`BackendKind::table`].
+    pub fn single(
+        settings: &Settings,
+        kind: &'static dyn BackendKind,
+        tables: &Figment,
+        reading: Reading,
+    ) -> Result<Self> {
+        if let Some(problem) = global_problems(settings).into_iter().next() {
+            return Err(Error::InvalidConfig(problem));
+        }
+        let config = manager_config(settings);
+        let table = kind.read(tables, reading == Reading::Shapes)?;
+        let policy = single_policy(&config, kind.name(), table.shape);
+        let pool = PoolLayout {
+            kind,
+            table,
+            policy,
+            worker: config.worker.clone(),
+        };
+        Ok(Self {
+            config,
+            pools: vec![pool],
+            single: true,
+        })
+    }
+
+    /// Several pools, from `[[pools]]`.
+    pub fn pools(settings: &Settings, catalogue: &Catalogue, reading: Reading) -> Result<Self> {
+        if settings.worker.tag.is_some() || settings.worker.tag_exclusive {
+            return Err(invalid(
+                "with [[pools]], set `tag` and `tag_exclusive` per pool, not --worker-tag/--worker-tag-exclusive or [worker] tag",
+            ));
+        }
+        let pools = settings
+            .pools
+            .iter()
+            .map(|entry| pool(settings, entry, catalogue, reading))
+            .collect::<Result<Vec<_>>>()?;
+        if let Some(why) = conflicts(&pools).into_iter().next() {
+            return Err(Error::InvalidConfig(why));
+        }
+        Ok(Self {
+            config: manager_config(settings),
+            pools,
+            single: false,
+        })
+    }
+}
+
+impl PoolLayout {
+    /// The pool with its backend built.
+    pub async fn build(&self, credentials: &Credentials) -> Result<Pool> {
+        let context = BackendContext {
+            credentials: credentials.clone(),
+            worker: self.worker.clone(),
+        };
+        let backend = self.kind.build(self.table.clone(), &context).await?;
+        Ok(Pool {
+            policy: self.policy.clone(),
+            backend,
+            worker: self.worker.clone(),
+        })
+    }
+}
+
+fn invalid(message: &str) -> Error {
+    Error::InvalidConfig(message.to_owned())
+}
+
+/// The single backend: the subcommand, else `backend = "…"`.
+fn single_kind(
+    settings: &Settings,
+    layers: &Layers,
+    catalogue: &Catalogue,
+) -> Result<&'static dyn BackendKind> {
+    if let Some((kind, _)) = &layers.backend {
+        return Ok(*kind);
+    }
+    let name = settings.backend.as_deref().ok_or_else(|| {
+        Error::InvalidConfig(format!(
+            "no backend given: name one of {} (or set `backend = \"…\"` or [[pools]] in the config file)",
+            catalogue.names().join(", ")
+        ))
+    })?;
+    catalogue.get(name)
+}
+
+/// Where the single backend's table is used (no pool).
+pub fn single_placement(settings: &Settings) -> Placement<'_> {
+    placement(None, settings)
+}
+
+fn placement<'a>(pool: Option<&'a str>, settings: &'a Settings) -> Placement<'a> {
+    Placement {
+        pool,
+        password_file: settings.password_file.as_deref(),
+    }
+}
+
+/// The manager settings both modes share.
+pub fn manager_config(settings: &Settings) -> ManagerConfig {
+    ManagerConfig {
+        policy: PolicyConfig {
+            min_workers: settings.min_workers,
+            max_workers: settings.max_workers,
+            min_seconds_between_workers: settings.min_seconds_between_workers,
+        },
+        search: settings.search.clone(),
+        sleep_time: Duration::from_secs(settings.sleep_time),
+        no_prefilter: settings.no_prefilter,
+        // 0 is off, as upstream (`if args.restart_after_seconds and …`).
+        restart_after: settings
+            .restart_after_seconds
+            .filter(|s| *s > 0)
+            .map(Duration::from_secs),
+        exit_after_num_failed: settings.exit_after_num_failed,
+        dry_run: settings.dry_run,
+        worker: settings.worker.for_server(&settings.server),
+        launch_mode: settings.launch_mode,
+        max_launches_per_tick: settings.max_launches_per_tick,
+        ..ManagerConfig::default()
+    }
+}
+
+/// The one pool of upstream's single-backend mode: the global worker limits and pacing, the
+/// server search matching queues.
+pub(crate) fn single_policy(
+    config: &ManagerConfig,
+    name: &str,
+    shape: crate::WorkerShape,
+) -> PoolPolicy {
+    PoolPolicy {
+        min: config.policy.min_workers,
+        max: config.policy.max_workers,
+        match_request_queue: false,
+        check_shape: !config.no_prefilter,
+        pending_timeout: config.pending_timeout,
+        launch_mode: config.launch_mode,
+        max_launches_per_tick: config.max_launches_per_tick,
+        min_seconds_between_workers: config.policy.min_seconds_between_workers,
+        ..PoolPolicy::new(name, shape)
+    }
+}
+
+/// The rules of the global settings (worker counts, launch pacing) in the single-backend mode:
+/// every one broken.
+pub fn global_problems(settings: &Settings) -> Vec<String> {
+    let policy = PolicyConfig {
+        min_workers: settings.min_workers,
+        max_workers: settings.max_workers,
+        min_seconds_between_workers: settings.min_seconds_between_workers,
+    };
+    let mut problems: Vec<String> = policy.validate().err().into_iter().collect();
+    let launches = settings.max_launches_per_tick;
+    if launches == 0 {
+        problems.push("--max-launches-per-tick must be at least 1".into());
+    }
+    if launches > 1 && settings.launch_mode == LaunchMode::Compat {
+        problems.push(format!(
+            "--max-launches-per-tick {launches} needs --launch-mode target (compat launches at most one worker per tick, as upstream)"
+        ));
+    }
+    problems
+}
+
+/// One `[[pools]]` entry: its name, backend, table and rules.
+fn pool(
+    settings: &Settings,
+    entry: &PoolSettings,
+    catalogue: &Catalogue,
+    reading: Reading,
+) -> Result<PoolLayout> {
+    let name = &entry.rules.name;
+    check_pool_name(name).map_err(Error::InvalidConfig)?;
+    let kind = catalogue
+        .get(&entry.rules.backend)
+        .map_err(|e| Error::InvalidConfig(format!("pool {name}: {}", strip(&e))))?;
+    let value = pool_table(entry, kind, catalogue).map_err(Error::InvalidConfig)?;
+    let defaults = kind.placement_defaults(placement(Some(name), settings));
+    let tables = Figment::from(Serialized::default(kind.table(), defaults))
+        .merge(Serialized::default(kind.table(), value));
+    let table = kind
+        .read(&tables, reading == Reading::Shapes)
+        .map_err(|e| Error::InvalidConfig(format!("pool {name}: {}", strip(&e))))?;
+    let mut worker = settings.worker.for_server(&settings.server);
+    worker.tag = entry.rules.tag.clone();
+    worker.tag_exclusive = entry.rules.tag_exclusive;
+    let policy = entry.rules.policy(settings, table.shape);
+    policy.validate().map_err(Error::InvalidConfig)?;
+    Ok(PoolLayout {
+        kind,
+        table,
+        policy,
+        worker,
+    })
+}
+
+/// An error's message without the `invalid configuration: ` of its display.
+fn strip(error: &Error) -> String {
+    match error {
+        Error::InvalidConfig(message) => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A pool name: letters, digits and `_`.
+pub fn check_pool_name(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!(
+            "pool name `{name}` must be letters, digits and `_`"
+        ));
+    }
+    Ok(())
+}
+
+/// The pool's backend table (empty when not given); any other key is named.
+pub fn pool_table(
+    entry: &PoolSettings,
+    kind: &dyn BackendKind,
+    catalogue: &Catalogue,
+) -> std::result::Result<serde_json::Value, String> {
+    let (name, table) = (&entry.rules.name, kind.table());
+    for key in entry.tables.keys().filter(|k| *k != table) {
+        if catalogue.by_table(key).is_some() {
+            return Err(format!(
+                "pool {name}: [pools.{key}] does not belong to backend {}; its settings go in [pools.{table}]",
+                kind.name()
+            ));
+        }
+        let mut known: Vec<&str> =
+            crate::describe::fields_of::<crate::settings::PoolRules>().to_vec();
+        known.push(table);
+        return Err(format!(
+            "`pools.{key}` of pool `{name}` is not a setting{}",
+            suggestion(key, &known)
+        ));
+    }
+    Ok(entry
+        .tables
+        .get(table)
+        .cloned()
+        .unwrap_or_else(|| serde_json::json!({})))
+}
+
+/// Every pair of pools that would list (and so count, stop and adopt) each other's jobs.
+pub fn conflicts(pools: &[PoolLayout]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (i, a) in pools.iter().enumerate() {
+        for b in &pools[i + 1..] {
+            let (x, y) = (&a.policy.name, &b.policy.name);
+            if x == y {
+                found.push(format!("two pools are named {x}"));
+            } else if a.kind.name() == b.kind.name()
+                && let Some(why) = a.kind.shares_jobs(a.table.values(), b.table.values())
+            {
+                found.push(format!(
+                    "pools {x} and {y} would own each other's jobs: {why}"
+                ));
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,194 @@
+//! Where settings come from: built-in defaults, then `--config FILE` (TOML), then `CODALAB_WM_*`
+//! environment variables (`__` separates tables), then flags. The global settings and the
+//! backend tables are read apart: [`Settings`] knows no backend, and each backend reads its own
+//! table ([`BackendKind::read`]) from [`Layers::tables`]. Errors name the key as the file
+//! spells it and where it came from ([`invalid`]).
+
+use super::Settings;
+use crate::describe::{BackendKind, Catalogue};
+use crate::error::{Error, Result};
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::value::{Dict, Map};
+use figment::{Figment, Metadata, Profile, Provider};
+use std::path::PathBuf;
+
+/// Prefix of the environment variables that set configuration keys (`__` separates tables).
+pub const ENV_PREFIX: &str = "CODALAB_WM_";
+
+/// The layers a manager's settings come from, kept so that a reload reads them again.
+#[derive(Debug, Clone)]
+pub struct Layers {
+    /// `--config FILE`.
+    pub file: Option<PathBuf>,
+    /// The global flags given (a layer over everything else).
+    pub flags: Figment,
+    /// The backend named on the command line, with the flags given for its table.
+    pub backend: Option<(&'static dyn BackendKind, serde_json::Value)>,
+}
+
+impl Layers {
+    /// The global settings (backend tables set apart), every duration in its range.
+    pub fn settings(&self, catalogue: &Catalogue) -> Result<Settings> {
+        let tables: Vec<&'static str> = catalogue.tables().collect();
+        let mut figment = Figment::from(Serialized::defaults(Settings::default()));
+        if let Some(path) = self.file()? {
+            figment = figment.merge(Without::new(Toml::file_exact(path), &tables));
+        }
+        figment = figment.merge(Without::new(env(), &tables));
+        let settings: Settings = figment
+            .merge(self.flags.clone())
+            .extract()
+            .map_err(|e| invalid(e, None))?;
+        settings.check_durations().map_err(Error::InvalidConfig)?;
+        Ok(settings)
+    }
+
+    /// Where the single backend `kind`'s table is read from: the file, the environment and
+    /// the backend's flags, over `defaults` (what its placement decides).
+    pub fn tables(
+        &self,
+        kind: &dyn BackendKind,
+        defaults: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Figment> {
+        let mut figment = Figment::from(Serialized::defaults(table(kind.table(), defaults)));
+        if let Some(path) = self.file()? {
+            figment = figment.merge(Toml::file_exact(path));
+        }
+        figment = figment.merge(env());
+        if let Some((kind, flags)) = &self.backend {
+            figment = figment.merge(Serialized::defaults(table(kind.table(), flags.clone())));
+        }
+        Ok(figment)
+    }
+
+    fn file(&self) -> Result<Option<&PathBuf>> {
+        match &self.file {
+            Some(path) if !path.is_file() => Err(Error::InvalidConfig(format!(
+                "config file {} does not exist",
+                path.display()
+            ))),
+            file => Ok(file.as_ref()),
+        }
+    }
+}
+
+/// `{table: value}`.
+fn table(name: &str, value: impl Into<serde_json::Value>) -> serde_json::Value {
+    serde_json::json!({ name: value.into() })
+}
+
+/// `CODALAB_WM_*`; `CODALAB_WM_LOG` is the log filter, not a setting.
+fn env() -> Env {
+    Env::prefixed(ENV_PREFIX).ignore(&["LOG"]).split("__")
+}
+
+/// A provider without some top-level keys (the backend tables, read apart).
+struct Without<P> {
+    inner: P,
+    keys: Vec<&'static str>,
+}
+
+impl<P> Without<P> {
+    fn new(inner: P, keys: &[&'static str]) -> Self {
+        Self {
+            inner,
+            keys: keys.to_vec(),
+        }
+    }
+}
+
+impl<P: Provider> Provider for Without<P> {
+    fn metadata(&self) -> Metadata {
+        self.inner.metadata()
+    }
+
+    fn data(&self) -> std::result::Result<Map<Profile, Dict>, figment::Error> {
+        let mut data = self.inner.data()?;
+        for dict in data.values_mut() {
+            for key in &self.keys {
+                dict.remove(*key);
+            }
+        }
+        Ok(data)
+    }
+}
+
+/// Every error of a figment extraction, one a line, each naming the key under `table` (the
+/// backend table being read, or `None` for the top level) and its source.
+pub fn invalid(error: figment::Error, table: Option<&str>) -> Error {
+    let lines: Vec<String> = error.into_iter().map(|e| one(&e, table)).collect();
+    let what = table.map_or_else(String::new, |t| format!("[{t}] settings: "));
+    match lines.as_slice() {
+        [line] => Error::InvalidConfig(format!("{what}{line}")),
+        _ => Error::InvalidConfig(format!(
+            "{what}{} errors:\n  {}",
+            lines.len(),
+            lines.join("\n  ")
+        )),
+    }
+}
+
+fn one(error: &figment::Error, table: Option<&str>) -> String {
+    let mut path: Vec<&str> = table.into_iter().collect();
+    path.extend(error.path.iter().map(String::as_str));
+    let key = path.join(".");
+    let what = match &error.kind {
+        figment::error::Kind::UnknownField(field, expected) => {
+            let mut key = path.clone();
+            if key.last() != Some(&field.as_str()) {
+                key.push(field);
+            }
+            format!(
+                "`{}` is not a setting{}",
+                key.join("."),
+                suggestion(field, expected)
+            )
+        }
+        kind if key.is_empty() => kind.to_string(),
+        kind => format!("`{key}`: {kind}"),
+    };
+    format!("{what}{}", source(error, &path))
+}
+
+/// ` (in FILE)`, ` (from CODALAB_WM_X__Y)` for the key at `path`, or nothing (flags, defaults).
+fn source(error: &figment::Error, path: &[&str]) -> String {
+    let Some(metadata) = &error.metadata else {
+        return String::new();
+    };
+    if let Some(figment::Source::File(path)) = &metadata.source {
+        return format!(" (in {})", path.display());
+    }
+    if metadata.name.contains("environment") {
+        let name: Vec<String> = path.iter().map(|k| k.to_ascii_uppercase()).collect();
+        return format!(" (from {ENV_PREFIX}{})", name.join("__"));
+    }
+    String::new()
+}
+
+/// ` (did you mean `FIELD`?)` for the field of `fields` nearest to `key`, or nothing.
+pub fn suggestion(key: &str, fields: &[&str]) -> String {
+    fields
+        .iter()
+        .map(|f| (distance(key, f), f))
+        .filter(|(d, f)| *d <= 2.max(f.len() / 4) || f.starts_with(key) || key.starts_with(*f))
+        .min()
+        .map_or_else(String::new, |(_, f)| format!(" (did you mean `{f}`?)"))
+}
+
+/// Levenshtein distance.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let current = row[j + 1];
+            row[j + 1] = (previous + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(current + 1);
+            previous = current;
+        }
+    }
+    row[b.len()]
+}
