@@ -97,13 +97,16 @@ fn xtask_self(args: &[&str]) -> Result<()> {
 /// The crates whose own `cargo test -p NAME` must build: the workspace test run unifies
 /// features across crates and so hides a test that needs a feature only another crate enables
 /// (the `testing` module of codalab-wm-core once did).
-const CRATES: [&str; 6] = [
+const CRATES: [&str; 9] = [
     "codalab-wm-core",
     "codalab-wm-slurm",
     "codalab-wm-aws",
     "codalab-wm-azure",
     "codalab-wm-k8s",
     "codalab-wm",
+    "codalab-wm-fake-codalab",
+    "codalab-wm-fake-azure",
+    "codalab-wm-fake-k8s",
 ];
 
 /// `cargo check --tests -p NAME` for each crate on its own (type-checks every test target with

@@ -19,16 +19,14 @@
 //! [`names`] (name and label syntax), [`pods`] (reading pods back), [`backend`] (the trait
 //! implementation); the kube client setup and the error mapping are private.
 //!
-//! - `fake` (feature `fake`): an in-process fake Kubernetes API server (plain HTTP, no auth)
-//!   for transport tests and benchmarks.
+//! The transport tests run against an in-process fake Kubernetes API server (plain HTTP, no
+//! auth), `crates/testkit/k8s` (`codalab-wm-fake-k8s`).
 #![warn(missing_docs)]
 
 pub mod backend;
 mod client;
 pub mod config;
 mod error;
-#[cfg(feature = "fake")]
-pub mod fake;
 pub mod manifest;
 pub mod names;
 pub mod pods;
