@@ -60,6 +60,11 @@ pub fn run(_args: &[String]) -> Result<()> {
             ])
         })?;
         step("each crate's tests alone", &mut timings, crate_tests_alone)?;
+        step(
+            "libraries without servers or fakes",
+            &mut timings,
+            libraries_lean,
+        )?;
         step("services up", &mut timings, || {
             services::run(&["up".into(), "all".into()])
         })?;
@@ -97,13 +102,16 @@ fn xtask_self(args: &[&str]) -> Result<()> {
 /// The crates whose own `cargo test -p NAME` must build: the workspace test run unifies
 /// features across crates and so hides a test that needs a feature only another crate enables
 /// (the `testing` module of codalab-wm-core once did).
-const CRATES: [&str; 6] = [
+const CRATES: [&str; 9] = [
     "codalab-wm-core",
     "codalab-wm-slurm",
     "codalab-wm-aws",
     "codalab-wm-azure",
     "codalab-wm-k8s",
     "codalab-wm",
+    "codalab-wm-fake-codalab",
+    "codalab-wm-fake-azure",
+    "codalab-wm-fake-k8s",
 ];
 
 /// `cargo check --tests -p NAME` for each crate on its own (type-checks every test target with
@@ -112,6 +120,64 @@ fn crate_tests_alone() -> Result<()> {
     CRATES
         .iter()
         .try_for_each(|name| cargo(&["check", "--tests", "-p", name]))
+}
+
+/// The library crates (published, linked by users): through their normal dependencies, with
+/// every feature on, none may pull in an HTTP server or a test fake (those live in
+/// `crates/testkit/`). The binary crate `codalab-wm` serves `--listen` with axum.
+const LIBRARIES: [&str; 5] = [
+    "codalab-wm-core",
+    "codalab-wm-slurm",
+    "codalab-wm-aws",
+    "codalab-wm-azure",
+    "codalab-wm-k8s",
+];
+
+/// `cargo tree -e normal --all-features -p NAME` for each library: fails naming what it found.
+fn libraries_lean() -> Result<()> {
+    for name in LIBRARIES {
+        let args = [
+            "tree",
+            "-e",
+            "normal",
+            "--all-features",
+            "--prefix",
+            "none",
+            "-p",
+            name,
+        ];
+        eprintln!("==> cargo {}", args.join(" "));
+        let output = Command::new(env!("CARGO"))
+            .args(args)
+            .current_dir(repo_root())
+            .output()
+            .with_context(|| format!("running cargo {}", args.join(" ")))?;
+        if !output.status.success() {
+            bail!("cargo {} failed ({})", args.join(" "), output.status);
+        }
+        let tree = String::from_utf8_lossy(&output.stdout);
+        let found = not_for_libraries(&tree);
+        if !found.is_empty() {
+            bail!(
+                "{name} depends on {} (servers and test fakes belong in crates/testkit or the binary)",
+                found.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The packages of a `cargo tree --prefix none` listing that no library may depend on: axum
+/// and the `codalab-wm-fake-*` crates, each named once.
+fn not_for_libraries(tree: &str) -> Vec<&str> {
+    let mut found: Vec<&str> = tree
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|package| *package == "axum" || package.starts_with("codalab-wm-fake-"))
+        .collect();
+    found.sort_unstable();
+    found.dedup();
+    found
 }
 
 /// The manager end to end against a real CodaLab server, real Slurm and real workers in Docker.
@@ -133,4 +199,21 @@ pub fn e2e(_args: &[String]) -> Result<()> {
         "--test",
         "real_worker",
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::not_for_libraries;
+
+    #[test]
+    fn finds_axum_and_the_fakes_in_a_tree_listing() {
+        let clean = "codalab-wm-core v0.1.0 (/r/crates/core)\ntokio v1.54.0\naxum-core v0.5.0\n";
+        assert!(not_for_libraries(clean).is_empty());
+        let dirty = "codalab-wm-azure v0.1.0 (/r/crates/backend-azure)\naxum v0.8.4\n\
+                     codalab-wm-fake-codalab v0.1.0 (/r/crates/testkit/codalab)\naxum v0.8.4 (*)\n";
+        assert_eq!(
+            not_for_libraries(dirty),
+            ["axum", "codalab-wm-fake-codalab"]
+        );
+    }
 }

@@ -14,7 +14,9 @@
 //! - [`error`]: Batch errors to codalab-wm errors (throttling, temporary, permanent);
 //! - [`config`]: [`AzureBatchConfig`], upstream's flags;
 //! - [`backend`]: [`AzureBatchBackend`], the [`WorkerBackend`](codalab_wm_core::WorkerBackend);
-//! - `fake` (feature `fake`): an in-process stateful fake of the service for tests.
+//!
+//! The stateful fake of the service, and this backend's tests against it, are in
+//! `crates/testkit/azure` (`codalab-wm-fake-azure`).
 #![warn(missing_docs)]
 
 pub mod auth;
@@ -23,8 +25,6 @@ pub mod client;
 pub mod config;
 pub mod describe;
 pub mod error;
-#[cfg(feature = "fake")]
-pub mod fake;
 pub mod models;
 pub mod sign;
 

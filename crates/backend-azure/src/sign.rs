@@ -5,7 +5,8 @@
 //! lowercased and sorted, then `/<account><raw path>` and each query parameter, percent-decoded
 //! and sorted by name. The signature is the base64 HMAC-SHA256 of that string under the
 //! base64-decoded account key. The same code signs requests (the client) and checks them (the
-//! fake service), and the unit tests reproduce vectors made with the official SDK's signer.
+//! fake service, `codalab-wm-fake-azure`), and the unit tests reproduce vectors made with the
+//! official SDK's signer.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -123,8 +124,8 @@ impl SharedKeyCredential {
         format!("SharedKey {}:{signature}", self.account)
     }
 
-    /// Whether `authorization` is the right header for this request (used by the fake service).
-    /// Compares in constant time.
+    /// Whether `authorization` is the right header for this request (used by the fake service,
+    /// `codalab-wm-fake-azure`). Compares in constant time.
     pub fn verify(
         &self,
         authorization: &str,

@@ -19,8 +19,8 @@
 //! [`names`] (name and label syntax), [`pods`] (reading pods back), [`backend`] (the trait
 //! implementation); the kube client setup and the error mapping are private.
 //!
-//! - `fake` (feature `fake`): an in-process fake Kubernetes API server (plain HTTP, no auth)
-//!   for transport tests and benchmarks.
+//! The transport tests run against an in-process fake Kubernetes API server (plain HTTP, no
+//! auth), `crates/testkit/k8s` (`codalab-wm-fake-k8s`).
 #![warn(missing_docs)]
 
 pub mod backend;
@@ -28,8 +28,6 @@ mod client;
 pub mod config;
 pub mod describe;
 mod error;
-#[cfg(feature = "fake")]
-pub mod fake;
 pub mod manifest;
 pub mod names;
 pub mod pods;

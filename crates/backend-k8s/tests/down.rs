@@ -7,7 +7,7 @@
 use codalab_wm_core::backend::{LaunchRequest, WorkerBackend, WorkerJob, new_unique};
 use codalab_wm_core::command::WorkerOptions;
 use codalab_wm_core::secret::{Credentials, Secret};
-use codalab_wm_k8s::fake::FakeApiServer;
+use codalab_wm_fake_k8s::FakeApiServer;
 use codalab_wm_k8s::{KubernetesBackend, KubernetesConfig};
 use k8s_openapi::api::core::v1::Secret as SecretObject;
 use kube::api::{Api, ObjectMeta, PostParams};

@@ -1,4 +1,5 @@
-//! Transport tests: the real kube client against the in-repo fake API server over HTTP.
+//! Transport tests: the real kube client against the in-repo fake API server
+//! (`codalab-wm-fake-k8s`) over HTTP.
 //! The core conformance suite, ownership and adoption, the credentials Secret, stop with a uid
 //! precondition, the finished-pod history limit, dry runs, and injected API errors.
 
@@ -10,7 +11,7 @@ use codalab_wm_core::error::Error;
 use codalab_wm_core::policy::{Observation, PolicyConfig, plan};
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::{Harness, Polling, run_conformance};
-use codalab_wm_k8s::fake::{FakeApiServer, Fault, Method};
+use codalab_wm_fake_k8s::{FakeApiServer, Fault, Method};
 use codalab_wm_k8s::{KubernetesBackend, KubernetesConfig};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
@@ -837,4 +838,15 @@ async fn the_fake_serves_plain_http_without_auth_and_a_bare_field_selector() {
     names.sort_unstable();
     assert_eq!(names, ["cl-worker-run", "other"]);
     assert_eq!(fake.requests(), [format!("GET {path}")], "recorded as sent");
+}
+
+/// The fake's own pods ([`FakeApiServer::add_pod`]) carry the backend's worker container, so the
+/// backend reads them as it reads its own (the fake cannot import the name: it does not depend
+/// on this crate).
+#[test]
+fn the_fake_names_the_worker_container_as_the_backend_does() {
+    assert_eq!(
+        codalab_wm_fake_k8s::WORKER_CONTAINER,
+        codalab_wm_k8s::manifest::CONTAINER_NAME
+    );
 }

@@ -1,8 +1,8 @@
 //! The `cl-worker-manager` binary as a user runs it: flags, config layering, credentials and
-//! exit codes, against the in-process fake CodaLab server (`testing::fake_codalab`) with the
+//! exit codes, against the in-process fake CodaLab server (`codalab_wm_fake_codalab`) with the
 //! `local` backend and a worker stand-in script that records its argv and environment.
 
-use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
+use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -4,7 +4,7 @@
 //! failed ticks and the time since the last success, at a bounded rate; "started worker manager"
 //! comes only once the server took the credentials.
 
-use codalab_wm_core::testing::fake_codalab::FakeCodaLab;
+use codalab_wm_fake_codalab::FakeCodaLab;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 

@@ -1,7 +1,7 @@
 //! Hostile flags, signals and local state (issue 22): the real binary against the in-process
 //! fake CodaLab server, with the `local` backend, fake Slurm commands on `PATH`, and signals.
 
-use codalab_wm_core::testing::fake_codalab::FakeCodaLab;
+use codalab_wm_fake_codalab::FakeCodaLab;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -365,9 +365,7 @@ async fn sigterm_cancels_a_hanging_squeue_and_exits_0() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_sigint_exits_at_once_with_130() {
     let server = FakeCodaLab::start().await.unwrap();
-    server.set_bundles(vec![
-        codalab_wm_core::testing::fake_codalab::FakeBundle::new("alice", 1),
-    ]);
+    server.set_bundles(vec![codalab_wm_fake_codalab::FakeBundle::new("alice", 1)]);
     let dir = tempfile::tempdir().unwrap();
     let bin = fake_slurm(dir.path(), "exit 0", "exec sleep 600");
     let mut command = slurm_manager(&server.url(), &bin, dir.path(), &["--min-workers", "1"]);

@@ -2,7 +2,7 @@
 //! certificate, a `--server` URL carrying a password, a CodaLab server (in-process fake on
 //! 127.0.0.1) whose replies hold control characters, and a `--worker-tag` too long for a URL.
 
-use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
+use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::process::{Command, Output};
 
 mod support;

@@ -1,11 +1,11 @@
 //! `--listen`: the real `cl-worker-manager` binary against the in-process fake CodaLab server
-//! (`testing::fake_codalab`) on the `local` backend, with a worker stand-in that waits. The
+//! (`codalab_wm_fake_codalab`) on the `local` backend, with a worker stand-in that waits. The
 //! tests scrape `/metrics`, `/healthz` and `/status` and check them against what happened
 //! (workers started, their records on disk, the outage of the server). Every wait polls an
 //! endpoint, bounded; the manager listens on a port of 127.0.0.1 it picks itself (`:0`) and
 //! logs.
 
-use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
+use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

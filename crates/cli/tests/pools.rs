@@ -1,8 +1,8 @@
 //! `cl-worker-manager` with `[[pools]]` in the config file: two `local` pools against the
-//! in-process fake CodaLab server (`testing::fake_codalab`), with a worker stand-in script
+//! in-process fake CodaLab server (`codalab_wm_fake_codalab`), with a worker stand-in script
 //! that records its argv; plus the configuration errors of pools and of the new global flags.
 
-use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
+use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

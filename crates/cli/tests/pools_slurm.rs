@@ -1,7 +1,7 @@
 //! `cl-worker-manager` with two or three `[[pools]]` on the real Slurm cluster: real
 //! `slurmctld`/`slurmd` (Debian's slurm-wlm 22.05, one node, partitions `cpu` and `gpu` with 2
 //! fake GPUs) started by `cargo xtask services up slurm`, and the in-process fake CodaLab server
-//! (`testing::fake_codalab`) serving the staged bundles. Workers are a stand-in script that
+//! (`codalab_wm_fake_codalab`) serving the staged bundles. Workers are a stand-in script that
 //! runs until the test ends. Skipped locally when the cluster is not running; under `CI=true` a
 //! missing cluster fails the tests.
 //!
@@ -17,8 +17,8 @@
 mod support;
 use support::{codalab_running, stage};
 
-use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
 use codalab_wm_core::testing::require_service;
+use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command};

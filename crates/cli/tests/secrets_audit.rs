@@ -682,8 +682,8 @@ fn kubernetes_pod_spec_refers_to_the_secret() {
 #[tokio::test(flavor = "multi_thread")]
 async fn azure_launch_and_dry_run_keep_secrets_out_of_logs() {
     use base64::Engine as _;
-    use codalab_wm_azure::fake::FakeBatch;
     use codalab_wm_core::secret::Secret;
+    use codalab_wm_fake_azure::FakeBatch;
     let key = base64::engine::general_purpose::STANDARD.encode("S3cr3t-CANARY-azure-account-key");
     let batch = FakeBatch::start("acct", &Secret::new(key.clone()), "job-1")
         .await

@@ -8,7 +8,7 @@ use codalab_wm_core::LaunchMode;
 use codalab_wm_core::policy::Reason;
 use codalab_wm_core::pools::status::{Counter, FailureRecord, PoolStatus, ShapeStatus, Status};
 use codalab_wm_core::pools::{PoolDecision, PoolHealth, PoolVerdict, UnservedBundle};
-use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
+use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::process::{Command, Output};
 use std::time::Duration;
 

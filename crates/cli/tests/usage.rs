@@ -3,7 +3,7 @@
 //! lines, the password file, `completions` through a pipe and through bash, and the `--help`
 //! of every subcommand (snapshots in `tests/golden/help/`). Each runs the real binary.
 
-use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
+use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -1,12 +1,12 @@
 //! Transport tests of the CodaLab client against an in-process HTTP server
-//! (`testing::fake_codalab`) that answers like the real CodaLab 1.7.5 server recorded in
+//! (`codalab_wm_fake_codalab`) that answers like the real CodaLab 1.7.5 server recorded in
 //! `tests/samples/`: OAuth2 token grants, `/rest/user`, the bundle search with its default
 //! limit of 10, plain-text error bodies, and anonymous answers to invalid tokens.
 
 use codalab_wm_core::Error;
 use codalab_wm_core::codalab::{ClientOptions, CodaLabClient, staged_keywords};
 use codalab_wm_core::secret::{Credentials, Secret};
-use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
+use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 
 fn alice(password: &str) -> Credentials {
     Credentials {

@@ -7,7 +7,7 @@ mod hostile;
 use codalab_wm_core::Error;
 use codalab_wm_core::codalab::{CodaLabClient, staged_keywords};
 use codalab_wm_core::secret::{Credentials, Secret};
-use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
+use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use hostile::{Hostile, Reply, Request, deeply_nested, token_reply, user_reply, well_behaved};
 
 const PASSWORD: &str = "s3cret-pw-issue22";

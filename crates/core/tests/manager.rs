@@ -1,4 +1,4 @@
-//! The manager loop against the in-process fake CodaLab server (`testing::fake_codalab`) and
+//! The manager loop against the in-process fake CodaLab server (`codalab_wm_fake_codalab`) and
 //! the in-memory `testing::FakeBackend`: upstream's launch rules tick by tick, failure
 //! counting, error handling and shutdown.
 
@@ -7,10 +7,10 @@ use codalab_wm_core::manager::Outcome;
 use codalab_wm_core::policy::PolicyConfig;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::FakeBackend;
-use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
 use codalab_wm_core::{
     Error, JobState, Manager, ManagerConfig, WorkerBackend, WorkerJob, WorkerShape,
 };
+use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! The manager with two pools against the in-process fake CodaLab server
-//! (`testing::fake_codalab`) and two in-memory `testing::FakeBackend`s: assignment by shape and
+//! (`codalab_wm_fake_codalab`) and two in-memory `testing::FakeBackend`s: assignment by shape and
 //! queue, burst launches, fallback after a pending timeout, counting jobs being stopped,
 //! per-pool backoff and its reset, the status snapshot and the tick events. Time-based rules
 //! run on the manager clock, moved with `Manager::advance_clock` (no sleeping).
@@ -8,10 +8,10 @@ use codalab_wm_core::codalab::CodaLabClient;
 use codalab_wm_core::pools::status::{LaunchResult, TickEvent};
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::FakeBackend;
-use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
 use codalab_wm_core::{
     JobState, LaunchMode, Manager, ManagerConfig, Pool, PoolPolicy, WorkerOptions, WorkerShape,
 };
+use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::sync::Arc;
 use std::time::Duration;
 

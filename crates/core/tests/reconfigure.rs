@@ -9,10 +9,10 @@ use codalab_wm_core::manager::Reconfiguration;
 use codalab_wm_core::policy::PolicyConfig;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::FakeBackend;
-use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
 use codalab_wm_core::{
     JobState, LaunchMode, Manager, ManagerConfig, Pool, PoolPolicy, WorkerOptions, WorkerShape,
 };
+use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,9 +1,9 @@
-//! `soak-fake`: the in-process fake CodaLab server (`codalab_wm_core::testing::fake_codalab`)
+//! `soak-fake`: the in-process fake CodaLab server (`codalab_wm_fake_codalab`)
 //! as a process of its own, for `cargo xtask soak`. Prints its URL on stdout, then churns the
 //! staged bundles (a new set every 2 s, 0 to 6 bundles of alice, new uuids each time) until
 //! stdin closes or `SECONDS` (argument 1) have passed.
 
-use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
+use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 

@@ -1,3 +1,3 @@
-//! Test support: the manifest combinations (the fake API server is `codalab_wm_k8s::fake`).
+//! Test support: the manifest combinations (the fake API server is `codalab_wm_fake_k8s`).
 
 pub mod combos;

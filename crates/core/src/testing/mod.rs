@@ -6,8 +6,9 @@
 //! a started job is listed (pending while the platform holds it, then active), a new backend
 //! instance finds it again (restart adoption), `stop` ends it, and a job that ends by itself
 //! stops counting as capacity.
-
-pub mod fake_codalab;
+//!
+//! The fake servers (CodaLab, Azure Batch, Kubernetes) are crates of their own under
+//! `crates/testkit/`, so that this feature pulls in no HTTP server.
 
 use crate::backend::{JobState, LaunchRequest, WorkerBackend, WorkerJob, new_unique};
 use crate::bundle::WorkerShape;

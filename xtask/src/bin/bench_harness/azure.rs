@@ -1,6 +1,6 @@
 //! Azure Batch calls per tick: our `AzureBatchBackend` and upstream's `AzureBatchWorkerManager`
 //! (azure-batch 9.0.0) against the crate's stateful fake Batch service
-//! (`codalab_wm_azure::fake`, plain HTTP, Shared Key checked on every request, 1000 tasks per
+//! (`codalab_wm_fake_azure`, plain HTTP, Shared Key checked on every request, 1000 tasks per
 //! page like the service), each through a [`count_proxy`] that counts the HTTP requests on the
 //! wire.
 //!
@@ -28,10 +28,10 @@ use crate::listing::{peer_row, proxied_row};
 use crate::run::{json_lines, peer_command};
 use crate::serve::{ServeChild, announce_and_wait};
 use anyhow::Result;
-use codalab_wm_azure::fake::FakeBatch;
 use codalab_wm_azure::models::TaskState;
 use codalab_wm_azure::{AzureBatchBackend, AzureBatchConfig};
 use codalab_wm_core::secret::Secret;
+use codalab_wm_fake_azure::FakeBatch;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;

@@ -1,6 +1,6 @@
 //! Kubernetes calls per tick: our `KubernetesBackend` (kube-rs) and upstream's
 //! `KubernetesWorkerManager` (the Python kubernetes client 12.0.1) against the in-repo fake
-//! API server (`codalab_wm_k8s::fake`, plain HTTP, real Kubernetes JSON), each listing through
+//! API server (`codalab_wm_fake_k8s`, plain HTTP, real Kubernetes JSON), each listing through
 //! a [`count_proxy`] that counts the HTTP requests on the wire.
 //!
 //! - `bench-harness k8s-fake --pods N`: the fake in its own process (so that neither side's
@@ -23,7 +23,7 @@ use crate::run::{json_lines, peer_command};
 use crate::serve::{ServeChild, announce_and_wait};
 use anyhow::Result;
 use codalab_wm_core::backend::new_unique;
-use codalab_wm_k8s::fake::FakeApiServer;
+use codalab_wm_fake_k8s::FakeApiServer;
 use codalab_wm_k8s::{KubernetesBackend, KubernetesConfig};
 use serde_json::{Value, json};
 use std::path::Path;

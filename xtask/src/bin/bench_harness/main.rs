@@ -3,8 +3,9 @@
 //! Built in release mode with the `bench` feature by `cargo xtask bench`, which then runs
 //! `bench-harness run [--quick]`. Every measured side runs in its own process so that its CPU
 //! time and peak RSS are its own:
-//! - `serve`: the fake CodaLab server (core's `FakeCodaLab`) behind a small front that counts
-//!   requests, applies a large default `.limit` (upstream sends none) and caches bundle pages;
+//! - `serve`: the fake CodaLab server (`FakeCodaLab`, `crates/testkit/codalab`) behind a small
+//!   front that counts requests, applies a large default `.limit` (upstream sends none) and
+//!   caches bundle pages;
 //! - `bench-ours` (a separate binary, `../bench_ours.rs`, linking only core so that the
 //!   backends' code this harness links does not inflate its RSS and start-up): our manager's
 //!   tick loop (core `Manager` + `FakeBackend`), or one tick after process start

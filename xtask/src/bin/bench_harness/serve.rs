@@ -1,8 +1,9 @@
 //! `bench-harness serve --bundles N [--default-limit L]`: the fake CodaLab server for both
 //! sides, in its own process so that its CPU is not charged to the manager being measured.
 //!
-//! Core's `FakeCodaLab` serves `N` staged bundles of `alice` (real-shaped, `.limit` honoured,
-//! default limit 10 like the real server). In front of it sits a small proxy that
+//! `FakeCodaLab` (`crates/testkit/codalab`) serves `N` staged bundles of `alice` (real-shaped,
+//! `.limit` honoured, default limit 10 like the real server). In front of it sits a small proxy
+//! that
 //! - appends `.limit=L` to a bundle search that has no `.limit` (upstream's manager sends
 //!   none and would otherwise see 10 bundles; the bench gives both sides every bundle);
 //! - caches bundle search replies by query string (the bundles do not change during a run),
@@ -17,7 +18,7 @@ use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
+use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
 use std::sync::{Arc, Mutex};

@@ -1,16 +1,16 @@
-//! Stateful transport tests: [`AzureBatchBackend`] against the in-process fake Batch service
-//! (`codalab_wm_azure::fake`), which checks every Shared Key signature with the same
+//! Stateful transport tests: [`AzureBatchBackend`] against this crate's in-process fake Batch
+//! service ([`FakeBatch`]), which checks every Shared Key signature with the same
 //! algorithm, keeps tasks, pages lists and injects 409/429/503/5xx answers. Runs the core
 //! conformance suite (pending → active → gone, restart adoption, stop) over real HTTP on
 //! 127.0.0.1.
 
-use codalab_wm_azure::fake::{FakeBatch, Fault};
 use codalab_wm_azure::models::{TaskExecutionResult, TaskState};
 use codalab_wm_azure::{AzureBatchBackend, AzureBatchConfig, EntraConfig};
 use codalab_wm_core::command::WorkerOptions;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::{Harness, Polling, run_conformance};
 use codalab_wm_core::{Error, JobState, LaunchRequest, WorkerBackend, WorkerJob};
+use codalab_wm_fake_azure::{FakeBatch, Fault};
 use std::sync::Arc;
 use std::time::Duration;
 

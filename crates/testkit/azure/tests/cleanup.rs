@@ -5,12 +5,12 @@
 //! listing. [`WorkerBackend::cleanup`] deletes every completed own task (a dry run only lists
 //! them) and leaves running tasks and tasks without the worker prefix alone.
 
-use codalab_wm_azure::fake::FakeBatch;
 use codalab_wm_azure::models::{TaskExecutionResult, TaskState};
 use codalab_wm_azure::{AzureBatchBackend, AzureBatchConfig};
 use codalab_wm_core::command::WorkerOptions;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::{JobState, LaunchRequest, WorkerBackend};
+use codalab_wm_fake_azure::FakeBatch;
 
 const ACCOUNT: &str = "myaccount";
 const KEY: &str =

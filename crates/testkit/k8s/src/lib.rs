@@ -1,5 +1,9 @@
-//! A fake Kubernetes API server, in process, for the backend's transport tests and for
-//! benchmarks (feature `fake`).
+//! # codalab-wm-fake-k8s
+//!
+//! A fake Kubernetes API server, in process, standing in for a real cluster's API server
+//! (kube-apiserver with its kubelets) in the Kubernetes backend's transport tests
+//! (`codalab-wm-k8s`) and in the bench (`bench-harness k8s-fake`). Not published; production
+//! crates never depend on it.
 //!
 //! It speaks real **plain HTTP** (no TLS) on `127.0.0.1:<free port>` and real Kubernetes JSON
 //! (k8s-openapi types, `Status` error objects), so the real `kube::Client` talks to it through
@@ -24,15 +28,24 @@
 //!
 //! The hooks neither go through HTTP nor count as requests.
 //!
+//! How faithful: the JSON is the real API's (k8s-openapi types, real `Status` reasons and
+//! codes), and the checks it makes are the API server's own rules for what the backend sends
+//! (names, labels, selectors, a subset of pod validation). It has no authentication or RBAC,
+//! no watch, no scheduler (pods run when the test or the automatic kubelet says so), no
+//! admission webhooks or quotas, and no other resources than pods and secrets; the backend's
+//! manifests are checked against the official schemas separately (`codalab-wm-k8s`'s
+//! `tests/schema.rs`).
+//!
 //! ```no_run
 //! # async fn example() {
-//! use codalab_wm_k8s::fake::FakeApiServer;
+//! use codalab_wm_fake_k8s::FakeApiServer;
 //! let fake = FakeApiServer::start().await;
 //! fake.add_pod("default", "cl-worker-1", [("app", "cl-worker")], "Running");
 //! let client = kube::Client::try_from(kube::Config::new(fake.url().parse().unwrap())).unwrap();
 //! # let _ = client;
 //! # }
 //! ```
+#![warn(missing_docs)]
 
 mod handlers;
 mod rules;
@@ -42,12 +55,15 @@ mod world;
 /// The HTTP method type [`FakeApiServer::inject`] filters on (re-exported from `http`).
 pub use axum::http::Method;
 
-use crate::manifest::CONTAINER_NAME;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use world::{InjectedFault, World, apply_phase, now};
+
+/// The container of the pods [`FakeApiServer::add_pod`] stores: the backend's worker container
+/// (`codalab_wm_k8s::manifest::CONTAINER_NAME`, which a test of that crate compares with this).
+pub const WORKER_CONTAINER: &str = "cl-worker";
 
 /// A fault the server answers with instead of serving a request.
 #[derive(Debug, Clone)]
@@ -146,11 +162,11 @@ impl FakeApiServer {
 
     /// Stores a pod `name` with `labels`, as another client would have created it and the
     /// kubelet then reported `phase` (`Pending`, `Running`, `Succeeded`, `Failed`): one
-    /// container `cl-worker`, a creationTimestamp of now, and for a phase past `Pending` a
+    /// container [`WORKER_CONTAINER`], a creationTimestamp of now, and for a phase past `Pending` a
     /// node and the container's state. Replaces a pod of the same name; no request counted.
     /// Cheap (one lock, no HTTP), so thousands of pods are quick to set up.
     ///
-    /// The backend's own pods carry [`WorkerTemplate::labels`](crate::WorkerTemplate::labels)
+    /// The backend's own pods carry `codalab_wm_k8s::WorkerTemplate::labels`
     /// (`backend.template().labels()`).
     pub fn add_pod<K, V>(
         &self,
@@ -173,7 +189,7 @@ impl FakeApiServer {
         pod.metadata.creation_timestamp = Some(now());
         let spec = pod.spec.get_or_insert_with(Default::default);
         spec.containers = vec![k8s_openapi::api::core::v1::Container {
-            name: CONTAINER_NAME.to_owned(),
+            name: WORKER_CONTAINER.to_owned(),
             image: Some("codalab/worker:fake".to_owned()),
             ..Default::default()
         }];

@@ -1,13 +1,25 @@
-//! An in-process fake of the CodaLab REST server, for transport tests, the bench and soak runs.
+//! # codalab-wm-fake-codalab
+//!
+//! An in-process fake of the CodaLab REST server (codalab-worksheets 1.7.5's `/rest` API),
+//! standing in for a real CodaLab server in transport tests (core, the backends, the CLI), the
+//! bench (`bench-harness serve`) and soak runs (`soak-fake`). Not published; production crates
+//! never depend on it.
 //!
 //! It serves exactly the subset a worker manager uses, shaped like the replies recorded from a
-//! real CodaLab 1.7.5 server (`tests/samples/`): the OAuth2 password and refresh grants,
-//! `GET /rest/user`, and `GET /rest/bundles` with `keywords` (`state=staged`, `.mine`,
+//! real CodaLab 1.7.5 server (`crates/core/tests/samples/`): the OAuth2 password and refresh
+//! grants, `GET /rest/user`, and `GET /rest/bundles` with `keywords` (`state=staged`, `.mine`,
 //! `.limit` with the server's default of 10, `.offset`, `request_queue=a,tag=a`, `tags=x`).
 //! Like the real server, a request with an invalid token runs as anonymous. Faults can be
 //! injected: the next N replies as HTTP errors with a plain-text body, or revoked tokens; and
 //! the whole server can be stopped and started again on the same port ([`FakeCodaLab::stop`],
 //! [`FakeCodaLab::restart`]), as an outage would.
+//!
+//! How faithful: the JSON documents and error texts are the recorded server's, but every
+//! bundle it serves is a staged `run` bundle (so `state=` is not applied, and nor is any
+//! keyword not listed above), there are no worksheets, permissions or worker check-in
+//! endpoints, and tokens expire only when revoked (`expires_in` is reported, not enforced).
+//! The end-to-end tests run against the real server (`cargo xtask services up codalab`).
+#![warn(missing_docs)]
 
 use axum::Router;
 use axum::extract::{Form, RawQuery, State};
