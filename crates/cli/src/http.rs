@@ -8,7 +8,7 @@
 //!   body says why.
 //! - `/status`: the status snapshot ([`Status`]) as JSON; `cl-worker-manager status` reads it.
 //!
-//! [`TickEvent::counter`]: codalab_wm_core::pools::status::TickEvent::counter
+//! [`TickEvent::counter`]: codalab_wm_core::manager::status::TickEvent::counter
 
 use anyhow::{Context, Result};
 use axum::Router;
@@ -17,7 +17,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use codalab_wm_core::backend::{CleanupItem, LaunchRequest, WorkerBackend, WorkerJob};
-use codalab_wm_core::pools::status::Status;
+use codalab_wm_core::manager::status::Status;
 use codalab_wm_core::{WorkerShape, async_trait};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -461,7 +461,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use codalab_wm_core::pools::status::Counter as StatusCounter;
+    use codalab_wm_core::manager::status::Counter as StatusCounter;
 
     fn shared(metrics: &'static Metrics) -> Shared {
         Shared {

@@ -9,7 +9,7 @@ use codalab_wm_core::codalab::{ClientOptions, CodaLabClient};
 use codalab_wm_core::manager::Outcome;
 use codalab_wm_core::policy::PolicyConfig;
 use codalab_wm_core::secret::{Credentials, Secret};
-use codalab_wm_core::{LaunchMode, Manager, ManagerConfig, Pool, WorkerOptions};
+use codalab_wm_core::{Manager, ManagerConfig, Pool, SingleBackendFlags};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use std::path::Path;
@@ -146,7 +146,7 @@ pub async fn build_manager(
             "choose either a backend (a subcommand or `backend = \"…\"`) or [[pools]] in the config file, not both"
         );
     }
-    let config = manager_config(settings, settings.worker.for_server(&settings.server));
+    let config = manager_config(settings);
     let credentials = credentials(settings.password_file.as_deref())?;
     let pools = build_pools(settings, &credentials).await?;
     let client =
@@ -167,16 +167,10 @@ pub async fn build_manager(
 }
 
 /// The manager settings shared by both modes.
-pub fn manager_config(settings: &Settings, worker: WorkerOptions) -> ManagerConfig {
+pub fn manager_config(settings: &Settings) -> ManagerConfig {
     ManagerConfig {
-        policy: PolicyConfig {
-            min_workers: settings.min_workers,
-            max_workers: settings.max_workers,
-            min_seconds_between_workers: settings.min_seconds_between_workers,
-        },
         search: settings.search.clone(),
         sleep_time: Duration::from_secs(settings.sleep_time),
-        no_prefilter: settings.no_prefilter,
         // 0 is off, as upstream (`if args.restart_after_seconds and …`).
         restart_after: settings
             .restart_after_seconds
@@ -184,10 +178,22 @@ pub fn manager_config(settings: &Settings, worker: WorkerOptions) -> ManagerConf
             .map(Duration::from_secs),
         exit_after_num_failed: settings.exit_after_num_failed,
         dry_run: settings.dry_run,
-        worker,
+        ..ManagerConfig::default()
+    }
+}
+
+/// The flags of upstream's single-backend mode, which shape its one pool.
+pub fn single_backend_flags(settings: &Settings) -> SingleBackendFlags {
+    SingleBackendFlags {
+        limits: PolicyConfig {
+            min_workers: settings.min_workers,
+            max_workers: settings.max_workers,
+            min_seconds_between_workers: settings.min_seconds_between_workers,
+        },
+        no_prefilter: settings.no_prefilter,
         launch_mode: settings.launch_mode,
         max_launches_per_tick: settings.max_launches_per_tick,
-        ..ManagerConfig::default()
+        ..SingleBackendFlags::default()
     }
 }
 
@@ -218,17 +224,10 @@ pub async fn single_backend(
             })?
         }
     };
-    let config = manager_config(settings, settings.worker.for_server(&settings.server));
-    config.policy.validate().map_err(|e| anyhow!(e))?;
-    if config.max_launches_per_tick == 0 {
-        bail!("--max-launches-per-tick must be at least 1");
-    }
-    if config.max_launches_per_tick > 1 && config.launch_mode == LaunchMode::Compat {
-        bail!(
-            "--max-launches-per-tick {} needs --launch-mode target (compat launches at most one worker per tick, as upstream)",
-            config.max_launches_per_tick
-        );
-    }
+    let config = manager_config(settings);
+    let flags = single_backend_flags(settings);
+    flags.validate().map_err(|e| anyhow!(e))?;
+    let worker = settings.worker.for_server(&settings.server);
     let credentials = credentials(settings.password_file.as_deref())?;
     if let Some(path) = &settings.password_file {
         // Backends that pass the file on to workers (Slurm) read it from their own table.
@@ -236,7 +235,7 @@ pub async fn single_backend(
     }
     let context = BackendContext {
         credentials: credentials.clone(),
-        worker: config.worker.clone(),
+        worker: worker.clone(),
     };
     let backend = backend_command
         .build(&figment, &context)
@@ -248,13 +247,14 @@ pub async fn single_backend(
         backend.name().to_owned(),
         backend.worker_shape().to_string(),
     );
-    let (min_workers, max_workers) = (config.policy.min_workers, config.policy.max_workers);
-    let launch_mode = config.launch_mode;
+    let (min_workers, max_workers) = (flags.limits.min_workers, flags.limits.max_workers);
+    let launch_mode = flags.launch_mode;
     let client =
         CodaLabClient::with_options(&settings.server, credentials, &client_options(settings)?)?;
     let server = codalab_wm_core::secret::redact_url(client.server()).into_owned();
     let user = client.username().to_owned();
-    let mut manager = Manager::new(config, client, backend);
+    let pool = Pool::single_backend(&flags, backend, worker);
+    let mut manager = Manager::new(config, client, pool);
     // Said once the server answered and took the credentials, not before.
     manager.on_ready(move || {
         tracing::info!(

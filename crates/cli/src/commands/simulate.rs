@@ -205,7 +205,8 @@ fn policies(settings: &Settings, backend: Option<&str>) -> Result<Vec<PoolPolicy
         .collect()
 }
 
-/// Upstream's mode, as `Manager::new` builds its pool.
+/// Upstream's mode, as `Pool::single_backend` builds its pool (with the worker tag, which the
+/// simulated server search needs).
 fn single_pool(settings: &Settings, backend: Option<&str>) -> Result<PoolPolicy> {
     let name = backend.or(settings.backend.as_deref()).unwrap_or("local");
     let table = table_of(name).ok_or_else(|| anyhow!("unknown backend `{name}`"))?;

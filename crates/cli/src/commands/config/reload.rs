@@ -147,21 +147,22 @@ impl Reloader {
         let figment = crate::run::layered(Some(path), self.flags.clone())?;
         let settings = crate::run::settings(&figment)?;
         fixed_settings(&self.current, &settings)?;
-        let config =
-            crate::run::manager_config(&settings, settings.worker.for_server(&settings.server));
-        config.policy.validate().map_err(|e| anyhow!(e))?;
+        let config = crate::run::manager_config(&settings);
+        let flags = crate::run::single_backend_flags(&settings);
+        flags.limits.validate().map_err(|e| anyhow!(e))?;
         let credentials = crate::run::credentials(settings.password_file.as_deref())?;
         let mut built = Vec::new();
         let mut pools = Vec::new();
         if self.single {
             let old = self.built.first().context("no backend to reload")?.clone();
             let table = single_table(&figment, old.table, &settings);
+            let worker = settings.worker.for_server(&settings.server);
             let context = BackendContext {
                 credentials,
-                worker: config.worker.clone(),
+                worker: worker.clone(),
             };
             let handle = self.rebuilt(&old, &table, &figment, &context).await?;
-            pools.push(Manager::single_pool(&config, handle.clone()));
+            pools.push(Pool::single_backend(&flags, handle.clone(), worker));
             built.push(Built {
                 settings: table,
                 handle,
