@@ -242,7 +242,7 @@ pub async fn single_backend(
         .await
         .with_context(|| format!("cannot set up the {} backend", backend_command.name()))?;
     let pool = backend.name().to_owned();
-    let backend = crate::http::metered(backend, &pool);
+    let backend = codalab_wm_core::metrics::metered(backend, &pool);
     let (name, shape) = (
         backend.name().to_owned(),
         backend.worker_shape().to_string(),
@@ -329,7 +329,7 @@ pub async fn build_pools(settings: &Settings, credentials: &Credentials) -> Resu
         )
         .await
         .with_context(|| format!("cannot set up pool {name} ({})", entry.backend))?;
-        let backend = crate::http::metered(backend, name);
+        let backend = codalab_wm_core::metrics::metered(backend, name);
         let policy = entry.policy(settings, backend.worker_shape());
         policy.validate().map_err(|e| anyhow!(e))?;
         tracing::info!(

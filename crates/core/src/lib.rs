@@ -15,6 +15,7 @@
 //! - [`manager`]: the loop that observes, plans, acts and reports, with one error policy for
 //!   retry and backoff; what it remembers per pool, its log lines and its status snapshot
 //!   ([`manager::status`]);
+//! - [`metrics`]: the Prometheus metrics of the manager and its backends' calls;
 //! - [`local`] (feature `local`): a backend that runs workers as local processes.
 //!
 //! ## Embedding the manager with your own backend
@@ -69,6 +70,7 @@ pub mod error;
 #[cfg(feature = "local")]
 pub mod local;
 pub mod manager;
+pub mod metrics;
 pub mod policy;
 pub mod pools;
 pub mod retry;

@@ -257,7 +257,7 @@ impl Reloader {
             .build(figment, context)
             .await
             .with_context(|| format!("cannot set up the {} backend", old.backend))?;
-        Ok(crate::http::metered(backend, &old.pool))
+        Ok(codalab_wm_core::metrics::metered(backend, &old.pool))
     }
 }
 
