@@ -11,12 +11,15 @@
 //! normal rules.
 
 use codalab_wm_core::codalab::CodaLabClient;
+use codalab_wm_core::manager::status::TickEvent;
 use codalab_wm_core::manager::{Outcome, TickReport};
 use codalab_wm_core::policy::PolicyConfig;
-use codalab_wm_core::pools::status::TickEvent;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::FakeBackend;
-use codalab_wm_core::{JobState, LaunchMode, Manager, ManagerConfig, WorkerJob, WorkerShape};
+use codalab_wm_core::{
+    JobState, LaunchMode, Manager, ManagerConfig, Pool, SingleBackendFlags, WorkerJob,
+    WorkerOptions, WorkerShape,
+};
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use codalab_wm_slurm::squeue;
 use std::sync::Arc;
@@ -48,17 +51,21 @@ async fn manager(mode: LaunchMode) -> (FakeCodaLab, FakeBackend, Manager) {
     let client = CodaLabClient::new(&server.url(), credentials).unwrap();
     let backend = FakeBackend::new(WorkerShape::from_flags(1, 0, 2048));
     let config = ManagerConfig {
-        policy: PolicyConfig {
+        sleep_time: Duration::ZERO,
+        exit_after_num_failed: Some(0),
+        ..ManagerConfig::default()
+    };
+    let flags = SingleBackendFlags {
+        limits: PolicyConfig {
             min_workers: 0,
             max_workers: 1,
             min_seconds_between_workers: 0,
         },
-        sleep_time: Duration::ZERO,
-        exit_after_num_failed: Some(0),
         launch_mode: mode,
-        ..ManagerConfig::default()
+        ..SingleBackendFlags::default()
     };
-    let manager = Manager::new(config, client, Arc::new(backend.clone()));
+    let pool = Pool::single_backend(&flags, Arc::new(backend.clone()), WorkerOptions::default());
+    let manager = Manager::new(config, client, pool);
     (server, backend, manager)
 }
 

@@ -124,19 +124,12 @@ pub async fn build_manager(
         });
         return Ok(manager);
     }
-    let backend = pools
-        .into_iter()
-        .next()
-        .map(|p| p.backend)
-        .context("no backend")?;
-    let (name, shape) = (
-        backend.name().to_owned(),
-        backend.worker_shape().to_string(),
-    );
-    let config = layout.config;
-    let (min_workers, max_workers) = (config.policy.min_workers, config.policy.max_workers);
-    let launch_mode = config.launch_mode;
-    let mut manager = Manager::new(config, client, backend);
+    let pool = pools.into_iter().next().context("no backend")?;
+    let name = pool.backend.name().to_owned();
+    let shape = pool.backend.worker_shape().to_string();
+    let (min_workers, max_workers) = (pool.policy.min, pool.policy.max);
+    let launch_mode = pool.policy.launch_mode;
+    let mut manager = Manager::new(layout.config, client, pool);
     // Said once the server answered and took the credentials, not before.
     manager.on_ready(move || {
         tracing::info!(
@@ -164,7 +157,7 @@ pub async fn build_pools(layout: &Layout, credentials: &Credentials) -> Result<V
                 true => format!("cannot set up the {backend} backend"),
                 false => format!("cannot set up pool {name} ({backend})"),
             })?;
-        let backend = crate::http::metered(built.backend, name);
+        let backend = codalab_wm_core::metrics::metered(built.backend, name);
         if !layout.single {
             log_pool(&built.policy, &*backend);
         }

@@ -5,8 +5,8 @@
 use axum::Router;
 use axum::routing::get;
 use codalab_wm_core::LaunchMode;
+use codalab_wm_core::manager::status::{Counter, FailureRecord, PoolStatus, ShapeStatus, Status};
 use codalab_wm_core::policy::Reason;
-use codalab_wm_core::pools::status::{Counter, FailureRecord, PoolStatus, ShapeStatus, Status};
 use codalab_wm_core::pools::{PoolDecision, PoolHealth, PoolVerdict, UnservedBundle};
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::process::{Command, Output};

@@ -4,12 +4,13 @@
 //! check`. Every rule about a combination of settings lives here, once; [`Layout::build`]
 //! then builds the backends (the only I/O).
 
+use crate::Pool;
 use crate::WorkerOptions;
 use crate::describe::{BackendContext, BackendKind, Catalogue, Placement, Table};
 use crate::error::{Error, Result};
 use crate::manager::ManagerConfig;
 use crate::policy::PolicyConfig;
-use crate::pools::{LaunchMode, Pool, PoolPolicy};
+use crate::pools::{PoolPolicy, SingleBackendFlags};
 use crate::secret::Credentials;
 use crate::settings::{Layers, PoolSettings, Settings, suggestion};
 use figment::Figment;
@@ -74,20 +75,17 @@ impl Layout {
         tables: &Figment,
         reading: Reading,
     ) -> Result<Self> {
-        if let Some(problem) = global_problems(settings).into_iter().next() {
-            return Err(Error::InvalidConfig(problem));
-        }
-        let config = manager_config(settings);
+        let flags = single_flags(settings);
+        flags.validate().map_err(Error::InvalidConfig)?;
         let table = kind.read(tables, reading == Reading::Shapes)?;
-        let policy = single_policy(&config, kind.name(), table.shape);
         let pool = PoolLayout {
             kind,
+            policy: flags.policy(kind.name(), table.shape),
             table,
-            policy,
-            worker: config.worker.clone(),
+            worker: settings.worker.for_server(&settings.server),
         };
         Ok(Self {
-            config,
+            config: manager_config(settings),
             pools: vec![pool],
             single: true,
         })
@@ -169,14 +167,8 @@ fn placement<'a>(pool: Option<&'a str>, settings: &'a Settings) -> Placement<'a>
 /// The manager settings both modes share.
 pub fn manager_config(settings: &Settings) -> ManagerConfig {
     ManagerConfig {
-        policy: PolicyConfig {
-            min_workers: settings.min_workers,
-            max_workers: settings.max_workers,
-            min_seconds_between_workers: settings.min_seconds_between_workers,
-        },
         search: settings.search.clone(),
         sleep_time: Duration::from_secs(settings.sleep_time),
-        no_prefilter: settings.no_prefilter,
         // 0 is off, as upstream (`if args.restart_after_seconds and …`).
         restart_after: settings
             .restart_after_seconds
@@ -184,52 +176,23 @@ pub fn manager_config(settings: &Settings) -> ManagerConfig {
             .map(Duration::from_secs),
         exit_after_num_failed: settings.exit_after_num_failed,
         dry_run: settings.dry_run,
-        worker: settings.worker.for_server(&settings.server),
-        launch_mode: settings.launch_mode,
-        max_launches_per_tick: settings.max_launches_per_tick,
         ..ManagerConfig::default()
     }
 }
 
-/// The one pool of upstream's single-backend mode: the global worker limits and pacing, the
-/// server search matching queues.
-pub(crate) fn single_policy(
-    config: &ManagerConfig,
-    name: &str,
-    shape: crate::WorkerShape,
-) -> PoolPolicy {
-    PoolPolicy {
-        min: config.policy.min_workers,
-        max: config.policy.max_workers,
-        match_request_queue: false,
-        check_shape: !config.no_prefilter,
-        pending_timeout: config.pending_timeout,
-        launch_mode: config.launch_mode,
-        max_launches_per_tick: config.max_launches_per_tick,
-        min_seconds_between_workers: config.policy.min_seconds_between_workers,
-        ..PoolPolicy::new(name, shape)
+/// The flags of upstream's single-backend mode, from the global settings.
+pub fn single_flags(settings: &Settings) -> SingleBackendFlags {
+    SingleBackendFlags {
+        limits: PolicyConfig {
+            min_workers: settings.min_workers,
+            max_workers: settings.max_workers,
+            min_seconds_between_workers: settings.min_seconds_between_workers,
+        },
+        no_prefilter: settings.no_prefilter,
+        launch_mode: settings.launch_mode,
+        max_launches_per_tick: settings.max_launches_per_tick,
+        pending_timeout: None,
     }
-}
-
-/// The rules of the global settings (worker counts, launch pacing) in the single-backend mode:
-/// every one broken.
-pub fn global_problems(settings: &Settings) -> Vec<String> {
-    let policy = PolicyConfig {
-        min_workers: settings.min_workers,
-        max_workers: settings.max_workers,
-        min_seconds_between_workers: settings.min_seconds_between_workers,
-    };
-    let mut problems: Vec<String> = policy.validate().err().into_iter().collect();
-    let launches = settings.max_launches_per_tick;
-    if launches == 0 {
-        problems.push("--max-launches-per-tick must be at least 1".into());
-    }
-    if launches > 1 && settings.launch_mode == LaunchMode::Compat {
-        problems.push(format!(
-            "--max-launches-per-tick {launches} needs --launch-mode target (compat launches at most one worker per tick, as upstream)"
-        ));
-    }
-    problems
 }
 
 /// One `[[pools]]` entry: its name, backend, table and rules.

@@ -7,22 +7,27 @@
 //! The crate holds everything that is not platform-specific:
 //! - [`policy`]: the scaling policy, a pure function with reasons ([`policy::plan`]);
 //! - [`pools`]: several pools (shapes, backends, tags), burst targets, stuck-pending
-//!   replacement and failure backoff, also pure ([`pools::plan_pools`]);
+//!   replacement and failure backoff, also pure ([`pools::plan_pools`]); upstream's
+//!   single-backend mode is one pool ([`pools::SingleBackendFlags`]);
 //! - [`codalab`]: the CodaLab REST client (login, token refresh, identity check, staged search);
 //! - [`backend`]: the [`WorkerBackend`] trait every compute platform implements;
 //! - [`command`]: the `cl-worker` command line, as upstream builds it;
 //! - [`describe`]: how a backend describes itself (name, table, flags, checks, build);
 //! - [`settings`] and [`layout`]: the layered settings and the one assembly from them to
 //!   pools with their backend tables, every rule about a combination of settings checked once;
-//! - [`manager`]: the loop that observes, plans and acts, with retry and backoff;
+//! - [`manager`]: the loop that observes, plans, acts and reports, with one error policy for
+//!   retry and backoff; what it remembers per pool, its log lines and its status snapshot
+//!   ([`manager::status`]);
+//! - [`metrics`]: the Prometheus metrics of the manager and its backends' calls;
 //! - [`local`] (feature `local`): a backend that runs workers as local processes.
 //!
 //! ## Embedding the manager with your own backend
 //!
 //! ```no_run
 //! use codalab_wm_core::{
-//!     async_trait, LaunchRequest, Manager, ManagerConfig, Result, WorkerBackend, WorkerJob,
-//!     WorkerShape, codalab::CodaLabClient, secret::{Credentials, Secret},
+//!     async_trait, LaunchRequest, Manager, ManagerConfig, Pool, Result, SingleBackendFlags,
+//!     WorkerBackend, WorkerJob, WorkerOptions, WorkerShape, codalab::CodaLabClient,
+//!     secret::{Credentials, Secret},
 //! };
 //! use std::sync::Arc;
 //!
@@ -45,8 +50,13 @@
 //! # async fn run() -> Result<()> {
 //! let credentials = Credentials { username: "alice".into(), password: Secret::new("pw") };
 //! let client = CodaLabClient::new("http://127.0.0.1:2900", credentials)?;
-//! let config = ManagerConfig::default();
-//! let mut manager = Manager::new(config, client, Arc::new(MyCluster));
+//! // Upstream's single-backend mode with its default flags (min 1, max 10 workers, compat).
+//! let pool = Pool::single_backend(
+//!     &SingleBackendFlags::default(),
+//!     Arc::new(MyCluster),
+//!     WorkerOptions::default(),
+//! );
+//! let mut manager = Manager::new(ManagerConfig::default(), client, pool);
 //! manager.tick().await?;
 //! # Ok(())
 //! # }
@@ -65,6 +75,7 @@ pub mod layout;
 #[cfg(feature = "local")]
 pub mod local;
 pub mod manager;
+pub mod metrics;
 pub mod policy;
 pub mod pools;
 pub mod retry;
@@ -80,8 +91,8 @@ pub use backend::{CleanupItem, JobState, LaunchRequest, WorkerBackend, WorkerJob
 pub use bundle::{StagedBundle, WorkerShape};
 pub use command::WorkerOptions;
 pub use error::{Error, Result};
-pub use manager::{Manager, ManagerConfig};
-pub use pools::{LaunchMode, Pool, PoolPolicy};
+pub use manager::{Manager, ManagerConfig, Pool};
+pub use pools::{LaunchMode, PoolPolicy, SingleBackendFlags};
 
 /// The CodaLab server workers and the manager talk to unless told otherwise (upstream's default).
 pub const DEFAULT_SERVER: &str = "https://worksheets.codalab.org";

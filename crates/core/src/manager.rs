@@ -1,31 +1,29 @@
-//! The manager loop: observe → plan → act → sleep.
+//! The manager loop: observe → plan → act → report, then sleep.
 //!
-//! One [`Manager::tick`] does what one upstream iteration does, for every pool: search the
-//! staged bundles, list each pool's worker jobs, ask the pool policy
-//! ([`plan_pools`](crate::pools::plan_pools)) which pool takes which bundle and what each pool
-//! launches or stops, then do it. [`Manager::new`] is upstream's single-backend mode (one pool,
-//! [`LaunchMode::Compat`] by default: exactly [`policy::plan`](crate::policy::plan));
-//! [`Manager::with_pools`] serves several pools. The manager remembers per pool what the pure
-//! policy needs: last launch, failure backoff, jobs being stopped, since when jobs are pending.
-//! [`Manager::status`] is a snapshot for a status view; each [`TickReport`] lists the tick's
-//! [`TickEvent`]s for metrics. [`Manager::run`] repeats it every
-//! `sleep_time`, and is the one place that decides what an error means for the loop: fatal
-//! errors stop it, everything else is retried with exponential backoff (logged once per
-//! streak), so a server or batch system that is down never crashes the manager and never
-//! leads to launches on stale data.
+//! One [`Manager::tick`] does what one upstream iteration does, for every pool:
+//! 1. **observe** (`observe.rs`): search the staged bundles, list each pool's worker jobs and
+//!    take the listings into what the manager remembers per pool (`runtime.rs`: last launch,
+//!    failure backoff, jobs being stopped, since when jobs are pending);
+//! 2. **plan** (`tick.rs`): ask the pure pool policy ([`plan_pools`](crate::pools::plan_pools))
+//!    which pool takes which bundle and what each pool launches or stops, and log it
+//!    (`logs.rs`);
+//! 3. **act** (`act.rs`): stop stuck jobs, then launch, pool by pool;
+//! 4. **report** (`tick.rs`): count the tick's [`TickEvent`]s and publish the [`Status`]
+//!    snapshot ([`status`]).
+//!
+//! A manager serves one pool ([`Manager::new`]) or several ([`Manager::with_pools`]).
+//! Upstream's single-backend mode is one pool, [`Pool::single_backend`], whose launch rules in
+//! compat mode are exactly [`policy::plan`](crate::policy::plan) and whose tag narrows the
+//! staged search. [`Manager::run`] repeats the tick every `sleep_time`; after each tick one error
+//! policy (`error_policy.rs`, kube-runtime's `error_policy`) decides the next delay: fatal
+//! errors stop the loop, everything else is retried with exponential backoff (logged once per
+//! streak), so a server or batch system that is down never crashes the manager and never leads
+//! to launches on stale data.
 
-use crate::backend::{JobState, LaunchRequest, WorkerBackend, WorkerJob, new_unique};
-use crate::codalab::{CodaLabClient, staged_keywords};
-use crate::command::WorkerOptions;
+use crate::backend::WorkerBackend;
+use crate::codalab::CodaLabClient;
 use crate::error::{Error, Result};
-use crate::policy::{Decision, PolicyConfig};
-use crate::pools::logs;
-use crate::pools::runtime::{self, PoolRuntime};
-use crate::pools::status::{Counters, FailureRecord, LaunchResult, Status, TickEvent};
-use crate::pools::{
-    LaunchMode, Pool, PoolDecision, PoolPolicy, PoolsDecision, PoolsObservation, plan_pools,
-};
-use crate::retry::Backoff;
+use crate::pools::PoolPolicy;
 use rustc_hash::FxHashSet;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -33,94 +31,56 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+mod act;
+mod error_policy;
+pub(crate) mod logs;
+mod observe;
 mod reconfigure;
+mod run;
+pub(crate) mod runtime;
 mod shutdown;
+pub mod status;
 mod streak;
-pub use reconfigure::{Change, Reconfiguration};
-pub use shutdown::SUBMIT_GRACE;
+mod tick;
 
-/// Everything the loop needs besides the server and the backend.
+pub use reconfigure::{Change, Reconfiguration};
+pub use runtime::Pool;
+pub use shutdown::SUBMIT_GRACE;
+pub use tick::TickReport;
+
+use runtime::PoolRuntime;
+#[cfg(doc)]
+use status::TickEvent;
+use status::{Counters, FailureRecord, Status};
+
+/// Everything the loop needs besides the server and the pools.
 #[derive(Debug, Clone)]
 pub struct ManagerConfig {
-    /// Worker count limits and launch pacing.
-    pub policy: PolicyConfig,
     /// Extra search keywords (`--search`).
     pub search: Vec<String>,
     /// Time between ticks (`--sleep-time`).
     pub sleep_time: Duration,
-    /// Do not drop bundles that ask more than a worker has (`--no-prefilter`).
-    pub no_prefilter: bool,
     /// Re-execute after this long (`--restart-after-seconds`).
     pub restart_after: Option<Duration>,
     /// Stop after more than this many failed launches (`--exit-after-num-failed`).
     pub exit_after_num_failed: Option<u32>,
     /// Render launches without submitting anything (`--dry-run`).
     pub dry_run: bool,
-    /// The `cl-worker` settings.
-    pub worker: WorkerOptions,
     /// Longest wait between tries while the server or backend keeps failing.
     pub max_backoff: Duration,
-    /// Launch mode of the single-backend pool (`--launch-mode`; compat is upstream's rules).
-    pub launch_mode: LaunchMode,
-    /// Launches per tick at most in target mode (`--max-launches-per-tick`).
-    pub max_launches_per_tick: u32,
-    /// Stop jobs of the single-backend pool pending longer than this (target mode only).
-    pub pending_timeout: Option<Duration>,
 }
 
 impl Default for ManagerConfig {
     fn default() -> Self {
         Self {
-            policy: PolicyConfig::default(),
             search: Vec::new(),
             sleep_time: Duration::from_secs(5),
-            no_prefilter: false,
             restart_after: None,
             exit_after_num_failed: None,
             dry_run: false,
-            worker: WorkerOptions::default(),
             max_backoff: Duration::from_secs(300),
-            launch_mode: LaunchMode::Compat,
-            max_launches_per_tick: 1,
-            pending_timeout: None,
         }
     }
-}
-
-/// What one tick saw and did.
-#[derive(Debug, Clone)]
-pub struct TickReport {
-    /// The search keywords used.
-    pub keywords: Vec<String>,
-    /// Staged bundles after the prefilter.
-    pub staged: usize,
-    /// Bundles staged last tick and not any more.
-    pub removed: usize,
-    /// Bundles dropped by the prefilter.
-    pub filtered: usize,
-    /// Bundles skipped because a field was malformed.
-    pub malformed: usize,
-    /// Worker jobs that count (pending + active).
-    pub jobs: usize,
-    /// Active worker jobs.
-    pub active: usize,
-    /// Pending worker jobs.
-    pub pending: usize,
-    /// Jobs seen failed for the first time this tick.
-    pub newly_failed: Vec<WorkerJob>,
-    /// Upstream's decision: in the single-backend mode the pool's decision with its reasons;
-    /// with several pools the total launches and no reasons (see `pools`).
-    pub decision: Decision,
-    /// Jobs started this tick (all pools).
-    pub launched: Vec<WorkerJob>,
-    /// Launches that failed this tick, with the error.
-    pub launch_errors: Vec<String>,
-    /// The pool policy's decision: per pool launches, stops and reasons; per bundle the pool
-    /// or the reason none takes it.
-    pub pools: PoolsDecision,
-    /// What happened, for metrics: launches by result, stops by reason, decisions by reason,
-    /// unserved bundles by reason, failed jobs, backoffs (see [`TickEvent::counter`]).
-    pub events: Vec<TickEvent>,
 }
 
 /// Why [`Manager::run`] returned.
@@ -150,8 +110,6 @@ pub struct Manager {
     config: ManagerConfig,
     client: CodaLabClient,
     pools: Vec<PoolRuntime>,
-    /// The single-backend mode of upstream (one pool, queue matching by the server search).
-    single: bool,
     started: Instant,
     /// Time added by [`Manager::advance_clock`].
     skipped: Duration,
@@ -184,19 +142,16 @@ impl std::fmt::Debug for ReadyHook {
 }
 
 impl Manager {
-    /// A manager for one `backend`, fed by `client`: upstream's single-backend mode. The pool
-    /// is named after the backend and follows `config.launch_mode` (compat by default).
-    pub fn new(
-        config: ManagerConfig,
-        client: CodaLabClient,
-        backend: Arc<dyn WorkerBackend>,
-    ) -> Self {
-        let pool = Self::single_pool(&config, backend);
-        Self::build(config, client, vec![pool], true)
+    /// A manager for one `pool`, fed by `client`; upstream's single-backend mode is the pool
+    /// [`Pool::single_backend`] makes. The pool's policy is the caller's to validate
+    /// ([`SingleBackendFlags::validate`](crate::pools::SingleBackendFlags::validate),
+    /// [`PoolPolicy::validate`]); [`Manager::with_pools`] checks it.
+    pub fn new(config: ManagerConfig, client: CodaLabClient, pool: Pool) -> Self {
+        Self::build(config, client, vec![pool])
     }
 
-    /// A manager for several pools. Pool names must be unique and each policy valid; the
-    /// staged search is not narrowed by a tag (each pool matches `request_queue` itself).
+    /// A manager for several pools (or one). Pool names must be unique, each policy valid,
+    /// and the pool of the single-backend mode the only one.
     pub fn with_pools(
         config: ManagerConfig,
         client: CodaLabClient,
@@ -205,25 +160,15 @@ impl Manager {
         if pools.is_empty() {
             return Err(Error::InvalidConfig("no pools configured".into()));
         }
-        let mut names = HashSet::new();
-        for pool in &pools {
-            pool.policy.validate().map_err(Error::InvalidConfig)?;
-            if !names.insert(pool.policy.name.as_str()) {
-                return Err(Error::InvalidConfig(format!(
-                    "two pools are named {}",
-                    pool.policy.name
-                )));
-            }
-        }
-        Ok(Self::build(config, client, pools, false))
+        check_pools(&pools)?;
+        Ok(Self::build(config, client, pools))
     }
 
-    fn build(config: ManagerConfig, client: CodaLabClient, pools: Vec<Pool>, single: bool) -> Self {
+    fn build(config: ManagerConfig, client: CodaLabClient, pools: Vec<Pool>) -> Self {
         Self {
             config,
             client,
             pools: pools.into_iter().map(PoolRuntime::new).collect(),
-            single,
             started: Instant::now(),
             on_ready: None,
             skipped: Duration::ZERO,
@@ -279,400 +224,30 @@ impl Manager {
         self.skipped += by;
     }
 
-    fn keywords(&self) -> Vec<String> {
-        let (tag, exclusive) = if self.single {
-            (
-                self.config.worker.tag.as_deref(),
-                self.config.worker.tag_exclusive,
-            )
-        } else {
-            (None, false)
-        };
-        staged_keywords(&self.config.search, self.client.username(), tag, exclusive)
-    }
-
-    /// One iteration. Errors are those of the server search or, when every pool's listing
-    /// fails, the first listing error (a pool whose listing fails while others succeed is
-    /// skipped with reason `unobserved`). A failed launch is reported in the [`TickReport`]
-    /// and counted, not returned.
-    pub async fn tick(&mut self) -> Result<TickReport> {
-        self.ticks += 1;
-        self.tick_started = Instant::now();
-        let result = self.tick_inner().await;
-        if let Err(error) = &result {
-            let kind = tick_error_kind(error).to_owned();
-            self.counters.count(("server_errors", String::new(), kind));
-            let now = self.clock();
-            self.status.send_modify(|status| {
-                status.uptime_seconds = now.as_secs();
-                status.ticks = self.ticks;
-                status.last_error = Some(error.to_string());
-                status.last_tick_duration_seconds = self.tick_started.elapsed().as_secs_f64();
-                status.counters = self.counters.snapshot();
-            });
-        }
-        result
-    }
-
     /// Runs `hook` once, at the first tick whose login succeeds (the server answered and took
     /// the credentials), before that tick searches: where the CLI says "started worker manager".
     pub fn on_ready(&mut self, hook: impl FnOnce() + Send + 'static) {
         self.on_ready = Some(ReadyHook(Box::new(hook)));
     }
-
-    async fn tick_inner(&mut self) -> Result<TickReport> {
-        if self.on_ready.is_some() {
-            self.client.login().await?;
-            if let Some(ReadyHook(hook)) = self.on_ready.take() {
-                hook();
-            }
-        }
-        let keywords = self.keywords();
-        let search = self.client.search_bundles(&keywords).await?;
-        let malformed = search.skipped.len();
-        for skipped in &search.skipped {
-            if self.reported_malformed.insert(skipped.uuid.clone()) {
-                tracing::warn!(bundle = %skipped.uuid, reason = %skipped.reason, "skipping malformed bundle");
-            }
-        }
-        let skipped: HashSet<&str> = search.skipped.iter().map(|s| s.uuid.as_str()).collect();
-        self.reported_malformed
-            .retain(|uuid| skipped.contains(uuid.as_str()));
-        let mut unobserved = Vec::with_capacity(self.pools.len());
-        let mut first_error = None;
-        let mut news = Vec::new();
-        let listed_at = self.clock();
-        for runtime in &mut self.pools {
-            match runtime.pool.backend.get_worker_jobs().await {
-                Ok(jobs) => {
-                    news.push(runtime.take_listing(jobs, listed_at));
-                    unobserved.push(None);
-                }
-                Err(error) => {
-                    tracing::warn!(pool = runtime.name(), %error, "cannot list the pool's jobs; skipping the pool this tick");
-                    unobserved.push(Some(error.to_string()));
-                    first_error.get_or_insert(error);
-                }
-            }
-        }
-        if let Some(error) = first_error.filter(|_| unobserved.iter().all(Option::is_some)) {
-            return Err(error);
-        }
-        let now = self.clock();
-        let mut events = Vec::new();
-        let mut newly_failed = Vec::new();
-        for item in news {
-            self.num_failed += item.newly_failed.len() as u32;
-            newly_failed.extend(item.newly_failed);
-            events.extend(item.events);
-            runtime::remember(&mut self.recent_failures, item.failures);
-        }
-        let observed = PoolsObservation {
-            pools: self
-                .pools
-                .iter_mut()
-                .zip(unobserved)
-                .map(|(runtime, error)| runtime.observation(now, error))
-                .collect(),
-            bundles: search.bundles,
-        };
-        let policies = self.policies();
-        let decision = plan_pools(&observed, &policies, now);
-        let single = self.single;
-        let filtered = logs::note_unserved(&mut self.reported, single, &decision);
-        let staged = logs::fitting_uuids(&observed, &decision);
-        let removed = logs::update_staged(&mut self.staged_uuids, &staged);
-        drop(staged);
-        logs::log_decisions(
-            self.pools.iter().map(|p| &p.pool.policy),
-            &decision,
-            single,
-            self.staged_uuids.len(),
-            removed,
-        );
-        let totals = |f: fn(&PoolDecision) -> usize| decision.pools.iter().map(f).sum::<usize>();
-        let (active, pending) = (totals(|d| d.active), totals(|d| d.pending));
-        let upstream = if self.single {
-            decision.pools[0].as_upstream()
-        } else {
-            Decision {
-                launches: decision.launches(),
-                reasons: Vec::new(),
-            }
-        };
-        events.extend(logs::decision_events(&decision));
-        let mut report = TickReport {
-            keywords,
-            staged: self.staged_uuids.len(),
-            removed,
-            filtered,
-            malformed,
-            jobs: active + pending,
-            active,
-            pending,
-            newly_failed,
-            decision: upstream,
-            launched: Vec::new(),
-            launch_errors: Vec::new(),
-            pools: decision,
-            events,
-        };
-        self.act(&mut report).await;
-        self.counters.add(&report.events);
-        self.publish_status(&report);
-        Ok(report)
-    }
-
-    /// Stops stuck jobs, then launches, pool by pool.
-    async fn act(&mut self, report: &mut TickReport) {
-        let decisions = report.pools.pools.clone();
-        for (index, decision) in decisions.iter().enumerate() {
-            self.stop_stuck(index, decision, report).await;
-            for _ in 0..decision.launches {
-                if self.stop_flags.stopping() || !self.launch(index, report).await {
-                    break;
-                }
-            }
-        }
-        for (runtime, decision) in self.pools.iter_mut().zip(&report.pools.pools) {
-            runtime.last_decision = Some(decision.clone());
-            runtime.assigned = report
-                .pools
-                .assignments
-                .iter()
-                .filter(|a| a.pool == decision.pool)
-                .map(|a| a.uuid.clone())
-                .collect();
-        }
-    }
-
-    async fn stop_stuck(&mut self, index: usize, decision: &PoolDecision, report: &mut TickReport) {
-        if decision.stops.is_empty() {
-            return;
-        }
-        let now = self.clock();
-        let runtime = &mut self.pools[index];
-        for id in &decision.stops {
-            let job = runtime
-                .listed
-                .iter()
-                .find(|j| &j.id == id)
-                .cloned()
-                .unwrap_or_else(|| WorkerJob::new(id.clone(), JobState::Pending));
-            let result = runtime.pool.backend.stop_worker_job(&job).await;
-            let ok = result.is_ok();
-            match result {
-                Ok(()) => {
-                    tracing::info!(pool = runtime.name(), job = %id, reason = "pending_timeout", "stopped a stuck pending job; its demand goes to the next fitting pool");
-                    runtime.stopping.insert(id.clone());
-                }
-                Err(error) => {
-                    tracing::warn!(pool = runtime.name(), job = %id, %error, "cannot stop a stuck pending job");
-                }
-            }
-            report.events.push(TickEvent::Stop {
-                pool: runtime.name().to_owned(),
-                job_id: id.clone(),
-                reason: "pending_timeout",
-                ok,
-            });
-        }
-        let news = runtime.fail(
-            now,
-            "pending_timeout",
-            format!("jobs {} pending too long", decision.stops.join(", ")),
-        );
-        report.events.extend(news.events);
-        runtime::remember(&mut self.recent_failures, news.failures);
-    }
-
-    /// One launch on pool `index`. Returns whether to go on launching on this pool this tick.
-    async fn launch(&mut self, index: usize, report: &mut TickReport) -> bool {
-        let unique = new_unique();
-        let dry_run = self.config.dry_run;
-        let now = self.clock();
-        let runtime = &mut self.pools[index];
-        let pool_name = runtime.name().to_owned();
-        let request = LaunchRequest {
-            unique: &unique,
-            worker: &runtime.pool.worker,
-            dry_run,
-        };
-        let submitting = shutdown::Submitting::new(&self.stop_flags.submitting);
-        let result = runtime.pool.backend.start_worker_job(&request).await;
-        drop(submitting);
-        let (outcome, go_on) = match result {
-            Ok(job) => {
-                let output = runtime.pool.backend.job_output(&job);
-                tracing::info!(pool = %pool_name, job = %job.id, backend = runtime.pool.backend.name(), dry_run, output = output.as_deref(), "started a worker job{}", output.as_deref().map(|o| format!("; its output goes to {o}")).unwrap_or_default());
-                runtime.launched(&job, now);
-                report.launched.push(job);
-                (
-                    if dry_run {
-                        LaunchResult::DryRun
-                    } else {
-                        LaunchResult::Started
-                    },
-                    true,
-                )
-            }
-            Err(error) if error.is_temporary() => {
-                tracing::warn!(pool = %pool_name, %error, "could not start a worker job; will retry on a later tick");
-                report.launch_errors.push(error.to_string());
-                (LaunchResult::TemporaryError, false)
-            }
-            Err(error) => {
-                runtime.last_launch = Some(now);
-                self.num_failed += 1;
-                tracing::error!(pool = %pool_name, %error, failed = self.num_failed, "failed to start a worker job");
-                report.launch_errors.push(error.to_string());
-                let news = runtime.fail(now, "submit_failed", error.to_string());
-                report.events.extend(news.events);
-                runtime::remember(&mut self.recent_failures, news.failures);
-                (
-                    LaunchResult::Failed,
-                    runtime.pool.policy.launch_mode == LaunchMode::Compat,
-                )
-            }
-        };
-        report.events.push(TickEvent::Launch {
-            pool: pool_name,
-            result: outcome,
-        });
-        go_on
-    }
-
-    fn publish_status(&self, report: &TickReport) {
-        let now = self.clock();
-        let status = Status {
-            uptime_seconds: now.as_secs(),
-            ticks: self.ticks,
-            last_error: None,
-            last_success_seconds: Some(now.as_secs()),
-            last_tick_duration_seconds: self.tick_started.elapsed().as_secs_f64(),
-            staged: self.staged_uuids.len(),
-            pools: self.pools.iter().map(|p| p.status(now)).collect(),
-            unserved: report.pools.unserved.clone(),
-            recent_failures: self.recent_failures.iter().cloned().collect(),
-            counters: self.counters.snapshot(),
-        };
-        self.status.send_replace(status);
-    }
-
-    /// Whether `--exit-after-num-failed` has been exceeded.
-    fn too_many_failures(&self) -> Option<Outcome> {
-        let limit = self.config.exit_after_num_failed?;
-        (self.num_failed > limit).then_some(Outcome::TooManyFailures {
-            failed: self.num_failed,
-            limit,
-        })
-    }
-
-    /// Ticks every `sleep_time` until a shutdown is requested (`shutdown` turns `true`: the
-    /// tick in flight is cancelled, see [`SUBMIT_GRACE`]), one tick ran with `once`, the
-    /// restart time came, or an error is fatal.
-    pub async fn run(
-        &mut self,
-        once: bool,
-        mut shutdown: watch::Receiver<bool>,
-    ) -> Result<Outcome> {
-        let mut backoff = Backoff::new(
-            self.config.sleep_time.max(Duration::from_millis(100)),
-            self.config.max_backoff,
-        );
-        let mut streak = streak::Streak::new(self.started);
-        loop {
-            self.apply_reloads();
-            if let Some(limit) = self.config.restart_after
-                && self.started.elapsed() > limit
-            {
-                tracing::info!(
-                    "{} seconds have elapsed since this manager was started, more than {}; restarting",
-                    self.started.elapsed().as_secs(),
-                    limit.as_secs()
-                );
-                return Ok(Outcome::Restart);
-            }
-            let Some(result) = self.tick_or_shutdown(&mut shutdown).await else {
-                return Ok(Outcome::Shutdown);
-            };
-            let mut launch_errors = 0;
-            let delay = match result {
-                Ok(report) => {
-                    launch_errors = report.launch_errors.len();
-                    if let Some((after, kind)) = streak.success(Instant::now()) {
-                        tracing::info!(after, "recovered from: {kind}");
-                    }
-                    backoff.success();
-                    self.config.sleep_time
-                }
-                Err(error) if error.is_fatal() || once => return Err(error),
-                Err(error) => {
-                    let wait = error
-                        .retry_after()
-                        .unwrap_or_default()
-                        .max(backoff.failure());
-                    let report = streak.failure(error_kind(&error), Instant::now());
-                    let retry_in_seconds = wait.as_secs();
-                    match report {
-                        _ if !error.is_temporary() => {
-                            tracing::error!(%error, retry_in_seconds, "tick failed");
-                        }
-                        Some(streak::Report { failures, since }) => {
-                            tracing::warn!(%error, failures, retry_in_seconds, "tick skipped ({failures} failed in a row, {since})");
-                        }
-                        None => tracing::debug!(%error, retry_in_seconds, "tick skipped again"),
-                    }
-                    wait
-                }
-            };
-            if let Some(outcome) = self.too_many_failures() {
-                tracing::error!(
-                    "failed to start {} worker jobs in total, more than --exit-after-num-failed {}; exiting",
-                    self.num_failed,
-                    self.config.exit_after_num_failed.unwrap_or_default()
-                );
-                return Ok(outcome);
-            }
-            if once {
-                return Ok(Outcome::Once { launch_errors });
-            }
-            if *shutdown.borrow() {
-                return Ok(Outcome::Shutdown);
-            }
-            tracing::debug!("sleeping {} seconds", delay.as_secs());
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = shutdown.wait_for(|stop| *stop) => return Ok(Outcome::Shutdown),
-            }
-        }
-    }
 }
 
-/// The `kind` label of a failed tick in the `server_errors` counter (few, stable values).
-fn tick_error_kind(error: &Error) -> &'static str {
-    match error {
-        Error::Unreachable { .. } => "unreachable",
-        Error::Server { status: 429, .. } | Error::RateLimited { .. } => "rate_limited",
-        Error::Server { status, .. } if *status >= 500 => "server_error",
-        Error::Server { .. } => "client_error",
-        Error::Unauthenticated { .. } => "unauthenticated",
-        Error::InvalidReply { .. } => "invalid_reply",
-        Error::Backend { .. } | Error::Unsupported { .. } => "backend",
-        _ => "other",
+/// Checks a set of pools as a manager takes them: unique names, valid policies, and the pool
+/// of the single-backend mode (whose queue the server search matches) alone.
+fn check_pools(pools: &[Pool]) -> Result<()> {
+    let invalid = |message: String| Err(Error::InvalidConfig(message));
+    if pools.len() != 1 && pools.iter().any(|p| p.policy.is_single_backend()) {
+        return invalid(format!(
+            "the single-backend mode has one pool, not {}",
+            pools.len()
+        ));
     }
-}
-
-/// A short key for "the same kind of error" so that a streak is logged once.
-fn error_kind(error: &Error) -> String {
-    match error {
-        Error::Server { what, status, .. } => format!("{what}:{status}"),
-        Error::Unreachable { what, .. } => format!("unreachable:{what}"),
-        Error::InvalidReply { from, what, .. } => format!("invalid:{from}:{what}"),
-        Error::RateLimited { backend, .. } => format!("throttled:{backend}"),
-        Error::Backend {
-            backend, operation, ..
-        } => format!("{backend}:{operation}"),
-        other => other.to_string(),
+    let mut names = HashSet::new();
+    for pool in pools {
+        pool.policy.validate().map_err(Error::InvalidConfig)?;
+        let name = pool.policy.name.as_str();
+        if !names.insert(name) {
+            return invalid(format!("two pools are named {name}"));
+        }
     }
+    Ok(())
 }

@@ -8,22 +8,41 @@ use codalab_wm_core::policy::PolicyConfig;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::FakeBackend;
 use codalab_wm_core::{
-    Error, JobState, Manager, ManagerConfig, WorkerBackend, WorkerJob, WorkerShape,
+    Error, JobState, Manager, ManagerConfig, Pool, SingleBackendFlags, WorkerBackend, WorkerJob,
+    WorkerOptions, WorkerShape,
 };
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn config(min: u32, max: u32, min_seconds: u64) -> ManagerConfig {
+fn config() -> ManagerConfig {
     ManagerConfig {
-        policy: PolicyConfig {
+        sleep_time: Duration::ZERO,
+        ..ManagerConfig::default()
+    }
+}
+
+/// Upstream's flags: `--min-workers`, `--max-workers`, `--min-seconds-between-workers`.
+fn flags(min: u32, max: u32, min_seconds: u64) -> SingleBackendFlags {
+    SingleBackendFlags {
+        limits: PolicyConfig {
             min_workers: min,
             max_workers: max,
             min_seconds_between_workers: min_seconds,
         },
-        sleep_time: Duration::ZERO,
-        ..ManagerConfig::default()
+        ..SingleBackendFlags::default()
     }
+}
+
+/// Upstream's single-backend mode: one pool of `backend` shaped by `flags`.
+fn single(
+    config: ManagerConfig,
+    flags: SingleBackendFlags,
+    client: CodaLabClient,
+    backend: Arc<dyn WorkerBackend>,
+) -> Manager {
+    let pool = Pool::single_backend(&flags, backend, WorkerOptions::default());
+    Manager::new(config, client, pool)
 }
 
 async fn setup(
@@ -54,7 +73,7 @@ fn twelve_and_one_too_large() -> Vec<FakeBundle> {
 #[tokio::test]
 async fn launches_one_per_tick_until_max_then_stops() {
     let (_server, client, backend) = setup(twelve_and_one_too_large(), "alicepw").await;
-    let mut manager = Manager::new(config(0, 3, 0), client, Arc::new(backend.clone()));
+    let mut manager = single(config(), flags(0, 3, 0), client, Arc::new(backend.clone()));
     let mut launched = Vec::new();
     for _ in 0..5 {
         let report = manager.tick().await.unwrap();
@@ -71,7 +90,7 @@ async fn launches_one_per_tick_until_max_then_stops() {
 async fn pending_jobs_covering_the_staged_bundles_stop_launches() {
     let bundles = (0..2).map(|n| FakeBundle::new("alice", n)).collect();
     let (_server, client, backend) = setup(bundles, "alicepw").await;
-    let mut manager = Manager::new(config(0, 10, 0), client, Arc::new(backend.clone()));
+    let mut manager = single(config(), flags(0, 10, 0), client, Arc::new(backend.clone()));
     let mut launched = [0usize; 4];
     for slot in launched.iter_mut() {
         *slot = manager.tick().await.unwrap().launched.len();
@@ -93,7 +112,7 @@ async fn pending_jobs_covering_the_staged_bundles_stop_launches() {
 async fn rate_limit_holds_the_second_launch() {
     let bundles = (0..5).map(|n| FakeBundle::new("alice", n)).collect();
     let (_server, client, backend) = setup(bundles, "alicepw").await;
-    let mut manager = Manager::new(config(0, 10, 3600), client, Arc::new(backend));
+    let mut manager = single(config(), flags(0, 10, 3600), client, Arc::new(backend));
     assert_eq!(manager.tick().await.unwrap().launched.len(), 1);
     let report = manager.tick().await.unwrap();
     assert!(report.launched.is_empty());
@@ -103,7 +122,12 @@ async fn rate_limit_holds_the_second_launch() {
 #[tokio::test]
 async fn below_min_launches_with_nothing_staged() {
     let (_server, client, backend) = setup(vec![], "alicepw").await;
-    let mut manager = Manager::new(config(2, 3, 3600), client, Arc::new(backend.clone()));
+    let mut manager = single(
+        config(),
+        flags(2, 3, 3600),
+        client,
+        Arc::new(backend.clone()),
+    );
     assert_eq!(
         manager.tick().await.unwrap().decision.reason_codes(),
         "no_staged_bundles,below_min"
@@ -127,9 +151,9 @@ async fn failed_jobs_are_counted_once_and_exit_after_num_failed_stops_the_loop()
     backend.fail_starting(Some("Invalid partition name specified"));
     let config = ManagerConfig {
         exit_after_num_failed: Some(2),
-        ..config(0, 10, 0)
+        ..config()
     };
-    let mut manager = Manager::new(config, client, Arc::new(backend));
+    let mut manager = single(config, flags(0, 10, 0), client, Arc::new(backend));
     let (_stop, shutdown) = tokio::sync::watch::channel(false);
     let outcome = manager.run(false, shutdown).await.unwrap();
     // 1 failed job seen once + 2 failed submissions = 3 > 2.
@@ -146,7 +170,7 @@ async fn failed_jobs_are_counted_once_and_exit_after_num_failed_stops_the_loop()
 async fn temporary_errors_skip_ticks_without_launching_and_the_loop_recovers() {
     let bundles = (0..3).map(|n| FakeBundle::new("alice", n)).collect();
     let (server, client, backend) = setup(bundles, "alicepw").await;
-    let mut manager = Manager::new(config(0, 10, 0), client, Arc::new(backend.clone()));
+    let mut manager = single(config(), flags(0, 10, 0), client, Arc::new(backend.clone()));
     manager.tick().await.unwrap();
     server.inject_faults(vec![
         (503, "Service Unavailable".into()),
@@ -178,7 +202,7 @@ async fn temporary_errors_skip_ticks_without_launching_and_the_loop_recovers() {
 #[tokio::test]
 async fn once_returns_after_one_tick_and_surfaces_its_error() {
     let (_server, client, backend) = setup(vec![FakeBundle::new("alice", 1)], "alicepw").await;
-    let mut manager = Manager::new(config(0, 10, 0), client, Arc::new(backend.clone()));
+    let mut manager = single(config(), flags(0, 10, 0), client, Arc::new(backend.clone()));
     let (_stop, shutdown) = tokio::sync::watch::channel(false);
     assert_eq!(
         manager.run(true, shutdown.clone()).await.unwrap(),
@@ -187,7 +211,7 @@ async fn once_returns_after_one_tick_and_surfaces_its_error() {
     assert_eq!(backend.launches().len(), 1);
 
     let (_server, client, backend) = setup(vec![], "wrong").await;
-    let mut manager = Manager::new(config(0, 10, 0), client, Arc::new(backend));
+    let mut manager = single(config(), flags(0, 10, 0), client, Arc::new(backend));
     let err = manager.run(true, shutdown).await.unwrap_err();
     assert!(matches!(err, Error::Unauthenticated { .. }));
 }
@@ -195,7 +219,7 @@ async fn once_returns_after_one_tick_and_surfaces_its_error() {
 #[tokio::test]
 async fn a_wrong_password_stops_the_loop() {
     let (_server, client, backend) = setup(vec![], "wrong").await;
-    let mut manager = Manager::new(config(0, 10, 0), client, Arc::new(backend));
+    let mut manager = single(config(), flags(0, 10, 0), client, Arc::new(backend));
     let (_stop, shutdown) = tokio::sync::watch::channel(false);
     assert!(manager.run(false, shutdown).await.unwrap_err().is_fatal());
 }
@@ -205,9 +229,9 @@ async fn shutdown_finishes_the_current_tick_and_returns() {
     let (_server, client, backend) = setup(vec![FakeBundle::new("alice", 1)], "alicepw").await;
     let config = ManagerConfig {
         sleep_time: Duration::from_secs(3600),
-        ..config(0, 10, 0)
+        ..config()
     };
-    let mut manager = Manager::new(config, client, Arc::new(backend.clone()));
+    let mut manager = single(config, flags(0, 10, 0), client, Arc::new(backend.clone()));
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let run = tokio::spawn(async move { manager.run(false, shutdown).await });
     // Wait for the first tick's launch (an event), then ask to stop during the long sleep.
@@ -226,11 +250,11 @@ async fn shutdown_finishes_the_current_tick_and_returns() {
 #[tokio::test]
 async fn no_prefilter_keeps_large_bundles() {
     let (_server, client, backend) = setup(twelve_and_one_too_large(), "alicepw").await;
-    let config = ManagerConfig {
+    let no_prefilter = SingleBackendFlags {
         no_prefilter: true,
-        ..config(0, 10, 0)
+        ..flags(0, 10, 0)
     };
-    let mut manager = Manager::new(config, client, Arc::new(backend));
+    let mut manager = single(config(), no_prefilter, client, Arc::new(backend));
     let report = manager.tick().await.unwrap();
     assert_eq!((report.staged, report.filtered), (13, 0));
 }
@@ -240,10 +264,10 @@ async fn dry_run_reaches_the_backend_as_a_dry_run() {
     let (_server, client, backend) = setup(vec![FakeBundle::new("alice", 1)], "alicepw").await;
     let config = ManagerConfig {
         dry_run: true,
-        ..config(0, 10, 0)
+        ..config()
     };
     let backend = Arc::new(backend);
-    let mut manager = Manager::new(config, client, backend.clone());
+    let mut manager = single(config, flags(0, 10, 0), client, backend.clone());
     let report = manager.tick().await.unwrap();
     assert!(
         report.launched[0].id.starts_with("dry-run-"),

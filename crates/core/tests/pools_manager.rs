@@ -5,11 +5,12 @@
 //! run on the manager clock, moved with `Manager::advance_clock` (no sleeping).
 
 use codalab_wm_core::codalab::CodaLabClient;
-use codalab_wm_core::pools::status::{LaunchResult, TickEvent};
+use codalab_wm_core::manager::status::{LaunchResult, TickEvent};
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::FakeBackend;
 use codalab_wm_core::{
-    JobState, LaunchMode, Manager, ManagerConfig, Pool, PoolPolicy, WorkerOptions, WorkerShape,
+    JobState, LaunchMode, Manager, ManagerConfig, Pool, PoolPolicy, SingleBackendFlags,
+    WorkerOptions, WorkerShape,
 };
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::sync::Arc;
@@ -77,7 +78,6 @@ async fn setup(bundles: Vec<FakeBundle>, cpu: PoolPolicy, gpu: PoolPolicy) -> Se
     ];
     let config = ManagerConfig {
         sleep_time: Duration::ZERO,
-        worker,
         ..ManagerConfig::default()
     };
     let manager = Manager::with_pools(config, client, pools).unwrap();
@@ -419,17 +419,18 @@ async fn the_single_backend_mode_in_target_mode_bursts() {
     )
     .unwrap();
     let backend = FakeBackend::new(WorkerShape::from_flags(4, 0, 8192));
-    let config = ManagerConfig {
+    let flags = SingleBackendFlags {
         launch_mode: LaunchMode::Target,
         max_launches_per_tick: 5,
-        policy: codalab_wm_core::policy::PolicyConfig {
+        limits: codalab_wm_core::policy::PolicyConfig {
             min_workers: 0,
             max_workers: 10,
             min_seconds_between_workers: 60,
         },
-        ..ManagerConfig::default()
+        ..SingleBackendFlags::default()
     };
-    let mut manager = Manager::new(config, client, Arc::new(backend.clone()));
+    let pool = Pool::single_backend(&flags, Arc::new(backend.clone()), WorkerOptions::default());
+    let mut manager = Manager::new(ManagerConfig::default(), client, pool);
     assert_eq!(manager.tick().await.unwrap().launched.len(), 5);
     let report = manager.tick().await.unwrap();
     assert_eq!(

@@ -10,7 +10,8 @@ use codalab_wm_core::policy::PolicyConfig;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::FakeBackend;
 use codalab_wm_core::{
-    JobState, LaunchMode, Manager, ManagerConfig, Pool, PoolPolicy, WorkerOptions, WorkerShape,
+    JobState, LaunchMode, Manager, ManagerConfig, Pool, PoolPolicy, SingleBackendFlags,
+    WorkerBackend, WorkerOptions, WorkerShape,
 };
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::sync::Arc;
@@ -38,22 +39,38 @@ fn client(server: &FakeCodaLab) -> CodaLabClient {
     CodaLabClient::new(&server.url(), credentials).unwrap()
 }
 
-fn single_config(server: &FakeCodaLab, max: u32) -> ManagerConfig {
+fn config() -> ManagerConfig {
     ManagerConfig {
-        policy: PolicyConfig {
+        sleep_time: Duration::ZERO,
+        ..ManagerConfig::default()
+    }
+}
+
+/// Upstream's flags: up to `max` workers, in target mode (3 launches per tick).
+fn single_flags(max: u32) -> SingleBackendFlags {
+    SingleBackendFlags {
+        limits: PolicyConfig {
             min_workers: 0,
             max_workers: max,
             min_seconds_between_workers: 0,
         },
-        sleep_time: Duration::ZERO,
         launch_mode: LaunchMode::Target,
         max_launches_per_tick: 3,
-        worker: WorkerOptions {
-            server: server.url(),
-            ..WorkerOptions::default()
-        },
-        ..ManagerConfig::default()
+        ..SingleBackendFlags::default()
     }
+}
+
+/// The single-backend mode's pool of `backend`, its workers pointed at `server`.
+fn single_pool(
+    server: &FakeCodaLab,
+    flags: &SingleBackendFlags,
+    backend: Arc<dyn WorkerBackend>,
+) -> Pool {
+    let worker = WorkerOptions {
+        server: server.url(),
+        ..WorkerOptions::default()
+    };
+    Pool::single_backend(flags, backend, worker)
 }
 
 fn pool(name: &str, backend: &FakeBackend, shape: WorkerShape, max: u32) -> Pool {
@@ -74,21 +91,16 @@ fn pool(name: &str, backend: &FakeBackend, shape: WorkerShape, max: u32) -> Pool
 async fn raising_max_launches_more_and_keeps_the_first_job() {
     let server = server(3).await;
     let backend = FakeBackend::named("fake", shape());
-    let config = single_config(&server, 1);
-    let mut manager = Manager::new(config.clone(), client(&server), Arc::new(backend.clone()));
+    let flags = single_flags(1);
+    let pool = single_pool(&server, &flags, Arc::new(backend.clone()));
+    let mut manager = Manager::new(config(), client(&server), pool);
     manager.tick().await.unwrap();
     let first = backend.jobs();
     assert_eq!(first.len(), 1);
 
-    let raised = ManagerConfig {
-        policy: PolicyConfig {
-            max_workers: 3,
-            ..config.policy
-        },
-        ..config
-    };
-    let pool = Manager::single_pool(&raised, manager.backend().clone());
-    let changes = manager.reconfigure(raised, vec![pool]).unwrap();
+    let raised = single_flags(3);
+    let pool = single_pool(&server, &raised, manager.backend().clone());
+    let changes = manager.reconfigure(config(), vec![pool]).unwrap();
     let shown: Vec<String> = changes.iter().map(ToString::to_string).collect();
     assert_eq!(shown, ["pool fake: max_workers 1 → 3"]);
 
@@ -107,19 +119,13 @@ async fn raising_max_launches_more_and_keeps_the_first_job() {
 async fn lowering_max_launches_nothing_and_stops_nothing() {
     let server = server(3).await;
     let backend = FakeBackend::named("fake", shape());
-    let config = single_config(&server, 3);
-    let mut manager = Manager::new(config.clone(), client(&server), Arc::new(backend.clone()));
+    let pool = single_pool(&server, &single_flags(3), Arc::new(backend.clone()));
+    let mut manager = Manager::new(config(), client(&server), pool);
     manager.tick().await.unwrap();
     assert_eq!(backend.jobs().len(), 3);
-    let lowered = ManagerConfig {
-        policy: PolicyConfig {
-            max_workers: 1,
-            ..config.policy
-        },
-        ..config
-    };
-    let pool = Manager::single_pool(&lowered, manager.backend().clone());
-    manager.reconfigure(lowered, vec![pool]).unwrap();
+    let lowered = single_flags(1);
+    let pool = single_pool(&server, &lowered, manager.backend().clone());
+    manager.reconfigure(config(), vec![pool]).unwrap();
     server.set_bundles((4..=6).map(|n| FakeBundle::new("alice", n)).collect());
     manager.tick().await.unwrap();
     assert_eq!(backend.jobs().len(), 3, "over the new max: no launch");
@@ -133,39 +139,38 @@ async fn lowering_max_launches_nothing_and_stops_nothing() {
 async fn an_invalid_configuration_is_refused_and_the_old_one_keeps_running() {
     let server = server(1).await;
     let backend = FakeBackend::named("fake", shape());
-    let config = single_config(&server, 2);
-    let mut manager = Manager::new(config.clone(), client(&server), Arc::new(backend.clone()));
+    let flags = single_flags(2);
+    let pool = single_pool(&server, &flags, Arc::new(backend.clone()));
+    let mut manager = Manager::new(config(), client(&server), pool);
     let before = manager.policies();
 
-    let inverted = ManagerConfig {
-        policy: PolicyConfig {
+    let inverted = SingleBackendFlags {
+        limits: PolicyConfig {
             min_workers: 5,
             max_workers: 2,
             min_seconds_between_workers: 0,
         },
-        ..config.clone()
+        ..flags
     };
-    let pool = Manager::single_pool(&inverted, manager.backend().clone());
-    let err = manager.reconfigure(inverted, vec![pool]).unwrap_err();
+    let pool = single_pool(&server, &inverted, manager.backend().clone());
+    let err = manager.reconfigure(config(), vec![pool]).unwrap_err();
     assert!(err.to_string().contains("less than"), "{err}");
 
-    let burst_in_compat = ManagerConfig {
+    let burst_in_compat = SingleBackendFlags {
         launch_mode: LaunchMode::Compat,
         max_launches_per_tick: 4,
-        ..config.clone()
+        ..flags
     };
-    let pool = Manager::single_pool(&burst_in_compat, manager.backend().clone());
-    let err = manager
-        .reconfigure(burst_in_compat, vec![pool])
-        .unwrap_err();
+    let pool = single_pool(&server, &burst_in_compat, manager.backend().clone());
+    let err = manager.reconfigure(config(), vec![pool]).unwrap_err();
     assert!(
         err.to_string().contains("needs launch mode target"),
         "{err}"
     );
 
     let other = Arc::new(FakeBackend::named("other", shape()));
-    let pool = Manager::single_pool(&config, other);
-    let err = manager.reconfigure(config, vec![pool]).unwrap_err();
+    let pool = single_pool(&server, &flags, other);
+    let err = manager.reconfigure(config(), vec![pool]).unwrap_err();
     assert!(err.to_string().contains("pool other is new"), "{err}");
     assert_eq!(manager.policies(), before, "nothing was applied");
 }
@@ -177,7 +182,7 @@ async fn pools_cannot_be_added_removed_or_change_backend() {
         FakeBackend::named("fake-a", shape()),
         FakeBackend::named("fake-b", shape()),
     );
-    let config = single_config(&server, 2);
+    let config = config();
     let pools = vec![pool("cpu", &a, shape(), 2), pool("big", &b, shape(), 2)];
     let mut manager = Manager::with_pools(config.clone(), client(&server), pools).unwrap();
     let before = manager.policies();
@@ -219,7 +224,7 @@ async fn a_bigger_shape_serves_bundles_that_fit_no_pool_before() {
         ..FakeBundle::new("alice", 1)
     }]);
     let small = FakeBackend::named("fake", shape());
-    let config = single_config(&server, 2);
+    let config = config();
     let pools = vec![pool("cpu", &small, shape(), 2)];
     let mut manager = Manager::with_pools(config.clone(), client(&server), pools).unwrap();
     let report = manager.tick().await.unwrap();
@@ -246,7 +251,7 @@ async fn a_bigger_shape_serves_bundles_that_fit_no_pool_before() {
 async fn pending_times_survive_a_reconfiguration() {
     let server = server(1).await;
     let backend = FakeBackend::named("fake-a", shape());
-    let config = single_config(&server, 2);
+    let config = config();
     let pools = vec![pool("cpu", &backend, shape(), 2)];
     let mut manager = Manager::with_pools(config.clone(), client(&server), pools).unwrap();
     manager.tick().await.unwrap();
@@ -272,22 +277,15 @@ async fn pending_times_survive_a_reconfiguration() {
 async fn run_applies_what_the_reload_channel_holds_before_its_tick() {
     let server = server(3).await;
     let backend = FakeBackend::named("fake", shape());
-    let config = single_config(&server, 1);
-    let mut manager = Manager::new(config.clone(), client(&server), Arc::new(backend.clone()));
+    let pool = single_pool(&server, &single_flags(1), Arc::new(backend.clone()));
+    let mut manager = Manager::new(config(), client(&server), pool);
     manager.tick().await.unwrap();
     let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
     manager.reload_from(receiver);
-    let raised = ManagerConfig {
-        policy: PolicyConfig {
-            max_workers: 3,
-            ..config.policy
-        },
-        ..config
-    };
-    let pool = Manager::single_pool(&raised, manager.backend().clone());
+    let pool = single_pool(&server, &single_flags(3), manager.backend().clone());
     sender
         .send(Reconfiguration {
-            config: raised,
+            config: config(),
             pools: vec![pool],
         })
         .unwrap();

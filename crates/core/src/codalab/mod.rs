@@ -10,6 +10,7 @@
 pub mod jsonapi;
 pub mod limits;
 pub mod tls;
+mod transport;
 
 use crate::bundle::StagedBundle;
 use crate::error::{Error, Result};
@@ -20,6 +21,7 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::Deserialize;
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
+use transport::{find_cause, unreachable};
 
 /// The OAuth2 client the CodaLab CLI (and upstream's worker manager) logs in as.
 const CLI_CLIENT_ID: &str = "codalab_cli_client";
@@ -494,69 +496,6 @@ pub fn staged_keywords(
         keywords.push(format!("request_queue={tag},tag={tag}"));
     }
     keywords
-}
-
-fn unreachable(what: &'static str, error: reqwest::Error) -> Error {
-    if let Some(refused) = find_cause::<limits::RedirectRefused>(&error) {
-        return refused.to_error(what, error.url().map_or_else(String::new, limits::origin));
-    }
-    if let Some(error) = tls::classify(what, &error) {
-        return error;
-    }
-    let server = error.url().map_or_else(String::new, limits::origin);
-    let https = error.url().is_some_and(|u| u.scheme() == "https");
-    let timeout = error.is_timeout();
-    let message = cause_chain(&error.without_url());
-    let plain_http = message.contains("InvalidContentType") || message.contains("corrupt message");
-    let hint = if https && (plain_http || timeout) {
-        let http = server.replacen("https://", "http://", 1);
-        format!(" (the server speaks plain HTTP? try --server {http})")
-    } else {
-        String::new()
-    };
-    Error::Unreachable {
-        what,
-        server,
-        message: format!("{message}{hint}"),
-        refused: false,
-    }
-}
-
-/// The error and its causes, `: `-separated, each once: reqwest's own message ("error sending
-/// request") hides the cause, and hyper repeats its cause in its own message.
-fn cause_chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = cause.source();
-    }
-    message
-}
-
-/// The first cause of type `T` in the chain of `error` (looking inside `io::Error`s, whose
-/// `source` skips the error they wrap).
-fn find_cause<'a, T: std::error::Error + 'static>(
-    error: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a T> {
-    let mut cause = Some(error);
-    while let Some(current) = cause {
-        if let Some(found) = current.downcast_ref::<T>() {
-            return Some(found);
-        }
-        let wrapped = current
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref());
-        cause = match wrapped {
-            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
-            None => current.source(),
-        };
-    }
-    None
 }
 
 /// Keeps the first of bundles with the same uuid, in order: a bundle can be on two pages when

@@ -11,10 +11,9 @@
 //! it knows the backend's settings.) [`Manager::reload_from`] hands the manager a channel of
 //! [`Reconfiguration`]s that [`Manager::run`] applies before its next tick.
 
+use super::Pool;
 use super::{Manager, ManagerConfig};
 use crate::error::{Error, Result};
-use crate::pools::Pool;
-use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -47,7 +46,7 @@ impl fmt::Display for Change {
 pub struct Reconfiguration {
     /// The manager settings.
     pub config: ManagerConfig,
-    /// The pools: in the single-backend mode exactly one, made with [`Manager::single_pool`].
+    /// The pools: in the single-backend mode exactly one, made with [`Pool::single_backend`].
     pub pools: Vec<Pool>,
 }
 
@@ -81,26 +80,12 @@ impl Diff<'_> {
 }
 
 impl Manager {
-    /// The pool of the single-backend mode for `config` and `backend`, as [`Manager::new`]
-    /// builds it (named after the backend, limits and launch mode from `config`).
-    pub fn single_pool(
-        config: &ManagerConfig,
-        backend: Arc<dyn crate::backend::WorkerBackend>,
-    ) -> Pool {
-        let policy = crate::layout::single_policy(config, backend.name(), backend.worker_shape());
-        Pool {
-            policy,
-            backend,
-            worker: config.worker.clone(),
-        }
-    }
-
     /// Applies a new configuration at once, keeping every pool's memory, and returns what
     /// changed (empty when nothing did). On error nothing is applied: the pools must be the
     /// same ones (matched by name; their order may change), each pool's backend of the same
     /// kind, and every policy valid.
     pub fn reconfigure(&mut self, config: ManagerConfig, pools: Vec<Pool>) -> Result<Vec<Change>> {
-        self.check_reconfiguration(&config, &pools)?;
+        self.check_reconfiguration(&pools)?;
         let mut changes = Vec::new();
         config_changes(&self.config, &config, &mut changes);
         let mut old = std::mem::take(&mut self.pools);
@@ -110,7 +95,7 @@ impl Manager {
                 .position(|r| r.pool.policy.name == pool.policy.name)
                 .expect("checked above");
             let mut runtime = old.swap_remove(index);
-            pool_changes(&runtime.pool, &pool, self.single, &mut changes);
+            pool_changes(&runtime.pool, &pool, &mut changes);
             runtime.pool = pool;
             self.pools.push(runtime);
         }
@@ -118,23 +103,11 @@ impl Manager {
         Ok(changes)
     }
 
-    fn check_reconfiguration(&self, config: &ManagerConfig, pools: &[Pool]) -> Result<()> {
+    fn check_reconfiguration(&self, pools: &[Pool]) -> Result<()> {
         let invalid = |message: String| Err(Error::InvalidConfig(message));
-        config.policy.validate().map_err(Error::InvalidConfig)?;
-        if self.single && pools.len() != 1 {
-            return invalid(format!(
-                "the single-backend mode has one pool, not {}",
-                pools.len()
-            ));
-        }
-        let old: Vec<&str> = self.pools.iter().map(|r| r.name()).collect();
-        let mut names = HashSet::new();
+        super::check_pools(pools)?;
         for pool in pools {
-            pool.policy.validate().map_err(Error::InvalidConfig)?;
             let name = pool.policy.name.as_str();
-            if !names.insert(name) {
-                return invalid(format!("two pools are named {name}"));
-            }
             let Some(runtime) = self.pools.iter().find(|r| r.name() == name) else {
                 return invalid(format!(
                     "pool {name} is new: pools cannot be added while running (restart the manager)"
@@ -148,10 +121,15 @@ impl Manager {
                 ));
             }
         }
-        if let Some(gone) = old.iter().find(|name| !names.contains(*name)) {
+        if let Some(gone) = self
+            .pools
+            .iter()
+            .find(|r| !pools.iter().any(|p| p.policy.name == r.name()))
+        {
             return invalid(format!(
-                "pool {gone} is gone: pools cannot be removed while running, its jobs would be \
-                 orphaned (run `cl-worker-manager down` for it, then restart)"
+                "pool {} is gone: pools cannot be removed while running, its jobs would be \
+                 orphaned (run `cl-worker-manager down` for it, then restart)",
+                gone.name()
             ));
         }
         Ok(())
@@ -209,7 +187,6 @@ fn config_changes(old: &ManagerConfig, new: &ManagerConfig, changes: &mut Vec<Ch
     };
     diff.note("search", &old.search, &new.search);
     diff.note("sleep_time", &old.sleep_time, &new.sleep_time);
-    diff.note("no_prefilter", &old.no_prefilter, &new.no_prefilter);
     diff.note(
         "restart_after_seconds",
         &old.restart_after,
@@ -224,39 +201,31 @@ fn config_changes(old: &ManagerConfig, new: &ManagerConfig, changes: &mut Vec<Ch
     diff.note("max_backoff", &old.max_backoff, &new.max_backoff);
 }
 
-fn pool_changes(old: &Pool, new: &Pool, single: bool, changes: &mut Vec<Change>) {
+fn pool_changes(old: &Pool, new: &Pool, changes: &mut Vec<Change>) {
     let (a, b) = (&old.policy, &new.policy);
     let mut diff = Diff {
         scope: format!("pool {}", b.name),
         changes,
     };
-    let (min, max, rate, mode, burst) = if single {
-        (
-            "min_workers",
-            "max_workers",
-            "min_seconds_between_workers",
-            "launch_mode",
-            "max_launches_per_tick",
-        )
-    } else {
-        (
-            "min",
-            "max",
-            "min_seconds_between_workers",
-            "launch_mode",
-            "max_launches_per_tick",
-        )
+    // The single-backend pool's limits are upstream's flags.
+    let (min, max) = match b.is_single_backend() {
+        true => ("min_workers", "max_workers"),
+        false => ("min", "max"),
     };
     diff.note_shown("shape", &a.shape, &b.shape);
     diff.note(min, &a.min, &b.min);
     diff.note(max, &a.max, &b.max);
     diff.note(
-        rate,
+        "min_seconds_between_workers",
         &a.min_seconds_between_workers,
         &b.min_seconds_between_workers,
     );
-    diff.note_shown(mode, &a.launch_mode, &b.launch_mode);
-    diff.note(burst, &a.max_launches_per_tick, &b.max_launches_per_tick);
+    diff.note_shown("launch_mode", &a.launch_mode, &b.launch_mode);
+    diff.note(
+        "max_launches_per_tick",
+        &a.max_launches_per_tick,
+        &b.max_launches_per_tick,
+    );
     diff.note("tag", &a.tag, &b.tag);
     diff.note("tag_exclusive", &a.tag_exclusive, &b.tag_exclusive);
     diff.note_shown("cost", &a.cost, &b.cost);

@@ -25,18 +25,20 @@
 //! 5. **Compat** (`launch_mode = compat`): upstream's exact rules ([`crate::policy::plan`]) on the
 //!    bundles assigned to the pool, with no backoff and no pending timeout; a compat pool takes
 //!    every bundle that fits it.
+//!
+//! Upstream's single-backend mode is one pool whose policy [`SingleBackendFlags`] makes.
+//! Everything here is pure; what the manager remembers per pool between ticks, its log lines
+//! and its status snapshot live beside the loop ([`crate::manager`]).
 
 mod assign;
 pub mod backoff;
-pub(crate) mod logs;
-pub(crate) mod runtime;
-pub mod status;
+mod single;
 #[cfg(test)]
 mod tests;
 
 pub use assign::{BundleAssignment, Coverage, PoolVerdict, UnservedBundle, misfit};
 pub use backoff::PoolHealth;
-pub use runtime::Pool;
+pub use single::SingleBackendFlags;
 
 use crate::backend::JobState;
 use crate::bundle::{StagedBundle, WorkerShape};
@@ -100,8 +102,9 @@ pub struct PoolPolicy {
     pub tag: Option<String>,
     /// The pool's workers run only bundles with `request_queue == tag`.
     pub tag_exclusive: bool,
-    /// Match `request_queue` against `tag` as the server does. `false` in the single-backend
-    /// mode, where (as upstream) the server-side search does the queue filtering.
+    /// Match `request_queue` against `tag` as the server does. `false` only in the single-backend
+    /// mode ([`SingleBackendFlags`]), where (as upstream) the server-side search does the queue
+    /// filtering.
     pub match_request_queue: bool,
     /// Check bundles against `shape` (`false` with `--no-prefilter`).
     pub check_shape: bool,

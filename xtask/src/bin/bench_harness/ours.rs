@@ -24,7 +24,8 @@ use codalab_wm_core::policy::PolicyConfig;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::FakeBackend;
 use codalab_wm_core::{
-    JobState, LaunchMode, Manager, ManagerConfig, WorkerJob, WorkerOptions, WorkerShape,
+    JobState, LaunchMode, Manager, ManagerConfig, Pool, SingleBackendFlags, WorkerJob,
+    WorkerOptions, WorkerShape,
 };
 use serde_json::json;
 use std::io::Write;
@@ -88,30 +89,36 @@ fn install_subscriber() {
 }
 
 fn manager(setup: &Setup, backend: &FakeBackend, max_workers: usize) -> Result<Manager> {
-    manager_with(setup, manager_config(setup, max_workers), backend)
+    manager_with(setup, single_backend_flags(max_workers), backend)
 }
 
-fn manager_with(setup: &Setup, config: ManagerConfig, backend: &FakeBackend) -> Result<Manager> {
+/// The single-backend mode with `flags`, its workers pointed at the setup's server.
+fn manager_with(
+    setup: &Setup,
+    flags: SingleBackendFlags,
+    backend: &FakeBackend,
+) -> Result<Manager> {
     let credentials = Credentials {
         username: USER.into(),
         password: Secret::new(PASSWORD),
     };
     let client = CodaLabClient::new(&setup.server, credentials)?;
-    Ok(Manager::new(config, client, Arc::new(backend.clone())))
+    let worker = WorkerOptions {
+        server: setup.server.clone(),
+        ..WorkerOptions::default()
+    };
+    let pool = Pool::single_backend(&flags, Arc::new(backend.clone()), worker);
+    Ok(Manager::new(ManagerConfig::default(), client, pool))
 }
 
-fn manager_config(setup: &Setup, max_workers: usize) -> ManagerConfig {
-    ManagerConfig {
-        policy: PolicyConfig {
+fn single_backend_flags(max_workers: usize) -> SingleBackendFlags {
+    SingleBackendFlags {
+        limits: PolicyConfig {
             min_workers: 0,
             max_workers: max_workers as u32,
             min_seconds_between_workers: 0,
         },
-        worker: WorkerOptions {
-            server: setup.server.clone(),
-            ..WorkerOptions::default()
-        },
-        ..ManagerConfig::default()
+        ..SingleBackendFlags::default()
     }
 }
 
@@ -150,12 +157,12 @@ async fn first_tick(setup: &Setup) -> Result<()> {
 async fn reaction(setup: &Setup, burst: bool) -> Result<()> {
     install_subscriber();
     let backend = FakeBackend::new(shape());
-    let mut config = manager_config(setup, setup.bundles);
+    let mut flags = single_backend_flags(setup.bundles);
     if burst {
-        config.launch_mode = LaunchMode::Target;
-        config.max_launches_per_tick = BURST_LAUNCHES_PER_TICK;
+        flags.launch_mode = LaunchMode::Target;
+        flags.max_launches_per_tick = BURST_LAUNCHES_PER_TICK;
     }
-    let mut manager = manager_with(setup, config, &backend)?;
+    let mut manager = manager_with(setup, flags, &backend)?;
     let mut ticks = 0;
     let cap = 10 * setup.bundles + 10;
     while backend.launches().len() < setup.bundles && ticks < cap {

@@ -323,7 +323,7 @@ impl Checker<'_> {
     }
 
     fn globals(&mut self, place: &Place<'_>, settings: &Settings) {
-        for problem in layout::global_problems(settings) {
+        if let Err(problem) = layout::single_flags(settings).validate() {
             let line = self.mentioned_line(place, &problem);
             self.push(line, Kind::Invalid, problem);
         }

@@ -2,8 +2,8 @@
 //! ([`TickEvent`], in [`crate::manager::TickReport::events`]) that the status view and the
 //! metrics of the manager are built from. Everything serialises to JSON in snake_case.
 
-use super::{LaunchMode, PoolDecision, PoolHealth, UnservedBundle};
 use crate::bundle::WorkerShape;
+use crate::pools::{LaunchMode, PoolDecision, PoolHealth, UnservedBundle};
 use serde::Serialize;
 use std::collections::BTreeMap;
 

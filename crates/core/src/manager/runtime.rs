@@ -1,11 +1,15 @@
-//! What the manager remembers about each pool between ticks (last launch, failure memory, jobs
-//! being stopped, since when jobs are pending, which jobs became active), and how a listing
-//! turns into the pure [`PoolObservation`].
+//! A pool the manager serves ([`Pool`]: its policy, backend and worker settings), what the
+//! manager remembers about it between ticks (last launch, failure memory, jobs being stopped,
+//! since when jobs are pending, which jobs became active), and how a listing turns into the
+//! pure [`PoolObservation`] that [`crate::pools::plan_pools`] takes.
 
 use super::status::{FailureRecord, PoolStatus, RECENT_FAILURES, TickEvent};
-use super::{LaunchMode, ObservedJob, PoolDecision, PoolHealth, PoolObservation, PoolPolicy};
 use crate::backend::{JobState, WorkerBackend, WorkerJob};
 use crate::command::WorkerOptions;
+use crate::pools::{
+    LaunchMode, ObservedJob, PoolDecision, PoolHealth, PoolObservation, PoolPolicy,
+    SingleBackendFlags,
+};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -20,6 +24,23 @@ pub struct Pool {
     pub backend: Arc<dyn WorkerBackend>,
     /// The `cl-worker` settings of its workers (tag and tag-exclusive included).
     pub worker: WorkerOptions,
+}
+
+impl Pool {
+    /// The one pool of upstream's single-backend mode: named after `backend`, its policy from
+    /// `flags` ([`SingleBackendFlags::policy`]); the manager narrows its staged search by the
+    /// tag of `worker` (`--worker-tag` with `--worker-tag-exclusive`), as upstream.
+    pub fn single_backend(
+        flags: &SingleBackendFlags,
+        backend: Arc<dyn WorkerBackend>,
+        worker: WorkerOptions,
+    ) -> Self {
+        Self {
+            policy: flags.policy(backend.name(), backend.worker_shape()),
+            backend,
+            worker,
+        }
+    }
 }
 
 /// A pool and its memory.

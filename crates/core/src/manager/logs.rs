@@ -1,9 +1,10 @@
 //! The manager's log lines about a tick's decision (one per pool, and one per unserved bundle
-//! when its reason changes) and the decision's events for metrics.
+//! when its reason changes) and the decision's events for metrics. The pool of upstream's
+//! single-backend mode ([`PoolPolicy::is_single_backend`]) speaks upstream's lines verbatim.
 
 use super::status::TickEvent;
-use super::{LaunchMode, PoolPolicy, PoolsDecision, PoolsObservation};
 use crate::policy::Reason;
+use crate::pools::{LaunchMode, PoolPolicy, PoolsDecision, PoolsObservation};
 use rustc_hash::FxHashSet;
 use std::collections::HashMap;
 
@@ -11,9 +12,10 @@ use std::collections::HashMap;
 /// logged); returns how many fit no pool.
 pub(crate) fn note_unserved(
     reported: &mut HashMap<String, &'static str>,
-    single: bool,
+    policies: &[PoolPolicy],
     decision: &PoolsDecision,
 ) -> usize {
+    let single = matches!(policies, [pool] if pool.is_single_backend());
     let mut current: HashMap<String, &'static str> = HashMap::new();
     let mut filtered = 0;
     for unserved in &decision.unserved {
@@ -78,15 +80,15 @@ pub(crate) fn update_staged(known: &mut FxHashSet<String>, now: &FxHashSet<&str>
 
 /// Logs each pool's decision (upstream's line in the single-backend compat mode) and, at
 /// debug level, every reason.
-pub(crate) fn log_decisions<'a>(
-    policies: impl Iterator<Item = &'a PoolPolicy>,
+pub(crate) fn log_decisions(
+    policies: &[PoolPolicy],
     decision: &PoolsDecision,
-    single: bool,
     staged: usize,
     removed: usize,
 ) {
-    for (policy, pool) in policies.zip(&decision.pools) {
-        if single && policy.launch_mode == LaunchMode::Compat {
+    for (policy, pool) in policies.iter().zip(&decision.pools) {
+        let upstream = policy.is_single_backend() && policy.launch_mode == LaunchMode::Compat;
+        if upstream {
             let jobs = pool.active + pool.pending;
             tracing::info!(
                 staged = staged,
@@ -126,7 +128,6 @@ pub(crate) fn log_decisions<'a>(
                 pool.stops.len(),
             );
         }
-        let upstream = single && policy.launch_mode == LaunchMode::Compat;
         for reason in &pool.reasons {
             match upstream_line(reason).filter(|_| upstream) {
                 Some(line) => tracing::info!(reason = reason.code(), "{line}"),

@@ -1,0 +1,125 @@
+//! The act step of a tick: pool by pool, stop the stuck jobs the policy named, then launch
+//! what it decided (stopping early when a shutdown is requested or a launch fails), and
+//! remember each pool's decision for the status snapshot.
+
+use super::runtime;
+use super::status::{LaunchResult, TickEvent};
+use super::{Manager, TickReport, shutdown};
+use crate::backend::{JobState, LaunchRequest, WorkerJob, new_unique};
+use crate::pools::{LaunchMode, PoolDecision};
+
+impl Manager {
+    /// Stops stuck jobs, then launches, pool by pool.
+    pub(super) async fn act(&mut self, report: &mut TickReport) {
+        let decisions = report.pools.pools.clone();
+        for (index, decision) in decisions.iter().enumerate() {
+            self.stop_stuck(index, decision, report).await;
+            for _ in 0..decision.launches {
+                if self.stop_flags.stopping() || !self.launch(index, report).await {
+                    break;
+                }
+            }
+        }
+        for (runtime, decision) in self.pools.iter_mut().zip(&report.pools.pools) {
+            runtime.last_decision = Some(decision.clone());
+            runtime.assigned = report
+                .pools
+                .assignments
+                .iter()
+                .filter(|a| a.pool == decision.pool)
+                .map(|a| a.uuid.clone())
+                .collect();
+        }
+    }
+
+    async fn stop_stuck(&mut self, index: usize, decision: &PoolDecision, report: &mut TickReport) {
+        if decision.stops.is_empty() {
+            return;
+        }
+        let now = self.clock();
+        let runtime = &mut self.pools[index];
+        for id in &decision.stops {
+            let job = runtime
+                .listed
+                .iter()
+                .find(|j| &j.id == id)
+                .cloned()
+                .unwrap_or_else(|| WorkerJob::new(id.clone(), JobState::Pending));
+            let result = runtime.pool.backend.stop_worker_job(&job).await;
+            let ok = result.is_ok();
+            match result {
+                Ok(()) => {
+                    tracing::info!(pool = runtime.name(), job = %id, reason = "pending_timeout", "stopped a stuck pending job; its demand goes to the next fitting pool");
+                    runtime.stopping.insert(id.clone());
+                }
+                Err(error) => {
+                    tracing::warn!(pool = runtime.name(), job = %id, %error, "cannot stop a stuck pending job");
+                }
+            }
+            report.events.push(TickEvent::Stop {
+                pool: runtime.name().to_owned(),
+                job_id: id.clone(),
+                reason: "pending_timeout",
+                ok,
+            });
+        }
+        let news = runtime.fail(
+            now,
+            "pending_timeout",
+            format!("jobs {} pending too long", decision.stops.join(", ")),
+        );
+        report.events.extend(news.events);
+        runtime::remember(&mut self.recent_failures, news.failures);
+    }
+
+    /// One launch on pool `index`. Returns whether to go on launching on this pool this tick.
+    async fn launch(&mut self, index: usize, report: &mut TickReport) -> bool {
+        let unique = new_unique();
+        let dry_run = self.config.dry_run;
+        let now = self.clock();
+        let runtime = &mut self.pools[index];
+        let pool_name = runtime.name().to_owned();
+        let request = LaunchRequest {
+            unique: &unique,
+            worker: &runtime.pool.worker,
+            dry_run,
+        };
+        let submitting = shutdown::Submitting::new(&self.stop_flags.submitting);
+        let result = runtime.pool.backend.start_worker_job(&request).await;
+        drop(submitting);
+        let (outcome, go_on) = match result {
+            Ok(job) => {
+                let output = runtime.pool.backend.job_output(&job);
+                tracing::info!(pool = %pool_name, job = %job.id, backend = runtime.pool.backend.name(), dry_run, output = output.as_deref(), "started a worker job{}", output.as_deref().map(|o| format!("; its output goes to {o}")).unwrap_or_default());
+                runtime.launched(&job, now);
+                report.launched.push(job);
+                let outcome = match dry_run {
+                    true => LaunchResult::DryRun,
+                    false => LaunchResult::Started,
+                };
+                (outcome, true)
+            }
+            Err(error) if error.is_temporary() => {
+                tracing::warn!(pool = %pool_name, %error, "could not start a worker job; will retry on a later tick");
+                report.launch_errors.push(error.to_string());
+                (LaunchResult::TemporaryError, false)
+            }
+            Err(error) => {
+                runtime.last_launch = Some(now);
+                self.num_failed += 1;
+                tracing::error!(pool = %pool_name, %error, failed = self.num_failed, "failed to start a worker job");
+                report.launch_errors.push(error.to_string());
+                let news = runtime.fail(now, "submit_failed", error.to_string());
+                report.events.extend(news.events);
+                runtime::remember(&mut self.recent_failures, news.failures);
+                let compat = runtime.pool.policy.launch_mode == LaunchMode::Compat;
+                (LaunchResult::Failed, compat)
+            }
+        };
+        report.events.push(TickEvent::Launch {
+            pool: pool_name,
+            result: outcome,
+        });
+        go_on
+    }
+}

@@ -1,0 +1,137 @@
+//! The observe step of a tick: log in once (the ready hook), search the staged bundles, list
+//! every pool's jobs and take each listing into the pool's memory, giving the pure
+//! [`PoolsObservation`] the plan step hands to the policy.
+
+use super::runtime::{self, ListingNews};
+use super::status::TickEvent;
+use super::{Manager, ReadyHook};
+use crate::backend::WorkerJob;
+use crate::codalab::{CodaLabClient, SearchResult, SkippedBundle, staged_keywords};
+use crate::error::{Error, Result};
+use crate::pools::PoolsObservation;
+use std::collections::HashSet;
+use std::time::Duration;
+
+/// What the observe step saw.
+#[derive(Debug)]
+pub(super) struct Observed {
+    /// The search keywords used.
+    pub keywords: Vec<String>,
+    /// Bundles skipped because a field was malformed.
+    pub malformed: usize,
+    /// The staged bundles and every pool's jobs, as the policy sees them.
+    pub pools: PoolsObservation,
+    /// Jobs seen failed for the first time.
+    pub newly_failed: Vec<WorkerJob>,
+    /// What the listings showed, for metrics (failed and preempted jobs, backoffs).
+    pub events: Vec<TickEvent>,
+    /// The manager clock the observation is for.
+    pub now: Duration,
+}
+
+impl Manager {
+    /// Observes the server and every pool. Fails when the search fails, or when every pool's
+    /// listing does (with the first listing error).
+    pub(super) async fn observe(&mut self) -> Result<Observed> {
+        self.ready().await?;
+        let keywords = self.keywords();
+        let search = search_staged(&self.client, &keywords).await?;
+        let malformed = self.note_malformed(&search.skipped);
+        let listings = self.list_pools().await?;
+        let now = self.clock();
+        let mut observed = Observed {
+            keywords,
+            malformed,
+            pools: PoolsObservation::default(),
+            newly_failed: Vec::new(),
+            events: Vec::new(),
+            now,
+        };
+        for (runtime, listing) in self.pools.iter_mut().zip(listings) {
+            let unobserved = match listing {
+                Ok(news) => {
+                    self.num_failed += news.newly_failed.len() as u32;
+                    observed.newly_failed.extend(news.newly_failed);
+                    observed.events.extend(news.events);
+                    runtime::remember(&mut self.recent_failures, news.failures);
+                    None
+                }
+                Err(error) => Some(error),
+            };
+            observed
+                .pools
+                .pools
+                .push(runtime.observation(now, unobserved));
+        }
+        observed.pools.bundles = search.bundles;
+        Ok(observed)
+    }
+
+    /// At the first tick: logs in, then runs the ready hook ([`Manager::on_ready`]).
+    async fn ready(&mut self) -> Result<()> {
+        if self.on_ready.is_some() {
+            self.client.login().await?;
+            if let Some(ReadyHook(hook)) = self.on_ready.take() {
+                hook();
+            }
+        }
+        Ok(())
+    }
+
+    /// The staged search: upstream's keywords, narrowed by the worker tag of the
+    /// single-backend pool (each of several pools matches `request_queue` itself).
+    fn keywords(&self) -> Vec<String> {
+        let narrowed = self
+            .pools
+            .iter()
+            .find(|r| r.pool.policy.is_single_backend())
+            .map(|r| &r.pool.worker);
+        staged_keywords(
+            &self.config.search,
+            self.client.username(),
+            narrowed.and_then(|worker| worker.tag.as_deref()),
+            narrowed.is_some_and(|worker| worker.tag_exclusive),
+        )
+    }
+
+    /// Logs each malformed bundle once (while it stays malformed); returns how many there are.
+    fn note_malformed(&mut self, skipped: &[SkippedBundle]) -> usize {
+        for bundle in skipped {
+            if self.reported_malformed.insert(bundle.uuid.clone()) {
+                tracing::warn!(bundle = %bundle.uuid, reason = %bundle.reason, "skipping malformed bundle");
+            }
+        }
+        let current: HashSet<&str> = skipped.iter().map(|s| s.uuid.as_str()).collect();
+        self.reported_malformed
+            .retain(|uuid| current.contains(uuid.as_str()));
+        skipped.len()
+    }
+
+    /// Lists every pool's jobs into its memory. Returns per pool what its listing showed, or
+    /// why it could not be listed; fails with the first error when no pool could be.
+    async fn list_pools(&mut self) -> Result<Vec<Result<ListingNews, String>>> {
+        let mut listings = Vec::with_capacity(self.pools.len());
+        let mut first_error: Option<Error> = None;
+        let listed_at = self.clock();
+        for runtime in &mut self.pools {
+            match runtime.pool.backend.get_worker_jobs().await {
+                Ok(jobs) => listings.push(Ok(runtime.take_listing(jobs, listed_at))),
+                Err(error) => {
+                    tracing::warn!(pool = runtime.name(), %error, "cannot list the pool's jobs; skipping the pool this tick");
+                    listings.push(Err(error.to_string()));
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        match first_error {
+            Some(error) if listings.iter().all(Result::is_err) => Err(error),
+            _ => Ok(listings),
+        }
+    }
+}
+
+/// The staged bundles the server holds for `keywords`: the tick's one staged search. (A free
+/// function: a future holding `&Manager` across the search would not be `Send`.)
+async fn search_staged(client: &CodaLabClient, keywords: &[String]) -> Result<SearchResult> {
+    client.search_bundles(keywords).await
+}

@@ -1,0 +1,85 @@
+//! The loop around the tick: apply reloads, tick, let the error policy decide the next delay,
+//! and return when a shutdown is requested, one tick ran with `--once`, the restart time came,
+//! too many launches failed, or an error is fatal.
+
+use super::error_policy::{Action, ErrorPolicy};
+use super::{Manager, Outcome};
+use crate::error::Result;
+use tokio::sync::watch;
+
+impl Manager {
+    /// Ticks every `sleep_time` until a shutdown is requested (`shutdown` turns `true`: the
+    /// tick in flight is cancelled, see [`SUBMIT_GRACE`](super::SUBMIT_GRACE)), one tick ran with `once`, the
+    /// restart time came, or an error is fatal.
+    pub async fn run(
+        &mut self,
+        once: bool,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<Outcome> {
+        let mut errors = ErrorPolicy::new(
+            self.config.sleep_time,
+            self.config.max_backoff,
+            self.started,
+            once,
+        );
+        loop {
+            self.apply_reloads();
+            if let Some(outcome) = self.restart_due() {
+                return Ok(outcome);
+            }
+            let Some(result) = self.tick_or_shutdown(&mut shutdown).await else {
+                return Ok(Outcome::Shutdown);
+            };
+            let launch_errors = result.as_ref().map_or(0, |r| r.launch_errors.len());
+            let delay = match errors.next(result.map(drop), self.config.sleep_time) {
+                Action::Requeue(delay) => delay,
+                Action::Stop(error) => return Err(error),
+            };
+            if let Some(outcome) = self.too_many_failures() {
+                return Ok(outcome);
+            }
+            if once {
+                return Ok(Outcome::Once { launch_errors });
+            }
+            if *shutdown.borrow() {
+                return Ok(Outcome::Shutdown);
+            }
+            tracing::debug!("sleeping {} seconds", delay.as_secs());
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = shutdown.wait_for(|stop| *stop) => return Ok(Outcome::Shutdown),
+            }
+        }
+    }
+
+    /// Whether `--restart-after-seconds` has elapsed (logged).
+    fn restart_due(&self) -> Option<Outcome> {
+        let limit = self.config.restart_after?;
+        let elapsed = self.started.elapsed();
+        if elapsed <= limit {
+            return None;
+        }
+        tracing::info!(
+            "{} seconds have elapsed since this manager was started, more than {}; restarting",
+            elapsed.as_secs(),
+            limit.as_secs()
+        );
+        Some(Outcome::Restart)
+    }
+
+    /// Whether `--exit-after-num-failed` has been exceeded (logged).
+    fn too_many_failures(&self) -> Option<Outcome> {
+        let limit = self.config.exit_after_num_failed?;
+        if self.num_failed <= limit {
+            return None;
+        }
+        tracing::error!(
+            "failed to start {} worker jobs in total, more than --exit-after-num-failed {limit}; exiting",
+            self.num_failed,
+        );
+        Some(Outcome::TooManyFailures {
+            failed: self.num_failed,
+            limit,
+        })
+    }
+}

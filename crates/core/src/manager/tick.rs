@@ -1,0 +1,147 @@
+//! One tick: observe → plan → act → report. The plan step asks the pure pool policy and logs
+//! its decision; the report step counts the tick's events and publishes the status snapshot
+//! (also after a failed tick, with its error).
+
+use super::observe::Observed;
+use super::status::{Status, TickEvent};
+use super::{Manager, logs};
+use crate::backend::WorkerJob;
+use crate::error::Result;
+use crate::policy::Decision;
+use crate::pools::{PoolDecision, PoolPolicy, PoolsDecision, plan_pools};
+use tokio::time::Instant;
+
+/// What one tick saw and did.
+#[derive(Debug, Clone)]
+pub struct TickReport {
+    /// The search keywords used.
+    pub keywords: Vec<String>,
+    /// Staged bundles after the prefilter.
+    pub staged: usize,
+    /// Bundles staged last tick and not any more.
+    pub removed: usize,
+    /// Bundles dropped by the prefilter.
+    pub filtered: usize,
+    /// Bundles skipped because a field was malformed.
+    pub malformed: usize,
+    /// Worker jobs that count (pending + active).
+    pub jobs: usize,
+    /// Active worker jobs.
+    pub active: usize,
+    /// Pending worker jobs.
+    pub pending: usize,
+    /// Jobs seen failed for the first time this tick.
+    pub newly_failed: Vec<WorkerJob>,
+    /// Upstream's decision: in the single-backend mode the pool's decision with its reasons;
+    /// otherwise the total launches and no reasons (see `pools`).
+    pub decision: Decision,
+    /// Jobs started this tick (all pools).
+    pub launched: Vec<WorkerJob>,
+    /// Launches that failed this tick, with the error.
+    pub launch_errors: Vec<String>,
+    /// The pool policy's decision: per pool launches, stops and reasons; per bundle the pool
+    /// or the reason none takes it.
+    pub pools: PoolsDecision,
+    /// What happened, for metrics: launches by result, stops by reason, decisions by reason,
+    /// unserved bundles by reason, failed jobs, backoffs (see [`TickEvent::counter`]).
+    pub events: Vec<TickEvent>,
+}
+
+impl Manager {
+    /// One iteration. Errors are those of the server search or, when every pool's listing
+    /// fails, the first listing error (a pool whose listing fails while others succeed is
+    /// skipped with reason `unobserved`). A failed launch is reported in the [`TickReport`]
+    /// and counted, not returned.
+    pub async fn tick(&mut self) -> Result<TickReport> {
+        self.ticks += 1;
+        self.tick_started = Instant::now();
+        let result = match self.observe().await {
+            Ok(observed) => {
+                let mut report = self.plan(observed);
+                self.act(&mut report).await;
+                Ok(report)
+            }
+            Err(error) => Err(error),
+        };
+        self.report(&result);
+        result
+    }
+
+    /// Asks the pool policy, logs its decision and starts the tick's report.
+    fn plan(&mut self, observed: Observed) -> TickReport {
+        let policies = self.policies();
+        let decision = plan_pools(&observed.pools, &policies, observed.now);
+        let filtered = logs::note_unserved(&mut self.reported, &policies, &decision);
+        let staged = logs::fitting_uuids(&observed.pools, &decision);
+        let removed = logs::update_staged(&mut self.staged_uuids, &staged);
+        drop(staged);
+        logs::log_decisions(&policies, &decision, self.staged_uuids.len(), removed);
+        let totals = |f: fn(&PoolDecision) -> usize| decision.pools.iter().map(f).sum::<usize>();
+        let (active, pending) = (totals(|d| d.active), totals(|d| d.pending));
+        let mut events = observed.events;
+        events.extend(logs::decision_events(&decision));
+        TickReport {
+            keywords: observed.keywords,
+            staged: self.staged_uuids.len(),
+            removed,
+            filtered,
+            malformed: observed.malformed,
+            jobs: active + pending,
+            active,
+            pending,
+            newly_failed: observed.newly_failed,
+            decision: upstream_decision(&policies, &decision),
+            launched: Vec::new(),
+            launch_errors: Vec::new(),
+            pools: decision,
+            events,
+        }
+    }
+
+    /// Counts the tick's events and publishes the status snapshot; a failed tick counts as
+    /// a `server_errors` event of its kind and leaves its error in the snapshot.
+    fn report(&mut self, result: &Result<TickReport>) {
+        let now = self.clock();
+        let report = match result {
+            Ok(report) => report,
+            Err(error) => {
+                let kind = super::error_policy::tick_error_kind(error).to_owned();
+                self.counters.count(("server_errors", String::new(), kind));
+                self.status.send_modify(|status| {
+                    status.uptime_seconds = now.as_secs();
+                    status.ticks = self.ticks;
+                    status.last_error = Some(error.to_string());
+                    status.last_tick_duration_seconds = self.tick_started.elapsed().as_secs_f64();
+                    status.counters = self.counters.snapshot();
+                });
+                return;
+            }
+        };
+        self.counters.add(&report.events);
+        let status = Status {
+            uptime_seconds: now.as_secs(),
+            ticks: self.ticks,
+            last_error: None,
+            last_success_seconds: Some(now.as_secs()),
+            last_tick_duration_seconds: self.tick_started.elapsed().as_secs_f64(),
+            staged: self.staged_uuids.len(),
+            pools: self.pools.iter().map(|p| p.status(now)).collect(),
+            unserved: report.pools.unserved.clone(),
+            recent_failures: self.recent_failures.iter().cloned().collect(),
+            counters: self.counters.snapshot(),
+        };
+        self.status.send_replace(status);
+    }
+}
+
+/// [`TickReport::decision`]: the single-backend pool's decision with its reasons, otherwise
+/// the total launches.
+fn upstream_decision(policies: &[PoolPolicy], decision: &PoolsDecision) -> Decision {
+    match (policies, decision.pools.as_slice()) {
+        ([policy], [pool]) if policy.is_single_backend() => pool.as_upstream(),
+        _ => Decision {
+            launches: decision.launches(),
+            reasons: Vec::new(),
+        },
+    }
+}

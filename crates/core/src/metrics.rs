@@ -1,0 +1,445 @@
+//! The manager's Prometheus metrics, in one registry ([`Metrics`], OpenMetrics text from
+//! [`Metrics::render`]):
+//!
+//! - from the status snapshots the manager publishes after every tick ([`StatusExporter`]):
+//!   staged bundles, worker jobs per pool and state, the tick's duration, and the running totals
+//!   of the [`TickEvent::counter`]s (launches, stops, decisions, job endings, server errors);
+//! - from [`MeteredBackend`], which times every backend call per pool and operation.
+//!
+//! The metrics are process-wide and off until [`enable_metrics`] turns them on (the CLI does
+//! with `--listen`, whose HTTP server serves [`Metrics::render`]); [`metered`] wraps a backend
+//! only when they are on.
+//!
+//! [`TickEvent::counter`]: crate::manager::status::TickEvent::counter
+
+use crate::backend::{CleanupItem, LaunchRequest, WorkerBackend, WorkerJob};
+use crate::bundle::WorkerShape;
+use crate::error::Result;
+use crate::manager::status::Status;
+use async_trait::async_trait;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+/// `{pool, state}` of `codalab_wm_worker_jobs`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolState {
+    pool: String,
+    state: &'static str,
+}
+
+/// `{pool, result}` of `codalab_wm_launches_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolResult {
+    pool: String,
+    result: String,
+}
+
+/// `{pool, reason}` of `codalab_wm_stops_total` and `codalab_wm_decisions_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolReason {
+    pool: String,
+    reason: String,
+}
+
+/// `{kind}` of `codalab_wm_server_errors_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorKind {
+    kind: String,
+}
+
+/// `{pool, op}` of `codalab_wm_backend_request_duration_seconds`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolOp {
+    pool: String,
+    op: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// 5 ms to about 80 s, doubling.
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 15))
+}
+
+/// Every metric of the manager, in one registry.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    staged: Gauge,
+    worker_jobs: Family<PoolState, Gauge>,
+    launches: Family<PoolResult, Counter>,
+    stops: Family<PoolReason, Counter>,
+    decisions: Family<PoolReason, Counter>,
+    job_endings: Family<PoolReason, Counter>,
+    server_errors: Family<ErrorKind, Counter>,
+    tick_duration: Histogram,
+    backend_requests: HistogramFamily<PoolOp>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let metrics = Self {
+            registry: Registry::default(),
+            staged: Gauge::default(),
+            worker_jobs: Family::default(),
+            launches: Family::default(),
+            stops: Family::default(),
+            decisions: Family::default(),
+            job_endings: Family::default(),
+            server_errors: Family::default(),
+            tick_duration: duration_histogram(),
+            backend_requests: Family::new_with_constructor(duration_histogram),
+        };
+        metrics.register(&mut registry);
+        Self {
+            registry,
+            ..metrics
+        }
+    }
+}
+
+impl Metrics {
+    /// Registers every metric (handles share their values with the copies in `self`).
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "codalab_wm_staged_bundles",
+            "Staged bundles seen at the last successful tick",
+            self.staged.clone(),
+        );
+        registry.register(
+            "codalab_wm_worker_jobs",
+            "Worker jobs per pool at the last successful tick, by state (active, pending, failed, stopping)",
+            self.worker_jobs.clone(),
+        );
+        registry.register(
+            "codalab_wm_launches",
+            "Launches tried, by pool and result (started, dry_run, failed, temporary_error)",
+            self.launches.clone(),
+        );
+        registry.register(
+            "codalab_wm_stops",
+            "Jobs stopped by the manager, by pool and reason",
+            self.stops.clone(),
+        );
+        registry.register(
+            "codalab_wm_decisions",
+            "Rules that fired in a pool's decision, by pool and reason code",
+            self.decisions.clone(),
+        );
+        registry.register(
+            "codalab_wm_job_endings",
+            "Worker jobs that ended without finishing normally, by pool and reason (preempted, failed_before_active, failed_after_active)",
+            self.job_endings.clone(),
+        );
+        registry.register(
+            "codalab_wm_server_errors",
+            "Failed ticks, by kind of error (unreachable, server_error, rate_limited, backend ...)",
+            self.server_errors.clone(),
+        );
+        registry.register_with_unit(
+            "codalab_wm_tick_duration",
+            "Duration of one tick (search, list, plan, act)",
+            Unit::Seconds,
+            self.tick_duration.clone(),
+        );
+        registry.register_with_unit(
+            "codalab_wm_backend_request_duration",
+            "Duration of backend calls, by pool and operation (get_worker_jobs, start_worker_job, stop_worker_job)",
+            Unit::Seconds,
+            self.backend_requests.clone(),
+        );
+    }
+
+    /// Adds `delta` to the exported counter of a [`Status`] counter, if it is exported.
+    fn count(&self, metric: &str, pool: &str, label: &str, delta: u64) {
+        let (pool, label) = (pool.to_owned(), label.to_owned());
+        match metric {
+            "launches" => self.launches.get_or_create(&PoolResult {
+                pool,
+                result: label,
+            }),
+            "stops" => self.stops.get_or_create(&PoolReason {
+                pool,
+                reason: label,
+            }),
+            "decisions" => self.decisions.get_or_create(&PoolReason {
+                pool,
+                reason: label,
+            }),
+            "job_failures" => self.job_endings.get_or_create(&PoolReason {
+                pool,
+                reason: format!("failed_{label}"),
+            }),
+            "job_preemptions" => self.job_endings.get_or_create(&PoolReason {
+                pool,
+                reason: label,
+            }),
+            "server_errors" => self.server_errors.get_or_create(&ErrorKind { kind: label }),
+            _ => return,
+        }
+        .inc_by(delta);
+    }
+
+    /// Sets the gauges of a successful tick: staged bundles, worker jobs per pool and state.
+    fn set_gauges(&self, status: &Status) {
+        self.staged.set(status.staged as i64);
+        self.worker_jobs.clear();
+        for pool in &status.pools {
+            let counts = [
+                ("active", pool.active),
+                ("pending", pool.pending),
+                ("failed", pool.failed),
+                ("stopping", pool.stopping),
+            ];
+            for (state, count) in counts {
+                let labels = PoolState {
+                    pool: pool.name.clone(),
+                    state,
+                };
+                self.worker_jobs.get_or_create(&labels).set(count as i64);
+            }
+        }
+    }
+
+    /// The registry in the OpenMetrics text format.
+    pub fn render(&self) -> std::result::Result<String, std::fmt::Error> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+}
+
+/// Follows the manager's status snapshots ([`crate::Manager::subscribe_status`]) into
+/// [`Metrics`]: the tick's duration, the gauges of a successful tick, and the counters, which
+/// get the growth of the snapshot's running totals.
+#[derive(Debug)]
+pub struct StatusExporter {
+    metrics: &'static Metrics,
+    /// The tick of the last snapshot taken in.
+    ticks: u64,
+    /// The totals already exported.
+    exported: HashMap<(&'static str, String, String), u64>,
+}
+
+impl StatusExporter {
+    /// An exporter into `metrics`.
+    pub fn new(metrics: &'static Metrics) -> Self {
+        Self {
+            metrics,
+            ticks: 0,
+            exported: HashMap::new(),
+        }
+    }
+
+    /// Takes in a snapshot. Returns whether it is a new tick's (a snapshot before the first
+    /// tick, or of the same tick again, changes nothing).
+    pub fn observe(&mut self, status: &Status) -> bool {
+        let last = std::mem::replace(&mut self.ticks, status.ticks);
+        if status.ticks == 0 || status.ticks == last {
+            return false;
+        }
+        let metrics = self.metrics;
+        metrics
+            .tick_duration
+            .observe(status.last_tick_duration_seconds);
+        if status.last_error.is_none() {
+            metrics.set_gauges(status);
+        }
+        for counter in &status.counters {
+            let key = (counter.metric, counter.pool.clone(), counter.label.clone());
+            let before = self.exported.insert(key, counter.value).unwrap_or(0);
+            // A smaller total means a new manager (reload): its whole total is new.
+            let delta = counter.value.checked_sub(before).unwrap_or(counter.value);
+            if delta > 0 {
+                metrics.count(counter.metric, &counter.pool, &counter.label, delta);
+            }
+        }
+        true
+    }
+}
+
+/// The process's metrics, once turned on. Process-wide, like the default registry of other
+/// Prometheus clients, because backends are built deep inside the CLI (and rebuilt on a
+/// reload): threading a registry through every builder would touch them all.
+static METRICS: OnceLock<Metrics> = OnceLock::new();
+
+/// Turns the metrics on (idempotent) and returns them.
+pub fn enable_metrics() -> &'static Metrics {
+    METRICS.get_or_init(Metrics::default)
+}
+
+/// `backend`, timed per call into `codalab_wm_backend_request_duration_seconds{pool}` when
+/// the metrics are on; `backend` itself otherwise.
+pub fn metered(backend: Arc<dyn WorkerBackend>, pool: &str) -> Arc<dyn WorkerBackend> {
+    match METRICS.get() {
+        Some(metrics) => Arc::new(MeteredBackend {
+            inner: backend,
+            pool: pool.to_owned(),
+            metrics,
+        }),
+        None => backend,
+    }
+}
+
+/// A backend that times every call of the one it wraps.
+#[derive(Debug)]
+pub struct MeteredBackend {
+    inner: Arc<dyn WorkerBackend>,
+    pool: String,
+    metrics: &'static Metrics,
+}
+
+impl MeteredBackend {
+    fn observe(&self, op: &'static str, started: Instant) {
+        let labels = PoolOp {
+            pool: self.pool.clone(),
+            op,
+        };
+        self.metrics
+            .backend_requests
+            .get_or_create(&labels)
+            .observe(started.elapsed().as_secs_f64());
+    }
+}
+
+#[async_trait]
+impl WorkerBackend for MeteredBackend {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn worker_shape(&self) -> WorkerShape {
+        self.inner.worker_shape()
+    }
+
+    async fn get_worker_jobs(&self) -> Result<Vec<WorkerJob>> {
+        let started = Instant::now();
+        let result = self.inner.get_worker_jobs().await;
+        self.observe("get_worker_jobs", started);
+        result
+    }
+
+    async fn start_worker_job(&self, request: &LaunchRequest<'_>) -> Result<WorkerJob> {
+        let started = Instant::now();
+        let result = self.inner.start_worker_job(request).await;
+        self.observe("start_worker_job", started);
+        result
+    }
+
+    fn job_output(&self, job: &WorkerJob) -> Option<String> {
+        self.inner.job_output(job)
+    }
+
+    async fn stop_worker_job(&self, job: &WorkerJob) -> Result<()> {
+        let started = Instant::now();
+        let result = self.inner.stop_worker_job(job).await;
+        self.observe("stop_worker_job", started);
+        result
+    }
+
+    async fn cleanup(&self, dry_run: bool) -> Result<Vec<CleanupItem>> {
+        self.inner.cleanup(dry_run).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manager::status::{Counter as StatusCounter, PoolStatus, ShapeStatus};
+    use crate::pools::{LaunchMode, PoolHealth};
+
+    fn counter(metric: &'static str, label: &str, value: u64) -> StatusCounter {
+        StatusCounter {
+            metric,
+            pool: "cpu".into(),
+            label: label.into(),
+            value,
+        }
+    }
+
+    fn pool(active: usize) -> PoolStatus {
+        PoolStatus {
+            name: "cpu".into(),
+            backend: "local".into(),
+            launch_mode: LaunchMode::Target,
+            shape: ShapeStatus {
+                cpus: 1,
+                gpus: 0,
+                memory_bytes: 1 << 30,
+            },
+            min: 0,
+            max: 3,
+            tag: None,
+            tag_exclusive: false,
+            cost: 0.0,
+            active,
+            pending: 1,
+            failed: 0,
+            stopping: 0,
+            health: PoolHealth::default(),
+            backing_off_until: None,
+            last_decision: None,
+            assigned: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_exporter_counts_growth_once_and_sets_gauges_of_successful_ticks() {
+        let metrics: &'static Metrics = Box::leak(Box::default());
+        let mut exporter = StatusExporter::new(metrics);
+        assert!(!exporter.observe(&Status::default()), "no tick yet");
+        let first = Status {
+            ticks: 1,
+            staged: 4,
+            pools: vec![pool(2)],
+            counters: vec![
+                counter("launches", "started", 2),
+                counter("job_failures", "before_active", 1),
+            ],
+            ..Status::default()
+        };
+        assert!(exporter.observe(&first));
+        assert!(!exporter.observe(&first), "the same tick again");
+        let failed = Status {
+            ticks: 2,
+            staged: 9,
+            pools: vec![pool(5)],
+            last_error: Some("codalab server unreachable".into()),
+            counters: vec![
+                counter("launches", "started", 3),
+                counter("job_failures", "before_active", 1),
+            ],
+            ..Status::default()
+        };
+        assert!(exporter.observe(&failed));
+        let text = metrics.render().unwrap();
+        for line in [
+            r#"codalab_wm_launches_total{pool="cpu",result="started"} 3"#,
+            r#"codalab_wm_job_endings_total{pool="cpu",reason="failed_before_active"} 1"#,
+            r#"codalab_wm_worker_jobs{pool="cpu",state="active"} 2"#,
+            "codalab_wm_staged_bundles 4",
+            "codalab_wm_tick_duration_seconds_count 2",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        // A new manager (reload) starts its totals again: its whole total is new.
+        exporter.observe(&Status {
+            ticks: 3,
+            counters: vec![counter("launches", "started", 1)],
+            ..Status::default()
+        });
+        let text = metrics.render().unwrap();
+        assert!(
+            text.contains(r#"codalab_wm_launches_total{pool="cpu",result="started"} 4"#),
+            "{text}"
+        );
+    }
+}
