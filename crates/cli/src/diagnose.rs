@@ -2,7 +2,7 @@
 //! file with its `FILE:LINE` and a did-you-mean ([`file_problems`]). The other layers
 //! (`CODALAB_WM_*`, flags) are named by `codalab_wm_core::settings::invalid`.
 
-use crate::commands::config::check::{self, Kind};
+use codalab_wm_core::settings::check::{self, Kind};
 use std::path::Path;
 
 /// The problems of the config file at `path` that no other layer can mend: syntax, unknown
@@ -12,7 +12,7 @@ pub fn file_problems(path: &Path) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("cannot read config file {}: {e}", path.display()))?;
     let file = path.display();
-    let lines: Vec<String> = check::check(&text)
+    let lines: Vec<String> = check::check(&text, &crate::commands::config::program())
         .into_iter()
         .filter(|d| matches!(d.kind, Kind::Syntax | Kind::UnknownKey | Kind::WrongType))
         .map(|d| format!("  {file}:{d}"))

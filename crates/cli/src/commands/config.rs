@@ -2,12 +2,11 @@
 //! placeholders are customised (`grep -n XXX-CUSTOMIZE-THIS-XXX`), checked without contacting
 //! anything, and reloaded into a running manager with SIGHUP (`crate::reload`).
 
-pub mod check;
-pub mod schema;
-pub mod template;
-
-use crate::args::GlobalArgs;
+use crate::args::{GlobalArgs, WorkerArgs};
 use anyhow::{Context, Result};
+use codalab_wm_core::describe::flag_docs;
+use codalab_wm_core::settings::schema::{PLACEHOLDER, Program};
+use codalab_wm_core::settings::{check, template};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -62,7 +61,16 @@ pub async fn run(command: ConfigCommand, _global: GlobalArgs) -> Result<ExitCode
 /// The template of `backend` (`slurm-batch` …), single-backend or with two pools.
 pub fn template(backend: &str, pools: bool) -> Result<String> {
     let kind = crate::backends::catalogue().get(backend)?;
-    Ok(template::render(kind, pools))
+    Ok(template::render(kind, pools, &program()))
+}
+
+/// This program's backends and the help of its flags, for the config file tooling.
+pub fn program() -> Program {
+    Program {
+        catalogue: crate::backends::catalogue(),
+        top_docs: flag_docs::<GlobalArgs>(),
+        worker_docs: flag_docs::<WorkerArgs>(),
+    }
 }
 
 fn init(args: InitArgs) -> Result<ExitCode> {
@@ -91,7 +99,7 @@ fn init(args: InitArgs) -> Result<ExitCode> {
             eprintln!(
                 "wrote {}; edit what `grep -n {} {}` shows, then run `cl-worker-manager config check {}`",
                 path.display(),
-                schema::PLACEHOLDER,
+                PLACEHOLDER,
                 path.display(),
                 path.display()
             );
@@ -103,7 +111,7 @@ fn init(args: InitArgs) -> Result<ExitCode> {
 fn check_file(args: CheckArgs) -> Result<ExitCode> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
-    let diagnostics = check::check(&text);
+    let diagnostics = check::check(&text, &program());
     let file = args.file.display();
     for diagnostic in &diagnostics {
         println!("{file}:{diagnostic}");
@@ -116,6 +124,3 @@ fn check_file(args: CheckArgs) -> Result<ExitCode> {
         Ok(ExitCode::FAILURE)
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -2,16 +2,28 @@
 //! `config check` cannot drift from what `run` accepts: the keys of each table are the fields of
 //! the struct that table deserializes into (asked of its `Deserialize` impl), the defaults are
 //! the `Default` structs serialized, and the docs are the help of the matching flag (or, for
-//! keys without a flag, a line in [`EXTRA_DOCS`]).
+//! keys without a flag, a line in [`EXTRA_DOCS`]). The program supplies the help of its global
+//! flags and its backends ([`Program`]).
 
-use crate::args::{GlobalArgs, WorkerArgs};
-use codalab_wm_core::describe::{BackendKind, TableSchema, fields_of, flag_docs};
-use codalab_wm_core::settings::{PoolRules, Settings, WorkerSettings};
+use super::{PoolRules, Settings, WorkerSettings};
+use crate::describe::{BackendKind, Catalogue, TableSchema, fields_of};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
-pub use codalab_wm_core::describe::PLACEHOLDER;
+pub use crate::describe::PLACEHOLDER;
+
+/// What the config file tooling needs from the program that reads the file: its backends and
+/// the help of its global and `--worker-*` flags (by config key).
+#[derive(Debug, Clone)]
+pub struct Program {
+    /// Every backend.
+    pub catalogue: Catalogue,
+    /// The help of the global flags, by key (`max_workers`).
+    pub top_docs: HashMap<String, String>,
+    /// The help of the `--worker-*` flags, by `[worker]` key.
+    pub worker_docs: HashMap<String, String>,
+}
 
 /// A table of the config file's own (not a backend's): its keys, defaults and docs.
 fn table<T: DeserializeOwned>(
@@ -49,10 +61,10 @@ pub fn options<'a>(
 }
 
 /// The top level.
-pub fn top() -> TableSchema {
+pub fn top(program: &Program) -> TableSchema {
     let defaults = serde_json::to_value(Settings::default()).unwrap_or_default();
-    let mut top = table::<Settings>("", defaults, flag_docs::<GlobalArgs>());
-    let names = crate::backends::catalogue().names().join(", ");
+    let mut top = table::<Settings>("", defaults, program.top_docs.clone());
+    let names = program.catalogue.names().join(", ");
     let doc = format!(
         "The backend to run when no subcommand is given ({names}); leave unset with [[pools]]"
     );
@@ -61,9 +73,9 @@ pub fn top() -> TableSchema {
 }
 
 /// `[worker]`.
-pub fn worker() -> TableSchema {
+pub fn worker(program: &Program) -> TableSchema {
     let defaults = serde_json::to_value(WorkerSettings::default()).unwrap_or_default();
-    table::<WorkerSettings>("worker", defaults, flag_docs::<WorkerArgs>())
+    table::<WorkerSettings>("worker", defaults, program.worker_docs.clone())
 }
 
 /// `[[pools]]` (its backend sub-table is the backend's own schema).

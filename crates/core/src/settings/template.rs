@@ -1,8 +1,8 @@
 //! `config init`: a commented TOML template with every option, its default and its help,
 //! required values set to [`PLACEHOLDER`], all generated from [`super::schema`].
 
-use super::schema::{self, PLACEHOLDER};
-use codalab_wm_core::describe::{BackendKind, Placement, TableSchema};
+use super::schema::{self, PLACEHOLDER, Program};
+use crate::describe::{BackendKind, Placement, TableSchema};
 use serde_json::Value;
 use std::fmt::Write;
 
@@ -99,10 +99,10 @@ fn header(out: &mut String, backend: &dyn BackendKind, pools: bool) {
 }
 
 /// The whole template for `backend`, single-backend or (`pools`) with a two-pool example.
-pub fn render(backend: &dyn BackendKind, pools: bool) -> String {
+pub fn render(backend: &dyn BackendKind, pools: bool, program: &Program) -> String {
     let mut out = String::new();
     header(&mut out, backend, pools);
-    let top = schema::top();
+    let top = schema::top(program);
     let _ = writeln!(out, "# ---- global settings ----\n");
     if pools {
         let _ = writeln!(
@@ -125,7 +125,7 @@ pub fn render(backend: &dyn BackendKind, pools: bool) -> String {
     } else {
         &[]
     };
-    options(&mut out, &schema::worker(), None, skip, &[]);
+    options(&mut out, &schema::worker(program), None, skip, &[]);
     if pools {
         pools_example(&mut out, backend);
     } else {

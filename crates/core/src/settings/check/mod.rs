@@ -4,12 +4,16 @@
 //! one wrong key does not hide the next), each backend table with the backend's own config
 //! type and `validate()`, then the combinations no manager could run with.
 
-use super::schema::{self, PLACEHOLDER};
-use crate::backends::catalogue;
-use codalab_wm_core::WorkerShape;
-use codalab_wm_core::describe::{BackendKind, Placement, TableSchema};
-use codalab_wm_core::layout;
-use codalab_wm_core::settings::{PoolRules, PoolSettings, Settings, WorkerSettings, suggestion};
+mod pools;
+mod toml;
+
+use toml::line_of;
+pub use toml::to_json;
+
+use super::schema::{self, PLACEHOLDER, Program};
+use super::{Settings, WorkerSettings, suggestion};
+use crate::describe::{BackendKind, Catalogue, TableSchema};
+use crate::layout;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use std::fmt;
@@ -63,7 +67,7 @@ impl fmt::Display for Diagnostic {
 }
 
 /// Every problem of the config file `text`, by line.
-pub fn check(text: &str) -> Vec<Diagnostic> {
+pub fn check(text: &str, program: &Program) -> Vec<Diagnostic> {
     let document = match toml_edit::ImDocument::parse(text.to_owned()) {
         Ok(document) => document,
         Err(error) => {
@@ -83,6 +87,7 @@ pub fn check(text: &str) -> Vec<Diagnostic> {
     };
     let mut checker = Checker {
         text,
+        program,
         found: Vec::new(),
     };
     checker.placeholders(document.as_item(), "");
@@ -91,46 +96,6 @@ pub fn check(text: &str) -> Vec<Diagnostic> {
     found.sort_by_key(|d| d.line);
     found.dedup();
     found
-}
-
-fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].matches('\n').count() + 1
-}
-
-/// A TOML item as JSON, for the structs' own `Deserialize`.
-pub fn to_json(item: &Item) -> Value {
-    match item {
-        Item::None => Value::Null,
-        Item::Value(value) => value_json(value),
-        Item::Table(table) => table_json(table),
-        Item::ArrayOfTables(array) => Value::Array(array.iter().map(|t| table_json(t)).collect()),
-    }
-}
-
-fn table_json(table: &dyn TableLike) -> Value {
-    Value::Object(
-        table
-            .iter()
-            .map(|(k, item)| (k.to_owned(), to_json(item)))
-            .collect(),
-    )
-}
-
-fn value_json(value: &toml_edit::Value) -> Value {
-    use toml_edit::Value as V;
-    match value {
-        V::String(s) => Value::String(s.value().clone()),
-        V::Integer(i) => Value::from(*i.value()),
-        V::Float(f) => serde_json::Number::from_f64(*f.value()).map_or(Value::Null, Value::Number),
-        V::Boolean(b) => Value::Bool(*b.value()),
-        V::Datetime(d) => Value::String(d.value().to_string()),
-        V::Array(a) => Value::Array(a.iter().map(value_json).collect()),
-        V::InlineTable(t) => Value::Object(
-            t.iter()
-                .map(|(k, v)| (k.to_owned(), value_json(v)))
-                .collect(),
-        ),
-    }
 }
 
 /// A table being checked: where it is and what it holds.
@@ -153,11 +118,16 @@ impl Place<'_> {
 }
 
 struct Checker<'t> {
+    program: &'t Program,
     text: &'t str,
     found: Vec<Diagnostic>,
 }
 
-impl Checker<'_> {
+impl<'t> Checker<'t> {
+    fn catalogue(&self) -> &'t Catalogue {
+        &self.program.catalogue
+    }
+
     fn push(&mut self, line: usize, kind: Kind, message: String) {
         self.found.push(Diagnostic {
             line,
@@ -292,8 +262,8 @@ impl Checker<'_> {
             path: String::new(),
             line: 1,
         };
-        let top = schema::top();
-        let catalogue = catalogue();
+        let top = schema::top(self.program);
+        let catalogue = self.catalogue();
         let mut nested: Vec<&str> = catalogue.tables().collect();
         nested.extend(["worker", "pools"]);
         let (merged, _) = self.keys::<Settings>(&place, &top, &top.defaults, &nested);
@@ -351,7 +321,7 @@ impl Checker<'_> {
         line: usize,
         key: &str,
     ) -> Option<&'static dyn BackendKind> {
-        let catalogue = catalogue();
+        let catalogue = self.catalogue();
         let message = match catalogue.entries().iter().find(|e| e.name == name) {
             Some(entry) if entry.kind.is_some() => return entry.kind,
             Some(entry) => format!(
@@ -378,7 +348,7 @@ impl Checker<'_> {
             path: "worker".into(),
             line: self.line(item.span(), 1),
         };
-        let schema = schema::worker();
+        let schema = schema::worker(self.program);
         let base = serde_json::to_value(WorkerSettings::default())
             .ok()
             .and_then(|v| v.as_object().cloned())
@@ -404,7 +374,7 @@ impl Checker<'_> {
         line: usize,
         pool: Option<&str>,
     ) -> Option<Map<String, Value>> {
-        let catalogue = catalogue();
+        let catalogue = self.catalogue();
         let entry = catalogue.by_table(table);
         let Some(backend) = entry.and_then(|e| e.kind) else {
             let feature = entry.map_or("full", |e| e.feature);
@@ -555,163 +525,4 @@ impl Checker<'_> {
         }
         ok
     }
-
-    fn pools(&mut self, item: &Item, settings: &Settings, line: usize) {
-        let tables: Vec<&dyn TableLike> = match item {
-            Item::ArrayOfTables(array) => array.iter().map(|t| t as &dyn TableLike).collect(),
-            Item::Value(toml_edit::Value::Array(array)) => array
-                .iter()
-                .filter_map(|v| v.as_inline_table().map(|t| t as &dyn TableLike))
-                .collect(),
-            _ => {
-                self.push(
-                    line,
-                    Kind::WrongType,
-                    "`pools` must be an array of tables ([[pools]])".into(),
-                );
-                return;
-            }
-        };
-        let schema = schema::pools();
-        let mut owners: Vec<Owner> = Vec::new();
-        for (index, table) in tables.into_iter().enumerate() {
-            let first = table.iter().next().map(|(k, _)| k.to_owned());
-            let place_line = first
-                .and_then(|k| table.get_key_value(&k).and_then(|(key, _)| key.span()))
-                .map_or(line, |s| line_of(self.text, s.start));
-            let place = Place {
-                table,
-                path: format!("pools[{index}]"),
-                line: place_line,
-            };
-            let base: Map<String, Value> = [
-                ("name".to_owned(), Value::String(String::new())),
-                ("backend".to_owned(), Value::String(String::new())),
-            ]
-            .into_iter()
-            .collect();
-            let tables: Vec<&str> = catalogue().tables().collect();
-            let (merged, _) = self.keys::<PoolRules>(&place, &schema, &base, &tables);
-            if let Some(owner) = self.pool(&place, merged, settings) {
-                owners.push(owner);
-            }
-        }
-        self.owners(&owners);
-    }
-
-    /// One pool: its name, backend, sub-table and rules.
-    fn pool(
-        &mut self,
-        place: &Place<'_>,
-        merged: Map<String, Value>,
-        settings: &Settings,
-    ) -> Option<Owner> {
-        for key in ["name", "backend"] {
-            if !place.table.contains_key(key) {
-                self.push(
-                    place.line,
-                    Kind::Missing,
-                    format!("[[pools]] entry {} needs `{key}`", place.path),
-                );
-            }
-        }
-        let rules: PoolRules = serde_json::from_value(Value::Object(merged)).ok()?;
-        let name = rules.name.clone();
-        let name_line = self.key_line(place, "name");
-        if !place.table.contains_key("name") || !place.table.contains_key("backend") {
-            return None;
-        }
-        if let Err(message) = layout::check_pool_name(&name) {
-            self.push(name_line, Kind::Invalid, message);
-        }
-        let backend_line = self.key_line(place, "backend");
-        let backend = self.backend_name(&rules.backend, backend_line, "backend")?;
-        let table = backend.table();
-        let entry = PoolSettings {
-            rules,
-            tables: place
-                .table
-                .iter()
-                .filter(|(k, _)| catalogue().by_table(k).is_some())
-                .map(|(k, item)| (k.to_owned(), to_json(item)))
-                .collect(),
-        };
-        if let Err(message) = layout::pool_table(&entry, backend, &catalogue()) {
-            let line = self.mentioned_line(place, &message);
-            self.push(line, Kind::Invalid, message);
-        }
-        let given = place.table.get(table);
-        let line = given
-            .and_then(Item::span)
-            .map_or(name_line, |s| line_of(self.text, s.start));
-        let path = format!("pools.{table} of pool {name}");
-        let values = self.backend_table(table, given, path, line, Some(&name))?;
-        let shape = WorkerShape::from_flags(
-            values.get("cpus").and_then(Value::as_u64).unwrap_or(1) as u32,
-            values.get("gpus").and_then(Value::as_u64).unwrap_or(0) as u32,
-            values
-                .get("memory_mb")
-                .and_then(Value::as_u64)
-                .unwrap_or(2048),
-        );
-        let problems = [
-            entry.rules.check_durations(),
-            entry.rules.policy(settings, shape).validate(),
-        ];
-        for message in problems.into_iter().filter_map(Result::err) {
-            let line = self.mentioned_line(place, &message);
-            self.push(line, Kind::Invalid, message);
-        }
-        let mut identity = values;
-        identity.extend(backend.placement_defaults(Placement {
-            pool: Some(&name),
-            password_file: settings.password_file.as_deref(),
-        }));
-        if let Some(Value::Object(object)) = given.map(to_json) {
-            identity.extend(object);
-        }
-        Some(Owner {
-            pool: name,
-            backend,
-            line: name_line,
-            identity,
-        })
-    }
-
-    /// Pools that would list (and so count, stop and adopt) each other's jobs.
-    fn owners(&mut self, owners: &[Owner]) {
-        for (i, a) in owners.iter().enumerate() {
-            for b in &owners[i + 1..] {
-                if a.pool == b.pool {
-                    self.push(
-                        b.line,
-                        Kind::Invalid,
-                        format!("two pools are named {}", b.pool),
-                    );
-                    continue;
-                }
-                if a.backend.name() != b.backend.name() {
-                    continue;
-                }
-                if let Some(why) = a.backend.shares_jobs(&a.identity, &b.identity) {
-                    self.push(
-                        b.line,
-                        Kind::Invalid,
-                        format!(
-                            "pools {} and {} would own each other's jobs: {why}",
-                            a.pool, b.pool
-                        ),
-                    );
-                }
-            }
-        }
-    }
-}
-
-/// What identifies a pool's jobs on its backend: its table over the defaults.
-struct Owner {
-    pool: String,
-    backend: &'static dyn BackendKind,
-    line: usize,
-    identity: Map<String, Value>,
 }
