@@ -11,6 +11,7 @@ mod http;
 mod log_escape;
 mod reload;
 mod run;
+mod setup;
 
 use anyhow::Result;
 use args::{Cli, Command};

@@ -94,10 +94,10 @@ impl Reloader {
         if self.layers.file.is_none() {
             bail!("no --config file to reload");
         }
-        let settings = crate::run::settings(&self.layers)?;
+        let settings = crate::setup::settings(&self.layers)?;
         fixed_settings(&self.current, &settings)?;
         let layout = Layout::new(&settings, &self.layers, &catalogue())?;
-        let credentials = crate::run::credentials(settings.password_file.as_deref())?;
+        let credentials = crate::setup::credentials(settings.password_file.as_deref())?;
         let mut built = Vec::new();
         let mut pools = Vec::new();
         for pool in layout.pools {
@@ -225,9 +225,9 @@ mod tests {
                 flags: figment::Figment::new(),
                 backend: None,
             };
-            let settings = crate::run::settings(&layers).unwrap();
+            let settings = crate::setup::settings(&layers).unwrap();
             let layout = Layout::new(&settings, &layers, &catalogue()).unwrap();
-            let credentials = crate::run::credentials(settings.password_file.as_deref()).unwrap();
+            let credentials = crate::setup::credentials(settings.password_file.as_deref()).unwrap();
             let pool = layout.pools[0].build(&credentials).await.unwrap();
             let built = vec![(layout.pools[0].clone(), pool.backend)];
             Reloader {

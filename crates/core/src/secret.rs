@@ -51,6 +51,58 @@ pub struct Credentials {
     pub password: Secret,
 }
 
+impl Credentials {
+    /// Credentials from a password file (user name on line 1, password on line 2; refused
+    /// when group or others may read it), else from `CODALAB_USERNAME`/`CODALAB_PASSWORD`.
+    pub fn load(password_file: Option<&std::path::Path>) -> crate::Result<Self> {
+        let invalid = |message: String| crate::Error::InvalidConfig(message);
+        let Some(path) = password_file else {
+            let username = std::env::var("CODALAB_USERNAME").unwrap_or_default();
+            let password = std::env::var("CODALAB_PASSWORD").unwrap_or_default();
+            if username.is_empty() || password.is_empty() {
+                return Err(invalid("no CodaLab credentials: set CODALAB_USERNAME and CODALAB_PASSWORD, or pass --password-file".into()));
+            }
+            return Ok(Self {
+                username,
+                password: Secret::new(password),
+            });
+        };
+        let shown = path.display();
+        let text =
+            read_private(path).map_err(|why| invalid(format!("password file {shown}{why}")))?;
+        let mut lines = text.lines();
+        let username = lines.next().unwrap_or_default().trim().to_owned();
+        let password = lines.next().unwrap_or_default().trim().to_owned();
+        if username.is_empty() || password.is_empty() {
+            return Err(invalid(format!(
+                "password file {shown} must hold the user name on line 1 and the password on line 2"
+            )));
+        }
+        Ok(Self {
+            username,
+            password: Secret::new(password),
+        })
+    }
+}
+
+/// The text of a regular file that only its owner may read; the error completes "password
+/// file PATH".
+fn read_private(path: &std::path::Path) -> Result<String, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let metadata = std::fs::metadata(path).map_err(|e| format!(" cannot be read: {e}"))?;
+    if !metadata.is_file() {
+        return Err(" is not a regular file: give a file holding the user name on line 1 and the password on line 2".into());
+    }
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            " is accessible by group or others (mode {mode:03o}): run `chmod 600 {}`",
+            path.display()
+        ));
+    }
+    std::fs::read_to_string(path).map_err(|e| format!(" cannot be read: {e}"))
+}
+
 /// `url` with the password of its userinfo (`http://user:pw@host`) replaced by `***`, for
 /// logs and error messages; `url` itself when it has none (or is not a URL).
 pub fn redact_url(url: &str) -> std::borrow::Cow<'_, str> {

@@ -9,7 +9,6 @@
 
 use crate::args::GlobalArgs;
 use crate::backends::{BackendCommand, catalogue};
-use crate::run;
 use anyhow::Result;
 use codalab_wm_core::layout::Layout;
 use codalab_wm_core::secret::{Credentials, Secret};
@@ -71,11 +70,11 @@ pub struct Row {
 
 /// Runs `cl-worker-manager down`.
 pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
-    let layers = run::layers(&global, args.backend.as_ref());
-    let settings = run::settings(&layers)?;
-    run::init_logging(settings.verbose, settings.log_format);
+    let layers = crate::setup::layers(&global, args.backend.as_ref());
+    let settings = crate::setup::settings(&layers)?;
+    crate::setup::init_logging(settings.verbose, settings.log_format);
     let layout = Layout::new(&settings, &layers, &catalogue())?;
-    let pools = run::build_pools(&layout, &placeholder_credentials()).await?;
+    let pools = crate::setup::build_pools(&layout, &placeholder_credentials()).await?;
     let pools: Vec<(String, Arc<dyn WorkerBackend>)> = pools
         .into_iter()
         .map(|p| (p.policy.name, p.backend))

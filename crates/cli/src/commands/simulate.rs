@@ -120,8 +120,8 @@ pub struct Args {
 
 /// Runs `cl-worker-manager simulate`.
 pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
-    let layers = crate::run::layers(&global, None);
-    let settings = crate::run::settings(&layers)?;
+    let layers = crate::setup::layers(&global, None);
+    let settings = crate::setup::settings(&layers)?;
     let mut policies = policies(&settings, &layers, args.backend.as_deref())?;
     for change in &args.set {
         apply(&mut policies, change)?;

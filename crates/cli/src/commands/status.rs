@@ -10,7 +10,6 @@
 
 use crate::args::GlobalArgs;
 use crate::backends::{BackendCommand, catalogue};
-use crate::run;
 use anyhow::{Context, Result, anyhow, bail};
 use codalab_wm_core::layout::Layout;
 use codalab_wm_core::settings::Settings;
@@ -64,7 +63,7 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     let document = if args.dry_tick {
         dry_tick(args.backend, &global).await?
     } else {
-        let settings = run::settings(&run::layers(&global, None))?;
+        let settings = crate::setup::settings(&crate::setup::layers(&global, None))?;
         fetch(&base_url(args.url, &settings)?).await?
     };
     if args.json {
@@ -116,15 +115,15 @@ async fn fetch(base: &str) -> Result<Value> {
 
 /// Builds the manager as `run` does, with `dry_run` forced, and runs one tick.
 async fn dry_tick(backend: Option<BackendCommand>, global: &GlobalArgs) -> Result<Value> {
-    let layers = run::layers(global, backend.as_ref());
-    let mut settings = run::settings(&layers)?;
+    let layers = crate::setup::layers(global, backend.as_ref());
+    let mut settings = crate::setup::settings(&layers)?;
     settings.dry_run = true;
     if settings.verbose {
-        run::init_logging(true, settings.log_format);
+        crate::setup::init_logging(true, settings.log_format);
     }
     let layout = Layout::new(&settings, &layers, &catalogue())?;
-    let credentials = run::credentials(settings.password_file.as_deref())?;
-    let mut manager = run::build_manager(layout, &settings, credentials).await?;
+    let credentials = crate::setup::credentials(settings.password_file.as_deref())?;
+    let mut manager = crate::setup::build_manager(layout, &settings, credentials).await?;
     manager
         .tick()
         .await
