@@ -5,6 +5,7 @@
 
 mod args;
 mod backends;
+mod cli;
 mod commands;
 mod diagnose;
 mod http;
@@ -14,7 +15,8 @@ mod run;
 mod setup;
 
 use anyhow::Result;
-use args::{Cli, Command};
+use clap::CommandFactory;
+use cli::{Cli, Command};
 use codalab_wm_core::Error;
 use std::process::ExitCode;
 
@@ -31,7 +33,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(EXIT_USAGE);
     }
-    let cli = args::parse_args(raw).unwrap_or_else(|error| error.exit());
+    let cli = cli::parse_args(raw).unwrap_or_else(|error| error.exit());
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -82,7 +84,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Simulate(args)) => commands::simulate::run(args, cli.global).await,
         Some(Command::Config(args)) => commands::config::run(args, cli.global).await,
         Some(Command::Down(args)) => commands::down::run(args, cli.global).await,
-        Some(Command::Completions(args)) => commands::completions::run(args),
-        Some(Command::Man) => commands::completions::man(),
+        Some(Command::Completions(args)) => commands::completions::run(args, Cli::command()),
+        Some(Command::Man) => commands::completions::man(Cli::command()),
     }
 }

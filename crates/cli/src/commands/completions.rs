@@ -1,9 +1,7 @@
 //! `cl-worker-manager completions SHELL` and the man page, both generated from the same clap
 //! definitions as `--help` (`clap_complete`, `clap_mangen`), so they never drift from the flags.
 
-use crate::args::Cli;
 use anyhow::{Context, Result};
-use clap::CommandFactory;
 use clap_complete::Shell;
 use std::io::Write;
 use std::process::ExitCode;
@@ -23,10 +21,10 @@ pub struct Args {
 /// The program's name, as completions register it.
 const BIN: &str = "cl-worker-manager";
 
-/// Prints shell completions.
-pub fn run(args: Args) -> Result<ExitCode> {
+/// Prints shell completions of `command` (the program's whole command line).
+pub fn run(args: Args, command: clap::Command) -> Result<ExitCode> {
     let mut out = Vec::new();
-    write_completions(args.shell, &mut out);
+    write_completions(args.shell, command, &mut out);
     write_stdout(&out, "the completions")
 }
 
@@ -44,9 +42,9 @@ fn write_stdout(bytes: &[u8], what: &str) -> Result<ExitCode> {
 }
 
 /// The completion script for `shell`.
-pub fn write_completions(shell: Shell, out: &mut impl Write) {
+pub fn write_completions(shell: Shell, mut command: clap::Command, out: &mut impl Write) {
     let mut script = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), BIN, &mut script);
+    clap_complete::generate(shell, &mut command, BIN, &mut script);
     if shell == Shell::Bash {
         script = fix_bash_function_names(&script);
     }
@@ -65,10 +63,11 @@ fn fix_bash_function_names(script: &[u8]) -> Vec<u8> {
         .into_bytes()
 }
 
-/// Prints the man page (roff): the top-level page with every global flag and the subcommands.
-pub fn man() -> Result<ExitCode> {
+/// Prints the man page (roff) of `command`: the top-level page with every global flag and the
+/// subcommands.
+pub fn man(command: clap::Command) -> Result<ExitCode> {
     let mut out = Vec::new();
-    clap_mangen::Man::new(Cli::command())
+    clap_mangen::Man::new(command)
         .render(&mut out)
         .context("cannot render the man page")?;
     write_stdout(&out, "the man page")

@@ -263,7 +263,7 @@ mod tests {
 
     #[test]
     fn parses_a_backend_with_its_flags_and_the_global_ones() {
-        let cli = crate::args::parse_args([
+        let cli = crate::cli::parse_args([
             "cl-worker-manager",
             "down",
             "--dry-run",
@@ -275,13 +275,13 @@ mod tests {
         ])
         .unwrap();
         assert!(cli.global.process.dry_run);
-        let Some(crate::args::Command::Down(args)) = cli.command else {
+        let Some(crate::cli::Command::Down(args)) = cli.command else {
             panic!("not down");
         };
         assert_eq!(args.wait_seconds, 5);
         assert_eq!(args.backend.map(|b| b.kind.name()), Some("local"));
         let cli =
-            crate::args::parse_args(["cl-worker-manager", "down", "--config", "wm.toml"]).unwrap();
+            crate::cli::parse_args(["cl-worker-manager", "down", "--config", "wm.toml"]).unwrap();
         assert!(cli.global.process.config.is_some());
     }
 
