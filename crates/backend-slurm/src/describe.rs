@@ -90,3 +90,87 @@ impl BackendConfig for SlurmConfig {
         Ok(Arc::new(backend))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use codalab_wm_core::describe::BackendKind;
+    use figment::Figment;
+    use figment::providers::{Format, Serialized, Toml};
+
+    /// The `[slurm_batch]` file table with the flags given on the command line over it.
+    fn read(file: &str, flags: &[&str]) -> Result<codalab_wm_core::describe::Table> {
+        let matches = KIND
+            .command()
+            .no_binary_name(true)
+            .try_get_matches_from(flags)
+            .unwrap();
+        let given = KIND.given_flags(&matches).unwrap();
+        let figment =
+            Figment::from(Toml::string(file)).merge(Serialized::default("slurm_batch", given));
+        KIND.read(&figment, false)
+    }
+
+    #[test]
+    fn flags_override_the_file_and_unset_flags_do_not() {
+        let file = "[slurm_batch]\npartition = \"cpu\"\ncpus = 4\naccount = \"nlp\"\npassword_file = \"/pw\"\n";
+        let flags = ["--cpus", "2", "--gpus", "0", "--ssh-host", "login:2222"];
+        let table = read(
+            file,
+            &[&flags[..], &["--slurm-work-dir", "/scratch"]].concat(),
+        )
+        .unwrap();
+        let value = |key: &str| table.get(key).cloned().unwrap_or_default();
+        assert_eq!(value("partition"), "cpu");
+        assert_eq!(
+            (value("cpus"), value("gpus"), value("memory_mb")),
+            (2.into(), 0.into(), 2048.into())
+        );
+        assert_eq!(value("account"), "nlp");
+        assert_eq!(value("ssh_host"), "login:2222");
+        assert_eq!(value("slurm_work_dir"), "/scratch");
+    }
+
+    #[test]
+    fn partition_is_required_and_bad_keys_are_named() {
+        let error = read("", &["--cpus", "2"]).unwrap_err().to_string();
+        assert!(
+            error.contains("slurm-batch needs --partition (or `partition` in [slurm_batch])"),
+            "{error}"
+        );
+        let error = read("[slurm_batch]\npartiton = \"cpu\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("`slurm_batch.partiton` is not a setting (did you mean `partition`?)"),
+            "{error}"
+        );
+        let error = read("[slurm_batch]\ncpus = \"many\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("`slurm_batch.cpus`"), "{error}");
+    }
+
+    #[test]
+    fn pools_get_their_own_job_name_and_prefixes_share_jobs() {
+        let placement = |pool| Placement {
+            pool,
+            password_file: Some(std::path::Path::new("/pw")),
+        };
+        let defaults = KIND.placement_defaults(placement(Some("gpu")));
+        assert_eq!(defaults["job_name"], "codalab-slurm-worker-gpu");
+        assert_eq!(defaults["password_file"], "/pw");
+        assert!(
+            !KIND
+                .placement_defaults(placement(None))
+                .contains_key("job_name")
+        );
+        let table = |name: &str| {
+            let mut t = Map::new();
+            t.insert("job_name".into(), name.into());
+            t
+        };
+        assert!(KIND.shares_jobs(&table("w"), &table("w-gpu")).is_some());
+        assert!(KIND.shares_jobs(&table("w-cpu"), &table("w-gpu")).is_none());
+    }
+}
