@@ -15,6 +15,9 @@
 //! Modules: [`config`] (the options), [`definition`] (job definition and submit request as
 //! data), [`client`] (the SDK calls), [`backend`] (the trait implementation), [`error`] (SDK
 //! errors to codalab-wm errors).
+//!
+//! The backend describes itself to the program ([`describe`]): [`AwsBatchConfig`] is at once its flags,
+//! its config table and its defaults, and [`KIND`] is its line in the binary's list of backends.
 #![warn(missing_docs)]
 
 pub mod backend;

@@ -17,6 +17,9 @@
 //!
 //! The stateful fake of the service, and this backend's tests against it, are in
 //! `crates/testkit/azure` (`codalab-wm-fake-azure`).
+//!
+//! The backend describes itself to the program ([`describe`]): [`AzureBatchConfig`] is at once its flags,
+//! its config table and its defaults, and [`KIND`] is its line in the binary's list of backends.
 #![warn(missing_docs)]
 
 pub mod auth;

@@ -21,6 +21,9 @@
 //!
 //! The transport tests run against an in-process fake Kubernetes API server (plain HTTP, no
 //! auth), `crates/testkit/k8s` (`codalab-wm-fake-k8s`).
+//!
+//! The backend describes itself to the program ([`describe`]): [`KubernetesConfig`] is at once its flags,
+//! its config table and its defaults, and [`KIND`] is its line in the binary's list of backends.
 #![warn(missing_docs)]
 
 pub mod backend;

@@ -25,6 +25,9 @@
 //! ## Differences from upstream
 //! `account` has no default (upstream: `nlp`) and writes no line when unset; `gpus = 0` writes
 //! no `--gres` line and passes `--gpuset NONE`; the worker argv is shell-quoted and `exec`'d.
+//!
+//! The backend describes itself to the program ([`describe`]): [`SlurmConfig`] is at once its flags,
+//! its config table and its defaults, and [`KIND`] is its line in the binary's list of backends.
 #![warn(missing_docs)]
 
 pub mod backend;

@@ -1,7 +1,9 @@
 //! `cl-worker-manager`: a drop-in, faster replacement for CodaLab's Python worker manager.
 //!
-//! This binary only parses flags, layers the configuration, sets up logging and signals, and
-//! hands over to [`codalab_wm_core::Manager`]. Backends are compiled in by cargo features.
+//! This binary only parses argv (`cli`, `args`), keeps the one list of backends compiled in by
+//! cargo features (`backends`), sets up logging and signals, and hands over to
+//! `codalab_wm_core`: the settings and their layout, the manager, the config tooling, the
+//! simulator. ARCHITECTURE.md at the repository root is the map.
 
 mod args;
 mod backends;
