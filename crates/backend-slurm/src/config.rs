@@ -11,7 +11,7 @@ use std::path::PathBuf;
 /// Settings of the `slurm-batch` backend, with upstream's names and defaults: the flags of
 /// `cl-worker-manager slurm-batch` and the `[slurm_batch]` table (defaults written once, in the
 /// flags). `--password-file`, `--dry-run` and `--exit-after-num-failed` are global flags: the
-/// password file reaches this table through [`BackendConfig::complete`].
+/// password file reaches this table through its placement defaults (`describe.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields, default)]
 pub struct SlurmConfig {
