@@ -59,7 +59,7 @@ pub struct SlurmConfig {
     /// Slurm account to charge the jobs to (no default: no --account line when unset)
     #[arg(long)]
     pub account: Option<String>,
-    /// Run the Slurm commands on this login node over SSH, HOST[:PORT] (needs --password-file)
+    /// Run the Slurm commands on this login node over SSH, HOST or HOST:PORT (needs --password-file)
     #[arg(long, value_name = "HOST[:PORT]")]
     pub ssh_host: Option<String>,
     /// User to log in as on the SSH host [default: the current user]
