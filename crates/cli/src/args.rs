@@ -20,7 +20,7 @@ fn parse_launch_mode(value: &str) -> Result<LaunchMode, String> {
 /// Flags that apply to every backend.
 #[derive(Debug, Default, clap::Args, Serialize)]
 pub struct GlobalArgs {
-    /// URL of the CodaLab server, <http|https>://<hostname>[:<port>] [default: https://worksheets.codalab.org]
+    /// URL of the CodaLab server, <http|https>://<hostname>[:<port>]
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server: Option<String>,
@@ -30,12 +30,12 @@ pub struct GlobalArgs {
     #[serde(skip)]
     pub temp_session: bool,
 
-    /// Minimum number of workers [default: 1]
+    /// Minimum number of workers
     #[arg(long = "min-workers")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_workers: Option<u32>,
 
-    /// Maximum number of workers [default: 10]
+    /// Maximum number of workers
     #[arg(long = "max-workers")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_workers: Option<u32>,
@@ -55,7 +55,7 @@ pub struct GlobalArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub search: Option<Vec<String>>,
 
-    /// Number of seconds to wait between checks [default: 5]
+    /// Number of seconds to wait between checks
     #[arg(long = "sleep-time")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sleep_time: Option<u64>,
@@ -75,17 +75,17 @@ pub struct GlobalArgs {
     #[serde(skip_serializing_if = "is_false")]
     pub once: bool,
 
-    /// Minimum time to wait between launching workers, in seconds [default: 60]
+    /// Minimum time to wait between launching workers, in seconds
     #[arg(long = "min-seconds-between-workers")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_seconds_between_workers: Option<u64>,
 
-    /// compat: upstream's rules (one launch per tick); target: absolute target with burst launches [default: compat]
+    /// compat: upstream's rules (one launch per tick); target: absolute target with burst launches
     #[arg(long = "launch-mode", value_parser = parse_launch_mode)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub launch_mode: Option<LaunchMode>,
 
-    /// Launches per tick at most, with --launch-mode target [default: 1]
+    /// Launches per tick at most, with --launch-mode target
     #[arg(long = "max-launches-per-tick")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_launches_per_tick: Option<u32>,
@@ -141,7 +141,7 @@ pub struct ProcessArgs {
     #[serde(skip_serializing_if = "is_false")]
     pub insecure_skip_tls_verify: bool,
 
-    /// Log format [default: text]
+    /// Log format
     #[arg(long = "log-format", value_enum)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_format: Option<LogFormat>,
@@ -202,12 +202,12 @@ pub struct WorkerArgs {
     #[serde(skip_serializing_if = "is_false")]
     pub delete_work_dir_on_exit: bool,
 
-    /// Workers wait this long for extra runs before quitting, in seconds [default: 600]
+    /// Workers wait this long for extra runs before quitting, in seconds
     #[arg(long = "worker-idle-seconds")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_seconds: Option<u64>,
 
-    /// Times a worker retries downloading dependencies after a failure [default: 3]
+    /// Times a worker retries downloading dependencies after a failure
     #[arg(long = "worker-download-dependencies-max-retries")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub download_dependencies_max_retries: Option<u32>,
@@ -242,7 +242,7 @@ pub struct WorkerArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
 
-    /// The CodaLab worker executable to run [default: cl-worker]
+    /// The CodaLab worker executable to run
     #[arg(long = "worker-executable")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub executable: Option<String>,

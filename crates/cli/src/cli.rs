@@ -4,6 +4,8 @@
 use crate::args::{GlobalArgs, ProcessArgs};
 use crate::backends::BackendCommand;
 use clap::{CommandFactory, FromArgMatches, Parser};
+use codalab_wm_core::settings::Settings;
+use serde_json::Value;
 
 /// Starts CodaLab workers on a compute backend as run bundles are staged, keeping the number
 /// of workers between --min-workers and --max-workers.
@@ -68,6 +70,39 @@ pub enum Command {
     Man,
 }
 
+/// The command line, with the default of every global and `--worker-*` flag in its help, read
+/// from `Settings::default()` (the one home of those defaults).
+pub fn command() -> clap::Command {
+    let defaults = serde_json::to_value(Settings::default()).unwrap_or_default();
+    with_defaults(Cli::command(), &defaults)
+}
+
+/// `command` and its subcommands with the defaults of their global flags in their help.
+fn with_defaults(command: clap::Command, defaults: &Value) -> clap::Command {
+    let worker = defaults.get("worker").cloned().unwrap_or_default();
+    let names: Vec<String> = command
+        .get_subcommands()
+        .map(|c| c.get_name().to_owned())
+        .collect();
+    let command = command.mut_args(|arg| {
+        let id = arg.get_id().as_str();
+        let value = defaults.get(id).or_else(|| worker.get(id));
+        match (value, arg.get_help()) {
+            (Some(value @ (Value::String(_) | Value::Number(_))), Some(help)) => {
+                let shown = value
+                    .as_str()
+                    .map_or_else(|| value.to_string(), str::to_owned);
+                let help = format!("{help} [default: {shown}]");
+                arg.help(help)
+            }
+            _ => arg,
+        }
+    });
+    names.iter().fold(command, |command, name| {
+        command.mut_subcommand(name, |sub| with_defaults(sub, defaults))
+    })
+}
+
 /// Parses the command line as `main` does: upstream's `--search a b c` first rewritten by
 /// [`normalise_search`]. Tests parse through this too, so they see what users get.
 pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
@@ -75,7 +110,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<String>,
 {
-    let mut command = Cli::command();
+    let mut command = command();
     command.build();
     let mut stops: Vec<String> = crate::backends::catalogue()
         .names()

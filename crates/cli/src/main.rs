@@ -17,7 +17,6 @@ mod run;
 mod setup;
 
 use anyhow::Result;
-use clap::CommandFactory;
 use cli::{Cli, Command};
 use codalab_wm_core::Error;
 use std::process::ExitCode;
@@ -86,7 +85,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Simulate(args)) => commands::simulate::run(args, cli.global).await,
         Some(Command::Config(args)) => commands::config::run(args, cli.global).await,
         Some(Command::Down(args)) => commands::down::run(args, cli.global).await,
-        Some(Command::Completions(args)) => commands::completions::run(args, Cli::command()),
-        Some(Command::Man) => commands::completions::man(Cli::command()),
+        Some(Command::Completions(args)) => commands::completions::run(args, cli::command()),
+        Some(Command::Man) => commands::completions::man(cli::command()),
     }
 }

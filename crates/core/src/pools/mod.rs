@@ -124,13 +124,15 @@ pub struct PoolPolicy {
 }
 
 impl PoolPolicy {
-    /// A target-mode pool with `max` 10 and otherwise upstream's defaults.
+    /// A target-mode pool with `min` 0, upstream's `max` and pacing, and otherwise the
+    /// defaults of `[[pools]]`.
     pub fn new(name: impl Into<String>, shape: WorkerShape) -> Self {
+        let limits = PolicyConfig::default();
         Self {
             name: name.into(),
             shape,
             min: 0,
-            max: 10,
+            max: limits.max_workers,
             tag: None,
             tag_exclusive: false,
             match_request_queue: true,
@@ -140,7 +142,7 @@ impl PoolPolicy {
             startup_grace: DEFAULT_STARTUP_GRACE,
             launch_mode: LaunchMode::Target,
             max_launches_per_tick: 1,
-            min_seconds_between_workers: 60,
+            min_seconds_between_workers: limits.min_seconds_between_workers,
         }
     }
 

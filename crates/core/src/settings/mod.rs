@@ -116,18 +116,19 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
+        let limits = crate::policy::PolicyConfig::default();
         Self {
             server: crate::DEFAULT_SERVER.to_owned(),
             temp_session: true,
-            min_workers: 1,
-            max_workers: 10,
+            min_workers: limits.min_workers,
+            max_workers: limits.max_workers,
             search: Vec::new(),
             verbose: false,
             sleep_time: 5,
             restart_after_seconds: None,
             no_prefilter: false,
             once: false,
-            min_seconds_between_workers: 60,
+            min_seconds_between_workers: limits.min_seconds_between_workers,
             password_file: None,
             exit_after_num_failed: None,
             dry_run: false,
@@ -193,7 +194,7 @@ pub struct PoolRules {
 }
 
 fn default_pool_max() -> u32 {
-    10
+    crate::policy::PolicyConfig::default().max_workers
 }
 
 fn default_pool_mode() -> LaunchMode {
