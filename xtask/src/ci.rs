@@ -60,6 +60,9 @@ pub fn run(_args: &[String]) -> Result<()> {
             ])
         })?;
         step("each crate's tests alone", &mut timings, crate_tests_alone)?;
+        step("architecture", &mut timings, || {
+            crate::architecture::run(&[])
+        })?;
         step(
             "libraries without servers or fakes",
             &mut timings,

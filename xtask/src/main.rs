@@ -3,9 +3,11 @@
 //! - `services up|down|status <name>…`: start, stop or check the real services the tests use
 //!   (`codalab`, `slurm`, `sshd`, `moto`, `azure-mock`, `k8s-validate`; `all`).
 //! - `ci`: what `.ci/run` runs: fmt check, clippy, every test against the real services.
+//! - `architecture`: the shape ARCHITECTURE.md promises (thin binary, no cycle, sizes).
 //! - `e2e`: the whole manager against a real CodaLab server.
 //! - `bench`: speed and memory figures.
 
+mod architecture;
 mod bench;
 mod chaos;
 mod ci;
@@ -29,6 +31,7 @@ fn main() -> Result<()> {
         "services" => services::run(rest),
         "demo" => demo::run(rest),
         "ci" => ci::run(rest),
+        "architecture" => architecture::run(rest),
         "e2e" => ci::e2e(rest),
         "bench" => bench::run(rest),
         "dist" => dist::run(rest),
@@ -47,6 +50,7 @@ const HELP: &str = "usage: cargo xtask <task>
   demo [--exit-when-done]             the whole chain: real CodaLab, the manager, real cl-workers in Docker
   services up|down|status <name>...   start/stop/check test services (slurm sshd codalab docker moto azure-mock k8s-validate all)
   ci                                  fmt check, clippy, all tests against real services (what .ci/run runs)
+  architecture                        the thin binary (lines, no import cycle) and file/function sizes
   e2e                                 the manager end to end against a real CodaLab server
   bench [--quick]                     speed, memory and backend cost, side by side with the Python manager
   chaos                               fault scenarios against real services through a fault-injecting proxy

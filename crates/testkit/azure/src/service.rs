@@ -80,7 +80,7 @@ fn serve(state: &mut FakeState, request: &Incoming<'_>) -> Response {
         path,
         query,
         headers,
-        body,
+        ..
     } = request;
     if let Err(detail) = authenticate(state, method, path, query, headers) {
         let mut error = batch_error(
@@ -123,7 +123,19 @@ fn serve(state: &mut FakeState, request: &Incoming<'_>) -> Response {
         }
         return response;
     }
-    let segments: Vec<String> = path
+    route(state, request, &params, api_version)
+}
+
+/// The operation a checked request asks for.
+fn route(
+    state: &mut FakeState,
+    request: &Incoming<'_>,
+    params: &BTreeMap<String, String>,
+    api_version: &str,
+) -> Response {
+    let (method, headers, body) = (request.method, request.headers, request.body);
+    let segments: Vec<String> = request
+        .path
         .trim_start_matches('/')
         .split('/')
         .map(|s| {
@@ -140,7 +152,7 @@ fn serve(state: &mut FakeState, request: &Incoming<'_>) -> Response {
             "The specified job does not exist.",
         ),
         (Method::POST, ["jobs", _, "tasks"]) => add_task(state, headers, body),
-        (Method::GET, ["jobs", _, "tasks"]) => list_tasks(state, &params, &request.origin(state)),
+        (Method::GET, ["jobs", _, "tasks"]) => list_tasks(state, params, &request.origin(state)),
         (Method::GET, ["jobs", _, "taskcounts"]) => task_counts(state, api_version),
         (Method::POST, ["jobs", _, "tasks", id, "terminate"]) => terminate(state, id),
         (Method::DELETE, ["jobs", _, "tasks", id]) => match state.tasks.remove(*id) {
