@@ -1,7 +1,7 @@
 //! From settings to what runs: [`Layout::new`] is the one pure assembly of a manager's
 //! configuration (which pools, each with its backend table read and checked, its rules and
 //! its workers' settings), used by `run`, `down`, `status`, `simulate`, a reload and `config
-//! check`. Every rule about a combination of settings lives here, once; [`Layout::build`]
+//! check`. Every rule about a combination of settings lives here, once; [`PoolLayout::build`]
 //! then builds the backends (the only I/O).
 
 use crate::Pool;
@@ -252,7 +252,7 @@ pub fn pool_table(
     catalogue: &Catalogue,
 ) -> std::result::Result<serde_json::Value, String> {
     let (name, table) = (&entry.rules.name, kind.table());
-    for key in entry.tables.keys().filter(|k| *k != table) {
+    if let Some(key) = entry.tables.keys().find(|k| *k != table) {
         if catalogue.by_table(key).is_some() {
             return Err(format!(
                 "pool {name}: [pools.{key}] does not belong to backend {}; its settings go in [pools.{table}]",

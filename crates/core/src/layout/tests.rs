@@ -1,1 +1,182 @@
+//! The rules of [`Layout`], table-tested on settings as a config file gives them (the `local`
+//! backend, the one core has).
 
+use super::*;
+use crate::describe::Entry;
+use crate::settings::PoolRules;
+
+fn catalogue() -> Catalogue {
+    Catalogue::new(vec![
+        Entry {
+            name: "local",
+            table: "local",
+            feature: "",
+            kind: Some(&crate::local::KIND),
+        },
+        Entry {
+            name: "slurm-batch",
+            table: "slurm_batch",
+            feature: "slurm",
+            kind: None,
+        },
+    ])
+}
+
+fn pool(name: &str, backend: &str, tables: serde_json::Value) -> PoolSettings {
+    let rules: PoolRules =
+        serde_json::from_value(serde_json::json!({"name": name, "backend": backend})).unwrap();
+    let tables = match tables {
+        serde_json::Value::Object(map) => map.into_iter().collect(),
+        _ => Default::default(),
+    };
+    PoolSettings { rules, tables }
+}
+
+fn settings(pools: Vec<PoolSettings>) -> Settings {
+    Settings {
+        pools,
+        ..Settings::default()
+    }
+}
+
+fn error(settings: &Settings) -> String {
+    Layout::pools(settings, &catalogue(), Reading::Checked)
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn pools_each_get_their_own_state_dir_and_the_pool_rules() {
+    let settings = settings(vec![
+        pool("cpu", "local", serde_json::json!({"local": {"cpus": 2}})),
+        pool("big", "local", serde_json::json!({})),
+    ]);
+    let layout = Layout::pools(&settings, &catalogue(), Reading::Checked).unwrap();
+    assert!(!layout.single);
+    let dirs: Vec<String> = layout
+        .pools
+        .iter()
+        .map(|p| {
+            p.table
+                .get("state_dir")
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert!(
+        dirs[0].ends_with("/local/cpu") && dirs[1].ends_with("/local/big"),
+        "{dirs:?}"
+    );
+    assert_eq!(layout.pools[0].policy.shape.cpus, 2);
+    assert_eq!(
+        layout.pools[1].policy.max,
+        PolicyConfig::default().max_workers
+    );
+}
+
+#[test]
+fn every_broken_combination_is_named() {
+    let same_dir = serde_json::json!({"local": {"state_dir": "/tmp/x"}});
+    let cases: Vec<(Settings, &str)> = vec![
+        (
+            settings(vec![pool("a b", "local", serde_json::json!({}))]),
+            "pool name `a b` must be letters, digits and `_`",
+        ),
+        (
+            settings(vec![pool("a", "lokal", serde_json::json!({}))]),
+            "pool a: unknown backend `lokal`: use one of local, slurm-batch",
+        ),
+        (
+            settings(vec![pool("a", "slurm-batch", serde_json::json!({}))]),
+            "pool a: backend `slurm-batch` is not compiled in: rebuild with `--features slurm`",
+        ),
+        (
+            settings(vec![pool(
+                "a",
+                "local",
+                serde_json::json!({"slurm_batch": {}}),
+            )]),
+            "pool a: [pools.slurm_batch] does not belong to backend local; its settings go in [pools.local]",
+        ),
+        (
+            settings(vec![pool("a", "local", serde_json::json!({"maxx": 3}))]),
+            "`pools.maxx` of pool `a` is not a setting (did you mean `max`?)",
+        ),
+        (
+            settings(vec![pool(
+                "a",
+                "local",
+                serde_json::json!({"local": {"cpu": 1}}),
+            )]),
+            "pool a: [local] settings: `local.cpu` is not a setting (did you mean `cpus`?)",
+        ),
+        (
+            settings(vec![
+                pool("a", "local", serde_json::json!({})),
+                pool("a", "local", serde_json::json!({})),
+            ]),
+            "two pools are named a",
+        ),
+        (
+            settings(vec![
+                pool("a", "local", same_dir.clone()),
+                pool("b", "local", same_dir),
+            ]),
+            "pools a and b would own each other's jobs: the same state_dir",
+        ),
+    ];
+    for (settings, expected) in cases {
+        let said = error(&settings);
+        assert!(
+            said.contains(expected),
+            "expected {expected:?}, got {said:?}"
+        );
+    }
+    let mut tagged = settings(vec![pool("a", "local", serde_json::json!({}))]);
+    tagged.worker.tag = Some("gpu".into());
+    assert!(error(&tagged).contains("set `tag` and `tag_exclusive` per pool"));
+}
+
+#[test]
+fn the_single_mode_takes_the_global_limits_and_refuses_bad_ones() {
+    let layers = Layers {
+        file: None,
+        flags: Figment::new(),
+        backend: Some((&crate::local::KIND, serde_json::json!({"cpus": 3}))),
+    };
+    let mut settings = settings(Vec::new());
+    settings.max_workers = 4;
+    let layout = Layout::new(&settings, &layers, &catalogue()).unwrap();
+    let only = &layout.pools[0];
+    assert!(layout.single);
+    assert_eq!((only.policy.name.as_str(), only.policy.max), ("local", 4));
+    assert_eq!(only.policy.shape.cpus, 3);
+    settings.min_workers = 5;
+    let said = Layout::new(&settings, &layers, &catalogue())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        said.contains("--max-workers (4) is less than --min-workers (5)"),
+        "{said}"
+    );
+    settings.min_workers = 0;
+    settings.pools = vec![pool("a", "local", serde_json::json!({}))];
+    let said = Layout::new(&settings, &layers, &catalogue())
+        .unwrap_err()
+        .to_string();
+    assert!(said.contains("not both"), "{said}");
+    let none = Layers {
+        backend: None,
+        ..layers
+    };
+    settings.pools.clear();
+    let said = Layout::new(&settings, &none, &catalogue())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        said.contains("no backend given: name one of local, slurm-batch"),
+        "{said}"
+    );
+}
