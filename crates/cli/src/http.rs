@@ -4,7 +4,7 @@
 //!   from the status snapshot the manager publishes after every tick ([`StatusExporter`]) and
 //!   from the backends' timed calls ([`codalab_wm_core::metrics::MeteredBackend`]).
 //! - `/healthz`: 200 when the last tick succeeded within 3 × `sleep_time`, 503 otherwise; the
-//!   body says why.
+//!   body says why ([`codalab_wm_core::metrics::health`]).
 //! - `/status`: the status snapshot ([`Status`]) as JSON; `cl-worker-manager status` reads it.
 
 use anyhow::{Context, Result};
@@ -14,6 +14,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use codalab_wm_core::manager::status::Status;
+use codalab_wm_core::metrics::health::Health;
 use codalab_wm_core::metrics::{Metrics, StatusExporter, enable_metrics};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -21,12 +22,12 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-/// What the server knows: the last snapshot, when a tick last succeeded, and what of the
-/// snapshots the metrics already have.
+/// What the server knows: the last snapshot, the health rule, and what of the snapshots the
+/// metrics already have.
 #[derive(Debug)]
 struct View {
     status: Status,
-    last_success: Option<Instant>,
+    health: Health,
     exporter: StatusExporter,
 }
 
@@ -34,13 +35,21 @@ struct View {
 #[derive(Debug)]
 struct Shared {
     metrics: &'static Metrics,
-    /// 3 × `sleep_time`.
-    health_limit: Duration,
-    started: Instant,
     view: Mutex<View>,
 }
 
 impl Shared {
+    fn new(metrics: &'static Metrics, sleep_time: Duration) -> Self {
+        Self {
+            metrics,
+            view: Mutex::new(View {
+                status: Status::default(),
+                health: Health::new(sleep_time, Instant::now()),
+                exporter: StatusExporter::new(metrics),
+            }),
+        }
+    }
+
     fn view(&self) -> std::sync::MutexGuard<'_, View> {
         self.view.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -48,44 +57,17 @@ impl Shared {
     /// Takes in a new snapshot: health, and the metrics ([`StatusExporter::observe`]).
     fn observe(&self, status: Status, now: Instant) {
         let mut view = self.view();
-        if view.exporter.observe(&status) && status.last_error.is_none() {
-            view.last_success = Some(now);
-        }
+        let new_tick = view.exporter.observe(&status);
+        view.health.observe(new_tick, &status, now);
         view.status = status;
     }
 
-    /// The `/healthz` answer.
+    /// The `/healthz` answer ([`Health::check`]).
     fn health(&self, now: Instant) -> (StatusCode, String) {
         let view = self.view();
-        let limit = self.health_limit.as_secs();
-        let error = view
-            .status
-            .last_error
-            .as_deref()
-            .map(|e| format!(": {e}"))
-            .unwrap_or_default();
-        match view.last_success {
-            Some(at) if now.duration_since(at) <= self.health_limit => (
-                StatusCode::OK,
-                format!(
-                    "ok: last successful tick {} s ago (limit {limit} s)\n",
-                    now.duration_since(at).as_secs()
-                ),
-            ),
-            Some(at) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "last successful tick {} s ago (limit {limit} s){error}\n",
-                    now.duration_since(at).as_secs()
-                ),
-            ),
-            None => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "no successful tick yet (started {} s ago, limit {limit} s){error}\n",
-                    now.duration_since(self.started).as_secs()
-                ),
-            ),
+        match view.health.check(view.status.last_error.as_deref(), now) {
+            Ok(text) => (StatusCode::OK, text),
+            Err(text) => (StatusCode::SERVICE_UNAVAILABLE, text),
         }
     }
 }
@@ -103,16 +85,7 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
 /// Serves `/metrics`, `/healthz` and `/status` on `listener` and follows the manager's
 /// snapshots, until the runtime ends.
 pub fn spawn(listener: TcpListener, mut snapshots: watch::Receiver<Status>, sleep_time: Duration) {
-    let shared = Arc::new(Shared {
-        metrics: enable_metrics(),
-        health_limit: sleep_time * 3,
-        started: Instant::now(),
-        view: Mutex::new(View {
-            status: Status::default(),
-            last_success: None,
-            exporter: StatusExporter::new(enable_metrics()),
-        }),
-    });
+    let shared = Arc::new(Shared::new(enable_metrics(), sleep_time));
     let follower = shared.clone();
     tokio::spawn(async move {
         loop {
@@ -167,16 +140,7 @@ mod tests {
     use codalab_wm_core::manager::status::Counter as StatusCounter;
 
     fn shared(metrics: &'static Metrics) -> Shared {
-        Shared {
-            metrics,
-            health_limit: Duration::from_secs(15),
-            started: Instant::now(),
-            view: Mutex::new(View {
-                status: Status::default(),
-                last_success: None,
-                exporter: StatusExporter::new(metrics),
-            }),
-        }
+        Shared::new(metrics, Duration::from_secs(5))
     }
 
     fn launches(value: u64) -> StatusCounter {

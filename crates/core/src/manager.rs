@@ -32,6 +32,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 mod act;
+pub mod down;
 mod error_policy;
 pub(crate) mod logs;
 mod observe;

@@ -10,7 +10,11 @@
 //! with `--listen`, whose HTTP server serves [`Metrics::render`]); [`metered`] wraps a backend
 //! only when they are on.
 //!
+//! [`health`] holds the `/healthz` rule.
+//!
 //! [`TickEvent::counter`]: crate::manager::status::TickEvent::counter
+
+pub mod health;
 
 use crate::backend::{CleanupItem, LaunchRequest, WorkerBackend, WorkerJob};
 use crate::bundle::WorkerShape;

@@ -1,6 +1,7 @@
 //! `cl-worker-manager simulate`: replays a workload through the real pool policy with a
 //! simulated backend (`codalab_wm_core::simulate`). This file only turns the configuration
-//! into pool policies (shapes read from the backend tables, no backend built) and prints.
+//! into pool policies (shapes read from the backend tables, no backend built), applies the
+//! what-if edits (`codalab_wm_core::simulate::what_if`) and prints.
 
 use crate::args::GlobalArgs;
 use crate::backends::catalogue;
@@ -9,7 +10,9 @@ use clap::ValueHint;
 use codalab_wm_core::PoolPolicy;
 use codalab_wm_core::layout::{Layout, Reading, single_placement};
 use codalab_wm_core::settings::{Layers, Settings};
-use codalab_wm_core::simulate::{BundleTemplate, PoissonRate, SimConfig, Workload, simulate};
+use codalab_wm_core::simulate::{
+    BundleTemplate, PoissonRate, SimConfig, Workload, simulate, what_if,
+};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -124,7 +127,7 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     let settings = crate::setup::settings(&layers)?;
     let mut policies = policies(&settings, &layers, args.backend.as_deref())?;
     for change in &args.set {
-        apply(&mut policies, change)?;
+        what_if::apply(&mut policies, change)?;
     }
     for policy in &policies {
         policy.validate().map_err(|e| anyhow!(e))?;
@@ -132,7 +135,7 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     let workload = workload(&args)?;
     let config = SimConfig {
         sleep_time: Duration::from_secs(settings.sleep_time),
-        start_latency: latency(&args.start_latency)?,
+        start_latency: what_if::start_latency(&args.start_latency)?,
         failure_rate: args.failure_rate,
         stuck_rate: args.stuck_rate,
         worker_idle: Duration::from_secs(
@@ -174,23 +177,6 @@ fn workload(args: &Args) -> Result<Workload> {
     Ok(Workload::poisson(rate, args.bundles, &args.mix, args.seed))
 }
 
-/// `60` or `30-120` seconds.
-fn latency(text: &str) -> Result<(Duration, Duration)> {
-    let seconds = |s: &str| -> Result<Duration> {
-        let value: f64 = s.trim().parse().map_err(|_| {
-            anyhow!("invalid --start-latency `{text}`: expected N or MIN-MAX seconds")
-        })?;
-        if !value.is_finite() || value < 0.0 {
-            bail!("invalid --start-latency `{text}`: seconds must be >= 0");
-        }
-        Ok(Duration::from_millis((value * 1000.0).round() as u64))
-    };
-    match text.split_once('-') {
-        Some((low, high)) => Ok((seconds(low)?, seconds(high)?)),
-        None => seconds(text).map(|d| (d, d)),
-    }
-}
-
 /// The pool policies the manager would build, without building any backend.
 fn policies(
     settings: &Settings,
@@ -215,91 +201,4 @@ fn policies(
     policy.tag = settings.worker.tag.clone();
     policy.tag_exclusive = settings.worker.tag_exclusive;
     Ok(vec![policy])
-}
-
-/// Applies one `--set [POOL.]KEY=VALUE`.
-fn apply(policies: &mut [PoolPolicy], change: &str) -> Result<()> {
-    let (target, value) = change
-        .split_once('=')
-        .ok_or_else(|| anyhow!("invalid --set `{change}`: expected [POOL.]KEY=VALUE"))?;
-    let (pool, key) = match target.split_once('.') {
-        Some((pool, key)) => (Some(pool), key),
-        None => (None, target),
-    };
-    if let Some(pool) = pool
-        && !policies.iter().any(|p| p.name == pool)
-    {
-        let names: Vec<&str> = policies.iter().map(|p| p.name.as_str()).collect();
-        bail!(
-            "--set `{change}`: no pool named {pool} (pools: {})",
-            names.join(", ")
-        );
-    }
-    for policy in policies
-        .iter_mut()
-        .filter(|p| pool.is_none_or(|name| p.name == name))
-    {
-        set(policy, key.trim(), value.trim())
-            .with_context(|| format!("invalid --set `{change}`"))?;
-    }
-    Ok(())
-}
-
-fn set(policy: &mut PoolPolicy, key: &str, value: &str) -> Result<()> {
-    let number = || -> Result<u64> {
-        value
-            .parse()
-            .map_err(|_| anyhow!("`{value}` is not a whole number"))
-    };
-    let small = || -> Result<u32> { Ok(u32::try_from(number()?)?) };
-    match key {
-        "min" => policy.min = small()?,
-        "max" => policy.max = small()?,
-        "cost" => {
-            policy.cost = value
-                .parse()
-                .map_err(|_| anyhow!("`{value}` is not a number"))?
-        }
-        "pending_timeout" => {
-            policy.pending_timeout = Some(number()?).filter(|s| *s > 0).map(Duration::from_secs)
-        }
-        "startup_grace" => policy.startup_grace = Duration::from_secs(number()?),
-        "launch_mode" => policy.launch_mode = value.parse().map_err(|e: String| anyhow!(e))?,
-        "max_launches_per_tick" => policy.max_launches_per_tick = small()?,
-        "min_seconds_between_workers" => policy.min_seconds_between_workers = number()?,
-        "cpus" => policy.shape.cpus = small()?,
-        "gpus" => policy.shape.gpus = small()?,
-        "memory_mb" => policy.shape.memory_bytes = number()?.saturating_mul(1 << 20),
-        other => bail!(
-            "unknown key `{other}`: use min, max, cost, pending_timeout, startup_grace, launch_mode, max_launches_per_tick, min_seconds_between_workers, cpus, gpus, memory_mb"
-        ),
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use codalab_wm_core::{LaunchMode, WorkerShape};
-
-    #[test]
-    fn set_changes_one_pool_or_all() {
-        let shape = WorkerShape::from_flags(1, 0, 1024);
-        let mut pools = vec![PoolPolicy::new("a", shape), PoolPolicy::new("b", shape)];
-        apply(&mut pools, "a.max=3").unwrap();
-        apply(&mut pools, "pending_timeout=600").unwrap();
-        apply(&mut pools, "b.launch_mode=compat").unwrap();
-        assert_eq!((pools[0].max, pools[1].max), (3, 10));
-        assert_eq!(pools[1].pending_timeout, Some(Duration::from_secs(600)));
-        assert_eq!(pools[1].launch_mode, LaunchMode::Compat);
-        assert!(
-            apply(&mut pools, "c.max=1")
-                .unwrap_err()
-                .to_string()
-                .contains("no pool named c")
-        );
-        assert!(apply(&mut pools, "colour=red").is_err());
-        assert_eq!(latency("30-90").unwrap().1, Duration::from_secs(90));
-        assert!(latency("x").is_err());
-    }
 }

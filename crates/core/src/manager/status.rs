@@ -1,6 +1,9 @@
 //! The status snapshot ([`Status`], from [`crate::Manager::status`]) and the per-tick events
 //! ([`TickEvent`], in [`crate::manager::TickReport::events`]) that the status view and the
-//! metrics of the manager are built from. Everything serialises to JSON in snake_case.
+//! metrics of the manager are built from. Everything serialises to JSON in snake_case; [`view`]
+//! renders that JSON as `cl-worker-manager status` prints it.
+
+pub mod view;
 
 use crate::bundle::WorkerShape;
 use crate::pools::{LaunchMode, PoolDecision, PoolHealth, UnservedBundle};

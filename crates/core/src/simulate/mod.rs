@@ -36,6 +36,7 @@ pub mod rng;
 mod svg;
 #[cfg(test)]
 mod tests;
+pub mod what_if;
 pub mod workload;
 
 pub use report::{PoolReport, SimReport, WaitStats};

@@ -1,0 +1,311 @@
+//! The compact text view of a status snapshot, as `cl-worker-manager status` prints it (like
+//! `ray status`).
+//!
+//! The view is rendered from the JSON document `/status` serves (not from [`Status`]), so
+//! that it shows what any manager version serves, and a snapshot read from a running manager
+//! and one from a tick run here cannot drift apart.
+
+#[cfg(doc)]
+use super::Status;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::fmt::Write as _;
+
+/// The parts of the `/status` document the view shows.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct StatusView {
+    uptime_seconds: u64,
+    ticks: u64,
+    last_error: Option<String>,
+    last_success_seconds: Option<u64>,
+    staged: usize,
+    pools: Vec<PoolView>,
+    unserved: Vec<UnservedView>,
+    recent_failures: Vec<FailureView>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct PoolView {
+    name: String,
+    backend: String,
+    launch_mode: String,
+    shape: ShapeView,
+    min: u32,
+    max: u32,
+    tag: Option<String>,
+    tag_exclusive: bool,
+    cost: f64,
+    active: usize,
+    pending: usize,
+    failed: usize,
+    stopping: usize,
+    health: HealthView,
+    backing_off_until: Option<u64>,
+    last_decision: Option<DecisionView>,
+    assigned: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ShapeView {
+    cpus: u32,
+    gpus: u32,
+    memory_bytes: u64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct HealthView {
+    failures: u32,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct DecisionView {
+    launches: u32,
+    stops: Vec<String>,
+    target: Option<u32>,
+    demand: usize,
+    reasons: Vec<Map<String, Value>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct UnservedView {
+    uuid: String,
+    pools: Vec<Map<String, Value>>,
+    /// `reason` and its fields.
+    #[serde(flatten)]
+    reason: Map<String, Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct FailureView {
+    pool: String,
+    at_seconds: u64,
+    kind: String,
+    detail: String,
+}
+
+/// The compact text view.
+pub fn render(status: &StatusView) -> String {
+    let mut out = String::new();
+    let last = match status.last_success_seconds {
+        Some(at) => format!(
+            "last successful tick {} s ago",
+            status.uptime_seconds.saturating_sub(at)
+        ),
+        None => "no successful tick yet".to_owned(),
+    };
+    let _ = writeln!(
+        out,
+        "cl-worker-manager: up {}, {} ticks, {last}",
+        duration(status.uptime_seconds),
+        status.ticks
+    );
+    if let Some(error) = &status.last_error {
+        let _ = writeln!(out, "last tick failed: {error}");
+    }
+    let assigned: usize = status.pools.iter().map(|p| p.assigned.len()).sum();
+    let _ = writeln!(
+        out,
+        "staged bundles: {} a pool can run, {assigned} assigned; {} unserved",
+        status.staged,
+        status.unserved.len()
+    );
+    for pool in &status.pools {
+        render_pool(&mut out, pool, status.uptime_seconds);
+    }
+    if !status.unserved.is_empty() {
+        let _ = writeln!(out, "\nunserved bundles:");
+        for bundle in &status.unserved {
+            let verdicts: Vec<String> = bundle
+                .pools
+                .iter()
+                .map(|v| {
+                    let pool = v.get("pool").and_then(Value::as_str).unwrap_or("?");
+                    format!("{pool}: {}", reason(v))
+                })
+                .collect();
+            let _ = write!(out, "  {}  {}", bundle.uuid, reason(&bundle.reason));
+            if !verdicts.is_empty() {
+                let _ = write!(out, " ({})", verdicts.join("; "));
+            }
+            out.push('\n');
+        }
+    }
+    if !status.recent_failures.is_empty() {
+        let _ = writeln!(out, "\nrecent failures:");
+        for failure in &status.recent_failures {
+            let _ = writeln!(
+                out,
+                "  at {:>6}  {}  {}: {}",
+                duration(failure.at_seconds),
+                failure.pool,
+                failure.kind,
+                failure.detail
+            );
+        }
+    }
+    out
+}
+
+fn render_pool(out: &mut String, pool: &PoolView, now: u64) {
+    let shape = &pool.shape;
+    let mut limits = format!("min {}, max {}, cost {}", pool.min, pool.max, pool.cost);
+    if let Some(tag) = &pool.tag {
+        let exclusive = if pool.tag_exclusive {
+            " (exclusive)"
+        } else {
+            ""
+        };
+        let _ = write!(limits, ", tag {tag}{exclusive}");
+    }
+    let _ = writeln!(
+        out,
+        "\npool {} ({}, {}): {} cpus, {} gpus, {} per worker; {limits}",
+        pool.name,
+        pool.backend,
+        pool.launch_mode,
+        shape.cpus,
+        shape.gpus,
+        memory(shape.memory_bytes)
+    );
+    let _ = writeln!(
+        out,
+        "  workers   {} active, {} pending, {} failed, {} stopping",
+        pool.active, pool.pending, pool.failed, pool.stopping
+    );
+    let backoff = match pool.backing_off_until {
+        Some(until) => format!(
+            "backing off for {} more s after {} failures",
+            until.saturating_sub(now),
+            pool.health.failures
+        ),
+        None if pool.health.failures > 0 => {
+            format!("none ({} recent failures)", pool.health.failures)
+        }
+        None => "none".to_owned(),
+    };
+    let _ = writeln!(out, "  backoff   {backoff}");
+    let decision = match &pool.last_decision {
+        Some(d) => {
+            let mut head = format!("launch {}", d.launches);
+            if !d.stops.is_empty() {
+                let _ = write!(head, ", stop {}", d.stops.join(" "));
+            }
+            if let Some(target) = d.target {
+                let _ = write!(head, " (target {target}, demand {})", d.demand);
+            } else {
+                let _ = write!(head, " (demand {})", d.demand);
+            }
+            let reasons: Vec<String> = d.reasons.iter().map(reason).collect();
+            format!("{head}: {}", reasons.join("; "))
+        }
+        None => "none yet".to_owned(),
+    };
+    let _ = writeln!(out, "  decision  {decision}");
+    let _ = writeln!(out, "  bundles   {} assigned", pool.assigned.len());
+}
+
+/// A reason object (`{"reason": "max_reached", "jobs": 3, "max": 3}`) as
+/// `max_reached (jobs=3, max=3)`; a `detail` or `error` field follows a colon.
+fn reason(object: &Map<String, Value>) -> String {
+    let code = object.get("reason").and_then(Value::as_str).unwrap_or("?");
+    let mut fields = Vec::new();
+    let mut text = None;
+    for (key, value) in object {
+        match (key.as_str(), value) {
+            ("reason" | "pool", _) => {}
+            ("detail" | "error", Value::String(s)) => text = Some(s.clone()),
+            (_, Value::String(s)) => fields.push(format!("{key}={s}")),
+            _ => fields.push(format!("{key}={value}")),
+        }
+    }
+    let mut out = code.to_owned();
+    if !fields.is_empty() {
+        let _ = write!(out, " ({})", fields.join(", "));
+    }
+    if let Some(text) = text {
+        let _ = write!(out, ": {text}");
+    }
+    out
+}
+
+/// `3h 02m`, `5m 07s`, `42s`.
+fn duration(seconds: u64) -> String {
+    let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m {s:02}s"),
+        _ => format!("{h}h {m:02}m"),
+    }
+}
+
+/// `8 GiB`, `512 MiB`, `1.5 GiB`.
+fn memory(bytes: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    if bytes >= GIB {
+        let gib = bytes as f64 / GIB as f64;
+        if bytes.is_multiple_of(GIB) {
+            format!("{} GiB", bytes / GIB)
+        } else {
+            format!("{gib:.1} GiB")
+        }
+    } else {
+        format!("{} MiB", bytes / MIB)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_memory_and_reasons_read_compactly() {
+        let durations = [(42, "42s"), (307, "5m 07s"), (10_920, "3h 02m")];
+        for (seconds, text) in durations {
+            assert_eq!(duration(seconds), text);
+        }
+        let sizes = [
+            (8 << 30, "8 GiB"),
+            (512 << 20, "512 MiB"),
+            (3 << 29, "1.5 GiB"),
+        ];
+        for (bytes, text) in sizes {
+            assert_eq!(memory(bytes), text);
+        }
+        let object = |value: Value| value.as_object().cloned().unwrap();
+        let reasons = [
+            (
+                object(serde_json::json!({"reason": "max_reached", "jobs": 3, "max": 3})),
+                "max_reached (jobs=3, max=3)",
+            ),
+            (
+                object(
+                    serde_json::json!({"reason": "launch_failed", "pool": "cpu", "error": "no quota", "tag": "gpu"}),
+                ),
+                "launch_failed (tag=gpu): no quota",
+            ),
+            (object(serde_json::json!({})), "?"),
+        ];
+        for (object, text) in reasons {
+            assert_eq!(reason(&object), text);
+        }
+    }
+
+    #[test]
+    fn an_empty_document_renders_a_manager_without_ticks() {
+        let view: StatusView =
+            serde_json::from_value(serde_json::json!({"uptime_seconds": 5})).unwrap();
+        assert_eq!(
+            render(&view),
+            "cl-worker-manager: up 5s, 0 ticks, no successful tick yet\n\
+             staged bundles: 0 a pool can run, 0 assigned; 0 unserved\n"
+        );
+    }
+}
