@@ -4,10 +4,12 @@
 //! builds, a simulation and `down`, through core's generic code only. The backend itself is
 //! core's in-memory `FakeBackend` (no platform: this test is about the description).
 
+use codalab_wm_core::LaunchRequest;
 use codalab_wm_core::describe::{
     BackendConfig, BackendContext, BackendKind, Catalogue, Entry, Kind, PLACEHOLDER,
 };
 use codalab_wm_core::layout::Layout;
+use codalab_wm_core::manager::down::down_pool;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::settings::check::{Kind as Problem, check};
 use codalab_wm_core::settings::schema::Program;
@@ -17,6 +19,7 @@ use codalab_wm_core::testing::FakeBackend;
 use codalab_wm_core::{Result, WorkerBackend, WorkerShape, async_trait};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The settings of the `dummy` backend: its flags and its `[dummy]` table.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, clap::Args)]
@@ -143,6 +146,23 @@ async fn a_new_backend_runs_from_flags_over_its_table_and_is_simulated() {
     };
     let built = pool.build(&credentials).await.unwrap();
     assert_eq!(built.backend.name(), "dummy");
+    let unique = "0123456789abcdef0123456789abcdef";
+    let request = LaunchRequest {
+        unique,
+        worker: &built.worker,
+        dry_run: false,
+    };
+    let job = built.backend.start_worker_job(&request).await.unwrap();
+    let rows = down_pool("dummy", built.backend.as_ref(), true, Duration::ZERO).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0].name.contains(&job.id), "{rows:?}");
+    let rows = down_pool("dummy", built.backend.as_ref(), false, Duration::ZERO).await;
+    assert!(rows.iter().all(|r| !r.failed), "{rows:?}");
+    let live = built.backend.get_worker_jobs().await.unwrap();
+    assert!(
+        live.iter().all(|j| !j.state.is_capacity()),
+        "down stopped it: {live:?}"
+    );
     let workload = Workload::parse("time,cpus,duration\n0,1,60\n10,4,60\n20,5,60\n").unwrap();
     let policies: Vec<_> = layout.pools.iter().map(|p| p.policy.clone()).collect();
     let report = simulate(&workload, &policies, &SimConfig::default()).unwrap();
