@@ -100,7 +100,7 @@ fn layout(dir: &std::path::Path, file: &str, flags: &[&str]) -> Result<Layout> {
 }
 
 #[test]
-fn a_new_backend_gets_a_template_and_a_check() {
+fn backends_are_described_once_template_and_check() {
     let program = program();
     let text = template::render(&DUMMY, false, &program);
     assert!(text.contains("backend = \"dummy\""), "{text}");
@@ -128,7 +128,7 @@ fn a_new_backend_gets_a_template_and_a_check() {
 }
 
 #[tokio::test]
-async fn a_new_backend_runs_from_flags_over_its_table_and_is_simulated() {
+async fn backends_are_described_once_flags_layout_simulate_down() {
     let dir = tempfile::tempdir().unwrap();
     let file = "backend = \"dummy\"\nmax_workers = 3\n[dummy]\ncluster = \"c1\"\nslots = 8\n";
     let error = layout(dir.path(), "backend = \"dummy\"\n", &[]).unwrap_err();
