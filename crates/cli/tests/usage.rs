@@ -293,6 +293,7 @@ fn bash_completes_the_flags_of_subcommands() {
 }
 
 /// Every subcommand path whose `--help` is kept as a snapshot.
+#[cfg(all(feature = "slurm", feature = "aws", feature = "azure", feature = "k8s"))]
 const HELP: &[&[&str]] = &[
     &[],
     &["local"],
@@ -310,6 +311,7 @@ const HELP: &[&[&str]] = &[
 ];
 
 /// The manager's own flags, which the tools must not offer.
+#[cfg(all(feature = "slurm", feature = "aws", feature = "azure", feature = "k8s"))]
 const MANAGER_FLAGS: &[&str] = &[
     "--listen",
     "--password-file",
