@@ -23,10 +23,10 @@ use crate::pools::logs;
 use crate::pools::runtime::{self, PoolRuntime};
 use crate::pools::status::{Counters, FailureRecord, LaunchResult, Status, TickEvent};
 use crate::pools::{
-    LaunchMode, Pool, PoolDecision, PoolPolicy, PoolsDecision, PoolsObservation, plan_pools,
+    LaunchMode, Need, Pool, PoolDecision, PoolObservation, PoolPolicy, PoolsDecision,
+    PoolsObservation, plan_pools,
 };
 use crate::retry::Backoff;
-use rustc_hash::FxHashSet;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,13 +92,19 @@ impl Default for ManagerConfig {
 pub struct TickReport {
     /// The search keywords used.
     pub keywords: Vec<String>,
-    /// Staged bundles after the prefilter.
+    /// Staged bundles matching the search, read or not (the server's `.count`).
     pub staged: usize,
-    /// Bundles staged last tick and not any more.
+    /// Staged bundles read this tick, oldest first: what the pools can absorb, plus those
+    /// that fit no pool before them (the pool policy sees these; see `pools::need`).
+    pub read: usize,
+    /// Search requests this tick: pages, and the count unless the pages read the whole list.
+    pub search_requests: usize,
+    /// Bundles read last tick that are no longer staged, as far as this tick's read shows
+    /// (see `pools::logs::update_window`).
     pub removed: usize,
-    /// Bundles dropped by the prefilter.
+    /// Bundles read this tick that fit no pool (the prefilter).
     pub filtered: usize,
-    /// Bundles skipped because a field was malformed.
+    /// Bundles read this tick and skipped because a field was malformed.
     pub malformed: usize,
     /// Worker jobs that count (pending + active).
     pub jobs: usize,
@@ -155,7 +161,8 @@ pub struct Manager {
     started: Instant,
     /// Time added by [`Manager::advance_clock`].
     skipped: Duration,
-    staged_uuids: FxHashSet<String>,
+    /// The uuids read last tick, oldest first (for "removed since last time").
+    window: Vec<String>,
     /// Unserved bundles already logged, with the reason logged.
     reported: HashMap<String, &'static str>,
     reported_malformed: HashSet<String>,
@@ -227,7 +234,7 @@ impl Manager {
             started: Instant::now(),
             on_ready: None,
             skipped: Duration::ZERO,
-            staged_uuids: FxHashSet::default(),
+            window: Vec::new(),
             reported: HashMap::new(),
             reported_malformed: HashSet::new(),
             num_failed: 0,
@@ -327,17 +334,6 @@ impl Manager {
                 hook();
             }
         }
-        let keywords = self.keywords();
-        let search = self.client.search_bundles(&keywords).await?;
-        let malformed = search.skipped.len();
-        for skipped in &search.skipped {
-            if self.reported_malformed.insert(skipped.uuid.clone()) {
-                tracing::warn!(bundle = %skipped.uuid, reason = %skipped.reason, "skipping malformed bundle");
-            }
-        }
-        let skipped: HashSet<&str> = search.skipped.iter().map(|s| s.uuid.as_str()).collect();
-        self.reported_malformed
-            .retain(|uuid| skipped.contains(uuid.as_str()));
         let mut unobserved = Vec::with_capacity(self.pools.len());
         let mut first_error = None;
         let mut news = Vec::new();
@@ -367,27 +363,48 @@ impl Manager {
             events.extend(item.events);
             runtime::remember(&mut self.recent_failures, item.failures);
         }
+        let pools: Vec<PoolObservation> = self
+            .pools
+            .iter_mut()
+            .zip(unobserved)
+            .map(|(runtime, error)| runtime.observation(now, error))
+            .collect();
+        let policies = self.policies();
+        // Only the bundles the pools can absorb (pools::need): the server renders no more.
+        let keywords = self.keywords();
+        let search = match self
+            .client
+            .staged_for(&keywords, &Need::new(&policies, &pools, now))
+            .await
+        {
+            Ok(search) => search,
+            Err(error) => {
+                self.counters.add(&events);
+                return Err(error);
+            }
+        };
+        let malformed = search.skipped.len();
+        for skipped in &search.skipped {
+            if self.reported_malformed.insert(skipped.uuid.clone()) {
+                tracing::warn!(bundle = %skipped.uuid, reason = %skipped.reason, "skipping malformed bundle");
+            }
+        }
+        let skipped: HashSet<&str> = search.skipped.iter().map(|s| s.uuid.as_str()).collect();
+        self.reported_malformed
+            .retain(|uuid| skipped.contains(uuid.as_str()));
+        let removed = logs::update_window(&mut self.window, &search.bundles, search.complete);
         let observed = PoolsObservation {
-            pools: self
-                .pools
-                .iter_mut()
-                .zip(unobserved)
-                .map(|(runtime, error)| runtime.observation(now, error))
-                .collect(),
+            pools,
             bundles: search.bundles,
         };
-        let policies = self.policies();
         let decision = plan_pools(&observed, &policies, now);
         let single = self.single;
         let filtered = logs::note_unserved(&mut self.reported, single, &decision);
-        let staged = logs::fitting_uuids(&observed, &decision);
-        let removed = logs::update_staged(&mut self.staged_uuids, &staged);
-        drop(staged);
         logs::log_decisions(
             self.pools.iter().map(|p| &p.pool.policy),
             &decision,
             single,
-            self.staged_uuids.len(),
+            search.total,
             removed,
         );
         let totals = |f: fn(&PoolDecision) -> usize| decision.pools.iter().map(f).sum::<usize>();
@@ -403,7 +420,9 @@ impl Manager {
         events.extend(logs::decision_events(&decision));
         let mut report = TickReport {
             keywords,
-            staged: self.staged_uuids.len(),
+            staged: search.total,
+            read: observed.bundles.len(),
+            search_requests: search.requests,
             removed,
             filtered,
             malformed,
@@ -550,7 +569,7 @@ impl Manager {
             last_error: None,
             last_success_seconds: Some(now.as_secs()),
             last_tick_duration_seconds: self.tick_started.elapsed().as_secs_f64(),
-            staged: self.staged_uuids.len(),
+            staged: report.staged,
             pools: self.pools.iter().map(|p| p.status(now)).collect(),
             unserved: report.pools.unserved.clone(),
             recent_failures: self.recent_failures.iter().cloned().collect(),

@@ -1,27 +1,31 @@
-"""Create N run bundles through codalab's own CLI code in ONE process, wait until they are staged.
+"""Create N run bundles through codalab's own CLI code, in bulk, and wait until they are staged.
 
 Usage (see stage.sh, which sets CODALAB_HOME/SESSION/USERNAME/PASSWORD): stage.py N [cl run flags...]
-Each bundle is `cl run <STAGE_DEPS> <STAGE_COMMAND> <flags>` executed in-process by
-BundleCLI.do_command (the same argument parsing, metadata defaults and REST requests as the `cl`
-command), so only the first one pays for importing codalab. Prints the uuids on stdout, one per
-line, once every bundle has reached `staged` (or gone past it: a worker may already have taken it).
+`cl run <STAGE_DEPS> <STAGE_COMMAND> <flags>` is executed in-process by BundleCLI.do_command once
+(the same argument parsing, worksheet and dependency resolution, and metadata defaults as the `cl`
+command), with the client's `create` call caught: that yields the request `cl run` would send. The
+N bundles are then created from it by the server's own bulk create (`POST /rest/bundles` with a
+list, as the CLI's JsonApiClient.create sends it; CHUNK bundles per request), each with its own
+command ({i} = 1..N). So thousands of bundles take seconds, not one `cl run` each.
 
-The states are read CHUNK bundles per request (a URL naming thousands of uuids is refused with
-"Request Line is too large"). A bundle that was dispatched to a worker that has since exited goes
-staged -> starting -> staged (the server keeps a dead worker registered for ~60 s): `starting` and
-every later state count as "reached staged"; only a failure state stops the wait.
+The states are read CHUNK_STATES uuids per request (a URL naming thousands of uuids is refused with
+"Request Line is too large"), only for bundles not yet staged. A bundle that was dispatched to a
+worker that has since exited goes staged -> starting -> staged (the server keeps a dead worker
+registered for ~60 s): `starting` and every later state count as "reached staged"; only a
+failure state stops the wait. Prints the uuids on stdout, one per line, once all are staged.
 """
+import copy
 import io
 import os
-import re
 import sys
 import time
 
 from codalab.lib.bundle_cli import BundleCLI
 from codalab.lib.codalab_manager import CodaLabManager
 
-UUID = re.compile(r'0x[0-9a-f]{32}')
-CHUNK = 50  # ~2 KB of URL; gunicorn refuses request lines over 4094 bytes
+CHUNK = 250  # bundles per bulk create request (~0.1 MB of JSON, a few seconds of server work)
+CHUNK_STATES = 80  # ~3.4 KB of URL; gunicorn refuses request lines over 4094 bytes
+MARK = '__stage_i__'
 BEFORE_STAGED = ('created', 'uploading', 'making')
 FAILED = ('failed', 'killed', 'worker_offline')
 
@@ -29,6 +33,73 @@ FAILED = ('failed', 'killed', 'worker_offline')
 def fail(msg):
     print('stage.sh: ' + msg, file=sys.stderr)
     sys.exit(1)
+
+
+def template(manager, argv):
+    """The bundle and the query `cl run argv` would create, with MARK where {i} goes."""
+    client = manager.current_client()
+    caught = []
+
+    def create(resource_type, data, params=None):
+        if resource_type != 'bundles' or caught:
+            fail('cl run made an unexpected create call: %s' % resource_type)
+        caught.append((data, params))
+        return {'uuid': '0x' + '0' * 32, 'id': '0x' + '0' * 32}
+
+    client.create = create
+    out = io.StringIO()
+    cli = BundleCLI(manager, headless=True, stdout=out, stderr=sys.stderr)
+    try:
+        cli.do_command(argv)
+    except SystemExit as e:
+        fail('cl %s exited with %s: %s' % (' '.join(argv), e.code, out.getvalue().strip()))
+    except Exception as e:  # UsageError, PermissionError, NotFoundError ... from the CLI/server
+        fail('cl %s failed: %s: %s' % (' '.join(argv), type(e).__name__, e))
+    finally:
+        del client.create  # back to the class's method
+    if not caught:
+        fail('cl %s did not create a bundle' % ' '.join(argv))
+    return caught[0]
+
+
+def fill(value, i):
+    """`value` with MARK replaced by `i` in every string."""
+    if isinstance(value, str):
+        return value.replace(MARK, str(i))
+    if isinstance(value, dict):
+        return {k: fill(v, i) for k, v in value.items()}
+    if isinstance(value, list):
+        return [fill(v, i) for v in value]
+    return value
+
+
+def create_all(client, bundle, params, n):
+    uuids = []
+    for start in range(1, n + 1, CHUNK):
+        batch = [fill(copy.deepcopy(bundle), i) for i in range(start, min(start + CHUNK, n + 1))]
+        created = client.create('bundles', batch, params=params)
+        uuids.extend(b['uuid'] for b in created)
+    if len(uuids) != n:
+        fail('the server created %d bundles, not %d' % (len(uuids), n))
+    return uuids
+
+
+def wait_staged(client, uuids, t0, timeout):
+    states = {}
+    while True:
+        todo = [u for u in uuids if states.get(u) in (None,) + BEFORE_STAGED]
+        for start in range(0, len(todo), CHUNK_STATES):
+            chunk = todo[start : start + CHUNK_STATES]
+            states.update({b['uuid']: b['state'] for b in client.fetch('bundles', params={'specs': chunk})})
+        bad = {u: s for u, s in states.items() if s in FAILED}
+        if bad:
+            fail('bundles failed before they were staged: %s' % dict(list(bad.items())[:5]))
+        waiting = {u: states.get(u) for u in uuids if states.get(u) in (None,) + BEFORE_STAGED}
+        if not waiting:
+            return
+        if time.time() - t0 > timeout:
+            fail('timeout after %.0f s; %d not staged yet, e.g. %s' % (timeout, len(waiting), dict(list(waiting.items())[:5])))
+        time.sleep(0.5)
 
 
 def main():
@@ -39,43 +110,17 @@ def main():
     manager = CodaLabManager()
     t0 = time.time()
     uuids = []
-    for i in range(1, n + 1):
-        out = io.StringIO()
-        cli = BundleCLI(manager, headless=True, stdout=out, stderr=sys.stderr)
-        argv = ['run'] + deps + [command.replace('{i}', str(i))] + flags
-        try:
-            cli.do_command(argv)
-        except SystemExit as e:
-            fail('cl %s exited with %s: %s' % (' '.join(argv), e.code, out.getvalue().strip()))
-        except Exception as e:  # UsageError, PermissionError, NotFoundError ... from the CLI/server
-            fail('cl %s failed: %s: %s' % (' '.join(argv), type(e).__name__, e))
-        found = UUID.findall(out.getvalue())
-        if not found:
-            fail('cl %s printed no uuid: %r' % (' '.join(argv), out.getvalue()))
-        uuids.append(found[-1])
-    t_created = time.time()
-
-    client = manager.current_client()
-    states = {}
-    while True:
-        for start in range(0, len(uuids), CHUNK):
-            chunk = [u for u in uuids[start : start + CHUNK] if states.get(u) in (None,) + BEFORE_STAGED]
-            if chunk:
-                states.update({b['uuid']: b['state'] for b in client.fetch('bundles', params={'specs': chunk})})
-        bad = {u: s for u, s in states.items() if s in FAILED}
-        if bad:
-            fail('bundles failed before they were staged: %s' % bad)
-        waiting = {u: states.get(u) for u in uuids if states.get(u) in (None,) + BEFORE_STAGED}
-        if not waiting:
-            break
-        if time.time() - t0 > timeout:
-            fail('timeout after %.0f s; %d not staged yet, e.g. %s' % (timeout, len(waiting), dict(list(waiting.items())[:5])))
-        time.sleep(0.5)
+    if n > 0:
+        bundle, params = template(manager, ['run'] + deps + [command.replace('{i}', MARK)] + flags)
+        client = manager.current_client()
+        uuids = create_all(client, bundle, params, n)
+        t_created = time.time()
+        wait_staged(client, uuids, t0, timeout + (t_created - t0))
     for u in uuids:
         print(u)
     print(
         'stage.sh: %d bundle(s) created in %.1f s, all staged (or further) after %.1f s'
-        % (n, t_created - t0, time.time() - t0),
+        % (n, (t_created if n else t0) - t0, time.time() - t0),
         file=sys.stderr,
     )
 
