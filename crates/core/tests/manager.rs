@@ -204,6 +204,12 @@ async fn a_long_queue_costs_one_page_per_steady_tick() {
         (997, 3, 2)
     );
     assert_eq!(manager.status().staged, 997);
+    // Login and identity check once, not per tick: 5 searches in 3 ticks, nothing else.
+    let paths: Vec<String> = server.requests().into_iter().map(|r| r.path).collect();
+    let count = |path: &str| paths.iter().filter(|p| *p == path).count();
+    assert_eq!(count("/rest/oauth2/token"), 1);
+    assert_eq!(count("/rest/user"), 1);
+    assert_eq!((count("/rest/bundles"), paths.len()), (5, 7));
 }
 
 #[tokio::test]

@@ -234,7 +234,7 @@ pub fn render(status: &StatusView) -> String {
     let assigned: usize = status.pools.iter().map(|p| p.assigned.len()).sum();
     let _ = writeln!(
         out,
-        "staged bundles: {} a pool can run, {assigned} assigned; {} unserved",
+        "staged bundles: {} ({assigned} assigned and {} unserved among those read)",
         status.staged,
         status.unserved.len()
     );
