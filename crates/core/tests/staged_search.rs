@@ -5,12 +5,13 @@
 //! bob in a queue of their own; locally a missing server skips those, under `CI=true` they fail).
 
 use codalab_wm_core::bundle::StagedBundle;
-use codalab_wm_core::codalab::{CodaLabClient, staged_keywords};
+use codalab_wm_core::codalab::{ClientOptions, CodaLabClient, staged_keywords};
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::fake_codalab::{FakeBundle, FakeCodaLab};
 use codalab_wm_core::testing::require_service;
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
 
 fn credentials(username: &str, password: &str) -> Credentials {
     Credentials {
@@ -93,6 +94,27 @@ async fn a_steady_queue_reuses_its_count_and_a_moving_one_is_counted_again() {
         .unwrap();
     assert_eq!((moved.total, moved.requests), (99, 2));
     assert_eq!(moved.bundles[0].uuid, FakeBundle::new("alice", 1).uuid);
+}
+
+/// Fake server: with `count_reuse` zero every read that stops short of the end counts.
+#[tokio::test]
+async fn a_zero_count_reuse_counts_every_read() {
+    let server = FakeCodaLab::start().await.unwrap();
+    server.set_bundles((0..100).map(|i| FakeBundle::new("alice", i)).collect());
+    let options = ClientOptions {
+        count_reuse: Duration::ZERO,
+        ..ClientOptions::default()
+    };
+    let client =
+        CodaLabClient::with_options(&server.url(), credentials("alice", "alicepw"), &options)
+            .unwrap();
+    for _ in 0..2 {
+        let read = client
+            .staged_for(&alice_keywords(), &wants(1))
+            .await
+            .unwrap();
+        assert_eq!((read.total, read.requests), (100, 2));
+    }
 }
 
 /// Fake server with its default limit of 10: 25 staged, pools that take 25 get all 25 from one

@@ -3,10 +3,15 @@
 Usage (see stage.sh, which sets CODALAB_HOME/SESSION/USERNAME/PASSWORD): stage.py N [cl run flags...]
 `cl run <STAGE_DEPS> <STAGE_COMMAND> <flags>` is executed in-process by BundleCLI.do_command once
 (the same argument parsing, worksheet and dependency resolution, and metadata defaults as the `cl`
-command), with the client's `create` call caught: that yields the request `cl run` would send. The
+command), with the client's `create` call caught: that yields the bundle `cl run` would create. The
 N bundles are then created from it by the server's own bulk create (`POST /rest/bundles` with a
 list, as the CLI's JsonApiClient.create sends it; CHUNK bundles per request), each with its own
-command ({i} = 1..N). So thousands of bundles take seconds, not one `cl run` each.
+command ({i} = 1..N). They are created detached, then given the worksheet's group permissions (the
+request `cl perm` sends): that is what `cl run` gives a bundle (the server copies them from the
+worksheet it adds the bundle to), without the worksheet item: a worksheet of thousands of items
+makes every further create slower (20-35 ms per bundle instead of 8), and a bundle with no group
+permission at all is invisible to every search, its owner's included. So thousands of bundles
+take seconds, not one `cl run` each.
 
 The states are read CHUNK_STATES uuids per request (a URL naming thousands of uuids is refused with
 "Request Line is too large"), only for bundles not yet staged. A bundle that was dispatched to a
@@ -20,6 +25,7 @@ import os
 import sys
 import time
 
+from codalab.client.json_api_client import JsonApiRelationship
 from codalab.lib.bundle_cli import BundleCLI
 from codalab.lib.codalab_manager import CodaLabManager
 
@@ -36,14 +42,14 @@ def fail(msg):
 
 
 def template(manager, argv):
-    """The bundle and the query `cl run argv` would create, with MARK where {i} goes."""
+    """The bundle `cl run argv` would create, with MARK where {i} goes, and its worksheet."""
     client = manager.current_client()
     caught = []
 
     def create(resource_type, data, params=None):
         if resource_type != 'bundles' or caught:
             fail('cl run made an unexpected create call: %s' % resource_type)
-        caught.append((data, params))
+        caught.append((data, params['worksheet']))
         return {'uuid': '0x' + '0' * 32, 'id': '0x' + '0' * 32}
 
     client.create = create
@@ -73,12 +79,30 @@ def fill(value, i):
     return value
 
 
-def create_all(client, bundle, params, n):
+def worksheet_permissions(client, worksheet):
+    """(group uuid, permission) of each group permission of `worksheet`."""
+    info = client.fetch('worksheets', worksheet, params={'include': ['group_permissions']})
+    return [(p['group'].id_, p['permission']) for p in info.get('group_permissions') or []]
+
+
+def create_all(client, bundle, worksheet, n):
+    permissions = worksheet_permissions(client, worksheet)
     uuids = []
     for start in range(1, n + 1, CHUNK):
         batch = [fill(copy.deepcopy(bundle), i) for i in range(start, min(start + CHUNK, n + 1))]
-        created = client.create('bundles', batch, params=params)
-        uuids.extend(b['uuid'] for b in created)
+        created = [b['uuid'] for b in client.create('bundles', batch, params={'detached': 1})]
+        grants = [
+            {
+                'group': JsonApiRelationship('groups', group),
+                'bundle': JsonApiRelationship('bundles', uuid),
+                'permission': permission,
+            }
+            for uuid in created
+            for group, permission in permissions
+        ]
+        if grants:
+            client.create('bundle-permissions', grants)
+        uuids.extend(created)
     if len(uuids) != n:
         fail('the server created %d bundles, not %d' % (len(uuids), n))
     return uuids
@@ -111,9 +135,9 @@ def main():
     t0 = time.time()
     uuids = []
     if n > 0:
-        bundle, params = template(manager, ['run'] + deps + [command.replace('{i}', MARK)] + flags)
+        bundle, worksheet = template(manager, ['run'] + deps + [command.replace('{i}', MARK)] + flags)
         client = manager.current_client()
-        uuids = create_all(client, bundle, params, n)
+        uuids = create_all(client, bundle, worksheet, n)
         t_created = time.time()
         wait_staged(client, uuids, t0, timeout + (t_created - t0))
     for u in uuids:

@@ -31,7 +31,7 @@ pub const MAX_SEARCH_PAGES: usize = 100;
 /// a `--search` with its own `.sort` wins (the server keeps the last sort).
 const OLDEST_FIRST: &str = "id=.sort";
 
-/// How long a `.count` is reused while the bundles read stay the same.
+/// How long a `.count` is reused while the bundles read stay the same, by default.
 pub const COUNT_REUSE: Duration = Duration::from_secs(60);
 
 /// A count, and what it was counted for.
@@ -231,13 +231,13 @@ impl CodaLabClient {
     }
 
     /// `result` with the total: the last count when it was made for the same bundles read less
-    /// than [`COUNT_REUSE`] ago, else a new one.
+    /// than [`ClientOptions::count_reuse`](super::ClientOptions::count_reuse) ago, else a new one.
     async fn counted(&self, keywords: &[String], mut result: SearchResult) -> Result<SearchResult> {
         let read = read_key(keywords, &result.bundles);
         let mut last = self.last_count.lock().await;
         if let Some(last) = last.as_ref()
             && last.read == read
-            && last.at.elapsed() < COUNT_REUSE
+            && last.at.elapsed() < self.count_reuse
         {
             result.total = last.total;
             return Ok(result);
