@@ -58,6 +58,9 @@ struct Setup {
 }
 
 pub fn run(args: &[String]) -> Result<()> {
+    if args.iter().any(|a| a == "--server-cost") {
+        return crate::server_ticks::run(args);
+    }
     let setup = Setup {
         server: required(args, "--server")?,
         bundles: required(args, "--bundles")?,
@@ -115,7 +118,8 @@ fn manager_config(setup: &Setup, max_workers: usize) -> ManagerConfig {
     }
 }
 
-fn backend_with_jobs(jobs: usize) -> FakeBackend {
+/// A backend listing `jobs` jobs: even ones pending, odd ones active.
+pub fn backend_with_jobs(jobs: usize) -> FakeBackend {
     let backend = FakeBackend::new(shape());
     for n in 0..jobs {
         let state = if n % 2 == 0 {
