@@ -180,13 +180,26 @@ def azure_calls(opts):
     count_calls(opts, 'azure', AzureBatchWorkerManager(args), opts.jobs)
 
 
-def server_cpu_ms(pids):
-    """User + system CPU of `pids` in ms, from /proc/PID/stat (fields 14 and 15)."""
+def stat_ticks(pid):
+    """utime + stime + cutime + cstime of `pid` (fields 14 to 17 of /proc/PID/stat)."""
+    with open('/proc/%d/stat' % pid) as stat:
+        fields = stat.read().rsplit(')', 1)[1].split()
+    return sum(int(f) for f in fields[11:15])
+
+
+def server_cpu_ms(roots):
+    """CPU of the server's `roots` and their children in ms, as bench-ours reads it
+    (xtask/src/bin/bench_harness/server_cpu.rs): a child that just exited is skipped."""
     ticks = 0
-    for pid in pids:
-        with open('/proc/%d/stat' % pid) as stat:
-            fields = stat.read().rsplit(')', 1)[1].split()
-        ticks += int(fields[11]) + int(fields[12])
+    for root in roots:
+        ticks += stat_ticks(root)
+        for task in os.listdir('/proc/%d/task' % root):
+            with open('/proc/%d/task/%s/children' % (root, task)) as children:
+                for child in children.read().split():
+                    try:
+                        ticks += stat_ticks(int(child))
+                    except (FileNotFoundError, ProcessLookupError):
+                        pass
     return ticks * 1000.0 / os.sysconf('SC_CLK_TCK')
 
 
