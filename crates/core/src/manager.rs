@@ -1,9 +1,10 @@
 //! The manager loop: observe → plan → act → sleep.
 //!
-//! One [`Manager::tick`] does what one upstream iteration does, for every pool: search the
-//! staged bundles, list each pool's worker jobs, ask the pool policy
-//! ([`plan_pools`](crate::pools::plan_pools)) which pool takes which bundle and what each pool
-//! launches or stops, then do it. [`Manager::new`] is upstream's single-backend mode (one pool,
+//! One [`Manager::tick`] does what one upstream iteration does, for every pool: list each
+//! pool's worker jobs, search the staged bundles the pools can absorb
+//! ([`Need`](crate::pools::Need): oldest first, no more than can change a decision), ask the
+//! pool policy ([`plan_pools`](crate::pools::plan_pools)) which pool takes which bundle and
+//! what each pool launches or stops, then do it. [`Manager::new`] is upstream's single-backend mode (one pool,
 //! [`LaunchMode::Compat`] by default: exactly [`policy::plan`](crate::policy::plan));
 //! [`Manager::with_pools`] serves several pools. The manager remembers per pool what the pure
 //! policy needs: last launch, failure backoff, jobs being stopped, since when jobs are pending.
@@ -15,7 +16,7 @@
 //! leads to launches on stale data.
 
 use crate::backend::{JobState, LaunchRequest, WorkerBackend, WorkerJob, new_unique};
-use crate::codalab::{CodaLabClient, staged_keywords};
+use crate::codalab::{CodaLabClient, SearchResult, SkippedBundle, staged_keywords};
 use crate::command::WorkerOptions;
 use crate::error::{Error, Result};
 use crate::policy::{Decision, PolicyConfig};
@@ -370,28 +371,11 @@ impl Manager {
             .map(|(runtime, error)| runtime.observation(now, error))
             .collect();
         let policies = self.policies();
-        // Only the bundles the pools can absorb (pools::need): the server renders no more.
         let keywords = self.keywords();
-        let search = match self
-            .client
-            .staged_for(&keywords, &Need::new(&policies, &pools, now))
-            .await
-        {
-            Ok(search) => search,
-            Err(error) => {
-                self.counters.add(&events);
-                return Err(error);
-            }
-        };
-        let malformed = search.skipped.len();
-        for skipped in &search.skipped {
-            if self.reported_malformed.insert(skipped.uuid.clone()) {
-                tracing::warn!(bundle = %skipped.uuid, reason = %skipped.reason, "skipping malformed bundle");
-            }
-        }
-        let skipped: HashSet<&str> = search.skipped.iter().map(|s| s.uuid.as_str()).collect();
-        self.reported_malformed
-            .retain(|uuid| skipped.contains(uuid.as_str()));
+        let search = self
+            .read_staged(&keywords, &policies, &pools, now, &events)
+            .await?;
+        let malformed = self.note_malformed(&search.skipped);
         let removed = logs::update_window(&mut self.window, &search.bundles, search.complete);
         let observed = PoolsObservation {
             pools,
@@ -440,6 +424,37 @@ impl Manager {
         self.counters.add(&report.events);
         self.publish_status(&report);
         Ok(report)
+    }
+
+    /// The staged bundles the pools can absorb ([`Need`]): the server renders no more. When
+    /// the search fails, the listing's `events` still count.
+    async fn read_staged(
+        &mut self,
+        keywords: &[String],
+        policies: &[PoolPolicy],
+        pools: &[PoolObservation],
+        now: Duration,
+        events: &[TickEvent],
+    ) -> Result<SearchResult> {
+        let need = Need::new(policies, pools, now);
+        let result = self.client.staged_for(keywords, &need).await;
+        if result.is_err() {
+            self.counters.add(events);
+        }
+        result
+    }
+
+    /// Logs each malformed bundle once (while it stays malformed); returns how many there are.
+    fn note_malformed(&mut self, skipped: &[SkippedBundle]) -> usize {
+        for bundle in skipped {
+            if self.reported_malformed.insert(bundle.uuid.clone()) {
+                tracing::warn!(bundle = %bundle.uuid, reason = %bundle.reason, "skipping malformed bundle");
+            }
+        }
+        let now: HashSet<&str> = skipped.iter().map(|s| s.uuid.as_str()).collect();
+        self.reported_malformed
+            .retain(|uuid| now.contains(uuid.as_str()));
+        skipped.len()
     }
 
     /// Stops stuck jobs, then launches, pool by pool.

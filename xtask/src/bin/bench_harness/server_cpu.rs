@@ -63,9 +63,7 @@ pub fn cpu_ms(roots: &[u32]) -> Result<f64> {
 fn stat_cpu_ticks(stat: &str) -> Option<u64> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    (11..15)
-        .map(|i| fields.get(i)?.parse::<u64>().ok())
-        .sum()
+    (11..15).map(|i| fields.get(i)?.parse::<u64>().ok()).sum()
 }
 
 /// `--server-pids` as the children get them.
