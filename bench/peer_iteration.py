@@ -10,6 +10,8 @@ Run by `bench-harness run` with the venv of `cargo xtask services up codalab`:
     python bench/peer_iteration.py ... --mode k8s-calls --endpoint PROXY
     python bench/peer_iteration.py ... --mode azure-calls --endpoint PROXY --azure-account A \
         --azure-job J --azure-log-container URL    # key in BENCH_AZURE_ACCOUNT_KEY
+    python bench/peer_iteration.py ... --mode server-cost --server-pids P,Q --seconds S --min-ticks K
+        # iterations against the REAL CodaLab server, with the server's CPU read around them
 Prints one JSON line. CODALAB_USERNAME/CODALAB_PASSWORD come from the environment, as for
 `cl-worker-manager`. Logging is set up as `cl-worker-manager` does (INFO, to stderr).
 
@@ -29,6 +31,12 @@ gets `endpoint_url` added; nothing else of upstream is changed), and counts the 
 
 `k8s-calls` builds upstream's own KubernetesWorkerManager with `--cluster-host` = the counting
 proxy in front of the bench's fake Kubernetes API server (plain HTTP) and counts the same way.
+
+`server-cost` runs upstream's iterations against the REAL CodaLab server of `cargo xtask services
+up codalab` (upstream's defaults: min 1, `--max-workers` = J, so none launches) back to back for
+`--seconds` (at least `--min-ticks`), after `--warmup` ones, and reads the CPU time of the server's
+processes (`--server-pids`: REST server and MariaDB, from /proc/PID/stat) before and after, as
+`bench-ours --server-cost` does for ours (`xtask/src/bin/bench_harness/server_cost.rs`).
 
 `azure-calls` builds upstream's own AzureBatchWorkerManager (azure-batch 9.0.0) with
 `--service-url` = the counting proxy in front of the bench's fake Batch service (plain HTTP,
@@ -172,6 +180,49 @@ def azure_calls(opts):
     count_calls(opts, 'azure', AzureBatchWorkerManager(args), opts.jobs)
 
 
+def stat_ticks(pid):
+    """utime + stime + cutime + cstime of `pid` (fields 14 to 17 of /proc/PID/stat)."""
+    with open('/proc/%d/stat' % pid) as stat:
+        fields = stat.read().rsplit(')', 1)[1].split()
+    return sum(int(f) for f in fields[11:15])
+
+
+def server_cpu_ms(roots):
+    """CPU of the server's `roots` and their children in ms, as bench-ours reads it
+    (xtask/src/bin/bench_harness/server_cpu.rs): a child that just exited is skipped."""
+    ticks = 0
+    for root in roots:
+        ticks += stat_ticks(root)
+        for task in os.listdir('/proc/%d/task' % root):
+            with open('/proc/%d/task/%s/children' % (root, task)) as children:
+                for child in children.read().split():
+                    try:
+                        ticks += stat_ticks(int(child))
+                    except (FileNotFoundError, ProcessLookupError):
+                        pass
+    return ticks * 1000.0 / os.sysconf('SC_CLK_TCK')
+
+
+def server_cost(opts):
+    args = manager_args(opts, opts.jobs)
+    args.min_workers = 1
+    manager = BenchWorkerManager(args, opts.jobs)
+    for _ in range(opts.warmup):
+        manager.run_one_iteration()
+    pids = [int(p) for p in opts.server_pids.split(',')]
+    cpu = []
+    server_before, started = server_cpu_ms(pids), time.perf_counter()
+    while len(cpu) < opts.min_ticks or time.perf_counter() - started < opts.seconds:
+        c0 = time.process_time()
+        manager.run_one_iteration()
+        cpu.append((time.process_time() - c0) * 1000.0)
+        assert manager.started == 0
+    wall = time.perf_counter() - started
+    print(json.dumps({'ticks': len(cpu), 'wall_s': wall,
+                      'server_cpu_ms': server_cpu_ms(pids) - server_before, 'cpu_samples': cpu,
+                      'requests_per_tick': 1.0, 'read_per_tick': len(manager.staged_uuids)}))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument('--server', required=True)
@@ -181,7 +232,7 @@ def main():
         '--mode',
         choices=[
             'ticks', 'first-tick', 'reaction', 'slurm-calls', 'aws-calls', 'k8s-calls',
-            'azure-calls',
+            'azure-calls', 'server-cost',
         ],
         default='ticks',
     )
@@ -197,6 +248,9 @@ def main():
     parser.add_argument('--rounds', type=int, default=3)
     parser.add_argument('--warmup', type=int, default=1)
     parser.add_argument('--ticks', type=int, default=10)
+    parser.add_argument('--server-pids')
+    parser.add_argument('--seconds', type=float, default=5.0)
+    parser.add_argument('--min-ticks', type=int, default=10)
     opts = parser.parse_args()
     logging.basicConfig(format='%(asctime)s %(message)s', level=logging.INFO)
 
@@ -210,6 +264,10 @@ def main():
 
     if opts.mode == 'slurm-calls':
         slurm_calls(opts)
+        return
+
+    if opts.mode == 'server-cost':
+        server_cost(opts)
         return
 
     if opts.mode == 'aws-calls':

@@ -197,8 +197,8 @@ async fn every_upstream_flag_reaches_the_worker_command_exactly() {
         .unwrap();
     assert_eq!(
         search.query,
-        "include=owner&worksheet=None&keywords=state%3Dstaged&keywords=request_queue%3Dgpuq\
-         &keywords=.orderby%3Dcreated&keywords=.mine&keywords=request_queue%3Dgpuq%2Ctag%3Dgpuq&keywords=.limit%3D1000"
+        "worksheet=None&keywords=id%3D.sort&keywords=state%3Dstaged&keywords=request_queue%3Dgpuq\
+         &keywords=.orderby%3Dcreated&keywords=.mine&keywords=request_queue%3Dgpuq%2Ctag%3Dgpuq&keywords=.limit%3D10"
     );
     let logs = text(&output);
     assert!(

@@ -160,7 +160,7 @@ fn known_status() -> Status {
 
 const KNOWN_VIEW: &str = "\
 cl-worker-manager: up 3m 20s, 41 ticks, last successful tick 2 s ago
-staged bundles: 4 a pool can run, 2 assigned; 2 unserved
+staged bundles: 4 (2 assigned and 2 unserved among those read)
 
 pool cpu (slurm-batch, target): 4 cpus, 0 gpus, 8 GiB per worker; min 0, max 4, cost 1
   workers   3 active, 1 pending, 1 failed, 0 stopping
@@ -333,7 +333,7 @@ async fn a_dry_tick_shows_what_one_tick_would_do_and_submits_nothing() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("staged bundles: 1 a pool can run, 1 assigned; 1 unserved"),
+        stdout.contains("staged bundles: 2 (1 assigned and 1 unserved among those read)"),
         "{stdout}"
     );
     assert!(

@@ -24,7 +24,6 @@ use crate::backend::WorkerBackend;
 use crate::codalab::CodaLabClient;
 use crate::error::{Error, Result};
 use crate::pools::PoolPolicy;
-use rustc_hash::FxHashSet;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,7 +113,8 @@ pub struct Manager {
     started: Instant,
     /// Time added by [`Manager::advance_clock`].
     skipped: Duration,
-    staged_uuids: FxHashSet<String>,
+    /// The uuids read last tick, oldest first (for "removed since last time").
+    window: Vec<String>,
     /// Unserved bundles already logged, with the reason logged.
     reported: HashMap<String, &'static str>,
     reported_malformed: HashSet<String>,
@@ -173,7 +173,7 @@ impl Manager {
             started: Instant::now(),
             on_ready: None,
             skipped: Duration::ZERO,
-            staged_uuids: FxHashSet::default(),
+            window: Vec::new(),
             reported: HashMap::new(),
             reported_malformed: HashSet::new(),
             num_failed: 0,

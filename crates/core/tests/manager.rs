@@ -77,7 +77,9 @@ async fn launches_one_per_tick_until_max_then_stops() {
     let mut launched = Vec::new();
     for _ in 0..5 {
         let report = manager.tick().await.unwrap();
-        assert_eq!((report.staged, report.filtered), (12, 1));
+        // `staged` counts every staged bundle; the 64-CPU one is past what the pool needs
+        // (one page of 10), so it is not read and not filtered.
+        assert_eq!((report.staged, report.read, report.filtered), (13, 10, 0));
         launched.push(report.launched.len());
     }
     assert_eq!(launched, [1, 1, 1, 0, 0]);
@@ -178,10 +180,10 @@ async fn temporary_errors_skip_ticks_without_launching_and_the_loop_recovers() {
     ]);
     let err = manager.tick().await.unwrap_err();
     assert!(err.is_temporary());
+    assert!(manager.tick().await.is_err(), "the second fault");
     backend.fail_listing(Some(
         "slurm_load_jobs error: Unable to contact slurm controller",
     ));
-    assert!(manager.tick().await.is_err(), "the second fault");
     let err = manager.tick().await.unwrap_err();
     assert!(matches!(
         err,
@@ -197,6 +199,41 @@ async fn temporary_errors_skip_ticks_without_launching_and_the_loop_recovers() {
     );
     backend.fail_listing(None);
     assert_eq!(manager.tick().await.unwrap().launched.len(), 1);
+}
+
+/// Upstream's defaults (compat, max 10) on 1,000 staged bundles: a tick reads one page of 10
+/// (what upstream reads) and counts the rest; a steady tick reuses the count; bundles taken
+/// from the head of the queue are "removed since last time".
+#[tokio::test]
+async fn a_long_queue_costs_one_page_per_steady_tick() {
+    let bundles = (0..1000).map(|n| FakeBundle::new("alice", n)).collect();
+    let (server, client, backend) = setup(bundles, "alicepw").await;
+    let mut manager = single(config(), flags(0, 10, 60), client, Arc::new(backend));
+    let first = manager.tick().await.unwrap();
+    assert_eq!(
+        (first.staged, first.read, first.search_requests),
+        (1000, 10, 2)
+    );
+    assert_eq!(first.decision.reason_codes(), "want_workers");
+    let steady = manager.tick().await.unwrap();
+    assert_eq!(
+        (steady.staged, steady.read, steady.search_requests),
+        (1000, 10, 1)
+    );
+    assert_eq!(steady.removed, 0);
+    server.set_bundles((3..1000).map(|n| FakeBundle::new("alice", n)).collect());
+    let moved = manager.tick().await.unwrap();
+    assert_eq!(
+        (moved.staged, moved.removed, moved.search_requests),
+        (997, 3, 2)
+    );
+    assert_eq!(manager.status().staged, 997);
+    // Login and identity check once, not per tick: 5 searches in 3 ticks, nothing else.
+    let paths: Vec<String> = server.requests().into_iter().map(|r| r.path).collect();
+    let count = |path: &str| paths.iter().filter(|p| *p == path).count();
+    assert_eq!(count("/rest/oauth2/token"), 1);
+    assert_eq!(count("/rest/user"), 1);
+    assert_eq!((count("/rest/bundles"), paths.len()), (5, 7));
 }
 
 #[tokio::test]

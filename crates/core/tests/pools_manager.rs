@@ -148,7 +148,8 @@ async fn bundles_go_to_the_pool_that_fits_and_misfits_are_reported_with_the_reas
             .iter()
             .all(|argv| !argv.join(" ").contains("--tag"))
     );
-    assert_eq!((report.staged, report.filtered), (4, 1));
+    // `staged` counts every staged bundle, the one no pool fits included.
+    assert_eq!((report.staged, report.filtered), (5, 1));
     assert_eq!(launches(&report.events, "cpu", LaunchResult::Started), 2);
     assert_eq!(report.pools.unserved.len(), 1);
     assert_eq!(report.pools.unserved[0].reason.code(), "no_fitting_pool");

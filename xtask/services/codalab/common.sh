@@ -16,8 +16,15 @@ CL_HOME=$CL_DIR/home
 CL_REST_PORT=${CL_REST_PORT:-2900}
 CL_MYSQL_PORT=${CL_MYSQL_PORT:-3316}
 CL_URL=http://127.0.0.1:$CL_REST_PORT
-# user table (name:password); `codalab` is the root user (user_id 0)
-CL_USERS="codalab:codalab alice:alicepw bob:bobpw"
+# user table (name:password); `codalab` is the root user (user_id 0); `bench` is the bench's
+# own (`cargo xtask bench` stages and removes thousands of bundles as bench, so no test sees them)
+CL_USERS="codalab:codalab alice:alicepw bob:bobpw bench:benchpw"
+
+cl_user_names() {  # the user names of CL_USERS, space-separated
+  local up names=""
+  for up in $CL_USERS; do names="$names ${up%%:*}"; done
+  echo "${names# }"
+}
 
 cl_password() {  # USER -> password, non-zero if unknown
   local up

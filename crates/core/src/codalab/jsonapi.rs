@@ -366,6 +366,18 @@ fn bundle_from_fields<'a>(
     })
 }
 
+/// The number in a `.count` reply body: `{"meta": {"result": N, "version": "1.7.5"}}`.
+pub fn parse_count(body: &str) -> Result<usize, String> {
+    let document: Value = super::limits::parse_json(body)?;
+    let result = document
+        .pointer("/meta/result")
+        .ok_or("no meta.result in the count reply")?;
+    result
+        .as_u64()
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| format!("meta.result is {result}, not a count"))
+}
+
 /// The user name in a `/rest/user` document.
 pub fn parse_user_name(document: &Value) -> Option<&str> {
     document
@@ -377,6 +389,29 @@ pub fn parse_user_name(document: &Value) -> Option<&str> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn counts_are_read_from_meta_result() {
+        assert_eq!(
+            parse_count(r#"{"meta": {"result": 1005, "version": "1.7.5"}}"#),
+            Ok(1005)
+        );
+        for (body, message) in [
+            (r#"{"meta": {"version": "1.7.5"}}"#, "no meta.result"),
+            (
+                r#"{"meta": {"result": -1}}"#,
+                "meta.result is -1, not a count",
+            ),
+            (
+                r#"{"meta": {"result": "7"}}"#,
+                "meta.result is \"7\", not a count",
+            ),
+            ("Unexpected", "expected"),
+        ] {
+            let error = parse_count(body).unwrap_err();
+            assert!(error.contains(message), "{body}: {error}");
+        }
+    }
 
     const RECORDED: &str = include_str!("../../tests/samples/bundles-staged-mine-gpuq.json");
 

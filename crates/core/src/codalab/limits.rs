@@ -13,6 +13,8 @@ pub const MAX_SEARCH_PAGE_BYTES: usize = 32 << 20;
 pub const MAX_TOKEN_BYTES: usize = 64 << 10;
 /// The largest `/rest/user` reply body (bytes): ~1 KB from a real server.
 pub const MAX_USER_BYTES: usize = 1 << 20;
+/// The largest `.count` reply body (bytes): ~50 bytes from a real server.
+pub const MAX_COUNT_BYTES: usize = 64 << 10;
 /// The deepest nesting of arrays and objects accepted in a reply: exactly what serde_json's
 /// recursion limit accepts (it refuses 128 levels). The CodaLab replies the manager reads nest 6 deep; the check runs before any parser,
 /// so that a deeply nested document cannot overflow the stack of a recursive one.

@@ -3,12 +3,14 @@
 //! The exchanges follow what `cl-worker-manager` 1.7.5 sends (recorded against a real
 //! server): the OAuth2 password grant as the `codalab_cli_client`, the `X-Requested-With`
 //! header that makes the server answer errors in plain text, and `keywords` repeated once per
-//! keyword. Two differences, both deliberate: the search carries `.limit` so that more than the
-//! server's default 10 results come back, and the identity is checked with `GET /rest/user`,
-//! because the server runs a request with an invalid token as anonymous instead of failing.
+//! keyword. Two differences, both deliberate: the search carries `.limit` and `.offset`, so that
+//! more than the server's default 10 results can come back, sized to what the pools can take
+//! ([`staged`]), and the identity is checked with `GET /rest/user`, because the server runs a
+//! request with an invalid token as anonymous instead of failing.
 
 pub mod jsonapi;
 pub mod limits;
+pub mod staged;
 pub mod tls;
 mod transport;
 
@@ -19,17 +21,16 @@ use base64::Engine as _;
 pub use jsonapi::SkippedBundle;
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::Deserialize;
+pub use staged::{StagedNeed, everything};
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 use transport::{find_cause, unreachable};
 
 /// The OAuth2 client the CodaLab CLI (and upstream's worker manager) logs in as.
 const CLI_CLIENT_ID: &str = "codalab_cli_client";
-/// Results asked for per search page (`.limit`); the server's default is 10. A page of 1,000
-/// bundles is about 1 MB of JSON, which keeps the manager's peak memory small (see BENCH.md).
+/// The largest search page (`.limit`); the server's default is 10. A page of 1,000 bundles is
+/// about 1 MB of JSON, which keeps the manager's peak memory small (see BENCH.md).
 pub const SEARCH_PAGE_SIZE: usize = 1000;
-/// Pages read at most per search, so a misbehaving server cannot keep the loop busy forever.
-const MAX_SEARCH_PAGES: usize = 100;
 /// Refresh the token when less than this is left (the Python client uses 10 minutes).
 const REFRESH_MARGIN: Duration = Duration::from_secs(600);
 
@@ -42,8 +43,11 @@ pub struct ClientOptions {
     pub ca_certificates: Vec<Vec<u8>>,
     /// Accept any certificate. Dangerous; the CLI warns at every start.
     pub insecure_skip_tls_verify: bool,
-    /// Results asked for per search page (`.limit`).
+    /// The largest search page (`.limit`).
     pub search_page_size: usize,
+    /// How long a `.count` is reused while the bundles read stay the same (zero: count at
+    /// every read that does not reach the end of the list).
+    pub count_reuse: Duration,
 }
 
 impl Default for ClientOptions {
@@ -53,6 +57,7 @@ impl Default for ClientOptions {
             ca_certificates: Vec::new(),
             insecure_skip_tls_verify: false,
             search_page_size: SEARCH_PAGE_SIZE,
+            count_reuse: staged::COUNT_REUSE,
         }
     }
 }
@@ -74,13 +79,21 @@ struct TokenReply {
     refresh_token: Option<String>,
 }
 
-/// A search result: the bundles, and those left out because a field was malformed.
+/// A search result: the bundles read, those left out because a field was malformed, and how
+/// many match in all.
 #[derive(Debug, Clone, Default)]
 pub struct SearchResult {
-    /// The staged bundles.
+    /// The staged bundles read, oldest first.
     pub bundles: Vec<StagedBundle>,
     /// Bundles left out, with the reason naming the field.
     pub skipped: Vec<SkippedBundle>,
+    /// Every bundle matching the keywords, read or not (`.count`, or what was read when the
+    /// read reached the end of the list).
+    pub total: usize,
+    /// Whether the read reached the end of the list (then `bundles` and `skipped` are all).
+    pub complete: bool,
+    /// Requests made: pages and the count.
+    pub requests: usize,
 }
 
 /// The largest search page buffer kept between pages (bytes); a larger reply (a server that
@@ -97,6 +110,7 @@ pub struct CodaLabClient {
     credentials: Credentials,
     http: reqwest::Client,
     page_size: usize,
+    count_reuse: Duration,
     token: Mutex<Option<Token>>,
     /// Whether the last search returned any bundle (an empty search after a non-empty one
     /// triggers an identity check).
@@ -106,6 +120,8 @@ pub struct CodaLabClient {
     /// The body of the last search page, kept so that each page of every tick reuses one
     /// allocation (a page is ~1 MB at 1,000 bundles).
     page_buffer: Mutex<Vec<u8>>,
+    /// The last `.count`, reused while the bundles read stay the same (see [`staged`]).
+    last_count: Mutex<Option<staged::LastCount>>,
 }
 
 impl CodaLabClient {
@@ -153,10 +169,12 @@ impl CodaLabClient {
             credentials,
             http,
             page_size: options.search_page_size.max(1),
+            count_reuse: options.count_reuse,
             token: Mutex::new(None),
             last_search_nonempty: Mutex::new(false),
             established: std::sync::atomic::AtomicBool::new(false),
             page_buffer: Mutex::new(Vec::new()),
+            last_count: Mutex::new(None),
         })
     }
 
@@ -318,18 +336,10 @@ impl CodaLabClient {
         }
     }
 
-    /// Every bundle matching `keywords` (ANDed), across pages of [`SEARCH_PAGE_SIZE`].
-    ///
-    /// When a search comes back empty after an earlier one found bundles, the identity is
-    /// checked: an expired or revoked token makes the server answer as anonymous, and `.mine`
-    /// then matches nothing. If the token was bad, the client logs in again and searches once more.
-    /// A search answered 401 likewise logs in again and searches once more.
-    ///
-    /// A refused server certificate or redirect is fatal until the client has once completed a
-    /// search (a misconfiguration at start), temporary after (retried with backoff).
+    /// Every bundle matching `keywords` (ANDed), oldest first, across pages of the largest
+    /// size: [`CodaLabClient::staged_for`] with a need that is never met.
     pub async fn search_bundles(&self, keywords: &[String]) -> Result<SearchResult> {
-        let result = self.search_once(keywords).await;
-        self.settle(result)
+        self.staged_for(keywords, &everything).await
     }
 
     /// Marks the client established after a success; before that, makes a refusal fatal.
@@ -349,83 +359,22 @@ impl CodaLabClient {
         }
     }
 
-    async fn search_once(&self, keywords: &[String]) -> Result<SearchResult> {
-        let mut result = match self.search_pages(keywords).await {
-            // A dead token (expired early, revoked, server restarted with new keys): log in
-            // again once instead of waiting for the scheduled refresh.
-            Err(Error::Server { status: 401, .. }) => {
-                tracing::warn!(
-                    "the server refused our token (401 to the search); logging in again"
-                );
-                *self.token.lock().await = None;
-                self.login_once().await?;
-                self.search_pages(keywords).await?
-            }
-            other => other?,
-        };
-        let mut last_nonempty = self.last_search_nonempty.lock().await;
-        if result.bundles.is_empty() && result.skipped.is_empty() && *last_nonempty {
-            match self.check_identity().await {
-                Ok(()) => {}
-                Err(Error::Server { status: 401, .. }) => {
-                    tracing::warn!(
-                        "the server no longer accepts our token (empty search); logging in again"
-                    );
-                    self.login_once().await?;
-                    result = self.search_pages(keywords).await?;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        *last_nonempty = !result.bundles.is_empty() || !result.skipped.is_empty();
-        Ok(result)
-    }
-
-    async fn search_pages(&self, keywords: &[String]) -> Result<SearchResult> {
-        let mut result = SearchResult::default();
-        for page in 0..MAX_SEARCH_PAGES {
-            let (bundles, skipped) = self.search_page(keywords, page * self.page_size).await?;
-            let count = bundles.len() + skipped.len();
-            result.bundles.extend(bundles);
-            result.skipped.extend(skipped);
-            if count < self.page_size {
-                dedup_by_uuid(&mut result.bundles);
-                return Ok(result);
-            }
-        }
-        tracing::warn!(
-            pages = MAX_SEARCH_PAGES,
-            "staged search stopped after the page limit"
-        );
-        dedup_by_uuid(&mut result.bundles);
-        Ok(result)
-    }
-
+    /// One page: `limit` bundles after the first `offset`. Unlike upstream, without
+    /// `include=owner`: the manager does not use the owner, and the server's users query and
+    /// rendering cost ~15 % of a page of 10.
     async fn search_page(
         &self,
         keywords: &[String],
         offset: usize,
+        limit: usize,
     ) -> Result<(Vec<StagedBundle>, Vec<SkippedBundle>)> {
-        let access = self.access_token().await?;
-        let mut query: Vec<(&str, String)> =
-            vec![("include", "owner".into()), ("worksheet", "None".into())];
+        let mut query: Vec<(&str, String)> = vec![("worksheet", "None".into())];
         query.extend(keywords.iter().map(|k| ("keywords", k.clone())));
-        query.push(("keywords", format!(".limit={}", self.page_size)));
+        query.push(("keywords", format!(".limit={limit}")));
         if offset > 0 {
             query.push(("keywords", format!(".offset={offset}")));
         }
-        let request = self
-            .request(Method::GET, "/rest/bundles")
-            .bearer_auth(access.expose())
-            .query(&query)
-            .build()
-            .map_err(|e| unreachable("staged bundle search", e))?;
-        limits::check_request_line(request.url())?;
-        let response = self
-            .http
-            .execute(request)
-            .await
-            .map_err(|e| unreachable("staged bundle search", e))?;
+        let response = self.search_request(&query).await?;
         let mut body = self.page_buffer.lock().await;
         let page = read_page(response, &mut body).await;
         // Every path, errors included, leaves at most the retained size behind.
@@ -433,6 +382,45 @@ impl CodaLabClient {
             *body = Vec::new();
         }
         page
+    }
+
+    /// How many bundles match `keywords` (`.count`: the server counts, and renders none).
+    async fn count(&self, keywords: &[String]) -> Result<usize> {
+        let mut query: Vec<(&str, String)> =
+            keywords.iter().map(|k| ("keywords", k.clone())).collect();
+        query.push(("keywords", ".count".into()));
+        let response = self.search_request(&query).await?;
+        let status = response.status();
+        let what = "staged bundle count";
+        let body = limits::read_text(response, limits::MAX_COUNT_BYTES, what).await?;
+        if !status.is_success() {
+            return Err(Error::Server {
+                what,
+                status: status.as_u16(),
+                message: first_line(&body),
+            });
+        }
+        jsonapi::parse_count(&body).map_err(|message| Error::InvalidReply {
+            from: "codalab server".into(),
+            what: what.into(),
+            message,
+        })
+    }
+
+    /// Sends `GET /rest/bundles` with `query` and our token.
+    async fn search_request(&self, query: &[(&str, String)]) -> Result<reqwest::Response> {
+        let access = self.access_token().await?;
+        let request = self
+            .request(Method::GET, "/rest/bundles")
+            .bearer_auth(access.expose())
+            .query(query)
+            .build()
+            .map_err(|e| unreachable("staged bundle search", e))?;
+        limits::check_request_line(request.url())?;
+        self.http
+            .execute(request)
+            .await
+            .map_err(|e| unreachable("staged bundle search", e))
     }
 }
 

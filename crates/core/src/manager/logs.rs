@@ -3,8 +3,9 @@
 //! single-backend mode ([`PoolPolicy::is_single_backend`]) speaks upstream's lines verbatim.
 
 use super::status::TickEvent;
+use crate::bundle::StagedBundle;
 use crate::policy::Reason;
-use crate::pools::{LaunchMode, PoolPolicy, PoolsDecision, PoolsObservation};
+use crate::pools::{LaunchMode, PoolPolicy, PoolsDecision};
 use rustc_hash::FxHashSet;
 use std::collections::HashMap;
 
@@ -49,31 +50,36 @@ pub(crate) fn note_unserved(
     filtered
 }
 
-/// The uuids of the bundles that fit some pool.
-pub(crate) fn fitting_uuids<'a>(
-    observed: &'a PoolsObservation,
-    decision: &PoolsDecision,
-) -> FxHashSet<&'a str> {
-    let misfits: FxHashSet<&str> = decision
-        .unserved
+/// Counts the bundles of the last tick's read (`window`, oldest first) that are no longer
+/// staged, as far as this tick's read (`read`, oldest first) shows, then makes `window` this
+/// tick's read. The staged list keeps its order (by id) and grows only at its end, so a bundle of
+/// the last read that this read lacks has left the staged state (a worker took it, or it was
+/// killed or deleted) when this read reached past it: when a later bundle of the last read is
+/// in this one, or this read took the list to its end (`complete`). Bundles of the last read
+/// beyond this one's reach are not counted (the pools needed fewer bundles this tick). In the
+/// steady state (the same bundles tick after tick) `window` is not rewritten.
+pub(crate) fn update_window(
+    window: &mut Vec<String>,
+    read: &[StagedBundle],
+    complete: bool,
+) -> usize {
+    let now: FxHashSet<&str> = read.iter().map(|b| b.uuid.as_str()).collect();
+    let reach = if complete {
+        window.len()
+    } else {
+        window
+            .iter()
+            .rposition(|uuid| now.contains(uuid.as_str()))
+            .map_or(0, |last| last + 1)
+    };
+    let removed = window[..reach]
         .iter()
-        .filter(|u| u.reason == Reason::NoFittingPool)
-        .map(|u| u.uuid.as_str())
-        .collect();
-    observed
-        .bundles
-        .iter()
-        .filter(|b| !misfits.contains(b.uuid.as_str()))
-        .map(|b| b.uuid.as_str())
-        .collect()
-}
-
-/// Makes `known` the staged set `now` and returns how many of `known` left it. In the steady
-/// state (the same bundles tick after tick) nothing is allocated.
-pub(crate) fn update_staged(known: &mut FxHashSet<String>, now: &FxHashSet<&str>) -> usize {
-    let removed = known.iter().filter(|u| !now.contains(u.as_str())).count();
-    if removed > 0 || known.len() != now.len() {
-        *known = now.iter().map(|u| (*u).to_owned()).collect();
+        .filter(|uuid| !now.contains(uuid.as_str()))
+        .count();
+    let same = window.len() == read.len() && window.iter().zip(read).all(|(w, b)| *w == b.uuid);
+    if !same {
+        window.clear();
+        window.extend(read.iter().map(|b| b.uuid.clone()));
     }
     removed
 }
@@ -176,7 +182,7 @@ pub(crate) fn decision_events(decision: &PoolsDecision) -> Vec<TickEvent> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Reason, update_staged, upstream_line};
+    use super::{Reason, upstream_line};
 
     /// The exact lines of upstream's `worker_manager.py` (codalab-worksheets 1.7.5).
     #[test]
@@ -214,26 +220,46 @@ mod tests {
         }
         assert_eq!(upstream_line(&Reason::NoStagedBundles), None);
     }
-    use rustc_hash::FxHashSet;
+    use super::update_window;
+    use crate::bundle::StagedBundle;
 
-    fn known(uuids: &[&str]) -> FxHashSet<String> {
+    fn read(uuids: &[&str]) -> Vec<StagedBundle> {
+        uuids.iter().map(|u| StagedBundle::new(*u)).collect()
+    }
+
+    fn window(uuids: &[&str]) -> Vec<String> {
         uuids.iter().map(|u| (*u).to_owned()).collect()
     }
 
-    fn now<'a>(uuids: &[&'a str]) -> FxHashSet<&'a str> {
-        uuids.iter().copied().collect()
-    }
-
+    /// (last read, this read, whether this read reached the end) → removed.
     #[test]
-    fn update_staged_counts_the_bundles_that_left() {
-        let mut staged = known(&["a", "b", "c"]);
-        assert_eq!(update_staged(&mut staged, &now(&["a", "b", "c"])), 0);
-        assert_eq!(staged, known(&["a", "b", "c"]));
-        assert_eq!(update_staged(&mut staged, &now(&["b", "d"])), 2);
-        assert_eq!(staged, known(&["b", "d"]));
-        assert_eq!(update_staged(&mut staged, &now(&["b", "d", "e"])), 0);
-        assert_eq!(staged, known(&["b", "d", "e"]));
-        assert_eq!(update_staged(&mut staged, &now(&[])), 3);
-        assert!(staged.is_empty());
+    fn removed_counts_what_this_read_reaches_past() {
+        let cases: &[(&[&str], &[&str], bool, usize)] = &[
+            // The same bundles: nothing left.
+            (&["a", "b", "c"], &["a", "b", "c"], false, 0),
+            // a and b were taken; c is still read: both left.
+            (&["a", "b", "c"], &["c", "d", "e"], false, 2),
+            // b was taken from the middle.
+            (&["a", "b", "c"], &["a", "c", "d"], false, 1),
+            // A shorter read (the pools need fewer): c is beyond its reach, not counted.
+            (&["a", "b", "c"], &["a", "b"], false, 0),
+            // a taken, and the read stops before c: only a counts.
+            (&["a", "b", "c"], &["b"], false, 1),
+            // The read reached the end of the list: every missing bundle left.
+            (&["a", "b", "c"], &["b"], true, 2),
+            (&["a", "b", "c"], &[], true, 3),
+            // Nothing of the last read is in this one, and the list goes on: unknown, 0.
+            (&["a", "b"], &["x", "y"], false, 0),
+            (&[], &["a"], false, 0),
+        ];
+        for &(before, now, complete, removed) in cases {
+            let mut known = window(before);
+            assert_eq!(
+                update_window(&mut known, &read(now), complete),
+                removed,
+                "{before:?} → {now:?} (complete: {complete})"
+            );
+            assert_eq!(known, window(now), "the window becomes this read");
+        }
     }
 }

@@ -1,14 +1,15 @@
-//! The observe step of a tick: log in once (the ready hook), search the staged bundles, list
-//! every pool's jobs and take each listing into the pool's memory, giving the pure
-//! [`PoolsObservation`] the plan step hands to the policy.
+//! The observe step of a tick: log in once (the ready hook), list every pool's jobs and take
+//! each listing into the pool's memory, then read the staged bundles the pools can absorb
+//! ([`Need`]: the server renders no more), giving the pure [`PoolsObservation`] the plan step
+//! hands to the policy.
 
 use super::runtime::{self, ListingNews};
 use super::status::TickEvent;
-use super::{Manager, ReadyHook};
+use super::{Manager, ReadyHook, logs};
 use crate::backend::WorkerJob;
-use crate::codalab::{CodaLabClient, SearchResult, SkippedBundle, staged_keywords};
+use crate::codalab::{SkippedBundle, staged_keywords};
 use crate::error::{Error, Result};
-use crate::pools::PoolsObservation;
+use crate::pools::{Need, PoolsObservation};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -17,8 +18,14 @@ use std::time::Duration;
 pub(super) struct Observed {
     /// The search keywords used.
     pub keywords: Vec<String>,
-    /// Bundles skipped because a field was malformed.
+    /// Bundles read and skipped because a field was malformed.
     pub malformed: usize,
+    /// Staged bundles matching the search, read or not (the server's `.count`).
+    pub staged: usize,
+    /// Search requests: pages, and the count unless the pages read the whole list.
+    pub search_requests: usize,
+    /// Bundles read last tick that are no longer staged, as far as this read shows.
+    pub removed: usize,
     /// The staged bundles and every pool's jobs, as the policy sees them.
     pub pools: PoolsObservation,
     /// Jobs seen failed for the first time.
@@ -30,18 +37,18 @@ pub(super) struct Observed {
 }
 
 impl Manager {
-    /// Observes the server and every pool. Fails when the search fails, or when every pool's
-    /// listing does (with the first listing error).
+    /// Observes every pool, then the server. Fails when every pool's listing fails (with the
+    /// first listing error), or when the search fails (the listings' events still count).
     pub(super) async fn observe(&mut self) -> Result<Observed> {
         self.ready().await?;
-        let keywords = self.keywords();
-        let search = search_staged(&self.client, &keywords).await?;
-        let malformed = self.note_malformed(&search.skipped);
         let listings = self.list_pools().await?;
         let now = self.clock();
         let mut observed = Observed {
-            keywords,
-            malformed,
+            keywords: self.keywords(),
+            malformed: 0,
+            staged: 0,
+            search_requests: 0,
+            removed: 0,
             pools: PoolsObservation::default(),
             newly_failed: Vec::new(),
             events: Vec::new(),
@@ -63,8 +70,29 @@ impl Manager {
                 .pools
                 .push(runtime.observation(now, unobserved));
         }
-        observed.pools.bundles = search.bundles;
+        self.read_staged(&mut observed).await?;
         Ok(observed)
+    }
+
+    /// Reads the staged bundles the pools can absorb into `observed` (oldest first, pages
+    /// sized by their [`Need`]). On failure the listings' events are counted here: the tick
+    /// reports no events of its own.
+    async fn read_staged(&mut self, observed: &mut Observed) -> Result<()> {
+        let policies = self.policies();
+        let need = Need::new(&policies, &observed.pools.pools, observed.now);
+        let search = match self.client.staged_for(&observed.keywords, &need).await {
+            Ok(search) => search,
+            Err(error) => {
+                self.counters.add(&observed.events);
+                return Err(error);
+            }
+        };
+        observed.malformed = self.note_malformed(&search.skipped);
+        observed.removed = logs::update_window(&mut self.window, &search.bundles, search.complete);
+        observed.staged = search.total;
+        observed.search_requests = search.requests;
+        observed.pools.bundles = search.bundles;
+        Ok(())
     }
 
     /// At the first tick: logs in, then runs the ready hook ([`Manager::on_ready`]).
@@ -128,10 +156,4 @@ impl Manager {
             _ => Ok(listings),
         }
     }
-}
-
-/// The staged bundles the server holds for `keywords`: the tick's one staged search. (A free
-/// function: a future holding `&Manager` across the search would not be `Send`.)
-async fn search_staged(client: &CodaLabClient, keywords: &[String]) -> Result<SearchResult> {
-    client.search_bundles(keywords).await
 }

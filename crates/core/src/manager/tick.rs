@@ -16,13 +16,19 @@ use tokio::time::Instant;
 pub struct TickReport {
     /// The search keywords used.
     pub keywords: Vec<String>,
-    /// Staged bundles after the prefilter.
+    /// Staged bundles matching the search, read or not (the server's `.count`).
     pub staged: usize,
-    /// Bundles staged last tick and not any more.
+    /// Staged bundles read this tick, oldest first: what the pools can absorb, plus those
+    /// that fit no pool before them (the pool policy sees these; see `pools::need`).
+    pub read: usize,
+    /// Search requests this tick: pages, and the count unless the pages read the whole list.
+    pub search_requests: usize,
+    /// Bundles read last tick that are no longer staged, as far as this tick's read shows
+    /// (see `manager::logs::update_window`).
     pub removed: usize,
-    /// Bundles dropped by the prefilter.
+    /// Bundles read this tick that fit no pool (the prefilter).
     pub filtered: usize,
-    /// Bundles skipped because a field was malformed.
+    /// Bundles read this tick and skipped because a field was malformed.
     pub malformed: usize,
     /// Worker jobs that count (pending + active).
     pub jobs: usize,
@@ -72,18 +78,17 @@ impl Manager {
         let policies = self.policies();
         let decision = plan_pools(&observed.pools, &policies, observed.now);
         let filtered = logs::note_unserved(&mut self.reported, &policies, &decision);
-        let staged = logs::fitting_uuids(&observed.pools, &decision);
-        let removed = logs::update_staged(&mut self.staged_uuids, &staged);
-        drop(staged);
-        logs::log_decisions(&policies, &decision, self.staged_uuids.len(), removed);
+        logs::log_decisions(&policies, &decision, observed.staged, observed.removed);
         let totals = |f: fn(&PoolDecision) -> usize| decision.pools.iter().map(f).sum::<usize>();
         let (active, pending) = (totals(|d| d.active), totals(|d| d.pending));
         let mut events = observed.events;
         events.extend(logs::decision_events(&decision));
         TickReport {
             keywords: observed.keywords,
-            staged: self.staged_uuids.len(),
-            removed,
+            staged: observed.staged,
+            read: observed.pools.bundles.len(),
+            search_requests: observed.search_requests,
+            removed: observed.removed,
             filtered,
             malformed: observed.malformed,
             jobs: active + pending,
@@ -124,7 +129,7 @@ impl Manager {
             last_error: None,
             last_success_seconds: Some(now.as_secs()),
             last_tick_duration_seconds: self.tick_started.elapsed().as_secs_f64(),
-            staged: self.staged_uuids.len(),
+            staged: report.staged,
             pools: self.pools.iter().map(|p| p.status(now)).collect(),
             unserved: report.pools.unserved.clone(),
             recent_failures: self.recent_failures.iter().cloned().collect(),

@@ -32,12 +32,14 @@
 
 mod assign;
 pub mod backoff;
+pub mod need;
 mod single;
 #[cfg(test)]
 mod tests;
 
 pub use assign::{BundleAssignment, Coverage, PoolVerdict, UnservedBundle, misfit};
 pub use backoff::PoolHealth;
+pub use need::Need;
 pub use single::SingleBackendFlags;
 
 use crate::backend::JobState;
@@ -353,38 +355,51 @@ fn census(policy: &PoolPolicy, observed: &PoolObservation, now: Duration) -> Cen
     census
 }
 
-/// Decides launches, stops and assignments for every pool. Pure: `now` is the manager clock.
-/// `observed.pools` must hold one entry per policy (a missing one counts as unobserved).
-pub fn plan_pools(
-    observed: &PoolsObservation,
-    policies: &[PoolPolicy],
-    now: Duration,
-) -> PoolsDecision {
-    let missing = PoolObservation {
+/// Stands in for a pool that has no observation (counts as unobserved).
+static NOT_OBSERVED: std::sync::LazyLock<PoolObservation> =
+    std::sync::LazyLock::new(|| PoolObservation {
         unobserved: Some("no observation".into()),
         ..PoolObservation::default()
-    };
-    let observations: Vec<&PoolObservation> = (0..policies.len())
-        .map(|i| observed.pools.get(i).unwrap_or(&missing))
-        .collect();
+    });
+
+/// One observation per policy, in order; a missing one is [`NOT_OBSERVED`].
+fn per_policy<'a>(
+    pools: &'a [PoolObservation],
+    policies: &[PoolPolicy],
+) -> Vec<&'a PoolObservation> {
+    (0..policies.len())
+        .map(|i| pools.get(i).unwrap_or(&NOT_OBSERVED))
+        .collect()
+}
+
+/// Where `bundles` go and what each pool's demand is (rules 1, 3 and 4 of the module doc).
+struct Assignment {
+    censuses: Vec<Census>,
+    /// (pool index, bundle index, coverage).
+    assigned: Vec<(usize, usize, Coverage)>,
+    unserved: Vec<UnservedBundle>,
+    /// Per pool: the bundles assigned to it, plus those waiting because every fitting pool is
+    /// full, counted at their preferred pool.
+    demand: Vec<usize>,
+}
+
+fn assignment(
+    bundles: &[StagedBundle],
+    observations: &[&PoolObservation],
+    policies: &[PoolPolicy],
+    now: Duration,
+) -> Assignment {
     let censuses: Vec<Census> = policies
         .iter()
-        .zip(&observations)
+        .zip(observations)
         .map(|(policy, obs)| census(policy, obs, now))
         .collect();
     let mut slots: Vec<Slots> = policies
         .iter()
-        .zip(&observations)
+        .zip(observations)
         .zip(&censuses)
         .map(|((policy, obs), census)| Slots {
-            unavailable: obs
-                .unobserved
-                .as_ref()
-                .map(|error| Reason::Unobserved {
-                    error: error.clone(),
-                })
-                .or_else(|| census.backing_off.clone())
-                .or_else(|| census.stuck.first().cloned()),
+            unavailable: unavailable(obs, census),
             compat: policy.launch_mode == LaunchMode::Compat,
             pending: census.pending + census.starting,
             room: (policy.max as usize).saturating_sub(census.jobs),
@@ -392,7 +407,7 @@ pub fn plan_pools(
         })
         .collect();
     let order = preference_order(policies);
-    let (assigned, unserved) = assign::assign(&observed.bundles, policies, &order, &mut slots);
+    let (assigned, unserved) = assign::assign(bundles, policies, &order, &mut slots);
     let mut demand = vec![0usize; policies.len()];
     for (p, _, _) in &assigned {
         demand[*p] += 1;
@@ -404,11 +419,7 @@ pub fn plan_pools(
         .filter(|u| matches!(u.reason, Reason::MaxReached { .. }))
         .map(|u| u.uuid.as_str())
         .collect();
-    for bundle in observed
-        .bundles
-        .iter()
-        .filter(|b| waiting.contains(b.uuid.as_str()))
-    {
+    for bundle in bundles.iter().filter(|b| waiting.contains(b.uuid.as_str())) {
         if let Some(&p) = order
             .iter()
             .find(|&&p| misfit(&policies[p], bundle).is_none())
@@ -416,6 +427,40 @@ pub fn plan_pools(
             demand[p] += 1;
         }
     }
+    Assignment {
+        censuses,
+        assigned,
+        unserved,
+        demand,
+    }
+}
+
+/// Why a pool takes no bundle this tick (unobserved, backing off, stuck job), if so.
+fn unavailable(observed: &PoolObservation, census: &Census) -> Option<Reason> {
+    observed
+        .unobserved
+        .as_ref()
+        .map(|error| Reason::Unobserved {
+            error: error.clone(),
+        })
+        .or_else(|| census.backing_off.clone())
+        .or_else(|| census.stuck.first().cloned())
+}
+
+/// Decides launches, stops and assignments for every pool. Pure: `now` is the manager clock.
+/// `observed.pools` must hold one entry per policy (a missing one counts as unobserved).
+pub fn plan_pools(
+    observed: &PoolsObservation,
+    policies: &[PoolPolicy],
+    now: Duration,
+) -> PoolsDecision {
+    let observations = per_policy(&observed.pools, policies);
+    let Assignment {
+        censuses,
+        assigned,
+        unserved,
+        demand,
+    } = assignment(&observed.bundles, &observations, policies, now);
     let pools = policies
         .iter()
         .enumerate()

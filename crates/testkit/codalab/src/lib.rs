@@ -8,7 +8,9 @@
 //! It serves exactly the subset a worker manager uses, shaped like the replies recorded from a
 //! real CodaLab 1.7.5 server (`crates/core/tests/samples/`): the OAuth2 password and refresh
 //! grants, `GET /rest/user`, and `GET /rest/bundles` with `keywords` (`state=staged`, `.mine`,
-//! `.limit` with the server's default of 10, `.offset`, `request_queue=a,tag=a`, `tags=x`).
+//! `.limit` with the server's default of 10, `.offset`, `.count`, `request_queue=a,tag=a`,
+//! `tags=x`; the order is the order of [`FakeCodaLab::set_bundles`], as the real server's with
+//! `id=.sort`).
 //! Like the real server, a request with an invalid token runs as anonymous. Faults can be
 //! injected: the next N replies as HTTP errors with a plain-text body, or revoked tokens; and
 //! the whole server can be stopped and started again on the same port ([`FakeCodaLab::stop`],
@@ -353,10 +355,13 @@ async fn bundles(
     let me = bearer_user(&s, &headers);
     let mut limit = DEFAULT_LIMIT;
     let mut offset = 0;
+    let mut count = false;
     let mut matches: Vec<&FakeBundle> = s.bundles.iter().collect();
     for keyword in &keywords {
         if keyword == ".mine" {
             matches.retain(|b| Some(&b.owner) == me.as_ref());
+        } else if keyword == ".count" {
+            count = true;
         } else if let Some(n) = keyword.strip_prefix(".limit=") {
             match n.parse() {
                 Ok(n) => limit = n,
@@ -376,6 +381,10 @@ async fn bundles(
         } else if let Some(tag) = keyword.strip_prefix("tags=") {
             matches.retain(|b| b.tags.iter().any(|t| t == tag));
         }
+    }
+    if count {
+        return axum::Json(json!({"meta": {"result": matches.len(), "version": "1.7.5"}}))
+            .into_response();
     }
     let page: Vec<&FakeBundle> = matches.into_iter().skip(offset).take(limit).collect();
     let mut owners: Vec<&str> = page.iter().map(|b| b.owner.as_str()).collect();

@@ -1,5 +1,6 @@
-//! bob's REST session on the real CodaLab server of `cargo xtask services up codalab`, for the
-//! staged→ready section (`staged_ready.rs`): the states of a run's bundles, and removing them.
+//! A REST session on the real CodaLab server of `cargo xtask services up codalab`: bob's for the
+//! staged→ready section (`staged_ready.rs`: the states of a run's bundles, and removing them),
+//! bench's for the server-cost section (`server_cost.rs`: counting and removing its bundles).
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
@@ -18,6 +19,11 @@ pub struct Rest {
 
 impl Rest {
     pub fn login() -> Result<Self> {
+        Self::login_as(USER)
+    }
+
+    /// A session of `user` (name, password).
+    pub fn login_as(user: (&str, &str)) -> Result<Self> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -30,12 +36,12 @@ impl Rest {
             .basic_auth("codalab_cli_client", Some(""))
             .form(&[
                 ("grant_type", "password"),
-                ("username", USER.0),
-                ("password", USER.1),
+                ("username", user.0),
+                ("password", user.1),
             ]);
         let reply = runtime
             .block_on(Self::json(request))
-            .context("logging in to CodaLab as bob")?;
+            .with_context(|| format!("logging in to CodaLab as {}", user.0))?;
         let token = reply["access_token"]
             .as_str()
             .context("no access_token in the login reply")?
@@ -72,6 +78,50 @@ impl Rest {
             .collect())
     }
 
+    /// `GET /rest/bundles` with `keywords`, as JSON.
+    fn search(&self, keywords: &[&str]) -> Result<Value> {
+        let query: Vec<(&str, &str)> = keywords.iter().map(|k| ("keywords", *k)).collect();
+        let request = self
+            .http
+            .get(format!("{SERVER}/rest/bundles"))
+            .header("X-Requested-With", "XMLHttpRequest")
+            .query(&query)
+            .bearer_auth(&self.token);
+        self.runtime
+            .block_on(Self::json(request))
+            .with_context(|| format!("searching bundles: {}", keywords.join(" ")))
+    }
+
+    /// How many bundles match `keywords` (`.count`).
+    pub fn count(&self, keywords: &[&str]) -> Result<usize> {
+        let mut keywords = keywords.to_vec();
+        keywords.push(".count");
+        let reply = self.search(&keywords)?;
+        let count = reply["meta"]["result"]
+            .as_u64()
+            .context("no meta.result in the count reply")?;
+        Ok(count as usize)
+    }
+
+    /// Removes every bundle of this user, in any state (1,000 per request).
+    pub fn remove_all_mine(&self) -> Result<usize> {
+        let mut removed = 0;
+        loop {
+            let reply = self.search(&[".mine", ".limit=1000"])?;
+            let uuids: Vec<String> = reply["data"]
+                .as_array()
+                .context("no data in the search reply")?
+                .iter()
+                .filter_map(|b| b["id"].as_str().map(str::to_owned))
+                .collect();
+            if uuids.is_empty() {
+                return Ok(removed);
+            }
+            self.remove(&uuids)?;
+            removed += uuids.len();
+        }
+    }
+
     pub fn remove(&self, uuids: &[String]) -> Result<()> {
         let data: Vec<Value> = uuids
             .iter()
@@ -80,6 +130,7 @@ impl Rest {
         let request = self
             .http
             .delete(format!("{SERVER}/rest/bundles"))
+            .header("X-Requested-With", "XMLHttpRequest")
             .query(&[("force", "1")])
             .bearer_auth(&self.token)
             .json(&json!({ "data": data }));

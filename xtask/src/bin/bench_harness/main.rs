@@ -18,6 +18,9 @@
 //! - `k8s-fake`, `ours-k8s`: Kubernetes calls per tick against the in-repo fake API server;
 //! - `staged-ready`: only the time from staged to ready with real workers on real Slurm
 //!   (`staged_ready.rs`), merged into the last results;
+//! - `server-cost`: only the server CPU per tick against the real CodaLab server
+//!   (`server_cost.rs`, whose sides are `bench-ours --server-cost` and the peer's
+//!   `--mode server-cost`), merged into the last results;
 //! - `run`: spawns all of the above over the grid, prints the table, writes
 //!   `bench/results.json` and the table in `BENCH.md` (quick runs: `target/bench/results-quick.json`
 //!   only).
@@ -33,6 +36,9 @@ mod listing;
 mod report;
 mod run;
 mod serve;
+mod server_cost;
+#[allow(dead_code, reason = "parse_pids is for bench-ours")]
+mod server_cpu;
 mod slurm_real;
 mod staged_ready;
 mod stats;
@@ -44,7 +50,7 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((command, rest)) = args.split_first() else {
         bail!(
-            "usage: bench-harness run [--quick] | staged-ready [--quick] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure …"
+            "usage: bench-harness run [--quick] | staged-ready [--quick] | server-cost [--quick] [--sizes N,M] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure …"
         );
     };
     match command.as_str() {
@@ -54,6 +60,7 @@ fn main() -> Result<()> {
         "ours-aws" => aws::run(rest),
         "ours-slurm-real" => slurm_real::run(rest),
         "staged-ready" => staged_ready::only(rest),
+        "server-cost" => server_cost::only(rest),
         "k8s-fake" => k8s::serve(rest),
         "ours-k8s" => k8s::run(rest),
         "azure-fake" => azure::serve(rest),

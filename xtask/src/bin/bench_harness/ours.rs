@@ -8,7 +8,8 @@
 //!
 //! Modes (one JSON line on stdout each):
 //! - default: `--warmup W --ticks T` ticks back to back; CPU and wall per tick, peak RSS, CodaLab
-//!   requests per tick, then the floor: the same bundle pages fetched once and parsed with
+//!   requests per tick, then the floor: the bundles a tick reads (what the pools can absorb,
+//!   `codalab::staged`) fetched once as the client asks them and parsed with
 //!   `serde_json::from_slice::<Value>` (and, for comparison, into a typed struct), `T` times
 //!   (`--skip-floor`: the ticks alone, for profiling);
 //! - `--first-tick`: prints `first-tick` as soon as the first tick completed (the parent times
@@ -59,6 +60,9 @@ struct Setup {
 }
 
 pub fn run(args: &[String]) -> Result<()> {
+    if args.iter().any(|a| a == "--server-cost") {
+        return crate::server_ticks::run(args);
+    }
     let setup = Setup {
         server: required(args, "--server")?,
         bundles: required(args, "--bundles")?,
@@ -122,7 +126,8 @@ fn single_backend_flags(max_workers: usize) -> SingleBackendFlags {
     }
 }
 
-fn backend_with_jobs(jobs: usize) -> FakeBackend {
+/// A backend listing `jobs` jobs: even ones pending, odd ones active.
+pub fn backend_with_jobs(jobs: usize) -> FakeBackend {
     let backend = FakeBackend::new(shape());
     for n in 0..jobs {
         let state = if n % 2 == 0 {
@@ -186,7 +191,7 @@ async fn ticks_loop(setup: &Setup, warmup: usize, ticks: usize) -> Result<()> {
     }
     let http = reqwest::Client::new();
     let before = request_counts(&http, &setup.server).await?;
-    let (mut cpu, mut wall) = (Vec::new(), Vec::new());
+    let (mut cpu, mut wall, mut read) = (Vec::new(), Vec::new(), 0);
     for _ in 0..ticks {
         let (c0, w0) = (process_cpu(), Instant::now());
         let report = manager.tick().await?;
@@ -199,6 +204,7 @@ async fn ticks_loop(setup: &Setup, warmup: usize, ticks: usize) -> Result<()> {
             report.staged
         );
         ensure!(report.launched.is_empty(), "a steady-state tick launched");
+        read = report.read;
     }
     let hwm = status_kb("VmHWM");
     let rss = status_kb("VmRSS");
@@ -213,7 +219,7 @@ async fn ticks_loop(setup: &Setup, warmup: usize, ticks: usize) -> Result<()> {
         );
         return Ok(());
     }
-    let pages = fetch_pages(&http, &setup.server).await?;
+    let pages = fetch_pages(&http, &setup.server, read).await?;
     let payload: usize = pages.iter().map(Vec::len).sum();
     let floor = parse_floor(&pages, ticks.max(10), |page| {
         serde_json::from_slice::<serde_json::Value>(page).map(drop)
@@ -252,8 +258,9 @@ fn parse_floor(
     Ok(samples)
 }
 
-/// The bundle pages exactly as the client requests them (same query, `.limit`, `.offset`).
-async fn fetch_pages(http: &reqwest::Client, server: &str) -> Result<Vec<Vec<u8>>> {
+/// The `read` bundles a tick reads, as the client requests them (same query, sorted oldest
+/// first, pages of at most [`SEARCH_PAGE_SIZE`]).
+async fn fetch_pages(http: &reqwest::Client, server: &str, read: usize) -> Result<Vec<Vec<u8>>> {
     let token: serde_json::Value = http
         .post(format!("{server}/rest/oauth2/token"))
         .header("Authorization", "Basic Y29kYWxhYl9jbGlfY2xpZW50Og==")
@@ -268,16 +275,17 @@ async fn fetch_pages(http: &reqwest::Client, server: &str) -> Result<Vec<Vec<u8>
         .await?;
     let access = token["access_token"].as_str().context("no access token")?;
     let mut pages = Vec::new();
-    for page in 0.. {
+    for offset in (0..read.max(1)).step_by(SEARCH_PAGE_SIZE) {
+        let limit = (read - offset).min(SEARCH_PAGE_SIZE);
         let mut query: Vec<(&str, String)> = vec![
-            ("include", "owner".into()),
             ("worksheet", "None".into()),
+            ("keywords", "id=.sort".into()),
             ("keywords", "state=staged".into()),
             ("keywords", ".mine".into()),
-            ("keywords", format!(".limit={SEARCH_PAGE_SIZE}")),
+            ("keywords", format!(".limit={limit}")),
         ];
-        if page > 0 {
-            query.push(("keywords", format!(".offset={}", page * SEARCH_PAGE_SIZE)));
+        if offset > 0 {
+            query.push(("keywords", format!(".offset={offset}")));
         }
         let body = http
             .get(format!("{server}/rest/bundles"))
@@ -288,11 +296,8 @@ async fn fetch_pages(http: &reqwest::Client, server: &str) -> Result<Vec<Vec<u8>
             .await?
             .bytes()
             .await?;
-        let count = typed_count(&body)?;
+        ensure!(typed_count(&body)? == limit, "the server sent a short page");
         pages.push(body.to_vec());
-        if count < SEARCH_PAGE_SIZE {
-            break;
-        }
     }
     Ok(pages)
 }

@@ -137,6 +137,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let reaction = reaction(&plan, python)?;
     let reaction_model = reaction_model(&plan);
     let staged_ready = crate::staged_ready::measure_all(quick)?;
+    let server_cost = crate::server_cost::measure_all(quick)?;
     let results = json!({
         "quick": quick,
         "machine": machine(python, load_before),
@@ -149,6 +150,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "reaction": reaction,
         "reaction_model": reaction_model,
         "staged_ready": staged_ready,
+        "server_cost": server_cost,
     });
     publish(quick, &results)
 }
@@ -194,7 +196,7 @@ pub fn json_lines(mut command: Command, log: &str) -> Result<Vec<Value>> {
 }
 
 /// `bench-ours`, built next to this harness.
-fn ours_exe() -> Result<PathBuf> {
+pub fn ours_exe() -> Result<PathBuf> {
     let exe = std::env::current_exe()?.with_file_name("bench-ours");
     ensure!(
         exe.exists(),

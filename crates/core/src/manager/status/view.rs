@@ -112,7 +112,7 @@ pub fn render(status: &StatusView) -> String {
     let assigned: usize = status.pools.iter().map(|p| p.assigned.len()).sum();
     let _ = writeln!(
         out,
-        "staged bundles: {} a pool can run, {assigned} assigned; {} unserved",
+        "staged bundles: {} ({assigned} assigned and {} unserved among those read)",
         status.staged,
         status.unserved.len()
     );
@@ -305,7 +305,7 @@ mod tests {
         assert_eq!(
             render(&view),
             "cl-worker-manager: up 5s, 0 ticks, no successful tick yet\n\
-             staged bundles: 0 a pool can run, 0 assigned; 0 unserved\n"
+             staged bundles: 0 (0 assigned and 0 unserved among those read)\n"
         );
     }
 }

@@ -1,0 +1,257 @@
+//! The staged search of a tick, cheap for the server: oldest first, in pages sized to what the
+//! pools can still take, then `.count` for the true total.
+//!
+//! The server's cost grows with the bundles it renders (~0.35 ms of REST server and MariaDB CPU
+//! per bundle on CodaLab 1.7.5; a `.count` costs about what a page of 10 does, BENCH.md), so a
+//! tick reads only what the pool policy needs ([`crate::pools::Need`]): the first page asks
+//! what the pools miss, at least [`MIN_PAGE`] (the server's own default, what upstream reads
+//! every tick); a full page that leaves some pool short is followed by one at least twice as
+//! large, so that a run of bundles no pool can take (they add nothing to the need) is crossed in
+//! a few requests; the read stops at a short page (the end of the list), when nothing is missed
+//! any more, or after [`MAX_SEARCH_PAGES`]. `.count` then gives the true total, unless the read
+//! reached the end of the list (the total is then what was read). A count is reused while the
+//! bundles read stay the same, for at most [`COUNT_REUSE`]: a steady tick costs the server one
+//! page, about what upstream's tick costs, and a queue that moves is recounted every tick (what
+//! changes only past the bundles read, such as new bundles at the end of a long queue, shows
+//! within [`COUNT_REUSE`]). Pages are sorted by bundle id
+//! (`id=.sort`, oldest first, the order in which the server's bundle manager dispatches a
+//! user's bundles), so that consecutive pages and consecutive ticks see one stable order.
+
+use super::{CodaLabClient, SearchResult, dedup_by_uuid};
+use crate::bundle::StagedBundle;
+use crate::error::{Error, Result};
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, Instant};
+
+/// The smallest page asked: the server's own default `.limit`, which upstream reads every tick.
+pub const MIN_PAGE: usize = 10;
+/// Pages read at most per search, so a misbehaving server cannot keep the loop busy forever.
+pub const MAX_SEARCH_PAGES: usize = 100;
+/// The sort keyword of every page: oldest first. It goes before the caller's keywords, so that
+/// a `--search` with its own `.sort` wins (the server keeps the last sort).
+const OLDEST_FIRST: &str = "id=.sort";
+
+/// How long a `.count` is reused while the bundles read stay the same, by default.
+pub const COUNT_REUSE: Duration = Duration::from_secs(60);
+
+/// A count, and what it was counted for.
+#[derive(Debug)]
+pub(super) struct LastCount {
+    /// A hash of the keywords and of the uuids read, in order.
+    read: u64,
+    total: usize,
+    at: Instant,
+}
+
+/// What a count is reused for: the same keywords and the same bundles read, in order.
+fn read_key(keywords: &[String], read: &[StagedBundle]) -> u64 {
+    let mut hasher = rustc_hash::FxHasher::default();
+    keywords.hash(&mut hasher);
+    for bundle in read {
+        bundle.uuid.hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+/// What the pools still miss, given the staged bundles read so far (oldest first).
+pub trait StagedNeed {
+    /// How many more bundles the pools miss after `read`; zero stops the read.
+    fn missing(&self, read: &[StagedBundle]) -> usize;
+}
+
+impl StagedNeed for crate::pools::Need<'_> {
+    fn missing(&self, read: &[StagedBundle]) -> usize {
+        crate::pools::Need::missing(self, read)
+    }
+}
+
+impl<F: Fn(&[StagedBundle]) -> usize> StagedNeed for F {
+    fn missing(&self, read: &[StagedBundle]) -> usize {
+        self(read)
+    }
+}
+
+/// Every bundle: a need that is never met (the read goes to the end of the list).
+pub fn everything(_: &[StagedBundle]) -> usize {
+    usize::MAX
+}
+
+/// One search request: `.offset` and `.limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page {
+    /// Bundles skipped (`.offset`).
+    pub offset: usize,
+    /// Bundles asked (`.limit`).
+    pub limit: usize,
+}
+
+/// The pages of one read (pure; the client sends them, tests run them over a list): the first
+/// asks what the pools miss, at least [`MIN_PAGE`]; after a full page that leaves the pools
+/// short, the next asks the larger of what they still miss and twice the last page; every page
+/// holds at most `max_page`. The read ends at a short page (the end of the list:
+/// [`Pager::complete`]), when the pools miss nothing more, or after [`MAX_SEARCH_PAGES`].
+#[derive(Debug, Clone)]
+pub struct Pager {
+    page: Option<Page>,
+    max_page: usize,
+    pages: usize,
+    complete: bool,
+}
+
+impl Pager {
+    /// A read for pools that miss `missing` bundles, in pages of at most `max_page`.
+    pub fn new(missing: usize, max_page: usize) -> Self {
+        let max_page = max_page.max(1);
+        Self {
+            page: Some(Page {
+                offset: 0,
+                limit: missing.max(MIN_PAGE).min(max_page),
+            }),
+            max_page,
+            pages: 0,
+            complete: false,
+        }
+    }
+
+    /// The page to read now, or `None` when the read is over.
+    pub fn page(&self) -> Option<Page> {
+        self.page
+    }
+
+    /// Takes in the current page: it returned `returned` results, and the pools now miss
+    /// `missing` bundles.
+    pub fn advance(&mut self, returned: usize, missing: usize) {
+        let Some(last) = self.page.take() else {
+            return;
+        };
+        self.pages += 1;
+        if returned < last.limit {
+            self.complete = true;
+        } else if missing > 0 && self.pages < MAX_SEARCH_PAGES {
+            self.page = Some(Page {
+                offset: last.offset + returned,
+                limit: missing.max(last.limit.saturating_mul(2)).min(self.max_page),
+            });
+        } else if missing > 0 {
+            tracing::warn!(
+                pages = MAX_SEARCH_PAGES,
+                read = last.offset + returned,
+                "staged search stopped after the page limit"
+            );
+        }
+    }
+
+    /// Whether the read reached the end of the list.
+    pub fn complete(&self) -> bool {
+        self.complete
+    }
+}
+
+impl CodaLabClient {
+    /// The staged bundles matching `keywords` (ANDed) that the pools need, oldest first, and
+    /// the true total (see the module doc); [`super::SearchResult::complete`] says whether the
+    /// read reached the end of the list.
+    ///
+    /// When a read comes back empty after an earlier one found bundles, the identity is
+    /// checked: an expired or revoked token makes the server answer as anonymous, and `.mine`
+    /// then matches nothing. If the token was bad, the client logs in again and reads once more.
+    /// A request answered 401 likewise logs in again and reads once more.
+    ///
+    /// A refused server certificate or redirect is fatal until the client has once completed a
+    /// search (a misconfiguration at start), temporary after (retried with backoff).
+    pub async fn staged_for(
+        &self,
+        keywords: &[String],
+        need: &impl StagedNeed,
+    ) -> Result<SearchResult> {
+        let result = self.read_checked(keywords, need).await;
+        self.settle(result)
+    }
+
+    async fn read_checked(
+        &self,
+        keywords: &[String],
+        need: &impl StagedNeed,
+    ) -> Result<SearchResult> {
+        let mut result = match self.read(keywords, need).await {
+            // A dead token (expired early, revoked, server restarted with new keys): log in
+            // again once instead of waiting for the scheduled refresh.
+            Err(Error::Server { status: 401, .. }) => {
+                tracing::warn!(
+                    "the server refused our token (401 to the search); logging in again"
+                );
+                *self.token.lock().await = None;
+                self.login_once().await?;
+                self.read(keywords, need).await?
+            }
+            other => other?,
+        };
+        let mut last_nonempty = self.last_search_nonempty.lock().await;
+        if result.total == 0 && *last_nonempty {
+            match self.check_identity().await {
+                Ok(()) => {}
+                Err(Error::Server { status: 401, .. }) => {
+                    tracing::warn!(
+                        "the server no longer accepts our token (empty search); logging in again"
+                    );
+                    self.login_once().await?;
+                    result = self.read(keywords, need).await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        *last_nonempty = result.total > 0;
+        Ok(result)
+    }
+
+    /// The pages, then the count when the pages did not reach the end of the list.
+    async fn read(&self, keywords: &[String], need: &impl StagedNeed) -> Result<SearchResult> {
+        let mut sorted = Vec::with_capacity(keywords.len() + 1);
+        sorted.push(OLDEST_FIRST.to_owned());
+        sorted.extend(keywords.iter().cloned());
+        let mut result = SearchResult::default();
+        let mut pager = Pager::new(need.missing(&[]), self.page_size);
+        let mut read = 0;
+        while let Some(page) = pager.page() {
+            let (bundles, skipped) = self.search_page(&sorted, page.offset, page.limit).await?;
+            result.requests += 1;
+            let returned = bundles.len() + skipped.len();
+            read = page.offset + returned;
+            result.bundles.extend(bundles);
+            result.skipped.extend(skipped);
+            dedup_by_uuid(&mut result.bundles);
+            pager.advance(returned, need.missing(&result.bundles));
+        }
+        if pager.complete() {
+            result.complete = true;
+            result.total = read;
+            return Ok(result);
+        }
+        self.counted(keywords, result).await
+    }
+
+    /// `result` with the total: the last count when it was made for the same bundles read less
+    /// than [`ClientOptions::count_reuse`](super::ClientOptions::count_reuse) ago, else a new one.
+    async fn counted(&self, keywords: &[String], mut result: SearchResult) -> Result<SearchResult> {
+        let read = read_key(keywords, &result.bundles);
+        let mut last = self.last_count.lock().await;
+        if let Some(last) = last.as_ref()
+            && last.read == read
+            && last.at.elapsed() < self.count_reuse
+        {
+            result.total = last.total;
+            return Ok(result);
+        }
+        result.total = self.count(keywords).await?;
+        result.requests += 1;
+        *last = Some(LastCount {
+            read,
+            total: result.total,
+            at: Instant::now(),
+        });
+        Ok(result)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;
