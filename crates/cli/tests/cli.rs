@@ -197,7 +197,7 @@ async fn every_upstream_flag_reaches_the_worker_command_exactly() {
         .unwrap();
     assert_eq!(
         search.query,
-        "worksheet=None&keywords=id%3D.sort&keywords=state%3Dstaged&keywords=request_queue%3Dgpuq\
+        "worksheet=None&keywords=state%3Dstaged&keywords=request_queue%3Dgpuq\
          &keywords=.orderby%3Dcreated&keywords=.mine&keywords=request_queue%3Dgpuq%2Ctag%3Dgpuq&keywords=.limit%3D10"
     );
     let logs = text(&output);

@@ -49,7 +49,7 @@ async fn sees_every_staged_bundle_beyond_the_default_limit_of_ten() {
         .unwrap();
     assert_eq!(
         search.query,
-        "worksheet=None&keywords=id%3D.sort&keywords=state%3Dstaged&keywords=.mine&keywords=.limit%3D1000"
+        "worksheet=None&keywords=state%3Dstaged&keywords=.mine&keywords=.limit%3D1000"
     );
 }
 

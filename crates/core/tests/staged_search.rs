@@ -5,7 +5,7 @@
 //! bob in a queue of their own; locally a missing server skips those, under `CI=true` they fail).
 
 use codalab_wm_core::bundle::StagedBundle;
-use codalab_wm_core::codalab::{ClientOptions, CodaLabClient, staged_keywords};
+use codalab_wm_core::codalab::{ClientOptions, CodaLabClient, CountEvery, staged_keywords};
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::require_service;
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
@@ -62,17 +62,28 @@ async fn reads_what_the_pools_need_and_counts_the_rest() {
     assert_eq!(
         searches(&server),
         [
-            "worksheet=None&keywords=id%3D.sort&keywords=state%3Dstaged&keywords=.mine&keywords=.limit%3D11",
+            "worksheet=None&keywords=state%3Dstaged&keywords=.mine&keywords=.limit%3D11",
             "keywords=state%3Dstaged&keywords=.mine&keywords=.count",
         ]
     );
 }
 
 /// Fake server: the same bundles read again reuse the count (one request per tick); a queue
-/// that moved is counted again.
+/// that moved is counted again (here at once: `CountEvery::moving` zero).
 #[tokio::test]
 async fn a_steady_queue_reuses_its_count_and_a_moving_one_is_counted_again() {
-    let (server, client) = fake_with(100).await;
+    let server = FakeCodaLab::start().await.unwrap();
+    server.set_bundles((0..100).map(|i| FakeBundle::new("alice", i)).collect());
+    let options = ClientOptions {
+        count_every: CountEvery {
+            moving: Duration::ZERO,
+            ..CountEvery::default()
+        },
+        ..ClientOptions::default()
+    };
+    let client =
+        CodaLabClient::with_options(&server.url(), credentials("alice", "alicepw"), &options)
+            .unwrap();
     let first = client
         .staged_for(&alice_keywords(), &wants(1))
         .await
@@ -96,13 +107,37 @@ async fn a_steady_queue_reuses_its_count_and_a_moving_one_is_counted_again() {
     assert_eq!(moved.bundles[0].uuid, FakeBundle::new("alice", 1).uuid);
 }
 
-/// Fake server: with `count_reuse` zero every read that stops short of the end counts.
+/// Fake server: by default a queue that moved keeps its count for `CountEvery::moving` (15 s).
 #[tokio::test]
-async fn a_zero_count_reuse_counts_every_read() {
+async fn a_moving_queue_is_counted_at_most_every_fifteen_seconds() {
+    let (server, client) = fake_with(100).await;
+    assert_eq!(
+        client
+            .staged_for(&alice_keywords(), &wants(1))
+            .await
+            .unwrap()
+            .requests,
+        2
+    );
+    server.set_bundles((1..100).map(|i| FakeBundle::new("alice", i)).collect());
+    let moved = client
+        .staged_for(&alice_keywords(), &wants(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        (moved.total, moved.requests),
+        (100, 1),
+        "the count of a moment ago"
+    );
+}
+
+/// Fake server: with `CountEvery::ALWAYS` every read that stops short of the end counts.
+#[tokio::test]
+async fn counting_always_counts_every_read() {
     let server = FakeCodaLab::start().await.unwrap();
     server.set_bundles((0..100).map(|i| FakeBundle::new("alice", i)).collect());
     let options = ClientOptions {
-        count_reuse: Duration::ZERO,
+        count_every: CountEvery::ALWAYS,
         ..ClientOptions::default()
     };
     let client =

@@ -21,7 +21,7 @@ use base64::Engine as _;
 pub use jsonapi::SkippedBundle;
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::Deserialize;
-pub use staged::{StagedNeed, everything};
+pub use staged::{CountEvery, StagedNeed, everything};
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 use transport::{find_cause, unreachable};
@@ -45,9 +45,9 @@ pub struct ClientOptions {
     pub insecure_skip_tls_verify: bool,
     /// The largest search page (`.limit`).
     pub search_page_size: usize,
-    /// How long a `.count` is reused while the bundles read stay the same (zero: count at
-    /// every read that does not reach the end of the list).
-    pub count_reuse: Duration,
+    /// How often the staged total is counted ([`staged::CountEvery::ALWAYS`]: at every read
+    /// that stops short of the end of the list).
+    pub count_every: staged::CountEvery,
 }
 
 impl Default for ClientOptions {
@@ -57,7 +57,7 @@ impl Default for ClientOptions {
             ca_certificates: Vec::new(),
             insecure_skip_tls_verify: false,
             search_page_size: SEARCH_PAGE_SIZE,
-            count_reuse: staged::COUNT_REUSE,
+            count_every: staged::CountEvery::default(),
         }
     }
 }
@@ -110,7 +110,7 @@ pub struct CodaLabClient {
     credentials: Credentials,
     http: reqwest::Client,
     page_size: usize,
-    count_reuse: Duration,
+    count_every: staged::CountEvery,
     token: Mutex<Option<Token>>,
     /// Whether the last search returned any bundle (an empty search after a non-empty one
     /// triggers an identity check).
@@ -169,7 +169,7 @@ impl CodaLabClient {
             credentials,
             http,
             page_size: options.search_page_size.max(1),
-            count_reuse: options.count_reuse,
+            count_every: options.count_every,
             token: Mutex::new(None),
             last_search_nonempty: Mutex::new(false),
             established: std::sync::atomic::AtomicBool::new(false),

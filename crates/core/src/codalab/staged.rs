@@ -2,20 +2,29 @@
 //! pools can still take, then `.count` for the true total.
 //!
 //! The server's cost grows with the bundles it renders (~0.35 ms of REST server and MariaDB CPU
-//! per bundle on CodaLab 1.7.5; a `.count` costs about what a page of 10 does, BENCH.md), so a
-//! tick reads only what the pool policy needs ([`crate::pools::Need`]): the first page asks
+//! per bundle on CodaLab 1.7.5, above ~10 ms per request; BENCH.md, "Server CPU per tick"), so
+//! a tick reads only what the pool policy needs ([`crate::pools::Need`]): the first page asks
 //! what the pools miss, at least [`MIN_PAGE`] (the server's own default, what upstream reads
 //! every tick); a full page that leaves some pool short is followed by one at least twice as
 //! large, so that a run of bundles no pool can take (they add nothing to the need) is crossed in
 //! a few requests; the read stops at a short page (the end of the list), when nothing is missed
-//! any more, or after [`MAX_SEARCH_PAGES`]. `.count` then gives the true total, unless the read
-//! reached the end of the list (the total is then what was read). A count is reused while the
-//! bundles read stay the same, for at most [`COUNT_REUSE`]: a steady tick costs the server one
-//! page, about what upstream's tick costs, and a queue that moves is recounted every tick (what
-//! changes only past the bundles read, such as new bundles at the end of a long queue, shows
-//! within [`COUNT_REUSE`]). Pages are sorted by bundle id
-//! (`id=.sort`, oldest first, the order in which the server's bundle manager dispatches a
-//! user's bundles), so that consecutive pages and consecutive ticks see one stable order.
+//! any more, or after [`MAX_SEARCH_PAGES`].
+//!
+//! **Order.** Pages carry no sort keyword: the server then returns a user's staged bundles in
+//! the order of their permission rows, which is creation order (oldest first, the order in
+//! which its bundle manager dispatches a user's bundles; the real-server test
+//! `real_server_pages_by_need_oldest_first_and_counts` checks it), one stable order for
+//! consecutive pages and ticks, and MariaDB stops after the page. `id=.sort` would make it read
+//! and sort every staged bundle for every page: +46 ms of server CPU per request at 10,000
+//! staged, twice upstream's whole tick.
+//!
+//! **Count.** `.count` gives the true total, unless the read reached the end of the list (the
+//! total is then what was read). It costs what reading the whole list costs the database (8 ms
+//! at 1,000 staged, 48 ms at 10,000), so it is not made at every tick: while the bundles read
+//! stay the same it is reused for up to [`CountEvery::steady`] (60 s), and when they change
+//! (the queue moves) it is made again, at most every [`CountEvery::moving`] (15 s). A steady
+//! tick costs the server one page, about what upstream's tick costs; the total is at most 15 s
+//! old while the queue moves, 60 s while only what lies past the bundles read changes.
 
 use super::{CodaLabClient, SearchResult, dedup_by_uuid};
 use crate::bundle::StagedBundle;
@@ -27,12 +36,32 @@ use std::time::{Duration, Instant};
 pub const MIN_PAGE: usize = 10;
 /// Pages read at most per search, so a misbehaving server cannot keep the loop busy forever.
 pub const MAX_SEARCH_PAGES: usize = 100;
-/// The sort keyword of every page: oldest first. It goes before the caller's keywords, so that
-/// a `--search` with its own `.sort` wins (the server keeps the last sort).
-const OLDEST_FIRST: &str = "id=.sort";
 
-/// How long a `.count` is reused while the bundles read stay the same, by default.
-pub const COUNT_REUSE: Duration = Duration::from_secs(60);
+/// How often the staged total is counted (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CountEvery {
+    /// While the bundles read change: a count at most this often.
+    pub moving: Duration,
+    /// While they stay the same: a count at least this often.
+    pub steady: Duration,
+}
+
+impl CountEvery {
+    /// A count at every read that stops short of the end of the list.
+    pub const ALWAYS: Self = Self {
+        moving: Duration::ZERO,
+        steady: Duration::ZERO,
+    };
+}
+
+impl Default for CountEvery {
+    fn default() -> Self {
+        Self {
+            moving: Duration::from_secs(15),
+            steady: Duration::from_secs(60),
+        }
+    }
+}
 
 /// A count, and what it was counted for.
 #[derive(Debug)]
@@ -41,6 +70,19 @@ pub(super) struct LastCount {
     read: u64,
     total: usize,
     at: Instant,
+}
+
+impl LastCount {
+    /// Whether this count still stands for a read with key `read` (see [`CountEvery`]).
+    fn reusable(&self, read: u64, every: CountEvery) -> bool {
+        let age = self.at.elapsed();
+        let limit = if read == self.read {
+            every.steady
+        } else {
+            every.moving
+        };
+        age < limit
+    }
 }
 
 /// What a count is reused for: the same keywords and the same bundles read, in order.
@@ -206,14 +248,11 @@ impl CodaLabClient {
 
     /// The pages, then the count when the pages did not reach the end of the list.
     async fn read(&self, keywords: &[String], need: &impl StagedNeed) -> Result<SearchResult> {
-        let mut sorted = Vec::with_capacity(keywords.len() + 1);
-        sorted.push(OLDEST_FIRST.to_owned());
-        sorted.extend(keywords.iter().cloned());
         let mut result = SearchResult::default();
         let mut pager = Pager::new(need.missing(&[]), self.page_size);
         let mut read = 0;
         while let Some(page) = pager.page() {
-            let (bundles, skipped) = self.search_page(&sorted, page.offset, page.limit).await?;
+            let (bundles, skipped) = self.search_page(keywords, page.offset, page.limit).await?;
             result.requests += 1;
             let returned = bundles.len() + skipped.len();
             read = page.offset + returned;
@@ -230,15 +269,12 @@ impl CodaLabClient {
         self.counted(keywords, result).await
     }
 
-    /// `result` with the total: the last count when it was made for the same bundles read less
-    /// than [`ClientOptions::count_reuse`](super::ClientOptions::count_reuse) ago, else a new one.
+    /// `result` with the total: the last count while it still stands ([`CountEvery`]), else a
+    /// new one.
     async fn counted(&self, keywords: &[String], mut result: SearchResult) -> Result<SearchResult> {
         let read = read_key(keywords, &result.bundles);
         let mut last = self.last_count.lock().await;
-        if let Some(last) = last.as_ref()
-            && last.read == read
-            && last.at.elapsed() < self.count_reuse
-        {
+        if let Some(last) = last.as_ref().filter(|l| l.reusable(read, self.count_every)) {
             result.total = last.total;
             return Ok(result);
         }

@@ -19,13 +19,13 @@ use crate::ours::backend_with_jobs;
 use crate::server_cpu::{cpu_ms, parse_pids};
 use crate::stats::{ms, process_cpu, summarize};
 use anyhow::{Context, Result, ensure};
-use codalab_wm_core::codalab::{ClientOptions, CodaLabClient};
+use codalab_wm_core::codalab::{ClientOptions, CodaLabClient, CountEvery};
 use codalab_wm_core::policy::PolicyConfig;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::{Manager, ManagerConfig, Pool, SingleBackendFlags, WorkerOptions};
 use serde_json::json;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 struct Setup {
     server: String,
@@ -126,10 +126,10 @@ pub fn run(args: &[String]) -> Result<()> {
 
 fn manager(setup: &Setup, max_workers: u32, jobs: usize, every_tick: bool) -> Result<Manager> {
     let options = ClientOptions {
-        count_reuse: if every_tick {
-            Duration::ZERO
+        count_every: if every_tick {
+            CountEvery::ALWAYS
         } else {
-            ClientOptions::default().count_reuse
+            CountEvery::default()
         },
         ..ClientOptions::default()
     };
