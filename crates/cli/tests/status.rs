@@ -29,6 +29,7 @@ fn pool(name: &str, shape: ShapeStatus) -> PoolStatus {
         pending: 0,
         failed: 0,
         stopping: 0,
+        workers: Default::default(),
         health: PoolHealth::default(),
         backing_off_until: None,
         last_decision: None,

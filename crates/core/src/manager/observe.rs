@@ -39,12 +39,13 @@ impl Manager {
         let malformed = self.note_malformed(&search.skipped);
         let listings = self.list_pools().await?;
         let now = self.clock();
+        let checkin_events = self.observe_checkins(now).await;
         let mut observed = Observed {
             keywords,
             malformed,
             pools: PoolsObservation::default(),
             newly_failed: Vec::new(),
-            events: Vec::new(),
+            events: checkin_events,
             now,
         };
         for (runtime, listing) in self.pools.iter_mut().zip(listings) {
@@ -58,10 +59,11 @@ impl Manager {
                 }
                 Err(error) => Some(error),
             };
-            observed
-                .pools
-                .pools
-                .push(runtime.observation(now, unobserved));
+            observed.pools.pools.push(runtime.observation(
+                now,
+                unobserved,
+                self.checkins.sighting(),
+            ));
         }
         observed.pools.bundles = search.bundles;
         Ok(observed)

@@ -127,6 +127,7 @@ impl Manager {
             staged: self.staged_uuids.len(),
             pools: self.pools.iter().map(|p| p.status(now)).collect(),
             unserved: report.pools.unserved.clone(),
+            unmet: report.pools.unmet.clone(),
             recent_failures: self.recent_failures.iter().cloned().collect(),
             counters: self.counters.snapshot(),
         };

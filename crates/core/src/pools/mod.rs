@@ -32,16 +32,21 @@
 
 mod assign;
 pub mod backoff;
+#[cfg(test)]
+mod checkin_tests;
 mod single;
 #[cfg(test)]
 mod tests;
+pub mod unmet;
 
 pub use assign::{BundleAssignment, Coverage, PoolVerdict, UnservedBundle, misfit};
 pub use backoff::PoolHealth;
 pub use single::SingleBackendFlags;
+pub use unmet::{BundleClass, UnmetDemand, UnmetReason};
 
 use crate::backend::JobState;
 use crate::bundle::{StagedBundle, WorkerShape};
+use crate::checkin::{JobCheckin, WorkerState, worker_state};
 use crate::policy::{Decision, Observation, PolicyConfig, Reason, plan};
 use assign::Slots;
 use serde::{Deserialize, Serialize};
@@ -115,6 +120,9 @@ pub struct PoolPolicy {
     /// A job active for less than this is still starting its worker (which has not yet taken
     /// a bundle): it counts as free capacity, like a pending job (target mode).
     pub startup_grace: Duration,
+    /// A running job whose worker has not checked in with the server for longer than this is
+    /// lost: stopped and replaced, and the pool backs off (target mode; see [`crate::checkin`]).
+    pub checkin_timeout: Duration,
     /// Compat or target.
     pub launch_mode: LaunchMode,
     /// Launches per tick at most (target mode).
@@ -140,6 +148,7 @@ impl PoolPolicy {
             cost: 0.0,
             pending_timeout: None,
             startup_grace: DEFAULT_STARTUP_GRACE,
+            checkin_timeout: crate::checkin::DEFAULT_CHECKIN_TIMEOUT,
             launch_mode: LaunchMode::Target,
             max_launches_per_tick: 1,
             min_seconds_between_workers: limits.min_seconds_between_workers,
@@ -194,6 +203,26 @@ pub struct ObservedJob {
     pub pending_for: Duration,
     /// How long the manager has seen it active (zero when not active).
     pub active_for: Duration,
+    /// What the server's list of checked-in workers says of it.
+    pub checkin: JobCheckin,
+}
+
+impl ObservedJob {
+    /// A job with no check-in information ([`JobCheckin::Unknown`]).
+    pub fn new(
+        id: impl Into<String>,
+        state: JobState,
+        pending_for: Duration,
+        active_for: Duration,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            state,
+            pending_for,
+            active_for,
+            checkin: JobCheckin::Unknown,
+        }
+    }
 }
 
 /// What the manager saw of one pool.
@@ -273,6 +302,8 @@ pub struct PoolsDecision {
     pub assignments: Vec<BundleAssignment>,
     /// Bundles no pool takes, with the reason.
     pub unserved: Vec<UnservedBundle>,
+    /// Every staged bundle with no worker coming this tick, by pool, class and reason.
+    pub unmet: Vec<UnmetDemand>,
 }
 
 impl PoolsDecision {
@@ -304,9 +335,33 @@ struct Census {
     pending: usize,
     stuck: Vec<Reason>,
     stuck_ids: Vec<String>,
+    /// Running jobs whose worker never checked in or vanished (target mode): stopped.
+    lost: Vec<Reason>,
+    lost_ids: Vec<String>,
     /// Every job that counts toward `max`: active, pending, stuck and stopping.
     jobs: usize,
     backing_off: Option<Reason>,
+}
+
+impl Census {
+    /// Notes a lost job: stopped this tick, counted toward `max` until gone.
+    fn lose(&mut self, job: &ObservedJob, timeout: Duration) {
+        let (unseen_for, was_seen) = match job.checkin {
+            JobCheckin::Missing {
+                unseen_for,
+                was_seen,
+                ..
+            } => (unseen_for, was_seen),
+            _ => (Duration::ZERO, false),
+        };
+        self.lost_ids.push(job.id.clone());
+        self.lost.push(Reason::WorkerLost {
+            job_id: job.id.clone(),
+            unseen_seconds: unseen_for.as_secs(),
+            timeout_seconds: timeout.as_secs(),
+            was_seen,
+        });
+    }
 }
 
 fn census(policy: &PoolPolicy, observed: &PoolObservation, now: Duration) -> Census {
@@ -317,15 +372,29 @@ fn census(policy: &PoolPolicy, observed: &PoolObservation, now: Duration) -> Cen
         pending: 0,
         stuck: Vec::new(),
         stuck_ids: Vec::new(),
+        lost: Vec::new(),
+        lost_ids: Vec::new(),
         jobs: observed.stopping,
         backing_off: None,
     };
     for job in &observed.jobs {
         match job.state {
             JobState::Active => {
-                census.active += 1;
-                if target && job.active_for < policy.startup_grace {
-                    census.starting += 1;
+                match worker_state(job.state, job.checkin, policy.checkin_timeout) {
+                    Some(WorkerState::Lost) if target => census.lose(job, policy.checkin_timeout),
+                    Some(WorkerState::Busy) => census.active += 1,
+                    // Checked in and idle, or not yet checked in: free capacity.
+                    Some(_) => {
+                        census.active += 1;
+                        census.starting += usize::from(target);
+                    }
+                    // No check-in information: presumed busy after the startup grace.
+                    None => {
+                        census.active += 1;
+                        if target && job.active_for < policy.startup_grace {
+                            census.starting += 1;
+                        }
+                    }
                 }
             }
             JobState::Pending => match policy.pending_timeout.filter(|_| target) {
@@ -384,7 +453,8 @@ pub fn plan_pools(
                     error: error.clone(),
                 })
                 .or_else(|| census.backing_off.clone())
-                .or_else(|| census.stuck.first().cloned()),
+                .or_else(|| census.stuck.first().cloned())
+                .or_else(|| census.lost.first().cloned()),
             compat: policy.launch_mode == LaunchMode::Compat,
             pending: census.pending + census.starting,
             room: (policy.max as usize).saturating_sub(census.jobs),
@@ -416,7 +486,7 @@ pub fn plan_pools(
             demand[p] += 1;
         }
     }
-    let pools = policies
+    let pools: Vec<PoolDecision> = policies
         .iter()
         .enumerate()
         .map(|(i, policy)| decide(policy, observations[i], &censuses[i], demand[i]))
@@ -428,11 +498,21 @@ pub fn plan_pools(
             pool: policies[p].name.clone(),
             coverage,
         })
-        .collect();
+        .collect::<Vec<_>>();
+    let starting: Vec<usize> = censuses.iter().map(|c| c.pending + c.starting).collect();
+    let unmet = unmet::unmet_demand(
+        &observed.bundles,
+        policies,
+        &pools,
+        &assignments,
+        &unserved,
+        &starting,
+    );
     PoolsDecision {
         pools,
         assignments,
         unserved,
+        unmet,
     }
 }
 
@@ -479,13 +559,16 @@ fn decide(
         return decision;
     }
     decision.stops = census.stuck_ids.clone();
+    decision.stops.extend(census.lost_ids.iter().cloned());
     decision.reasons.extend(census.stuck.iter().cloned());
+    decision.reasons.extend(census.lost.iter().cloned());
     if let Some(backing_off) = &census.backing_off {
         decision.reasons.push(backing_off.clone());
         return decision;
     }
-    if !census.stuck_ids.is_empty() {
-        // The pool just showed it cannot start jobs: it launches nothing this tick.
+    if !census.stuck_ids.is_empty() || !census.lost_ids.is_empty() {
+        // The pool just showed it cannot start jobs (or workers): it launches nothing this
+        // tick; the manager backs it off, and the next tick replaces the stopped jobs.
         return decision;
     }
     decide_target(policy, observed, census, demand, &mut decision);
