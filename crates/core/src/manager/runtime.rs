@@ -289,13 +289,7 @@ impl PoolRuntime {
                 ),
             })
             .collect::<Vec<ObservedJob>>();
-        let timeout = self.pool.policy.checkin_timeout;
-        self.worker_states.clear();
-        for job in &jobs {
-            if let Some(state) = worker_state(job.state, job.checkin, timeout) {
-                *self.worker_states.entry(state).or_default() += 1;
-            }
-        }
+        self.note_worker_states(&jobs);
         PoolObservation {
             jobs,
             stopping: self.stopping.len(),
@@ -303,6 +297,37 @@ impl PoolRuntime {
             health: self.health,
             unobserved,
         }
+    }
+
+    /// Counts the jobs by check-in state; logs the counts when they change (the pool's
+    /// check-in status line).
+    fn note_worker_states(&mut self, jobs: &[ObservedJob]) {
+        let timeout = self.pool.policy.checkin_timeout;
+        let mut states = BTreeMap::new();
+        for job in jobs {
+            if let Some(state) = worker_state(job.state, job.checkin, timeout) {
+                *states.entry(state).or_insert(0usize) += 1;
+            }
+        }
+        if states != self.worker_states && !states.is_empty() {
+            let count = |s: WorkerState| states.get(&s).copied().unwrap_or(0);
+            let (starting, idle, busy, lost) = (
+                count(WorkerState::Starting),
+                count(WorkerState::ReadyIdle),
+                count(WorkerState::Busy),
+                count(WorkerState::Lost),
+            );
+            tracing::info!(
+                pool = self.name(),
+                starting,
+                ready_idle = idle,
+                busy,
+                lost,
+                "pool {} workers: {starting} starting, {idle} ready idle, {busy} busy, {lost} lost",
+                self.name()
+            );
+        }
+        self.worker_states = states;
     }
 
     /// Notes a job this manager just started.
