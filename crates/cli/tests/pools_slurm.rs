@@ -160,6 +160,19 @@ impl Scratch {
             .collect()
     }
 
+    /// A busy worker for each running job of this test, as the real server lists the workers
+    /// that checked in (`GET /rest/workers/info`; the stand-in itself never checks in).
+    fn running_workers(&self) -> Vec<serde_json::Value> {
+        let out = run("squeue", &["-h", "-t", "RUNNING", "-o", "%j"]);
+        out.lines()
+            .filter(|name| name.contains(&self.prefix))
+            .map(|name| {
+                serde_json::json!({"worker_id": format!("vm-{name}"),
+                    "run_uuids": ["0x0123"], "is_terminating": false})
+            })
+            .collect()
+    }
+
     /// Polls the cluster (at most 90 s) until `accept` holds for this test's jobs.
     fn wait_for(
         &self,
@@ -273,7 +286,7 @@ fn gpu_bundles_get_gpu_workers_and_a_pool_whose_submits_fail_backs_off() {
     ];
     scratch.start(&server.url(), &pools);
     // As the real server does once a worker checks in, a bundle leaves `staged` when the
-    // worker of its pool runs.
+    // worker of its pool runs, and the server lists that worker, busy.
     let cpu_bundle = FakeBundle::new("alice", 1);
     let gpu_bundle = FakeBundle {
         gpus: 1,
@@ -289,7 +302,10 @@ fn gpu_bundles_get_gpu_workers_and_a_pool_whose_submits_fail_backs_off() {
             staged.push(gpu_bundle.clone());
         }
         let done = staged.is_empty();
+        // Bundles first: a tick between the two calls never sees a busy worker with its bundle
+        // still staged.
         server.set_bundles(staged);
+        server.set_workers(scratch.running_workers());
         done
     });
     let cpu: Vec<_> = jobs.iter().filter(|j| j.0 == "cpu").collect();

@@ -12,9 +12,11 @@
 //!    to the next fitting pool. Bundles no pool takes are [`UnservedBundle`]s with a reason
 //!    (`no_fitting_pool`, `backing_off`, `max_reached`, …).
 //! 2. **Target** (`launch_mode = target`). `target = clamp(min, busy + demand, max)` where
-//!    demand is the bundles assigned to the pool. One worker runs one bundle: a worker active
-//!    for longer than `startup_grace` is presumed busy (an idle one would have taken the staged
-//!    bundle already); pending and starting workers are free capacity. So
+//!    demand is the bundles assigned to the pool. One worker runs one bundle. Once the server's
+//!    worker list is read ([`crate::checkin`]), a worker that checked in and runs nothing, or has
+//!    not checked in yet, is free capacity and one that runs a bundle is busy; without that
+//!    list, a worker active for longer than `startup_grace` is presumed busy (an idle one would
+//!    have taken the staged bundle already). Pending and starting workers are free capacity. So
 //!    `target - (active + pending)` workers are launched,
 //!    at most `max_launches_per_tick` per tick and never beyond `max` counting jobs being
 //!    stopped. `min_seconds_between_workers` holds launches except those that restore `min`.
@@ -22,6 +24,9 @@
 //!    reason); the pool takes no bundle that tick (the manager also backs it off), so the demand
 //!    goes to the next fitting pool.
 //! 4. **Failure memory** ([`backoff`]): a backing-off pool launches nothing and takes no bundle.
+//!    **Lost workers** (target mode): a running job whose worker has not checked in for longer
+//!    than `checkin_timeout` is stopped (`worker_lost`) and, like a stuck one, the pool takes
+//!    nothing that tick (the manager backs it off).
 //! 5. **Compat** (`launch_mode = compat`): upstream's exact rules ([`crate::policy::plan`]) on the
 //!    bundles assigned to the pool, with no backoff and no pending timeout; a compat pool takes
 //!    every bundle that fits it.
@@ -32,6 +37,7 @@
 
 mod assign;
 pub mod backoff;
+mod census;
 #[cfg(test)]
 mod checkin_tests;
 mod single;
@@ -46,9 +52,10 @@ pub use unmet::{BundleClass, UnmetDemand, UnmetReason};
 
 use crate::backend::JobState;
 use crate::bundle::{StagedBundle, WorkerShape};
-use crate::checkin::{JobCheckin, WorkerState, worker_state};
+use crate::checkin::JobCheckin;
 use crate::policy::{Decision, Observation, PolicyConfig, Reason, plan};
 use assign::Slots;
+use census::{Census, census};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -323,103 +330,6 @@ pub fn preference_order(policies: &[PoolPolicy]) -> Vec<usize> {
             .then(a.cmp(&b))
     });
     order
-}
-
-/// Counts of one pool before assignment.
-#[derive(Debug, Clone)]
-struct Census {
-    active: usize,
-    /// Active for less than `startup_grace`: not yet busy.
-    starting: usize,
-    /// Pending and not stuck.
-    pending: usize,
-    stuck: Vec<Reason>,
-    stuck_ids: Vec<String>,
-    /// Running jobs whose worker never checked in or vanished (target mode): stopped.
-    lost: Vec<Reason>,
-    lost_ids: Vec<String>,
-    /// Every job that counts toward `max`: active, pending, stuck and stopping.
-    jobs: usize,
-    backing_off: Option<Reason>,
-}
-
-impl Census {
-    /// Notes a lost job: stopped this tick, counted toward `max` until gone.
-    fn lose(&mut self, job: &ObservedJob, timeout: Duration) {
-        let (unseen_for, was_seen) = match job.checkin {
-            JobCheckin::Missing {
-                unseen_for,
-                was_seen,
-                ..
-            } => (unseen_for, was_seen),
-            _ => (Duration::ZERO, false),
-        };
-        self.lost_ids.push(job.id.clone());
-        self.lost.push(Reason::WorkerLost {
-            job_id: job.id.clone(),
-            unseen_seconds: unseen_for.as_secs(),
-            timeout_seconds: timeout.as_secs(),
-            was_seen,
-        });
-    }
-}
-
-fn census(policy: &PoolPolicy, observed: &PoolObservation, now: Duration) -> Census {
-    let target = policy.launch_mode == LaunchMode::Target;
-    let mut census = Census {
-        active: 0,
-        starting: 0,
-        pending: 0,
-        stuck: Vec::new(),
-        stuck_ids: Vec::new(),
-        lost: Vec::new(),
-        lost_ids: Vec::new(),
-        jobs: observed.stopping,
-        backing_off: None,
-    };
-    for job in &observed.jobs {
-        match job.state {
-            JobState::Active => {
-                match worker_state(job.state, job.checkin, policy.checkin_timeout) {
-                    Some(WorkerState::Lost) if target => census.lose(job, policy.checkin_timeout),
-                    Some(WorkerState::Busy) => census.active += 1,
-                    // Checked in and idle, or not yet checked in: free capacity.
-                    Some(_) => {
-                        census.active += 1;
-                        census.starting += usize::from(target);
-                    }
-                    // No check-in information: presumed busy after the startup grace.
-                    None => {
-                        census.active += 1;
-                        if target && job.active_for < policy.startup_grace {
-                            census.starting += 1;
-                        }
-                    }
-                }
-            }
-            JobState::Pending => match policy.pending_timeout.filter(|_| target) {
-                Some(timeout) if job.pending_for >= timeout => {
-                    census.stuck_ids.push(job.id.clone());
-                    census.stuck.push(Reason::PendingTimeout {
-                        job_id: job.id.clone(),
-                        pending_seconds: job.pending_for.as_secs(),
-                        timeout_seconds: timeout.as_secs(),
-                    });
-                }
-                _ => census.pending += 1,
-            },
-            JobState::Failed | JobState::Preempted | JobState::Ended => continue,
-        }
-        census.jobs += 1;
-    }
-    if target && let Some(until) = observed.health.backing_off(now) {
-        census.backing_off = Some(Reason::BackingOff {
-            until_seconds: until.as_secs(),
-            remaining_seconds: until.saturating_sub(now).as_secs(),
-            failures: observed.health.failures,
-        });
-    }
-    census
 }
 
 /// Decides launches, stops and assignments for every pool. Pure: `now` is the manager clock.
