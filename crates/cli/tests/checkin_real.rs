@@ -3,9 +3,10 @@
 //! - a REAL `cl-worker` (from that server's venv, running bundles in Docker: `services up
 //!   docker`), started by the `local` backend, becomes ready-idle once it checks in and busy when
 //!   the server dispatches a bundle to it;
-//! - on the REAL Slurm cluster (`services up slurm`), a stand-in worker that runs but never
-//!   checks in is lost after the (short, test-set) `checkin_timeout`, stopped with `scancel`,
-//!   its bundle goes to the next pool (the replacement), and each pool backs off.
+//! - (in `pools_slurm.rs`, which has the Slurm scaffolding) on the REAL Slurm cluster, a
+//!   stand-in worker that runs but never checks in is lost after the (short, test-set)
+//!   `checkin_timeout`, stopped with `scancel`, its bundle goes to the next pool (the
+//!   replacement), and each pool backs off.
 //!
 //! As bob, with this test's own queue and tag. No test sleeps to synchronise: each waits for
 //! the manager's log lines or the server's bundle states, with a deadline. Locally a missing
@@ -14,7 +15,7 @@
 mod support;
 use support::bundles::{Server, cl_worker, docker_host, docker_running};
 use support::manager::{Manager, down};
-use support::{codalab_running, slurm_running, stage_as, unique};
+use support::{codalab_running, stage_as, unique};
 
 use codalab_wm_core::testing::require_service;
 use std::time::Duration;
