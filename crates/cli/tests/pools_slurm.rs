@@ -13,9 +13,13 @@
 //! - A pool whose partition cannot start jobs (`scontrol update PartitionName=gpu State=DOWN`,
 //!   restored by a drop guard) has its pending job stopped after `pending_timeout` and replaced
 //!   on the other pool.
+//! - With the REAL CodaLab server (as bob, in this test's own queue): a stand-in that runs on
+//!   Slurm but never checks in with the server is lost after the pool's (test-set, 5 s)
+//!   `checkin_timeout`, stopped with `scancel` and replaced on the next pool, and each pool
+//!   backs off after its failure.
 
 mod support;
-use support::{codalab_running, stage};
+use support::{codalab_running, stage, stage_as};
 
 use codalab_wm_core::testing::require_service;
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
@@ -62,6 +66,8 @@ struct Scratch {
     dir: tempfile::TempDir,
     prefix: String,
     manager: Option<Child>,
+    /// The CodaLab user the manager logs in as.
+    user: (&'static str, &'static str),
 }
 
 impl Scratch {
@@ -78,6 +84,7 @@ impl Scratch {
             dir,
             prefix: format!("wmpools{}", &unique[..8]),
             manager: None,
+            user: ("alice", "alicepw"),
         }
     }
 
@@ -116,8 +123,8 @@ impl Scratch {
         let log = std::fs::File::create(self.path("manager.log")).unwrap();
         let child = Command::new(BIN)
             .args(["--config", config.to_str().unwrap()])
-            .env("CODALAB_USERNAME", "alice")
-            .env("CODALAB_PASSWORD", "alicepw")
+            .env("CODALAB_USERNAME", self.user.0)
+            .env("CODALAB_PASSWORD", self.user.1)
             .env("NO_COLOR", "1")
             .env_remove("CODALAB_WM_LOG")
             .stdout(log.try_clone().unwrap())
@@ -149,6 +156,19 @@ impl Scratch {
                     fields[2].to_owned(),
                     fields[3].to_owned(),
                 ))
+            })
+            .collect()
+    }
+
+    /// A busy worker for each running job of this test, as the real server lists the workers
+    /// that checked in (`GET /rest/workers/info`; the stand-in itself never checks in).
+    fn running_workers(&self) -> Vec<serde_json::Value> {
+        let out = run("squeue", &["-h", "-t", "RUNNING", "-o", "%j"]);
+        out.lines()
+            .filter(|name| name.contains(&self.prefix))
+            .map(|name| {
+                serde_json::json!({"worker_id": format!("vm-{name}"),
+                    "run_uuids": ["0x0123"], "is_terminating": false})
             })
             .collect()
     }
@@ -266,7 +286,7 @@ fn gpu_bundles_get_gpu_workers_and_a_pool_whose_submits_fail_backs_off() {
     ];
     scratch.start(&server.url(), &pools);
     // As the real server does once a worker checks in, a bundle leaves `staged` when the
-    // worker of its pool runs.
+    // worker of its pool runs, and the server lists that worker, busy.
     let cpu_bundle = FakeBundle::new("alice", 1);
     let gpu_bundle = FakeBundle {
         gpus: 1,
@@ -282,7 +302,10 @@ fn gpu_bundles_get_gpu_workers_and_a_pool_whose_submits_fail_backs_off() {
             staged.push(gpu_bundle.clone());
         }
         let done = staged.is_empty();
+        // Bundles first: a tick between the two calls never sees a busy worker with its bundle
+        // still staged.
         server.set_bundles(staged);
+        server.set_workers(scratch.running_workers());
         done
     });
     let cpu: Vec<_> = jobs.iter().filter(|j| j.0 == "cpu").collect();
@@ -418,4 +441,65 @@ fn bundles_staged_on_the_real_codalab_server_get_workers_of_the_right_pool() {
     assert!(!cpu[0].3.contains("gpu"), "{jobs:?}");
     assert_eq!(gpu[0].1, "gpu", "{jobs:?}");
     assert!(gpu[0].3.contains("gpu:1"), "{jobs:?}");
+}
+
+#[test]
+fn a_worker_that_never_checks_in_is_lost_stopped_replaced_and_the_pool_backs_off() {
+    if !slurm_available() || !require_service("codalab", codalab_running()) {
+        return;
+    }
+    let _cluster = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let mut scratch = Scratch::new();
+    scratch.user = ("bob", "bobpw");
+    let tag = format!("lost-{}", scratch.prefix);
+    let flags = [
+        "--request-cpus",
+        "1",
+        "--request-memory",
+        "256m",
+        "--tags",
+        &tag,
+        "--request-queue",
+        &tag,
+    ];
+    stage_as("bob", 1, &flags, &[]);
+    let rules = |cost: u32| format!("cost = {cost}\nmax = 1\ntag = \"{tag}\"\ncheckin_timeout = 5");
+    let pools = [
+        scratch.pool("broken", "cpu", 0, &rules(1)),
+        scratch.pool("spare", "cpu", 0, &rules(2)),
+    ];
+    scratch.start_with(
+        "http://127.0.0.1:2900",
+        &format!("search = [\"tags={tag}\"]"),
+        &pools,
+    );
+    scratch.wait_for_log("pool broken workers: 1 starting, 0 ready idle, 0 busy, 0 lost");
+    scratch.wait_for_log("is lost and stopped; it never checked in after");
+    let jobs = scratch.wait_for(
+        "the lost job cancelled and a replacement on the spare pool",
+        |jobs| {
+            jobs.iter().any(|j| j.0 == "broken" && j.2 == "CANCELLED")
+                && jobs.iter().any(|j| j.0 == "spare")
+        },
+    );
+    assert_eq!(
+        jobs.iter().filter(|j| j.0 == "broken").count(),
+        1,
+        "{jobs:?}"
+    );
+    scratch.wait_for_log("pool broken backs off for 300 s after 1 failure(s) (worker_lost)");
+    // The replacement is the same stand-in: lost in its turn, and its pool backs off too.
+    scratch.wait_for_log("pool spare backs off for 300 s after 1 failure(s) (worker_lost)");
+    let logs = scratch.logs();
+    assert!(
+        logs.contains(
+            "check the worker image, credentials, and that nodes reach http://127.0.0.1:2900"
+        ),
+        "{logs}"
+    );
+    assert_eq!(
+        logs.matches("is lost and stopped").count(),
+        2,
+        "each lost job logged once:\n{logs}"
+    );
 }

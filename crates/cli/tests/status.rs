@@ -29,6 +29,7 @@ fn pool(name: &str, shape: ShapeStatus) -> PoolStatus {
         pending: 0,
         failed: 0,
         stopping: 0,
+        workers: Default::default(),
         health: PoolHealth::default(),
         backing_off_until: None,
         last_decision: None,
@@ -143,6 +144,7 @@ fn known_status() -> Status {
                 pools: Vec::new(),
             },
         ],
+        unmet: Vec::new(),
         recent_failures: vec![FailureRecord {
             pool: "gpu".into(),
             at_seconds: 150,
@@ -370,4 +372,124 @@ async fn a_dry_tick_shows_what_one_tick_would_do_and_submits_nothing() {
         .find(|c| c["metric"] == "launches")
         .unwrap();
     assert_eq!(launches["label"], "dry_run", "{status}");
+}
+
+/// A manager whose pools decided, by core's own policy, for three bundles that wait: one asks
+/// 64 GPUs (no pool has them), two fit a CPU pool at its max, one fits a GPU pool that backs off.
+fn waiting_status() -> Status {
+    use codalab_wm_core::checkin::WorkerState;
+    use codalab_wm_core::pools::{ObservedJob, PoolObservation, PoolsObservation, plan_pools};
+    use codalab_wm_core::{JobState, PoolPolicy, StagedBundle, WorkerShape};
+    let cpu = PoolPolicy {
+        max: 2,
+        ..PoolPolicy::new("cpu", WorkerShape::from_flags(4, 0, 8192))
+    };
+    let gpu = PoolPolicy {
+        tag: Some("gpuq".into()),
+        tag_exclusive: true,
+        ..PoolPolicy::new("gpu", WorkerShape::from_flags(8, 2, 16384))
+    };
+    let bundle = |n: u32, gpus: u32, queue: &str| StagedBundle {
+        request_cpus: 1,
+        request_gpus: gpus,
+        request_memory: 1 << 30,
+        request_queue: queue.into(),
+        ..StagedBundle::new(format!("0x{n}"))
+    };
+    let busy = |id: &str| {
+        ObservedJob::new(
+            id,
+            JobState::Active,
+            Duration::ZERO,
+            Duration::from_secs(3600),
+        )
+    };
+    let health = PoolHealth {
+        failures: 3,
+        last_failure: Some(Duration::from_secs(100)),
+        backoff_until: Some(Duration::from_secs(1300)),
+    };
+    let observed = PoolsObservation {
+        bundles: vec![
+            bundle(1, 64, "gpuq"),
+            bundle(2, 0, ""),
+            bundle(3, 0, ""),
+            bundle(4, 1, "gpuq"),
+        ],
+        pools: vec![
+            PoolObservation {
+                jobs: vec![busy("7"), busy("8")],
+                ..PoolObservation::default()
+            },
+            PoolObservation {
+                health,
+                ..PoolObservation::default()
+            },
+        ],
+    };
+    let decision = plan_pools(&observed, &[cpu, gpu], Duration::from_secs(200));
+    let shape = |cpus, gpus, gib: u64| ShapeStatus {
+        cpus,
+        gpus,
+        memory_bytes: gib << 30,
+    };
+    let mut cpu = pool("cpu", shape(4, 0, 8));
+    cpu.max = 2;
+    cpu.active = 2;
+    cpu.workers = [(WorkerState::Busy, 2)].into();
+    let mut gpu = pool("gpu", shape(8, 2, 16));
+    gpu.health = health;
+    gpu.backing_off_until = Some(1300);
+    Status {
+        uptime_seconds: 200,
+        ticks: 3,
+        last_success_seconds: Some(200),
+        staged: 4,
+        pools: vec![cpu, gpu],
+        unmet: decision.unmet,
+        ..Status::default()
+    }
+}
+
+const WAITING_VIEW: &str = "\
+cl-worker-manager: up 3m 20s, 3 ticks, last successful tick 0 s ago
+staged bundles: 4 a pool can run, 0 assigned; 0 unserved
+
+pool cpu (slurm-batch, target): 4 cpus, 0 gpus, 8 GiB per worker; min 0, max 2, cost 1
+  workers   2 active, 0 pending, 0 failed, 0 stopping
+  check-in  0 starting, 0 ready idle, 2 busy, 0 lost
+  backoff   none
+  decision  none yet
+  bundles   0 assigned
+
+pool gpu (slurm-batch, target): 8 cpus, 2 gpus, 16 GiB per worker; min 0, max 4, cost 1
+  workers   0 active, 0 pending, 0 failed, 0 stopping
+  backoff   backing off for 1100 more s after 3 failures
+  decision  none yet
+  bundles   0 assigned
+
+waiting:
+  pool  bundles  asking                              why no worker is coming
+  -           1  1 cpus, 64 gpus, 1 GiB, queue gpuq  no_fitting_pool: cpu: request_queue=gpuq does not match pool tag (none); gpu: request_gpus=64 > worker gpus=2
+  cpu         2  1 cpus, 0 gpus, 1 GiB               max_reached (jobs=2, max=2)
+  gpu         1  1 cpus, 1 gpus, 1 GiB, queue gpuq   backing_off (failures=3, until_seconds=1300)
+";
+
+/// `status` says why each bundle waits: a bundle asking 64 GPUs, a pool at max, a pool that
+/// backs off (the reasons come from core's policy, not written by hand).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_table_says_why_bundles_wait() {
+    let status = waiting_status();
+    let json = serde_json::to_value(&status).unwrap();
+    assert_eq!(json["unmet"][0]["reason"], "no_fitting_pool");
+    assert_eq!(json["pools"][0]["workers"]["busy"], 2);
+    let url = serve(status).await;
+    let output = run(strings(&["status", "--url", &url])).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(stdout, WAITING_VIEW, "\n{stdout}");
 }

@@ -192,6 +192,7 @@ pub fn single_flags(settings: &Settings) -> SingleBackendFlags {
         launch_mode: settings.launch_mode,
         max_launches_per_tick: settings.max_launches_per_tick,
         pending_timeout: None,
+        checkin_timeout: Duration::from_secs(settings.worker_checkin_timeout),
     }
 }
 

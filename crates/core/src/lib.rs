@@ -67,6 +67,7 @@
 
 pub mod backend;
 pub mod bundle;
+pub mod checkin;
 pub mod codalab;
 pub mod command;
 pub mod describe;

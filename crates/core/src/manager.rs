@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 mod act;
+mod checkins;
 pub mod down;
 mod error_policy;
 pub(crate) mod logs;
@@ -131,6 +132,8 @@ pub struct Manager {
     on_ready: Option<ReadyHook>,
     /// A submit in flight, a shutdown requested.
     stop_flags: shutdown::StopFlags,
+    /// The last view of the server's workers (`/rest/workers/info`).
+    checkins: checkins::LastView,
 }
 
 /// What [`Manager::on_ready`] runs.
@@ -184,6 +187,7 @@ impl Manager {
             reloads: None,
             tick_started: Instant::now(),
             stop_flags: shutdown::StopFlags::default(),
+            checkins: checkins::LastView::default(),
         }
     }
 

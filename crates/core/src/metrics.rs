@@ -18,6 +18,7 @@ pub mod health;
 
 use crate::backend::{CleanupItem, LaunchRequest, WorkerBackend, WorkerJob};
 use crate::bundle::WorkerShape;
+use crate::checkin::WorkerState;
 use crate::error::Result;
 use crate::manager::status::Status;
 use async_trait::async_trait;
@@ -36,6 +37,12 @@ use std::time::Instant;
 struct PoolState {
     pool: String,
     state: &'static str,
+}
+
+/// `{reason}` of `codalab_wm_unmet_bundles`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UnmetReason {
+    reason: &'static str,
 }
 
 /// `{pool, result}` of `codalab_wm_launches_total`.
@@ -78,6 +85,8 @@ pub struct Metrics {
     registry: Registry,
     staged: Gauge,
     worker_jobs: Family<PoolState, Gauge>,
+    workers: Family<PoolState, Gauge>,
+    unmet_bundles: Family<UnmetReason, Gauge>,
     launches: Family<PoolResult, Counter>,
     stops: Family<PoolReason, Counter>,
     decisions: Family<PoolReason, Counter>,
@@ -94,6 +103,8 @@ impl Default for Metrics {
             registry: Registry::default(),
             staged: Gauge::default(),
             worker_jobs: Family::default(),
+            workers: Family::default(),
+            unmet_bundles: Family::default(),
             launches: Family::default(),
             stops: Family::default(),
             decisions: Family::default(),
@@ -122,6 +133,16 @@ impl Metrics {
             "codalab_wm_worker_jobs",
             "Worker jobs per pool at the last successful tick, by state (active, pending, failed, stopping)",
             self.worker_jobs.clone(),
+        );
+        registry.register(
+            "codalab_wm_workers",
+            "Worker jobs per pool at the last successful tick, by state seen from the platform and the server (starting, ready_idle, busy, lost)",
+            self.workers.clone(),
+        );
+        registry.register(
+            "codalab_wm_unmet_bundles",
+            "Staged bundles with no worker coming at the last successful tick, by reason (no_fitting_pool, max_reached, backing_off, paced, waiting_for_starting ...)",
+            self.unmet_bundles.clone(),
         );
         registry.register(
             "codalab_wm_launches",
@@ -196,6 +217,7 @@ impl Metrics {
     fn set_gauges(&self, status: &Status) {
         self.staged.set(status.staged as i64);
         self.worker_jobs.clear();
+        self.workers.clear();
         for pool in &status.pools {
             let counts = [
                 ("active", pool.active),
@@ -210,6 +232,23 @@ impl Metrics {
                 };
                 self.worker_jobs.get_or_create(&labels).set(count as i64);
             }
+            for state in WorkerState::ALL {
+                let count = pool.workers.get(&state).copied().unwrap_or(0);
+                let labels = PoolState {
+                    pool: pool.name.clone(),
+                    state: state.code(),
+                };
+                self.workers.get_or_create(&labels).set(count as i64);
+            }
+        }
+        self.unmet_bundles.clear();
+        for unmet in &status.unmet {
+            let labels = UnmetReason {
+                reason: unmet.reason.code(),
+            };
+            self.unmet_bundles
+                .get_or_create(&labels)
+                .inc_by(unmet.bundles as i64);
         }
     }
 
@@ -388,6 +427,7 @@ mod tests {
             pending: 1,
             failed: 0,
             stopping: 0,
+            workers: Default::default(),
             health: PoolHealth::default(),
             backing_off_until: None,
             last_decision: None,

@@ -143,6 +143,18 @@ pub enum Reason {
         /// The pool's `pending_timeout`.
         timeout_seconds: u64,
     },
+    /// Pool policy: a running job's worker has not checked in with the server for longer than
+    /// the pool's `checkin_timeout`; the job is stopped and replaced (see [`crate::checkin`]).
+    WorkerLost {
+        /// The lost job.
+        job_id: String,
+        /// Seconds without a check-in (manager clock).
+        unseen_seconds: u64,
+        /// The pool's `checkin_timeout`.
+        timeout_seconds: u64,
+        /// Its worker had checked in before, then vanished from the server's list.
+        was_seen: bool,
+    },
     /// Pool policy: the pool's jobs could not be listed this tick; it is skipped.
     Unobserved {
         /// The listing error.
@@ -171,6 +183,7 @@ impl Reason {
             Reason::LaunchCapReached { .. } => "launch_cap_reached",
             Reason::BackingOff { .. } => "backing_off",
             Reason::PendingTimeout { .. } => "pending_timeout",
+            Reason::WorkerLost { .. } => "worker_lost",
             Reason::Unobserved { .. } => "unobserved",
             Reason::NoFittingPool => "no_fitting_pool",
             Reason::Misfit { .. } => "misfit",
@@ -234,6 +247,21 @@ impl fmt::Display for Reason {
                 f,
                 "stop job {job_id}: pending {pending_seconds} s, longer than pending_timeout {timeout_seconds} s"
             ),
+            Reason::WorkerLost {
+                job_id,
+                unseen_seconds,
+                timeout_seconds,
+                was_seen,
+            } => {
+                let what = match was_seen {
+                    true => "its worker stopped checking in",
+                    false => "its worker never checked in",
+                };
+                write!(
+                    f,
+                    "stop job {job_id}: {what} for {unseen_seconds} s, longer than checkin_timeout {timeout_seconds} s"
+                )
+            }
             Reason::Unobserved { error } => {
                 write!(f, "skipped: cannot list the pool's jobs: {error}")
             }

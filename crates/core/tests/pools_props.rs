@@ -147,6 +147,7 @@ impl SimPool {
                     } else {
                         Duration::ZERO
                     },
+                    checkin: Default::default(),
                 })
                 .collect(),
             stopping: self.stopping.len(),
@@ -245,13 +246,14 @@ proptest! {
                 left -= active;
                 let pending = (*pending).min(left);
                 let mut jobs: Vec<ObservedJob> = (0..active)
-                    .map(|i| ObservedJob { id: format!("a{i}"), state: JobState::Active, pending_for: Duration::ZERO, active_for: Duration::from_secs(30 * (i as u64)) })
+                    .map(|i| ObservedJob { id: format!("a{i}"), state: JobState::Active, pending_for: Duration::ZERO, active_for: Duration::from_secs(30 * (i as u64)), checkin: Default::default() })
                     .collect();
                 jobs.extend((0..pending).map(|i| ObservedJob {
                     id: format!("p{i}"),
                     state: JobState::Pending,
                     pending_for: Duration::from_secs(1),
                     active_for: Duration::ZERO,
+                    checkin: Default::default(),
                 }));
                 PoolObservation { jobs, stopping, ..PoolObservation::default() }
             })

@@ -15,6 +15,9 @@ pub const MAX_TOKEN_BYTES: usize = 64 << 10;
 pub const MAX_USER_BYTES: usize = 1 << 20;
 /// The largest `.count` reply body (bytes): ~50 bytes from a real server.
 pub const MAX_COUNT_BYTES: usize = 64 << 10;
+/// The largest `/rest/workers/info` reply body (bytes): ~500 bytes per worker from a real
+/// server, so 8 MiB holds some 16,000 workers.
+pub const MAX_WORKERS_INFO_BYTES: usize = 8 << 20;
 /// The deepest nesting of arrays and objects accepted in a reply: exactly what serde_json's
 /// recursion limit accepts (it refuses 128 levels). The CodaLab replies the manager reads nest 6 deep; the check runs before any parser,
 /// so that a deeply nested document cannot overflow the stack of a recursive one.

@@ -13,6 +13,7 @@ pub mod limits;
 pub mod staged;
 pub mod tls;
 mod transport;
+mod workers;
 
 use crate::bundle::StagedBundle;
 use crate::error::{Error, Result};
@@ -25,6 +26,7 @@ pub use staged::{CountEvery, StagedNeed, everything};
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 use transport::{find_cause, unreachable};
+pub use workers::parse_workers_reply;
 
 /// The OAuth2 client the CodaLab CLI (and upstream's worker manager) logs in as.
 const CLI_CLIENT_ID: &str = "codalab_cli_client";

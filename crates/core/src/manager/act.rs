@@ -6,6 +6,7 @@ use super::runtime;
 use super::status::{LaunchResult, TickEvent};
 use super::{Manager, TickReport, shutdown};
 use crate::backend::{JobState, LaunchRequest, WorkerJob, new_unique};
+use crate::policy::Reason;
 use crate::pools::{LaunchMode, PoolDecision};
 
 impl Manager {
@@ -37,8 +38,17 @@ impl Manager {
             return;
         }
         let now = self.clock();
+        let server = self.client.server().to_owned();
         let runtime = &mut self.pools[index];
+        let mut stuck = Vec::new();
         for id in &decision.stops {
+            if let Some(lost) = lost_reason(decision, id) {
+                let event =
+                    stop_lost(runtime, id, lost, &server, now, &mut self.recent_failures).await;
+                report.events.extend(event);
+                continue;
+            }
+            stuck.push(id.clone());
             let job = runtime
                 .listed
                 .iter()
@@ -63,10 +73,13 @@ impl Manager {
                 ok,
             });
         }
+        if stuck.is_empty() {
+            return;
+        }
         let news = runtime.fail(
             now,
             "pending_timeout",
-            format!("jobs {} pending too long", decision.stops.join(", ")),
+            format!("jobs {} pending too long", stuck.join(", ")),
         );
         report.events.extend(news.events);
         runtime::remember(&mut self.recent_failures, news.failures);
@@ -122,4 +135,69 @@ impl Manager {
         });
         go_on
     }
+}
+
+/// The `worker_lost` reason of job `id` in `decision`, if it is lost.
+fn lost_reason<'a>(decision: &'a PoolDecision, id: &str) -> Option<&'a Reason> {
+    decision
+        .reasons
+        .iter()
+        .find(|r| matches!(r, Reason::WorkerLost { job_id, .. } if job_id == id))
+}
+
+/// Why a lost worker is stopped, with what to check: the log line and the failure record.
+pub(crate) fn lost_message(reason: &Reason, server: &str) -> String {
+    match reason {
+        Reason::WorkerLost {
+            was_seen: false,
+            unseen_seconds,
+            ..
+        } => format!(
+            "never checked in after {unseen_seconds} s: check the worker image, credentials, and that nodes reach {server}"
+        ),
+        Reason::WorkerLost { unseen_seconds, .. } => format!(
+            "checked in, then stopped checking in for {unseen_seconds} s: check the node, the worker's log, and that nodes reach {server}"
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// Stops a lost job, logs why (once: a stopped job is not judged again), and counts it as a
+/// failed start of the pool (backoff). Returns the tick's events.
+async fn stop_lost(
+    runtime: &mut runtime::PoolRuntime,
+    id: &str,
+    reason: &Reason,
+    server: &str,
+    now: std::time::Duration,
+    recent: &mut std::collections::VecDeque<super::status::FailureRecord>,
+) -> Vec<TickEvent> {
+    let message = lost_message(reason, server);
+    let job = runtime
+        .listed
+        .iter()
+        .find(|j| j.id == id)
+        .cloned()
+        .unwrap_or_else(|| WorkerJob::new(id, JobState::Active));
+    let result = runtime.pool.backend.stop_worker_job(&job).await;
+    let ok = result.is_ok();
+    match result {
+        Ok(()) => {
+            tracing::error!(pool = runtime.name(), job = %id, reason = "worker_lost", "worker job {id} is lost and stopped; it {message}");
+            runtime.stopping.insert(id.to_owned());
+        }
+        Err(error) => {
+            tracing::warn!(pool = runtime.name(), job = %id, %error, "cannot stop lost worker job {id} ({message})");
+        }
+    }
+    let mut events = vec![TickEvent::Stop {
+        pool: runtime.name().to_owned(),
+        job_id: id.to_owned(),
+        reason: "worker_lost",
+        ok,
+    }];
+    let news = runtime.fail(now, "worker_lost", format!("job {id}: {message}"));
+    events.extend(news.events);
+    runtime::remember(recent, news.failures);
+    events
 }

@@ -43,6 +43,7 @@ impl Manager {
         self.ready().await?;
         let listings = self.list_pools().await?;
         let now = self.clock();
+        let checkin_events = self.observe_checkins(now).await;
         let mut observed = Observed {
             keywords: self.keywords(),
             malformed: 0,
@@ -51,7 +52,7 @@ impl Manager {
             removed: 0,
             pools: PoolsObservation::default(),
             newly_failed: Vec::new(),
-            events: Vec::new(),
+            events: checkin_events,
             now,
         };
         for (runtime, listing) in self.pools.iter_mut().zip(listings) {
@@ -65,10 +66,11 @@ impl Manager {
                 }
                 Err(error) => Some(error),
             };
-            observed
-                .pools
-                .pools
-                .push(runtime.observation(now, unobserved));
+            observed.pools.pools.push(runtime.observation(
+                now,
+                unobserved,
+                self.checkins.sighting(),
+            ));
         }
         self.read_staged(&mut observed).await?;
         Ok(observed)

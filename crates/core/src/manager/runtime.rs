@@ -3,14 +3,17 @@
 //! since when jobs are pending, which jobs became active), and how a listing turns into the
 //! pure [`PoolObservation`] that [`crate::pools::plan_pools`] takes.
 
+use super::checkins::{CheckinMemory, matchable};
 use super::status::{FailureRecord, PoolStatus, RECENT_FAILURES, TickEvent};
 use crate::backend::{JobState, WorkerBackend, WorkerJob};
+use crate::checkin::{CheckinView, Sighting, WorkerState, worker_state};
 use crate::command::WorkerOptions;
 use crate::pools::{
     LaunchMode, ObservedJob, PoolDecision, PoolHealth, PoolObservation, PoolPolicy,
     SingleBackendFlags,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::BTreeMap;
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,6 +63,13 @@ pub(crate) struct PoolRuntime {
     pub failed_listed: usize,
     pub last_decision: Option<PoolDecision>,
     pub assigned: Vec<String>,
+    /// Check-ins of the pool's workers.
+    pub checkins: CheckinMemory,
+    /// The manager has a view of the server's workers: a job whose check-in can be matched
+    /// succeeds at its first check-in, not when it becomes active.
+    pub checkin_aware: bool,
+    /// Jobs by worker state at the last observation.
+    pub worker_states: BTreeMap<WorkerState, usize>,
 }
 
 /// What a new listing showed, besides the observation.
@@ -86,6 +96,9 @@ impl PoolRuntime {
             failed_listed: 0,
             last_decision: None,
             assigned: Vec::new(),
+            checkins: CheckinMemory::default(),
+            checkin_aware: false,
+            worker_states: BTreeMap::new(),
         }
     }
 
@@ -140,6 +153,9 @@ impl PoolRuntime {
         self.failed_seen
             .retain(|id| listed.contains(id.as_str()) && !live.contains(id.as_str()));
         self.seen_active.retain(|id| listed.contains(id.as_str()));
+        self.active_since
+            .retain(|id, _| listed.contains(id.as_str()));
+        self.checkins.retain(&listed);
         self.pending_since
             .retain(|id, _| live.contains(id.as_str()));
         let mut news = ListingNews::default();
@@ -159,7 +175,8 @@ impl PoolRuntime {
                     if first_seen_active {
                         self.seen_active.insert(job.id.clone());
                     }
-                    if first_seen_active && self.health.failures > 0 {
+                    let awaits_checkin = self.checkin_aware && matchable(job);
+                    if first_seen_active && self.health.failures > 0 && !awaits_checkin {
                         tracing::info!(pool = self.name(), job = %job.id, "a job became active; the pool's failure streak is forgotten");
                         self.health.record_success();
                     }
@@ -218,8 +235,34 @@ impl PoolRuntime {
         });
     }
 
-    /// The pure observation of this pool.
-    pub fn observation(&mut self, now: Duration, unobserved: Option<String>) -> PoolObservation {
+    /// Takes in a fresh view of the server's workers: a first check-in forgets the pool's
+    /// failure streak; a worker that checked in and vanished is noted once.
+    pub fn take_checkins(&mut self, view: &CheckinView, now: Duration) -> Vec<TickEvent> {
+        let news = self.checkins.take(view, &self.listed, now);
+        if !news.first_checkins.is_empty() && self.health.failures > 0 {
+            tracing::info!(pool = self.name(), job = %news.first_checkins[0], "a worker checked in; the pool's failure streak is forgotten");
+            self.health.record_success();
+        }
+        let timeout = self.pool.policy.checkin_timeout.as_secs();
+        news.vanished
+            .into_iter()
+            .map(|job_id| {
+                tracing::warn!(pool = self.name(), job = %job_id, "the worker of job {job_id} checked in, then vanished from the server's list; it is lost if it does not check in again within {timeout} s");
+                TickEvent::WorkerVanished {
+                    pool: self.name().to_owned(),
+                    job_id,
+                }
+            })
+            .collect()
+    }
+
+    /// The pure observation of this pool, its jobs' check-ins judged by `sighting`.
+    pub fn observation(
+        &mut self,
+        now: Duration,
+        unobserved: Option<String>,
+        sighting: Option<Sighting<'_>>,
+    ) -> PoolObservation {
         self.health.expire(now);
         let jobs = self
             .listed
@@ -238,8 +281,15 @@ impl PoolRuntime {
                     .get(&j.id)
                     .map(|since| now.saturating_sub(*since))
                     .unwrap_or_default(),
+                checkin: self.checkins.job_checkin(
+                    sighting,
+                    j,
+                    self.active_since.get(&j.id).copied(),
+                    now,
+                ),
             })
-            .collect();
+            .collect::<Vec<ObservedJob>>();
+        self.note_worker_states(&jobs);
         PoolObservation {
             jobs,
             stopping: self.stopping.len(),
@@ -247,6 +297,37 @@ impl PoolRuntime {
             health: self.health,
             unobserved,
         }
+    }
+
+    /// Counts the jobs by check-in state; logs the counts when they change (the pool's
+    /// check-in status line).
+    fn note_worker_states(&mut self, jobs: &[ObservedJob]) {
+        let timeout = self.pool.policy.checkin_timeout;
+        let mut states = BTreeMap::new();
+        for job in jobs {
+            if let Some(state) = worker_state(job.state, job.checkin, timeout) {
+                *states.entry(state).or_insert(0usize) += 1;
+            }
+        }
+        if states != self.worker_states && !states.is_empty() {
+            let count = |s: WorkerState| states.get(&s).copied().unwrap_or(0);
+            let (starting, idle, busy, lost) = (
+                count(WorkerState::Starting),
+                count(WorkerState::ReadyIdle),
+                count(WorkerState::Busy),
+                count(WorkerState::Lost),
+            );
+            tracing::info!(
+                pool = self.name(),
+                starting,
+                ready_idle = idle,
+                busy,
+                lost,
+                "pool {} workers: {starting} starting, {idle} ready idle, {busy} busy, {lost} lost",
+                self.name()
+            );
+        }
+        self.worker_states = states;
     }
 
     /// Notes a job this manager just started.
@@ -275,6 +356,7 @@ impl PoolRuntime {
             pending: decision.map_or(0, |d| d.pending),
             failed: self.failed_listed,
             stopping: self.stopping.len(),
+            workers: self.worker_states.clone(),
             health: self.health,
             backing_off_until: self.health.backing_off(now).map(|u| u.as_secs()),
             last_decision: self.last_decision.clone(),

@@ -6,7 +6,8 @@
 pub mod view;
 
 use crate::bundle::WorkerShape;
-use crate::pools::{LaunchMode, PoolDecision, PoolHealth, UnservedBundle};
+use crate::checkin::WorkerState;
+use crate::pools::{LaunchMode, PoolDecision, PoolHealth, UnmetDemand, UnservedBundle};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -63,6 +64,10 @@ pub struct PoolStatus {
     pub failed: usize,
     /// Jobs being stopped.
     pub stopping: usize,
+    /// Jobs by state seen from both sides (`starting`, `ready_idle`, `busy`, `lost`) at the
+    /// last tick; jobs whose check-in is unknown (no view of the server's workers yet, or a
+    /// job the server's list cannot be matched to) are not counted.
+    pub workers: BTreeMap<WorkerState, usize>,
     /// Failure memory.
     pub health: PoolHealth,
     /// The pool is skipped until then (seconds since the manager started), if it is.
@@ -105,6 +110,8 @@ pub struct Status {
     pub pools: Vec<PoolStatus>,
     /// Bundles no pool takes, with the reason.
     pub unserved: Vec<UnservedBundle>,
+    /// Every staged bundle with no worker coming, by pool, bundle class and reason.
+    pub unmet: Vec<UnmetDemand>,
     /// The last [`RECENT_FAILURES`] failures, oldest first.
     pub recent_failures: Vec<FailureRecord>,
     /// Running totals of the tick events (see [`TickEvent::counter`]).
@@ -202,6 +209,13 @@ pub enum TickEvent {
         /// End of the backoff (seconds since the manager started).
         until_seconds: u64,
     },
+    /// A job's worker checked in, then vanished from the server's list (noted once).
+    WorkerVanished {
+        /// The pool.
+        pool: String,
+        /// The job.
+        job_id: String,
+    },
 }
 
 /// A running total in [`Status::counters`].
@@ -259,6 +273,9 @@ impl TickEvent {
             }
             TickEvent::BackoffStarted { pool, .. } => {
                 ("backoffs", pool.clone(), "started".to_owned())
+            }
+            TickEvent::WorkerVanished { pool, .. } => {
+                ("workers_vanished", pool.clone(), "vanished".to_owned())
             }
         }
     }

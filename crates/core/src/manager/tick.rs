@@ -132,6 +132,7 @@ impl Manager {
             staged: report.staged,
             pools: self.pools.iter().map(|p| p.status(now)).collect(),
             unserved: report.pools.unserved.clone(),
+            unmet: report.pools.unmet.clone(),
             recent_failures: self.recent_failures.iter().cloned().collect(),
             counters: self.counters.snapshot(),
         };

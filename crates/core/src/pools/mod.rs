@@ -12,9 +12,11 @@
 //!    to the next fitting pool. Bundles no pool takes are [`UnservedBundle`]s with a reason
 //!    (`no_fitting_pool`, `backing_off`, `max_reached`, …).
 //! 2. **Target** (`launch_mode = target`). `target = clamp(min, busy + demand, max)` where
-//!    demand is the bundles assigned to the pool. One worker runs one bundle: a worker active
-//!    for longer than `startup_grace` is presumed busy (an idle one would have taken the staged
-//!    bundle already); pending and starting workers are free capacity. So
+//!    demand is the bundles assigned to the pool. One worker runs one bundle. Once the server's
+//!    worker list is read ([`crate::checkin`]), a worker that checked in and runs nothing, or has
+//!    not checked in yet, is free capacity and one that runs a bundle is busy; without that
+//!    list, a worker active for longer than `startup_grace` is presumed busy (an idle one would
+//!    have taken the staged bundle already). Pending and starting workers are free capacity. So
 //!    `target - (active + pending)` workers are launched,
 //!    at most `max_launches_per_tick` per tick and never beyond `max` counting jobs being
 //!    stopped. `min_seconds_between_workers` holds launches except those that restore `min`.
@@ -22,6 +24,9 @@
 //!    reason); the pool takes no bundle that tick (the manager also backs it off), so the demand
 //!    goes to the next fitting pool.
 //! 4. **Failure memory** ([`backoff`]): a backing-off pool launches nothing and takes no bundle.
+//!    **Lost workers** (target mode): a running job whose worker has not checked in for longer
+//!    than `checkin_timeout` is stopped (`worker_lost`) and, like a stuck one, the pool takes
+//!    nothing that tick (the manager backs it off).
 //! 5. **Compat** (`launch_mode = compat`): upstream's exact rules ([`crate::policy::plan`]) on the
 //!    bundles assigned to the pool, with no backoff and no pending timeout; a compat pool takes
 //!    every bundle that fits it.
@@ -32,20 +37,27 @@
 
 mod assign;
 pub mod backoff;
+mod census;
+#[cfg(test)]
+mod checkin_tests;
 pub mod need;
 mod single;
 #[cfg(test)]
 mod tests;
+pub mod unmet;
 
 pub use assign::{BundleAssignment, Coverage, PoolVerdict, UnservedBundle, misfit};
 pub use backoff::PoolHealth;
 pub use need::Need;
 pub use single::SingleBackendFlags;
+pub use unmet::{BundleClass, UnmetDemand, UnmetReason};
 
 use crate::backend::JobState;
 use crate::bundle::{StagedBundle, WorkerShape};
+use crate::checkin::JobCheckin;
 use crate::policy::{Decision, Observation, PolicyConfig, Reason, plan};
 use assign::Slots;
+use census::{Census, census};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -117,6 +129,9 @@ pub struct PoolPolicy {
     /// A job active for less than this is still starting its worker (which has not yet taken
     /// a bundle): it counts as free capacity, like a pending job (target mode).
     pub startup_grace: Duration,
+    /// A running job whose worker has not checked in with the server for longer than this is
+    /// lost: stopped and replaced, and the pool backs off (target mode; see [`crate::checkin`]).
+    pub checkin_timeout: Duration,
     /// Compat or target.
     pub launch_mode: LaunchMode,
     /// Launches per tick at most (target mode).
@@ -142,6 +157,7 @@ impl PoolPolicy {
             cost: 0.0,
             pending_timeout: None,
             startup_grace: DEFAULT_STARTUP_GRACE,
+            checkin_timeout: crate::checkin::DEFAULT_CHECKIN_TIMEOUT,
             launch_mode: LaunchMode::Target,
             max_launches_per_tick: 1,
             min_seconds_between_workers: limits.min_seconds_between_workers,
@@ -196,6 +212,26 @@ pub struct ObservedJob {
     pub pending_for: Duration,
     /// How long the manager has seen it active (zero when not active).
     pub active_for: Duration,
+    /// What the server's list of checked-in workers says of it.
+    pub checkin: JobCheckin,
+}
+
+impl ObservedJob {
+    /// A job with no check-in information ([`JobCheckin::Unknown`]).
+    pub fn new(
+        id: impl Into<String>,
+        state: JobState,
+        pending_for: Duration,
+        active_for: Duration,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            state,
+            pending_for,
+            active_for,
+            checkin: JobCheckin::Unknown,
+        }
+    }
 }
 
 /// What the manager saw of one pool.
@@ -275,6 +311,8 @@ pub struct PoolsDecision {
     pub assignments: Vec<BundleAssignment>,
     /// Bundles no pool takes, with the reason.
     pub unserved: Vec<UnservedBundle>,
+    /// Every staged bundle with no worker coming this tick, by pool, class and reason.
+    pub unmet: Vec<UnmetDemand>,
 }
 
 impl PoolsDecision {
@@ -294,65 +332,6 @@ pub fn preference_order(policies: &[PoolPolicy]) -> Vec<usize> {
             .then(a.cmp(&b))
     });
     order
-}
-
-/// Counts of one pool before assignment.
-#[derive(Debug, Clone)]
-struct Census {
-    active: usize,
-    /// Active for less than `startup_grace`: not yet busy.
-    starting: usize,
-    /// Pending and not stuck.
-    pending: usize,
-    stuck: Vec<Reason>,
-    stuck_ids: Vec<String>,
-    /// Every job that counts toward `max`: active, pending, stuck and stopping.
-    jobs: usize,
-    backing_off: Option<Reason>,
-}
-
-fn census(policy: &PoolPolicy, observed: &PoolObservation, now: Duration) -> Census {
-    let target = policy.launch_mode == LaunchMode::Target;
-    let mut census = Census {
-        active: 0,
-        starting: 0,
-        pending: 0,
-        stuck: Vec::new(),
-        stuck_ids: Vec::new(),
-        jobs: observed.stopping,
-        backing_off: None,
-    };
-    for job in &observed.jobs {
-        match job.state {
-            JobState::Active => {
-                census.active += 1;
-                if target && job.active_for < policy.startup_grace {
-                    census.starting += 1;
-                }
-            }
-            JobState::Pending => match policy.pending_timeout.filter(|_| target) {
-                Some(timeout) if job.pending_for >= timeout => {
-                    census.stuck_ids.push(job.id.clone());
-                    census.stuck.push(Reason::PendingTimeout {
-                        job_id: job.id.clone(),
-                        pending_seconds: job.pending_for.as_secs(),
-                        timeout_seconds: timeout.as_secs(),
-                    });
-                }
-                _ => census.pending += 1,
-            },
-            JobState::Failed | JobState::Preempted | JobState::Ended => continue,
-        }
-        census.jobs += 1;
-    }
-    if target && let Some(until) = observed.health.backing_off(now) {
-        census.backing_off = Some(Reason::BackingOff {
-            until_seconds: until.as_secs(),
-            remaining_seconds: until.saturating_sub(now).as_secs(),
-            failures: observed.health.failures,
-        });
-    }
-    census
 }
 
 /// Stands in for a pool that has no observation (counts as unobserved).
@@ -435,7 +414,7 @@ fn assignment(
     }
 }
 
-/// Why a pool takes no bundle this tick (unobserved, backing off, stuck job), if so.
+/// Why a pool takes no bundle this tick (unobserved, backing off, stuck or lost job), if so.
 fn unavailable(observed: &PoolObservation, census: &Census) -> Option<Reason> {
     observed
         .unobserved
@@ -445,6 +424,7 @@ fn unavailable(observed: &PoolObservation, census: &Census) -> Option<Reason> {
         })
         .or_else(|| census.backing_off.clone())
         .or_else(|| census.stuck.first().cloned())
+        .or_else(|| census.lost.first().cloned())
 }
 
 /// Decides launches, stops and assignments for every pool. Pure: `now` is the manager clock.
@@ -461,7 +441,7 @@ pub fn plan_pools(
         unserved,
         demand,
     } = assignment(&observed.bundles, &observations, policies, now);
-    let pools = policies
+    let pools: Vec<PoolDecision> = policies
         .iter()
         .enumerate()
         .map(|(i, policy)| decide(policy, observations[i], &censuses[i], demand[i]))
@@ -473,11 +453,21 @@ pub fn plan_pools(
             pool: policies[p].name.clone(),
             coverage,
         })
-        .collect();
+        .collect::<Vec<_>>();
+    let starting: Vec<usize> = censuses.iter().map(|c| c.pending + c.starting).collect();
+    let unmet = unmet::unmet_demand(
+        &observed.bundles,
+        policies,
+        &pools,
+        &assignments,
+        &unserved,
+        &starting,
+    );
     PoolsDecision {
         pools,
         assignments,
         unserved,
+        unmet,
     }
 }
 
@@ -524,13 +514,16 @@ fn decide(
         return decision;
     }
     decision.stops = census.stuck_ids.clone();
+    decision.stops.extend(census.lost_ids.iter().cloned());
     decision.reasons.extend(census.stuck.iter().cloned());
+    decision.reasons.extend(census.lost.iter().cloned());
     if let Some(backing_off) = &census.backing_off {
         decision.reasons.push(backing_off.clone());
         return decision;
     }
-    if !census.stuck_ids.is_empty() {
-        // The pool just showed it cannot start jobs: it launches nothing this tick.
+    if !census.stuck_ids.is_empty() || !census.lost_ids.is_empty() {
+        // The pool just showed it cannot start jobs (or workers): it launches nothing this
+        // tick; the manager backs it off, and the next tick replaces the stopped jobs.
         return decision;
     }
     decide_target(policy, observed, census, demand, &mut decision);

@@ -25,6 +25,9 @@ pub struct SingleBackendFlags {
     pub max_launches_per_tick: u32,
     /// Stop jobs pending longer than this (target mode only).
     pub pending_timeout: Option<Duration>,
+    /// `--worker-checkin-timeout`: a running job whose worker has not checked in for longer
+    /// is lost (target mode only).
+    pub checkin_timeout: Duration,
 }
 
 impl Default for SingleBackendFlags {
@@ -35,6 +38,7 @@ impl Default for SingleBackendFlags {
             launch_mode: LaunchMode::Compat,
             max_launches_per_tick: 1,
             pending_timeout: None,
+            checkin_timeout: crate::checkin::DEFAULT_CHECKIN_TIMEOUT,
         }
     }
 }
@@ -63,6 +67,7 @@ impl SingleBackendFlags {
             match_request_queue: false,
             check_shape: !self.no_prefilter,
             pending_timeout: self.pending_timeout,
+            checkin_timeout: self.checkin_timeout,
             launch_mode: self.launch_mode,
             max_launches_per_tick: self.max_launches_per_tick,
             min_seconds_between_workers: self.limits.min_seconds_between_workers,

@@ -45,6 +45,7 @@ fn job(id: &str, state: JobState, seconds: u64) -> ObservedJob {
         state,
         pending_for: if pending { S(seconds) } else { S(0) },
         active_for: if pending { S(0) } else { S(seconds) },
+        checkin: Default::default(),
     }
 }
 

@@ -34,6 +34,12 @@ impl Settings {
                 0,
             ),
             bound(
+                "--worker-checkin-timeout",
+                "worker_checkin_timeout",
+                self.worker_checkin_timeout,
+                1,
+            ),
+            bound(
                 "--worker-idle-seconds",
                 "worker.idle_seconds",
                 self.worker.idle_seconds,
@@ -68,6 +74,7 @@ impl PoolRules {
         let keys = [
             ("pending_timeout", self.pending_timeout),
             ("startup_grace", self.startup_grace),
+            ("checkin_timeout", self.checkin_timeout),
             (
                 "min_seconds_between_workers",
                 self.min_seconds_between_workers,

@@ -106,6 +106,9 @@ pub struct Settings {
     pub launch_mode: LaunchMode,
     /// Launches per tick at most in target mode (`--max-launches-per-tick`).
     pub max_launches_per_tick: u32,
+    /// Seconds a running worker job may go without checking in with the server before it is
+    /// lost, stopped and replaced (`--worker-checkin-timeout`; target mode).
+    pub worker_checkin_timeout: u64,
     /// The backend to run when no subcommand is given.
     pub backend: Option<String>,
     /// `[[pools]]`: several pools served by one manager (instead of one backend).
@@ -138,6 +141,7 @@ impl Default for Settings {
             listen: None,
             launch_mode: LaunchMode::Compat,
             max_launches_per_tick: 1,
+            worker_checkin_timeout: crate::checkin::DEFAULT_CHECKIN_TIMEOUT.as_secs(),
             backend: None,
             pools: Vec::new(),
             worker: WorkerSettings::default(),
@@ -183,6 +187,9 @@ pub struct PoolRules {
     /// Seconds a job that just became active counts as free capacity (its worker has not yet
     /// taken a bundle) [default: 30].
     pub startup_grace: Option<u64>,
+    /// Seconds a running job may go without its worker checking in before it is lost
+    /// [default: the global `worker_checkin_timeout`].
+    pub checkin_timeout: Option<u64>,
     /// compat or target.
     #[serde(default = "default_pool_mode")]
     pub launch_mode: LaunchMode,
@@ -220,6 +227,10 @@ impl PoolRules {
             startup_grace: self.startup_grace.map_or(
                 crate::pools::DEFAULT_STARTUP_GRACE,
                 std::time::Duration::from_secs,
+            ),
+            checkin_timeout: std::time::Duration::from_secs(
+                self.checkin_timeout
+                    .unwrap_or(settings.worker_checkin_timeout),
             ),
             launch_mode: self.launch_mode,
             max_launches_per_tick: self.max_launches_per_tick,

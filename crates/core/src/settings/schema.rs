@@ -142,6 +142,11 @@ pub const EXTRA_DOCS: &[(&str, &str, &str)] = &[
     ),
     (
         "pools",
+        "checkin_timeout",
+        "Seconds a running job may go without its worker checking in before it is stopped and replaced (target mode) [default: the global setting]",
+    ),
+    (
+        "pools",
         "launch_mode",
         "compat (upstream's rules) or target",
     ),
@@ -175,5 +180,6 @@ pub const EXAMPLES: &[(&str, &str, &str)] = &[
     ("pools", "tag", "\"gpu\""),
     ("pools", "pending_timeout", "900"),
     ("pools", "startup_grace", "30"),
+    ("pools", "checkin_timeout", "300"),
     ("pools", "min_seconds_between_workers", "0"),
 ];

@@ -167,6 +167,7 @@ fn policy_view_is_exact() {
                         },
                         pending_for: Duration::ZERO,
                         active_for: Duration::from_secs(rng.between(0, 100)),
+                        checkin: Default::default(),
                     })
                     .collect(),
                 ..PoolObservation::default()

@@ -200,6 +200,7 @@ struct FakeState {
     start_active: bool,
     stops: Vec<String>,
     slow_stop: bool,
+    unique_names: bool,
 }
 
 impl FakeBackend {
@@ -226,6 +227,13 @@ impl FakeBackend {
     /// ends it (a platform that takes a while to cancel).
     pub fn slow_stop(&self, slow: bool) {
         self.state().slow_stop = slow;
+    }
+
+    /// With `true`, a started job is named `fake-worker-<unique>` (as Slurm names its jobs), so
+    /// that its worker's check-in can be matched ([`crate::checkin`]); otherwise its name is
+    /// its id and its check-in is never matched.
+    pub fn unique_names(&self, on: bool) {
+        self.state().unique_names = on;
     }
 
     /// The current jobs.
@@ -324,7 +332,10 @@ impl WorkerBackend for FakeBackend {
         } else {
             JobState::Pending
         };
-        let job = WorkerJob::new(state.next_id.to_string(), initial);
+        let mut job = WorkerJob::new(state.next_id.to_string(), initial);
+        if state.unique_names {
+            job.name = format!("fake-worker-{}", request.unique);
+        }
         state
             .launches
             .push(request.worker.build_command(request.unique, "workdir"));
@@ -546,12 +557,12 @@ pub fn reaction_ticks(scenario: &ReactionScenario) -> Option<u64> {
             return None;
         }
         for _ in 0..launches {
-            pending.push(ObservedJob {
-                id: pending.len().to_string(),
-                state: JobState::Pending,
-                pending_for: Duration::ZERO,
-                active_for: Duration::ZERO,
-            });
+            pending.push(ObservedJob::new(
+                pending.len().to_string(),
+                JobState::Pending,
+                Duration::ZERO,
+                Duration::ZERO,
+            ));
             last_launch = Some(now);
         }
         if pending.len() >= scenario.bundles {

@@ -7,10 +7,11 @@
 //!
 //! It serves exactly the subset a worker manager uses, shaped like the replies recorded from a
 //! real CodaLab 1.7.5 server (`crates/core/tests/samples/`): the OAuth2 password and refresh
-//! grants, `GET /rest/user`, and `GET /rest/bundles` with `keywords` (`state=staged`, `.mine`,
-//! `.limit` with the server's default of 10, `.offset`, `.count`, `request_queue=a,tag=a`,
-//! `tags=x`; the order is the order of [`FakeCodaLab::set_bundles`], as the real server's with
-//! `id=.sort`).
+//! grants, `GET /rest/user`, `GET /rest/workers/info` (the workers set with
+//! [`FakeCodaLab::set_workers`]), and `GET /rest/bundles` with `keywords` (`state=staged`,
+//! `.mine`, `.limit` with the server's default of 10, `.offset`, `.count`,
+//! `request_queue=a,tag=a`, `tags=x`; the order is the order of [`FakeCodaLab::set_bundles`],
+//! as the real server's).
 //! Like the real server, a request with an invalid token runs as anonymous. Faults can be
 //! injected: the next N replies as HTTP errors with a plain-text body, or revoked tokens; and
 //! the whole server can be stopped and started again on the same port ([`FakeCodaLab::stop`],
@@ -19,7 +20,7 @@
 //! How faithful: the JSON documents and error texts are the recorded server's, but every
 //! bundle it serves is a staged `run` bundle (so `state=` is not applied, and nor is any
 //! keyword not listed above), there are no worksheets, permissions or worker check-in
-//! endpoints, and tokens expire only when revoked (`expires_in` is reported, not enforced).
+//! endpoints (the workers listed are whatever the test sets), and tokens expire only when revoked (`expires_in` is reported, not enforced).
 //! The end-to-end tests run against the real server (`cargo xtask services up codalab`).
 #![warn(missing_docs)]
 
@@ -119,8 +120,10 @@ struct FakeState {
     tokens: HashMap<String, String>,
     refresh_tokens: HashMap<String, String>,
     bundles: Vec<FakeBundle>,
+    workers: Vec<Value>,
     requests: Vec<RecordedRequest>,
     faults: Vec<(u16, String)>,
+    workers_faults: Vec<(u16, String)>,
     expires_in: u64,
     next_token: u64,
 }
@@ -146,6 +149,7 @@ impl Serving {
             .route("/rest/oauth2/token", post(token))
             .route("/rest/user", get(user))
             .route("/rest/bundles", get(bundles))
+            .route("/rest/workers/info", get(workers_info))
             .with_state(state);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -217,6 +221,18 @@ impl FakeCodaLab {
     /// Replaces the staged bundles.
     pub fn set_bundles(&self, bundles: Vec<FakeBundle>) {
         lock(&self.state).bundles = bundles;
+    }
+
+    /// Replaces the checked-in workers `GET /rest/workers/info` lists (each a JSON object as
+    /// the real server sends: `worker_id`, `run_uuids`, `is_terminating`, `checkin_time` …).
+    pub fn set_workers(&self, workers: Vec<Value>) {
+        lock(&self.state).workers = workers;
+    }
+
+    /// Makes the next `GET /rest/workers/info` replies HTTP errors, one per entry (the other
+    /// calls are not affected).
+    pub fn inject_workers_faults(&self, faults: Vec<(u16, String)>) {
+        lock(&self.state).workers_faults = faults;
     }
 
     /// Every request so far.
@@ -316,6 +332,26 @@ async fn token(
     let body = json!({"access_token": access, "expires_in": s.expires_in, "token_type": "Bearer",
                       "scope": "default", "refresh_token": refresh});
     axum::Json(body).into_response()
+}
+
+async fn workers_info(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    let mut s = lock(&state);
+    s.requests.push(RecordedRequest {
+        method: "GET".into(),
+        path: "/rest/workers/info".into(),
+        query: String::new(),
+    });
+    if !s.workers_faults.is_empty() {
+        let (status, body) = s.workers_faults.remove(0);
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return (status, body).into_response();
+    }
+    match bearer_user(&s, &headers) {
+        Some(_) => {
+            axum::Json(json!({"data": s.workers, "meta": {"version": "1.7.5"}})).into_response()
+        }
+        None => (StatusCode::UNAUTHORIZED, "User is not authenticated.").into_response(),
+    }
 }
 
 async fn user(State(state): State<Shared>, headers: HeaderMap) -> Response {

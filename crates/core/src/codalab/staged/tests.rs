@@ -46,6 +46,7 @@ fn jobs(busy: usize, pending: usize) -> PoolObservation {
         state,
         pending_for: Duration::ZERO,
         active_for: Duration::from_secs(if state == JobState::Active { 3600 } else { 0 }),
+        checkin: Default::default(),
     };
     PoolObservation {
         jobs: (0..busy)

@@ -22,6 +22,7 @@ pub struct StatusView {
     staged: usize,
     pools: Vec<PoolView>,
     unserved: Vec<UnservedView>,
+    unmet: Vec<UnmetView>,
     recent_failures: Vec<FailureView>,
 }
 
@@ -45,6 +46,8 @@ struct PoolView {
     backing_off_until: Option<u64>,
     last_decision: Option<DecisionView>,
     assigned: Vec<String>,
+    /// Jobs by check-in state (`starting`, `ready_idle`, `busy`, `lost`).
+    workers: std::collections::BTreeMap<String, usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -79,6 +82,27 @@ struct UnservedView {
     /// `reason` and its fields.
     #[serde(flatten)]
     reason: Map<String, Value>,
+}
+
+/// Bundles of one class with no worker coming, and why.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct UnmetView {
+    pool: Option<String>,
+    class: ClassView,
+    bundles: usize,
+    /// `reason` and its fields.
+    #[serde(flatten)]
+    reason: Map<String, Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ClassView {
+    cpus: u32,
+    gpus: u32,
+    memory_bytes: u64,
+    queue: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -137,6 +161,7 @@ pub fn render(status: &StatusView) -> String {
             out.push('\n');
         }
     }
+    render_waiting(&mut out, &status.unmet);
     if !status.recent_failures.is_empty() {
         let _ = writeln!(out, "\nrecent failures:");
         for failure in &status.recent_failures {
@@ -190,6 +215,17 @@ fn render_pool(out: &mut String, pool: &PoolView, now: u64) {
         }
         None => "none".to_owned(),
     };
+    if !pool.workers.is_empty() {
+        let count = |state: &str| pool.workers.get(state).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "  check-in  {} starting, {} ready idle, {} busy, {} lost",
+            count("starting"),
+            count("ready_idle"),
+            count("busy"),
+            count("lost")
+        );
+    }
     let _ = writeln!(out, "  backoff   {backoff}");
     let decision = match &pool.last_decision {
         Some(d) => {
@@ -209,6 +245,54 @@ fn render_pool(out: &mut String, pool: &PoolView, now: u64) {
     };
     let _ = writeln!(out, "  decision  {decision}");
     let _ = writeln!(out, "  bundles   {} assigned", pool.assigned.len());
+}
+
+/// The "waiting" table: staged bundles with no worker coming, per pool and bundle class.
+fn render_waiting(out: &mut String, unmet: &[UnmetView]) {
+    if unmet.is_empty() {
+        return;
+    }
+    let rows: Vec<[String; 4]> = unmet
+        .iter()
+        .map(|u| {
+            let class = &u.class;
+            let mut asks = format!(
+                "{} cpus, {} gpus, {}",
+                class.cpus,
+                class.gpus,
+                memory(class.memory_bytes)
+            );
+            if !class.queue.is_empty() {
+                let _ = write!(asks, ", queue {}", class.queue);
+            }
+            let pool = u.pool.clone().unwrap_or_else(|| "-".to_owned());
+            [pool, u.bundles.to_string(), asks, reason(&u.reason)]
+        })
+        .collect();
+    let header = ["pool", "bundles", "asking", "why no worker is coming"].map(str::to_owned);
+    let widths: Vec<usize> = (0..3)
+        .map(|i| {
+            rows.iter()
+                .chain([&header])
+                .map(|r| r[i].len())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let _ = writeln!(out, "\nwaiting:");
+    for row in [&header].into_iter().chain(&rows) {
+        let _ = writeln!(
+            out,
+            "  {:<w0$}  {:>w1$}  {:<w2$}  {}",
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2]
+        );
+    }
 }
 
 /// A reason object (`{"reason": "max_reached", "jobs": 3, "max": 3}`) as

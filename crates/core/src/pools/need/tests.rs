@@ -17,6 +17,7 @@ fn job(id: usize, state: JobState, seconds: u64) -> ObservedJob {
         state,
         pending_for: Duration::from_secs(if pending { seconds } else { 0 }),
         active_for: Duration::from_secs(if pending { 0 } else { seconds }),
+        checkin: Default::default(),
     }
 }
 

@@ -38,7 +38,7 @@ impl Sim<'_> {
             pools: self
                 .runtimes
                 .iter_mut()
-                .map(|r| r.observation(now, None))
+                .map(|r| r.observation(now, None, None))
                 .collect(),
             bundles: self.policy_view(),
         };

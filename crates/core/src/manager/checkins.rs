@@ -1,0 +1,240 @@
+//! What the manager remembers of its workers' check-ins between ticks: the last view of the
+//! server's workers (`GET /rest/workers/info`, kept when a call fails), and per pool when each
+//! job's worker was last listed, which workers checked in and which vanished (noted once).
+
+use super::Manager;
+use super::status::TickEvent;
+use crate::backend::WorkerJob;
+use crate::checkin::{CheckinView, JobCheckin, JobTimes, Sighting, job_checkin, launch_unique};
+use crate::codalab::CodaLabClient;
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::time::Duration;
+
+/// The manager's last view of the server's workers.
+#[derive(Debug, Default)]
+pub(crate) struct LastView {
+    /// The last view the server gave; `None` before the first successful call.
+    pub view: Option<CheckinView>,
+    /// The view is this tick's.
+    pub fresh: bool,
+    /// The last call failed with this error (logged once per streak).
+    pub failing: Option<String>,
+}
+
+impl LastView {
+    /// The view to judge this tick's jobs by, if any.
+    pub fn sighting(&self) -> Option<Sighting<'_>> {
+        self.view.as_ref().map(|view| Sighting {
+            view,
+            fresh: self.fresh,
+        })
+    }
+
+    /// Takes the result of this tick's call: a new view, or an error that keeps the last one.
+    pub fn take(&mut self, result: Option<Result<CheckinView, String>>) {
+        match result {
+            None => self.fresh = false,
+            Some(Ok(view)) => {
+                if self.failing.take().is_some() {
+                    tracing::info!("the server lists its workers again");
+                }
+                self.view = Some(view);
+                self.fresh = true;
+            }
+            Some(Err(error)) => {
+                if self.failing.is_none() {
+                    tracing::warn!(%error, "cannot list the server's workers; keeping the last view (no worker is judged lost until it answers)");
+                }
+                self.failing = Some(error);
+                self.fresh = false;
+            }
+        }
+    }
+}
+
+impl Manager {
+    /// The observe step's check-in part: one `GET /rest/workers/info` when any pool has jobs,
+    /// taken into the last view (kept when the call fails) and each pool's memory.
+    pub(super) async fn observe_checkins(&mut self, now: Duration) -> Vec<TickEvent> {
+        let has_jobs = self
+            .pools
+            .iter()
+            .any(|r| r.listed.iter().any(|j| j.state.is_capacity()));
+        let result = match has_jobs {
+            true => Some(fetch(&self.client).await),
+            false => None,
+        };
+        self.checkins.take(result);
+        let mut events = Vec::new();
+        for runtime in &mut self.pools {
+            runtime.checkin_aware = self.checkins.view.is_some();
+            if let (Some(view), true) = (&self.checkins.view, self.checkins.fresh) {
+                events.extend(runtime.take_checkins(view, now));
+            }
+        }
+        events
+    }
+}
+
+/// The server's workers, as a view (a free function: see `observe::search_staged`).
+async fn fetch(client: &CodaLabClient) -> Result<CheckinView, String> {
+    client
+        .workers_info()
+        .await
+        .map(CheckinView::new)
+        .map_err(|error| error.to_string())
+}
+
+/// One pool's check-in memory.
+#[derive(Debug, Default)]
+pub(crate) struct CheckinMemory {
+    /// When each job's worker was last listed by the server (manager clock).
+    last_seen: FxHashMap<String, Duration>,
+    /// Jobs whose worker vanished from the server's list, already noted.
+    vanished: FxHashSet<String>,
+}
+
+/// What a fresh view showed of a pool's jobs.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct CheckinNews {
+    /// Jobs whose worker checked in for the first time.
+    pub first_checkins: Vec<String>,
+    /// Jobs whose worker checked in before and is no longer listed (each once).
+    pub vanished: Vec<String>,
+}
+
+impl CheckinMemory {
+    /// Forgets jobs no longer listed by the platform.
+    pub fn retain(&mut self, listed: &FxHashSet<&str>) {
+        self.last_seen.retain(|id, _| listed.contains(id.as_str()));
+        self.vanished.retain(|id| listed.contains(id.as_str()));
+    }
+
+    /// Takes in a fresh `view` of the server's workers for `jobs` (capacity jobs only) at `now`.
+    pub fn take(&mut self, view: &CheckinView, jobs: &[WorkerJob], now: Duration) -> CheckinNews {
+        let mut news = CheckinNews::default();
+        for job in jobs.iter().filter(|j| j.state.is_capacity()) {
+            let listed = view.worker_of(&job.id, &job.name).is_some();
+            match (listed, self.last_seen.contains_key(&job.id)) {
+                (true, seen_before) => {
+                    if !seen_before {
+                        news.first_checkins.push(job.id.clone());
+                    }
+                    self.last_seen.insert(job.id.clone(), now);
+                    self.vanished.remove(&job.id);
+                }
+                (false, true) => {
+                    if self.vanished.insert(job.id.clone()) {
+                        news.vanished.push(job.id.clone());
+                    }
+                }
+                (false, false) => {}
+            }
+        }
+        news
+    }
+
+    /// The job's check-in as the policy sees it.
+    pub fn job_checkin(
+        &self,
+        sighting: Option<Sighting<'_>>,
+        job: &WorkerJob,
+        active_since: Option<Duration>,
+        now: Duration,
+    ) -> JobCheckin {
+        let times = JobTimes {
+            active_since,
+            last_seen: self.last_seen.get(&job.id).copied(),
+        };
+        job_checkin(sighting, (&job.id, &job.name, job.state), times, now)
+    }
+}
+
+/// Whether the job's check-in can be matched (its id or name ends in a launch unique): then
+/// its first check-in, not its first platform activity, is the pool's success.
+pub(crate) fn matchable(job: &WorkerJob) -> bool {
+    launch_unique(&job.id)
+        .or_else(|| launch_unique(&job.name))
+        .is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::JobState;
+    use crate::checkin::CheckedInWorker;
+
+    const U: &str = "0123456789abcdef0123456789abcdef";
+
+    fn view(ids: &[&str]) -> CheckinView {
+        CheckinView::new(
+            ids.iter()
+                .map(|id| CheckedInWorker {
+                    worker_id: (*id).to_owned(),
+                    ..CheckedInWorker::default()
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn first_check_in_then_vanished_is_noted_once() {
+        let job = WorkerJob::new(format!("cl-worker-{U}"), JobState::Active);
+        let jobs = vec![job.clone()];
+        let mut memory = CheckinMemory::default();
+        let listed = view(&[&format!("host-{U}")]);
+        let secs = Duration::from_secs;
+        assert_eq!(
+            memory.take(&view(&[]), &jobs, secs(1)),
+            CheckinNews::default()
+        );
+        let news = memory.take(&listed, &jobs, secs(2));
+        assert_eq!(news.first_checkins, vec![job.id.clone()]);
+        assert_eq!(memory.take(&listed, &jobs, secs(3)), CheckinNews::default());
+        assert_eq!(
+            memory.take(&view(&[]), &jobs, secs(4)).vanished,
+            vec![job.id.clone()]
+        );
+        assert_eq!(
+            memory.take(&view(&[]), &jobs, secs(5)),
+            CheckinNews::default(),
+            "noted once"
+        );
+        let sighting = Some(Sighting {
+            view: &listed,
+            fresh: false,
+        });
+        let empty = CheckinView::default();
+        let stale = Some(Sighting {
+            view: &empty,
+            fresh: true,
+        });
+        assert_eq!(
+            memory.job_checkin(stale, &job, Some(secs(0)), secs(10)),
+            JobCheckin::Missing {
+                unseen_for: secs(7),
+                was_seen: true,
+                fresh: true
+            },
+            "unseen since its last listing at 3 s"
+        );
+        assert!(matches!(
+            memory.job_checkin(sighting, &job, Some(secs(0)), secs(10)),
+            JobCheckin::CheckedIn { .. }
+        ));
+    }
+
+    #[test]
+    fn a_failed_call_keeps_the_last_view() {
+        let mut last = LastView::default();
+        assert!(last.sighting().is_none());
+        last.take(Some(Ok(view(&[&format!("h-{U}")]))));
+        assert!(last.sighting().unwrap().fresh);
+        last.take(Some(Err("503".into())));
+        let sighting = last.sighting().unwrap();
+        assert!(!sighting.fresh);
+        assert_eq!(sighting.view.len(), 1, "the last view is kept");
+        last.take(None);
+        assert!(!last.sighting().unwrap().fresh, "no call: not fresh");
+    }
+}
