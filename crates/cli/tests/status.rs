@@ -453,7 +453,7 @@ fn waiting_status() -> Status {
 
 const WAITING_VIEW: &str = "\
 cl-worker-manager: up 3m 20s, 3 ticks, last successful tick 0 s ago
-staged bundles: 4 a pool can run, 0 assigned; 0 unserved
+staged bundles: 4 (0 assigned and 0 unserved among those read)
 
 pool cpu (slurm-batch, target): 4 cpus, 0 gpus, 8 GiB per worker; min 0, max 2, cost 1
   workers   2 active, 0 pending, 0 failed, 0 stopping
