@@ -144,16 +144,9 @@ fn local_backend_against_a_real_codalab_server() {
     }
     let tag = unique("e2e-local-");
     let tags_flag = format!("--tags={tag}");
-    let fitting = stage(
-        12,
-        &[
-            "--request-cpus",
-            "1",
-            "--request-memory",
-            "512m",
-            &tags_flag,
-        ],
-    );
+    // The bundle no worker fits is staged first (oldest): the manager reads the queue oldest
+    // first and only as far as its pools can take bundles, so a misfit behind the first page
+    // is counted, not read.
     let too_large = stage(
         1,
         &[
@@ -165,6 +158,16 @@ fn local_backend_against_a_real_codalab_server() {
         ],
     )
     .remove(0);
+    let fitting = stage(
+        12,
+        &[
+            "--request-cpus",
+            "1",
+            "--request-memory",
+            "512m",
+            &tags_flag,
+        ],
+    );
     let dir = tempfile::tempdir().unwrap();
     let worker = stand_in(dir.path());
     let state = dir.path().join("state");
