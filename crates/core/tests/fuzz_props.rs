@@ -1,9 +1,10 @@
 //! Property tests for the parsers that read what the CodaLab server sends: arbitrary JSON
-//! documents, bundle-shaped documents with arbitrary field values, and arbitrary size strings.
+//! documents (bundle pages, `/rest/user` and `.count` replies), bundle-shaped documents with
+//! arbitrary field values, and arbitrary size strings.
 //! They never panic, and what they return keeps its invariants. (The same parsers are also
 //! fuzzed with cargo-fuzz: `cargo xtask fuzz`; these run with every `cargo test`.)
 
-use codalab_wm_core::codalab::jsonapi::{parse_bundles, parse_user_name};
+use codalab_wm_core::codalab::jsonapi::{parse_bundles, parse_count, parse_user_name};
 use codalab_wm_core::size::{HumanBytes, parse_size};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -78,6 +79,18 @@ proptest! {
             prop_assert_eq!(bundles.len() + skipped.len(), entries);
         }
         let _ = parse_user_name(&document);
+    }
+
+    #[test]
+    fn a_count_reply_is_a_count_exactly_when_meta_result_is_one(
+        document in any_json(),
+        count in any::<u32>(),
+    ) {
+        let text = document.to_string();
+        let expected = document.pointer("/meta/result").and_then(Value::as_u64);
+        prop_assert_eq!(parse_count(&text).ok().map(|n| n as u64), expected);
+        let reply = json!({"meta": {"result": count, "version": "1.7.5"}}).to_string();
+        prop_assert_eq!(parse_count(&reply), Ok(count as usize));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! the in-memory `testing::FakeBackend`: upstream's launch rules tick by tick, failure
 //! counting, error handling and shutdown.
 
-use codalab_wm_core::codalab::CodaLabClient;
+use codalab_wm_core::codalab::{ClientOptions, CodaLabClient, CountEvery};
 use codalab_wm_core::manager::Outcome;
 use codalab_wm_core::policy::PolicyConfig;
 use codalab_wm_core::secret::{Credentials, Secret};
@@ -204,11 +204,24 @@ async fn temporary_errors_skip_ticks_without_launching_and_the_loop_recovers() {
 /// Upstream's defaults (compat, max 10) on 1,000 staged bundles: a tick reads one page of 10
 /// (what upstream reads) and counts the rest; a steady tick reuses the count; bundles taken
 /// from the head of the queue are "removed since last time" (the count of a moment ago stands:
-/// a moving queue is counted at most every 15 s).
+/// a moving queue is counted at most every `CountEvery::moving`).
 #[tokio::test]
 async fn a_long_queue_costs_one_page_per_steady_tick() {
     let bundles = (0..1000).map(|n| FakeBundle::new("alice", n)).collect();
-    let (server, client, backend) = setup(bundles, "alicepw").await;
+    let (server, _, backend) = setup(bundles, "alicepw").await;
+    // Counts last an hour here, so that a slow machine cannot make one expire mid-test.
+    let options = ClientOptions {
+        count_every: CountEvery {
+            moving: Duration::from_secs(3600),
+            steady: Duration::from_secs(3600),
+        },
+        ..ClientOptions::default()
+    };
+    let credentials = Credentials {
+        username: "alice".into(),
+        password: Secret::new("alicepw"),
+    };
+    let client = CodaLabClient::with_options(&server.url(), credentials, &options).unwrap();
     let mut manager = single(config(), flags(0, 10, 60), client, Arc::new(backend));
     let first = manager.tick().await.unwrap();
     assert_eq!(

@@ -25,10 +25,24 @@ fn wants(n: usize) -> impl Fn(&[StagedBundle]) -> usize {
     move |read| n.saturating_sub(read.len())
 }
 
+/// Counts that last an hour, so that a slow machine cannot make one expire mid-test.
+const HOUR: CountEvery = CountEvery {
+    moving: Duration::from_secs(3600),
+    steady: Duration::from_secs(3600),
+};
+
+fn client_counting(url: &str, username: &str, password: &str, every: CountEvery) -> CodaLabClient {
+    let options = ClientOptions {
+        count_every: every,
+        ..ClientOptions::default()
+    };
+    CodaLabClient::with_options(url, credentials(username, password), &options).unwrap()
+}
+
 async fn fake_with(n: u64) -> (FakeCodaLab, CodaLabClient) {
     let server = FakeCodaLab::start().await.unwrap();
     server.set_bundles((0..n).map(|i| FakeBundle::new("alice", i)).collect());
-    let client = CodaLabClient::new(&server.url(), credentials("alice", "alicepw")).unwrap();
+    let client = client_counting(&server.url(), "alice", "alicepw", HOUR);
     (server, client)
 }
 
@@ -74,16 +88,11 @@ async fn reads_what_the_pools_need_and_counts_the_rest() {
 async fn a_steady_queue_reuses_its_count_and_a_moving_one_is_counted_again() {
     let server = FakeCodaLab::start().await.unwrap();
     server.set_bundles((0..100).map(|i| FakeBundle::new("alice", i)).collect());
-    let options = ClientOptions {
-        count_every: CountEvery {
-            moving: Duration::ZERO,
-            ..CountEvery::default()
-        },
-        ..ClientOptions::default()
+    let every = CountEvery {
+        moving: Duration::ZERO,
+        ..HOUR
     };
-    let client =
-        CodaLabClient::with_options(&server.url(), credentials("alice", "alicepw"), &options)
-            .unwrap();
+    let client = client_counting(&server.url(), "alice", "alicepw", every);
     let first = client
         .staged_for(&alice_keywords(), &wants(1))
         .await
@@ -107,7 +116,7 @@ async fn a_steady_queue_reuses_its_count_and_a_moving_one_is_counted_again() {
     assert_eq!(moved.bundles[0].uuid, FakeBundle::new("alice", 1).uuid);
 }
 
-/// Fake server: by default a queue that moved keeps its count for `CountEvery::moving` (15 s).
+/// Fake server: a queue that moved keeps its count for `CountEvery::moving`.
 #[tokio::test]
 async fn a_moving_queue_is_counted_at_most_every_fifteen_seconds() {
     let (server, client) = fake_with(100).await;
@@ -136,13 +145,7 @@ async fn a_moving_queue_is_counted_at_most_every_fifteen_seconds() {
 async fn counting_always_counts_every_read() {
     let server = FakeCodaLab::start().await.unwrap();
     server.set_bundles((0..100).map(|i| FakeBundle::new("alice", i)).collect());
-    let options = ClientOptions {
-        count_every: CountEvery::ALWAYS,
-        ..ClientOptions::default()
-    };
-    let client =
-        CodaLabClient::with_options(&server.url(), credentials("alice", "alicepw"), &options)
-            .unwrap();
+    let client = client_counting(&server.url(), "alice", "alicepw", CountEvery::ALWAYS);
     for _ in 0..2 {
         let read = client
             .staged_for(&alice_keywords(), &wants(1))
@@ -250,7 +253,7 @@ async fn real_server_pages_by_need_oldest_first_and_counts() {
     let queue = format!("staged-search-{}", std::process::id());
     let staged = stage(25, &queue);
     let server = "http://127.0.0.1:2900";
-    let client = CodaLabClient::new(server, credentials("bob", "bobpw")).unwrap();
+    let client = client_counting(server, "bob", "bobpw", HOUR);
     let keywords = staged_keywords(&[], "bob", Some(&queue), true);
     let all = client.staged_for(&keywords, &wants(26)).await;
     let some = client.staged_for(&keywords, &wants(11)).await;
