@@ -31,6 +31,10 @@ impl CodaLabClient {
         let body = limits::read_text(response, limits::MAX_WORKERS_INFO_BYTES, WHAT).await?;
         if !status.is_success() {
             if status == StatusCode::UNAUTHORIZED {
+                // A revoked token is seen here first when the pools are full (no search then).
+                tracing::warn!(
+                    "the server refused our token (401 to the workers' check-ins); logging in again"
+                );
                 *self.token.lock().await = None;
             }
             return Err(Error::Server {
