@@ -266,7 +266,9 @@ fn bad_responses(setup: &Setup) -> Result<Findings> {
         let cursor = manager.cursor();
         let before = setup.proxy.faulted();
         setup.proxy.set(fault.clone());
-        let within = if fault == Fault::Stall { 45 } else { 15 };
+        // A stalled tick fails after two 30 s request timeouts: the workers' check-ins (tolerated,
+        // the last view kept) and then the staged search.
+        let within = if fault == Fault::Stall { 75 } else { 15 };
         let skipped = manager.wait_for_event(
             cursor,
             Duration::from_secs(within),
