@@ -144,16 +144,8 @@ fn local_backend_against_a_real_codalab_server() {
     }
     let tag = unique("e2e-local-");
     let tags_flag = format!("--tags={tag}");
-    let fitting = stage(
-        12,
-        &[
-            "--request-cpus",
-            "1",
-            "--request-memory",
-            "512m",
-            &tags_flag,
-        ],
-    );
+    // The 64-CPU bundle first: the manager reads oldest first, as many as its pool needs
+    // (one page of 10 here), so it reads this one, filters it and reads on.
     let too_large = stage(
         1,
         &[
@@ -165,6 +157,16 @@ fn local_backend_against_a_real_codalab_server() {
         ],
     )
     .remove(0);
+    let fitting = stage(
+        12,
+        &[
+            "--request-cpus",
+            "1",
+            "--request-memory",
+            "512m",
+            &tags_flag,
+        ],
+    );
     let dir = tempfile::tempdir().unwrap();
     let worker = stand_in(dir.path());
     let state = dir.path().join("state");
@@ -210,8 +212,8 @@ fn local_backend_against_a_real_codalab_server() {
         "never more than --max-workers:\n{log}"
     );
     assert!(
-        log.contains("12 staged bundles"),
-        "sees all 12 fitting bundles (more than the server's default 10):\n{log}"
+        log.contains("13 staged bundles"),
+        "counts all 13 bundles (more than the server's default 10), the filtered one included:\n{log}"
     );
     assert!(
         log.contains(&format!("filtered out bundle {too_large} based on unfulfillable resource requested: request_cpus=64 > worker cpus=2")),
