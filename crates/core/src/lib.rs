@@ -66,12 +66,14 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod budget;
 pub mod bundle;
 pub mod checkin;
 pub mod codalab;
 pub mod command;
 pub mod describe;
 pub mod error;
+pub mod events;
 pub mod layout;
 #[cfg(feature = "local")]
 pub mod local;

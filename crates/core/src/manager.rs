@@ -34,6 +34,7 @@ mod act;
 mod checkins;
 pub mod down;
 mod error_policy;
+mod journal;
 pub(crate) mod logs;
 mod observe;
 mod reconfigure;
@@ -134,6 +135,10 @@ pub struct Manager {
     stop_flags: shutdown::StopFlags,
     /// The last view of the server's workers (`/rest/workers/info`).
     checkins: checkins::LastView,
+    /// The events: log, recent, subscribers.
+    journal: journal::Journal,
+    /// Each budget's use, as of the last tick (for the status snapshot).
+    budgets: Vec<crate::budget::BudgetStatus>,
 }
 
 /// What [`Manager::on_ready`] runs.
@@ -188,6 +193,8 @@ impl Manager {
             tick_started: Instant::now(),
             stop_flags: shutdown::StopFlags::default(),
             checkins: checkins::LastView::default(),
+            journal: journal::Journal::default(),
+            budgets: Vec::new(),
         }
     }
 

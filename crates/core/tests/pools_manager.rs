@@ -104,7 +104,7 @@ fn launches(events: &[TickEvent], pool: &str, result: LaunchResult) -> usize {
     events
         .iter()
         .filter(
-            |e| matches!(e, TickEvent::Launch { pool: p, result: r } if p == pool && *r == result),
+            |e| matches!(e, TickEvent::Launch { pool: p, result: r, .. } if p == pool && *r == result),
         )
         .count()
 }

@@ -100,22 +100,23 @@ impl Manager {
         let submitting = shutdown::Submitting::new(&self.stop_flags.submitting);
         let result = runtime.pool.backend.start_worker_job(&request).await;
         drop(submitting);
-        let (outcome, go_on) = match result {
+        let (outcome, detail, go_on) = match result {
             Ok(job) => {
                 let output = runtime.pool.backend.job_output(&job);
                 tracing::info!(pool = %pool_name, job = %job.id, backend = runtime.pool.backend.name(), dry_run, output = output.as_deref(), "started a worker job{}", output.as_deref().map(|o| format!("; its output goes to {o}")).unwrap_or_default());
                 runtime.launched(&job, now);
+                let id = job.id.clone();
                 report.launched.push(job);
                 let outcome = match dry_run {
                     true => LaunchResult::DryRun,
                     false => LaunchResult::Started,
                 };
-                (outcome, true)
+                (outcome, id, true)
             }
             Err(error) if error.is_temporary() => {
                 tracing::warn!(pool = %pool_name, %error, "could not start a worker job; will retry on a later tick");
                 report.launch_errors.push(error.to_string());
-                (LaunchResult::TemporaryError, false)
+                (LaunchResult::TemporaryError, error.to_string(), false)
             }
             Err(error) => {
                 runtime.last_launch = Some(now);
@@ -126,12 +127,13 @@ impl Manager {
                 report.events.extend(news.events);
                 runtime::remember(&mut self.recent_failures, news.failures);
                 let compat = runtime.pool.policy.launch_mode == LaunchMode::Compat;
-                (LaunchResult::Failed, compat)
+                (LaunchResult::Failed, error.to_string(), compat)
             }
         };
         report.events.push(TickEvent::Launch {
             pool: pool_name,
             result: outcome,
+            detail,
         });
         go_on
     }

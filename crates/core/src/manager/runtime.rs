@@ -70,6 +70,12 @@ pub(crate) struct PoolRuntime {
     pub checkin_aware: bool,
     /// Jobs by worker state at the last observation.
     pub worker_states: BTreeMap<WorkerState, usize>,
+    /// A `pool_backing_off` event is out and no `pool_recovered` yet.
+    pub announced_backoff: bool,
+    /// Active worker time in the budget's rolling day.
+    pub usage: crate::budget::UsageWindow,
+    /// When the pool's active workers were last metered (manager clock).
+    pub metered_at: Option<Duration>,
 }
 
 /// What a new listing showed, besides the observation.
@@ -99,6 +105,9 @@ impl PoolRuntime {
             checkins: CheckinMemory::default(),
             checkin_aware: false,
             worker_states: BTreeMap::new(),
+            announced_backoff: false,
+            usage: crate::budget::UsageWindow::default(),
+            metered_at: None,
         }
     }
 

@@ -116,6 +116,14 @@ pub struct Status {
     pub recent_failures: Vec<FailureRecord>,
     /// Running totals of the tick events (see [`TickEvent::counter`]).
     pub counters: Vec<Counter>,
+    /// The last [`crate::events::RECENT_EVENTS`] events, oldest first.
+    pub events: Vec<crate::events::Event>,
+    /// Each budget with its use: the overall one first (scope `all pools`), then the pools'
+    /// (only scopes with a limit).
+    pub budgets: Vec<crate::budget::BudgetStatus>,
+    /// When the manager started, in seconds since the Unix epoch (`*_seconds` fields count
+    /// from there).
+    pub started_unix_seconds: u64,
 }
 
 /// How a launch ended.
@@ -154,6 +162,8 @@ pub enum TickEvent {
         pool: String,
         /// How it ended.
         result: LaunchResult,
+        /// The job id when it started, the error when it did not.
+        detail: String,
     },
     /// A job was stopped (or the stop failed).
     Stop {
@@ -236,7 +246,7 @@ impl TickEvent {
     /// The counter this event increments: `(metric, pool, label)`.
     pub fn counter(&self) -> (&'static str, String, String) {
         match self {
-            TickEvent::Launch { pool, result } => {
+            TickEvent::Launch { pool, result, .. } => {
                 ("launches", pool.clone(), result.code().to_owned())
             }
             TickEvent::Stop {

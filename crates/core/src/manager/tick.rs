@@ -111,8 +111,11 @@ impl Manager {
             Ok(report) => report,
             Err(error) => {
                 let kind = super::error_policy::tick_error_kind(error).to_owned();
+                self.journal.tick_failed(now, &kind, error.to_string());
                 self.counters.count(("server_errors", String::new(), kind));
+                let events = self.journal.recent();
                 self.status.send_modify(|status| {
+                    status.events = events;
                     status.uptime_seconds = now.as_secs();
                     status.ticks = self.ticks;
                     status.last_error = Some(error.to_string());
@@ -123,6 +126,11 @@ impl Manager {
             }
         };
         self.counters.add(&report.events);
+        self.journal.tick_succeeded(now);
+        for kind in crate::events::from_tick(&report.events) {
+            self.journal.record(now, kind);
+        }
+        self.note_recoveries(now);
         let status = Status {
             uptime_seconds: now.as_secs(),
             ticks: self.ticks,
@@ -135,8 +143,24 @@ impl Manager {
             unmet: report.pools.unmet.clone(),
             recent_failures: self.recent_failures.iter().cloned().collect(),
             counters: self.counters.snapshot(),
+            events: self.journal.recent(),
+            budgets: self.budgets.clone(),
+            started_unix_seconds: self.journal.started_unix(),
         };
         self.status.send_replace(status);
+    }
+
+    /// Records `pool_recovered` for each pool whose backoff, announced earlier, is over.
+    fn note_recoveries(&mut self, now: std::time::Duration) {
+        for runtime in &mut self.pools {
+            let backing_off = runtime.health.backing_off(now).is_some();
+            if runtime.announced_backoff && !backing_off {
+                let pool = runtime.name().to_owned();
+                self.journal
+                    .record(now, crate::events::EventKind::PoolRecovered { pool });
+            }
+            runtime.announced_backoff = backing_off;
+        }
     }
 }
 

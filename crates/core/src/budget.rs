@@ -1,0 +1,172 @@
+//! Budgets: worker-hours (and cost) per rolling day, per pool and over all pools.
+//!
+//! The manager meters each pool's active worker time as the platform reports it (jobs in state
+//! active, times the time between two ticks: [`UsageWindow::add`]) into hourly buckets of a
+//! rolling 24-hour window. When a pool's budget, or the overall one, is used up, the pool
+//! launches nothing (running workers finish their bundles; `min` is not kept up) with reason
+//! `budget_reached`, until enough of the window has rolled past. Everything here is pure: time
+//! is the manager's clock.
+//!
+//! The window lives in the manager's memory: a restarted manager starts a new one.
+
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// The window's length.
+pub const WINDOW: Duration = Duration::from_secs(24 * 3600);
+const BUCKET_SECONDS: u64 = 3600;
+/// Longest gap between two ticks metered: a manager that was suspended does not bill the
+/// time it did not see.
+pub const MAX_METERED_GAP: Duration = Duration::from_secs(15 * 60);
+
+/// The limits of one scope (a pool, or all pools), per rolling day. `None`: no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct BudgetLimits {
+    /// Worker-hours (active jobs × hours) per rolling 24 hours.
+    pub max_worker_hours_per_day: Option<f64>,
+    /// Cost (worker-hours × the pool's `cost_per_hour`) per rolling 24 hours.
+    pub max_cost_per_day: Option<f64>,
+}
+
+impl BudgetLimits {
+    /// Whether any limit is set.
+    pub fn is_set(&self) -> bool {
+        self.max_worker_hours_per_day.is_some() || self.max_cost_per_day.is_some()
+    }
+
+    /// What is wrong with the limits, naming the key, if anything.
+    pub fn validate(&self, cost_per_hour: Option<f64>) -> Result<(), String> {
+        for (key, value) in [
+            ("max_worker_hours_per_day", self.max_worker_hours_per_day),
+            ("max_cost_per_day", self.max_cost_per_day),
+            ("cost_per_hour", cost_per_hour),
+        ] {
+            if let Some(v) = value
+                && !(v.is_finite() && v >= 0.0)
+            {
+                return Err(format!("{key} must be a number >= 0, not {v}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Active worker time in hourly buckets over the last [`WINDOW`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UsageWindow {
+    /// `(hour since the manager started, worker-seconds)`, oldest first.
+    buckets: VecDeque<(u64, f64)>,
+}
+
+impl UsageWindow {
+    /// Adds `workers` active workers over `gap` (capped at [`MAX_METERED_GAP`]) ending at
+    /// `now`, to the bucket of `now`.
+    pub fn add(&mut self, now: Duration, workers: usize, gap: Duration) {
+        let seconds = workers as f64 * gap.min(MAX_METERED_GAP).as_secs_f64();
+        let hour = now.as_secs() / BUCKET_SECONDS;
+        match self.buckets.back_mut() {
+            Some((h, used)) if *h == hour => *used += seconds,
+            _ => self.buckets.push_back((hour, seconds)),
+        }
+        self.prune(now);
+    }
+
+    fn prune(&mut self, now: Duration) {
+        while let Some(&(hour, _)) = self.buckets.front()
+            && !in_window(hour, now)
+        {
+            self.buckets.pop_front();
+        }
+    }
+
+    /// Worker-hours used in the window ending at `now`.
+    pub fn worker_hours(&self, now: Duration) -> f64 {
+        self.buckets
+            .iter()
+            .filter(|(hour, _)| in_window(*hour, now))
+            .map(|(_, seconds)| seconds / 3600.0)
+            .sum()
+    }
+
+    /// When (manager clock) the worker-hours in the window fall to `limit` or below as it rolls
+    /// on with no new use; `None` if they already are.
+    pub fn below_at(&self, now: Duration, limit: f64) -> Option<Duration> {
+        let mut used = self.worker_hours(now);
+        if used < limit {
+            return None;
+        }
+        for (hour, seconds) in self.buckets.iter().filter(|(h, _)| in_window(*h, now)) {
+            used -= seconds / 3600.0;
+            if used < limit {
+                return Some(Duration::from_secs((hour + 1) * BUCKET_SECONDS) + WINDOW);
+            }
+        }
+        Some(now + WINDOW)
+    }
+}
+
+/// Whether bucket `hour` is still in the window ending at `now`.
+fn in_window(hour: u64, now: Duration) -> bool {
+    Duration::from_secs((hour + 1) * BUCKET_SECONDS) + WINDOW > now
+}
+
+/// A scope's use against its limits.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BudgetStatus {
+    /// The pool, or `all pools`.
+    pub scope: String,
+    /// Worker-hours in the last 24 hours.
+    pub worker_hours: f64,
+    /// Cost in the last 24 hours, when a cost per hour is known.
+    pub cost: Option<f64>,
+    /// The limits.
+    #[serde(flatten)]
+    pub limits: BudgetLimits,
+    /// Why no launches, when the budget is used up.
+    pub reached: Option<String>,
+    /// When launching resumes (seconds, manager clock), when the budget is used up.
+    pub resumes_at_seconds: Option<u64>,
+}
+
+/// The overall scope's name.
+pub const ALL_POOLS: &str = "all pools";
+
+/// What one scope used, for [`judge`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Use {
+    /// Worker-hours in the window.
+    pub worker_hours: f64,
+    /// Cost in the window, when every worker counted has a cost per hour.
+    pub cost: Option<f64>,
+}
+
+/// The status of a scope: whether a limit is reached (`used >= limit`) and which.
+pub fn judge(scope: &str, limits: BudgetLimits, used: Use) -> BudgetStatus {
+    let hours = limits
+        .max_worker_hours_per_day
+        .filter(|max| used.worker_hours >= *max)
+        .map(|max| {
+            format!(
+                "{:.1} of {max} worker-hours in the last 24 h (max_worker_hours_per_day)",
+                used.worker_hours
+            )
+        });
+    let cost = match (limits.max_cost_per_day, used.cost) {
+        (Some(max), Some(cost)) if cost >= max => Some(format!(
+            "cost {cost:.2} of {max} in the last 24 h (max_cost_per_day)"
+        )),
+        _ => None,
+    };
+    BudgetStatus {
+        scope: scope.to_owned(),
+        worker_hours: used.worker_hours,
+        cost: used.cost,
+        limits,
+        reached: hours.or(cost),
+        resumes_at_seconds: None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,326 @@
+//! The manager's events: what an admin wants to be told about (a worker launched, a launch
+//! failed, a pool backing off or recovered, a worker lost or preempted, a stuck job stopped, a
+//! budget reached, the configuration reloaded, the server unreachable or back).
+//!
+//! One typed stream ([`Event`]) feeds the log (target `codalab_wm::event`), the status
+//! snapshot ([`crate::manager::status::Status::events`], the last [`RECENT_EVENTS`]), the
+//! dashboard, and the webhooks of `[[notify]]` ([`crate::notify`]). Events are derived from
+//! what a tick saw and did ([`from_tick`]) and from the changes between ticks the manager
+//! notices (the server unreachable / back, a reload); that derivation is pure.
+
+use crate::manager::status::TickEvent;
+use serde::Serialize;
+use std::fmt;
+
+/// Events kept in the status snapshot.
+pub const RECENT_EVENTS: usize = 50;
+
+/// Something that happened, with when.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    /// When, in seconds since the manager started (the clock of the status snapshot).
+    pub at_seconds: u64,
+    /// When, in seconds since the Unix epoch (the manager's start plus `at_seconds`).
+    pub unix_seconds: u64,
+    /// What.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// How much an event matters to an admin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// Things going as they should.
+    Info,
+    /// Something an admin may want to act on.
+    Warning,
+}
+
+/// What happened. Serialised with the code in `event` (`worker_launched` …).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum EventKind {
+    /// A worker job was submitted.
+    WorkerLaunched {
+        /// The pool.
+        pool: String,
+        /// The platform's job id.
+        job_id: String,
+    },
+    /// A launch was refused, or a job failed before it became active.
+    LaunchFailed {
+        /// The pool.
+        pool: String,
+        /// The error or the job's reason.
+        error: String,
+    },
+    /// A pool started backing off after failures.
+    PoolBackingOff {
+        /// The pool.
+        pool: String,
+        /// Failures in the streak.
+        failures: u32,
+        /// End of the backoff (seconds since the manager started).
+        until_seconds: u64,
+    },
+    /// A pool that was backing off launches again.
+    PoolRecovered {
+        /// The pool.
+        pool: String,
+    },
+    /// A running job's worker stopped (or never started) checking in; it is stopped.
+    WorkerLost {
+        /// The pool.
+        pool: String,
+        /// The job.
+        job_id: String,
+    },
+    /// The platform took a worker's resources (spot reclaim, Slurm preemption, eviction).
+    WorkerPreempted {
+        /// The pool.
+        pool: String,
+        /// The job.
+        job_id: String,
+        /// The platform's reason, when it gave one.
+        reason: Option<String>,
+    },
+    /// A job the platform had stopped was deleted by the manager.
+    WorkerReaped {
+        /// The pool.
+        pool: String,
+        /// The job.
+        job_id: String,
+    },
+    /// A job pending longer than the pool's `pending_timeout` was stopped.
+    StuckPendingStopped {
+        /// The pool.
+        pool: String,
+        /// The job.
+        job_id: String,
+    },
+    /// A budget is used up: no launches until the window rolls on.
+    BudgetReached {
+        /// The pool, or `all pools` for the overall budget.
+        scope: String,
+        /// What ran out (`worker_hours` or `cost`), with the figures.
+        detail: String,
+    },
+    /// A budget has room again.
+    BudgetRestored {
+        /// The pool, or `all pools`.
+        scope: String,
+    },
+    /// A new configuration was applied (SIGHUP).
+    ConfigReloaded {
+        /// What changed.
+        changes: Vec<String>,
+    },
+    /// The CodaLab server could not be reached or refused the manager (ticks skipped).
+    ServerUnreachable {
+        /// The error.
+        error: String,
+    },
+    /// The CodaLab server answers again.
+    ServerBack {
+        /// Seconds it was unreachable.
+        after_seconds: u64,
+    },
+}
+
+impl EventKind {
+    /// The machine-readable name (`worker_launched` …), as `[[notify]] events` lists them.
+    pub fn code(&self) -> &'static str {
+        match self {
+            EventKind::WorkerLaunched { .. } => "worker_launched",
+            EventKind::LaunchFailed { .. } => "launch_failed",
+            EventKind::PoolBackingOff { .. } => "pool_backing_off",
+            EventKind::PoolRecovered { .. } => "pool_recovered",
+            EventKind::WorkerLost { .. } => "worker_lost",
+            EventKind::WorkerPreempted { .. } => "worker_preempted",
+            EventKind::WorkerReaped { .. } => "worker_reaped",
+            EventKind::StuckPendingStopped { .. } => "stuck_pending_stopped",
+            EventKind::BudgetReached { .. } => "budget_reached",
+            EventKind::BudgetRestored { .. } => "budget_restored",
+            EventKind::ConfigReloaded { .. } => "config_reloaded",
+            EventKind::ServerUnreachable { .. } => "server_unreachable",
+            EventKind::ServerBack { .. } => "server_back",
+        }
+    }
+
+    /// Every code, for config checks and help.
+    pub const CODES: &'static [&'static str] = &[
+        "worker_launched",
+        "launch_failed",
+        "pool_backing_off",
+        "pool_recovered",
+        "worker_lost",
+        "worker_preempted",
+        "worker_reaped",
+        "stuck_pending_stopped",
+        "budget_reached",
+        "budget_restored",
+        "config_reloaded",
+        "server_unreachable",
+        "server_back",
+    ];
+
+    /// Whether an admin may want to act on it.
+    pub fn severity(&self) -> Severity {
+        match self {
+            EventKind::LaunchFailed { .. }
+            | EventKind::PoolBackingOff { .. }
+            | EventKind::WorkerLost { .. }
+            | EventKind::StuckPendingStopped { .. }
+            | EventKind::BudgetReached { .. }
+            | EventKind::ServerUnreachable { .. } => Severity::Warning,
+            _ => Severity::Info,
+        }
+    }
+
+    /// The pool it concerns, if one.
+    pub fn pool(&self) -> Option<&str> {
+        match self {
+            EventKind::WorkerLaunched { pool, .. }
+            | EventKind::LaunchFailed { pool, .. }
+            | EventKind::PoolBackingOff { pool, .. }
+            | EventKind::PoolRecovered { pool }
+            | EventKind::WorkerLost { pool, .. }
+            | EventKind::WorkerPreempted { pool, .. }
+            | EventKind::WorkerReaped { pool, .. }
+            | EventKind::StuckPendingStopped { pool, .. } => Some(pool),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for EventKind {
+    /// One line for a person (the log, the page, a Slack message).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EventKind::WorkerLaunched { pool, job_id } => {
+                write!(f, "pool {pool}: worker launched (job {job_id})")
+            }
+            EventKind::LaunchFailed { pool, error } => {
+                write!(f, "pool {pool}: launch failed: {error}")
+            }
+            EventKind::PoolBackingOff {
+                pool,
+                failures,
+                until_seconds,
+            } => write!(
+                f,
+                "pool {pool}: backing off after {failures} failures, until {until_seconds} s"
+            ),
+            EventKind::PoolRecovered { pool } => write!(f, "pool {pool}: launching again"),
+            EventKind::WorkerLost { pool, job_id } => {
+                write!(f, "pool {pool}: worker lost (job {job_id}), stopped")
+            }
+            EventKind::WorkerPreempted {
+                pool,
+                job_id,
+                reason,
+            } => match reason {
+                Some(reason) => write!(f, "pool {pool}: job {job_id} preempted ({reason})"),
+                None => write!(f, "pool {pool}: job {job_id} preempted"),
+            },
+            EventKind::WorkerReaped { pool, job_id } => {
+                write!(f, "pool {pool}: stopped job {job_id} deleted")
+            }
+            EventKind::StuckPendingStopped { pool, job_id } => {
+                write!(f, "pool {pool}: job {job_id} pending too long, stopped")
+            }
+            EventKind::BudgetReached { scope, detail } => {
+                write!(f, "budget of {scope} reached: {detail}; no new launches")
+            }
+            EventKind::BudgetRestored { scope } => {
+                write!(f, "budget of {scope} has room again: launching resumes")
+            }
+            EventKind::ConfigReloaded { changes } => match changes.as_slice() {
+                [] => write!(f, "configuration reloaded: nothing changed"),
+                _ => write!(f, "configuration reloaded: {}", changes.join("; ")),
+            },
+            EventKind::ServerUnreachable { error } => {
+                write!(f, "CodaLab server unreachable: {error}")
+            }
+            EventKind::ServerBack { after_seconds } => {
+                write!(f, "CodaLab server back after {after_seconds} s")
+            }
+        }
+    }
+}
+
+/// The events of one tick's [`TickEvent`]s, in their order: launches started or refused (a
+/// temporary error, retried next tick, and a dry run are not events), stuck jobs stopped, lost
+/// workers stopped, jobs failed before they became active, preempted jobs, pools backing off.
+pub fn from_tick(tick_events: &[TickEvent]) -> Vec<EventKind> {
+    tick_events.iter().filter_map(from_tick_event).collect()
+}
+
+fn from_tick_event(event: &TickEvent) -> Option<EventKind> {
+    use crate::manager::status::LaunchResult;
+    let kind = match event {
+        TickEvent::Launch {
+            pool,
+            result: LaunchResult::Started,
+            detail,
+        } => EventKind::WorkerLaunched {
+            pool: pool.clone(),
+            job_id: detail.clone(),
+        },
+        TickEvent::Launch {
+            pool,
+            result: LaunchResult::Failed,
+            detail,
+        } => EventKind::LaunchFailed {
+            pool: pool.clone(),
+            error: detail.clone(),
+        },
+        TickEvent::Stop {
+            pool,
+            job_id,
+            reason: "pending_timeout",
+            ..
+        } => EventKind::StuckPendingStopped {
+            pool: pool.clone(),
+            job_id: job_id.clone(),
+        },
+        TickEvent::Stop {
+            pool,
+            job_id,
+            reason: "worker_lost",
+            ..
+        } => EventKind::WorkerLost {
+            pool: pool.clone(),
+            job_id: job_id.clone(),
+        },
+        TickEvent::JobFailed {
+            pool,
+            job_id,
+            before_active: true,
+        } => EventKind::LaunchFailed {
+            pool: pool.clone(),
+            error: format!("job {job_id} failed before it became active"),
+        },
+        TickEvent::JobPreempted {
+            pool,
+            job_id,
+            reason,
+        } => EventKind::WorkerPreempted {
+            pool: pool.clone(),
+            job_id: job_id.clone(),
+            reason: reason.clone(),
+        },
+        TickEvent::BackoffStarted {
+            pool,
+            failures,
+            until_seconds,
+        } => EventKind::PoolBackingOff {
+            pool: pool.clone(),
+            failures: *failures,
+            until_seconds: *until_seconds,
+        },
+        _ => return None,
+    };
+    Some(kind)
+}
