@@ -106,6 +106,48 @@ impl UsageWindow {
     }
 }
 
+impl UsageWindow {
+    /// The sum of `parts`, each weighted (by 1 for worker-hours, by a cost per hour for cost).
+    pub fn merged<'a>(parts: impl IntoIterator<Item = (&'a UsageWindow, f64)>) -> UsageWindow {
+        let mut sums = std::collections::BTreeMap::<u64, f64>::new();
+        for (window, weight) in parts {
+            for (hour, seconds) in &window.buckets {
+                *sums.entry(*hour).or_default() += seconds * weight;
+            }
+        }
+        UsageWindow {
+            buckets: sums.into_iter().collect(),
+        }
+    }
+}
+
+/// The status of one scope: its use in the window ending at `now` (`cost`: the window
+/// weighted by cost per hour, when known) against `limits`, and when it resumes if reached.
+pub fn status(
+    scope: &str,
+    limits: BudgetLimits,
+    hours: &UsageWindow,
+    cost: Option<&UsageWindow>,
+    now: Duration,
+) -> BudgetStatus {
+    let used = Use {
+        worker_hours: hours.worker_hours(now),
+        cost: cost.map(|c| c.worker_hours(now)),
+    };
+    let mut status = judge(scope, limits, used);
+    if status.reached.is_some() {
+        let by_hours = limits
+            .max_worker_hours_per_day
+            .and_then(|max| hours.below_at(now, max));
+        let by_cost = limits
+            .max_cost_per_day
+            .zip(cost)
+            .and_then(|(max, window)| window.below_at(now, max));
+        status.resumes_at_seconds = by_hours.max(by_cost).map(|at| at.as_secs());
+    }
+    status
+}
+
 /// Whether bucket `hour` is still in the window ending at `now`.
 fn in_window(hour: u64, now: Duration) -> bool {
     Duration::from_secs((hour + 1) * BUCKET_SECONDS) + WINDOW > now

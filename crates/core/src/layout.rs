@@ -80,7 +80,10 @@ impl Layout {
         let table = kind.read(tables, reading == Reading::Shapes)?;
         let pool = PoolLayout {
             kind,
-            policy: flags.policy(kind.name(), table.shape),
+            policy: crate::PoolPolicy {
+                cost_per_hour: settings.cost_per_hour,
+                ..flags.policy(kind.name(), table.shape)
+            },
             table,
             worker: settings.worker.for_server(&settings.server),
         };
@@ -176,6 +179,10 @@ pub fn manager_config(settings: &Settings) -> ManagerConfig {
             .map(Duration::from_secs),
         exit_after_num_failed: settings.exit_after_num_failed,
         dry_run: settings.dry_run,
+        budget: crate::budget::BudgetLimits {
+            max_worker_hours_per_day: settings.max_worker_hours_per_day,
+            max_cost_per_day: settings.max_cost_per_day,
+        },
         ..ManagerConfig::default()
     }
 }

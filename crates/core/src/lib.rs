@@ -79,6 +79,7 @@ pub mod layout;
 pub mod local;
 pub mod manager;
 pub mod metrics;
+pub mod notify;
 pub mod policy;
 pub mod pools;
 pub mod retry;

@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 mod act;
+mod budgets;
 mod checkins;
 pub mod down;
 mod error_policy;
@@ -70,6 +71,8 @@ pub struct ManagerConfig {
     pub dry_run: bool,
     /// Longest wait between tries while the server or backend keeps failing.
     pub max_backoff: Duration,
+    /// The budget over all pools per rolling day (see [`crate::budget`]).
+    pub budget: crate::budget::BudgetLimits,
 }
 
 impl Default for ManagerConfig {
@@ -81,6 +84,7 @@ impl Default for ManagerConfig {
             exit_after_num_failed: None,
             dry_run: false,
             max_backoff: Duration::from_secs(300),
+            budget: crate::budget::BudgetLimits::default(),
         }
     }
 }

@@ -160,6 +160,16 @@ pub enum Reason {
         /// The listing error.
         error: String,
     },
+    /// Pool policy: the pool's budget, or the overall one, is used up: no launches until the
+    /// rolling day has room again (see [`crate::budget`]).
+    BudgetReached {
+        /// The pool, or `all pools`.
+        scope: String,
+        /// Which limit, with the figures.
+        detail: String,
+        /// When launching resumes (manager clock), if no more is used.
+        resumes_at_seconds: Option<u64>,
+    },
     /// Pool policy: a bundle fits no pool (shape or queue).
     NoFittingPool,
     /// Pool policy: why one pool cannot take a bundle (shape or queue).
@@ -185,6 +195,7 @@ impl Reason {
             Reason::PendingTimeout { .. } => "pending_timeout",
             Reason::WorkerLost { .. } => "worker_lost",
             Reason::Unobserved { .. } => "unobserved",
+            Reason::BudgetReached { .. } => "budget_reached",
             Reason::NoFittingPool => "no_fitting_pool",
             Reason::Misfit { .. } => "misfit",
         }
@@ -264,6 +275,9 @@ impl fmt::Display for Reason {
             }
             Reason::Unobserved { error } => {
                 write!(f, "skipped: cannot list the pool's jobs: {error}")
+            }
+            Reason::BudgetReached { scope, detail, .. } => {
+                write!(f, "don't launch: the budget of {scope} is used up ({detail})")
             }
             Reason::NoFittingPool => write!(f, "no pool can run this bundle"),
             Reason::Misfit { detail } => write!(f, "{detail}"),

@@ -78,6 +78,7 @@ struct Churn {
     gone_stopping: usize,
     fail_submit: bool,
     unobserved: bool,
+    over_budget: bool,
 }
 
 fn churn_strategy() -> impl Strategy<Value = Churn> {
@@ -87,14 +88,16 @@ fn churn_strategy() -> impl Strategy<Value = Churn> {
         0usize..3,
         prop::bool::weighted(0.1),
         prop::bool::weighted(0.05),
+        prop::bool::weighted(0.1),
     )
         .prop_map(
-            |(activate, end, gone_stopping, fail_submit, unobserved)| Churn {
+            |(activate, end, gone_stopping, fail_submit, unobserved, over_budget)| Churn {
                 activate,
                 end,
                 gone_stopping,
                 fail_submit,
                 unobserved,
+                over_budget,
             },
         )
 }
@@ -129,7 +132,7 @@ impl SimPool {
         self.stopping.drain(..gone);
     }
 
-    fn observe(&self, now: Duration, unobserved: bool) -> PoolObservation {
+    fn observe(&self, now: Duration, churn: &Churn) -> PoolObservation {
         PoolObservation {
             jobs: self
                 .jobs
@@ -153,7 +156,12 @@ impl SimPool {
             stopping: self.stopping.len(),
             since_last_launch: self.last_launch.map(|t| now - t),
             health: self.health,
-            unobserved: unobserved.then(|| "listing failed".to_owned()),
+            unobserved: churn.unobserved.then(|| "listing failed".to_owned()),
+            budget_reached: churn.over_budget.then(|| Reason::BudgetReached {
+                scope: "all pools".into(),
+                detail: "10 of 10 worker-hours".into(),
+                resumes_at_seconds: None,
+            }),
         }
     }
 }
@@ -163,7 +171,7 @@ proptest! {
 
     /// Whatever is observed, tick after tick, a pool's jobs (pending, active, stuck and being
     /// stopped) never exceed its max, launches never exceed the per-tick cap, and a pool that
-    /// is backing off launches nothing.
+    /// is backing off or over its budget launches nothing (in either launch mode).
     #[test]
     fn no_pool_ever_exceeds_its_max(
         policies in policies_strategy(),
@@ -182,12 +190,18 @@ proptest! {
             }
             let observed = PoolsObservation {
                 bundles,
-                pools: sims.iter().zip(&churns).map(|(s, c)| s.observe(now, c.unobserved)).collect(),
+                pools: sims.iter().zip(&churns).map(|(s, c)| s.observe(now, c)).collect(),
             };
             let decision = plan_pools(&observed, &policies, now);
             for (i, (pool, policy)) in decision.pools.iter().zip(&policies).enumerate() {
                 let sim = &mut sims[i];
                 prop_assert!(pool.launches <= policy.max_launches_per_tick.max(1), "{pool:?}");
+                if churns[i].over_budget {
+                    prop_assert_eq!(pool.launches, 0, "over budget: {:?}", pool);
+                    let unobserved = churns[i].unobserved;
+                    // Said as the reason, unless an earlier one (unobserved, backing off) made the pool skip.
+                    prop_assert!(unobserved || pool.reasons.iter().any(|r| matches!(r.code(), "budget_reached" | "backing_off")), "{:?}", pool);
+                }
                 if policy.launch_mode == LaunchMode::Target && sim.health.backing_off(now).is_some() {
                     prop_assert_eq!(pool.launches, 0, "backing off: {:?}", pool);
                 }

@@ -159,7 +159,14 @@ impl Manager {
             }
         }
         for reload in waiting {
-            match self.reconfigure(reload.config, reload.pools) {
+            let result = self.reconfigure(reload.config, reload.pools);
+            if let Ok(changes) = &result {
+                let changes = changes.iter().map(ToString::to_string).collect();
+                let now = self.clock();
+                self.journal
+                    .record(now, crate::events::EventKind::ConfigReloaded { changes });
+            }
+            match result {
                 Ok(changes) if changes.is_empty() => {
                     tracing::info!("configuration reloaded; nothing changed")
                 }
@@ -199,6 +206,7 @@ fn config_changes(old: &ManagerConfig, new: &ManagerConfig, changes: &mut Vec<Ch
     );
     diff.note("dry_run", &old.dry_run, &new.dry_run);
     diff.note("max_backoff", &old.max_backoff, &new.max_backoff);
+    diff.note("budget", &old.budget, &new.budget);
 }
 
 fn pool_changes(old: &Pool, new: &Pool, changes: &mut Vec<Change>) {
@@ -232,6 +240,8 @@ fn pool_changes(old: &Pool, new: &Pool, changes: &mut Vec<Change>) {
     diff.note("pending_timeout", &a.pending_timeout, &b.pending_timeout);
     diff.note("startup_grace", &a.startup_grace, &b.startup_grace);
     diff.note("check_shape", &a.check_shape, &b.check_shape);
+    diff.note("budget", &a.budget, &b.budget);
+    diff.note("cost_per_hour", &a.cost_per_hour, &b.cost_per_hour);
     diff.note(
         "match_request_queue",
         &a.match_request_queue,

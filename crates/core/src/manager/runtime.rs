@@ -305,6 +305,8 @@ impl PoolRuntime {
             since_last_launch: self.last_launch.map(|t| now.saturating_sub(t)),
             health: self.health,
             unobserved,
+            // Set by the manager's budgets before the plan.
+            budget_reached: None,
         }
     }
 

@@ -118,8 +118,8 @@ pub struct Status {
     pub counters: Vec<Counter>,
     /// The last [`crate::events::RECENT_EVENTS`] events, oldest first.
     pub events: Vec<crate::events::Event>,
-    /// Each budget with its use: the overall one first (scope `all pools`), then the pools'
-    /// (only scopes with a limit).
+    /// Each budget with its use in the last 24 hours: all pools first (scope `all pools`),
+    /// then each pool (limits `None` where none is set).
     pub budgets: Vec<crate::budget::BudgetStatus>,
     /// When the manager started, in seconds since the Unix epoch (`*_seconds` fields count
     /// from there).

@@ -74,7 +74,8 @@ impl Manager {
     }
 
     /// Asks the pool policy, logs its decision and starts the tick's report.
-    fn plan(&mut self, observed: Observed) -> TickReport {
+    fn plan(&mut self, mut observed: Observed) -> TickReport {
+        self.apply_budgets(&mut observed.pools, observed.now);
         let policies = self.policies();
         let decision = plan_pools(&observed.pools, &policies, observed.now);
         let filtered = logs::note_unserved(&mut self.reported, &policies, &decision);

@@ -138,6 +138,10 @@ pub struct PoolPolicy {
     pub max_launches_per_tick: u32,
     /// Seconds between two launches of this pool.
     pub min_seconds_between_workers: u64,
+    /// The pool's budget per rolling day (see [`crate::budget`]).
+    pub budget: crate::budget::BudgetLimits,
+    /// What one worker-hour of this pool costs, for `max_cost_per_day`.
+    pub cost_per_hour: Option<f64>,
 }
 
 impl PoolPolicy {
@@ -161,6 +165,8 @@ impl PoolPolicy {
             launch_mode: LaunchMode::Target,
             max_launches_per_tick: 1,
             min_seconds_between_workers: limits.min_seconds_between_workers,
+            budget: crate::budget::BudgetLimits::default(),
+            cost_per_hour: None,
         }
     }
 
@@ -196,6 +202,14 @@ impl PoolPolicy {
         }
         if self.tag_exclusive && self.tag.as_deref().is_none_or(str::is_empty) {
             return Err(format!("pool {name}: tag_exclusive needs a tag"));
+        }
+        self.budget
+            .validate(self.cost_per_hour)
+            .map_err(|problem| format!("pool {name}: {problem}"))?;
+        if self.budget.max_cost_per_day.is_some() && self.cost_per_hour.is_none() {
+            return Err(format!(
+                "pool {name}: max_cost_per_day needs cost_per_hour (what one worker-hour costs)"
+            ));
         }
         Ok(())
     }
@@ -247,6 +261,8 @@ pub struct PoolObservation {
     pub health: PoolHealth,
     /// Why the pool's jobs could not be listed this tick, if they could not.
     pub unobserved: Option<String>,
+    /// The pool's budget (or the overall one) is used up: a [`Reason::BudgetReached`].
+    pub budget_reached: Option<Reason>,
 }
 
 /// What the manager saw this tick.
@@ -422,6 +438,7 @@ fn unavailable(observed: &PoolObservation, census: &Census) -> Option<Reason> {
         .map(|error| Reason::Unobserved {
             error: error.clone(),
         })
+        .or_else(|| observed.budget_reached.clone())
         .or_else(|| census.backing_off.clone())
         .or_else(|| census.stuck.first().cloned())
         .or_else(|| census.lost.first().cloned())
@@ -496,6 +513,10 @@ fn decide(
         return decision;
     }
     if policy.launch_mode == LaunchMode::Compat {
+        if let Some(budget) = &observed.budget_reached {
+            decision.reasons.push(budget.clone());
+            return decision;
+        }
         let upstream = plan(
             &Observation {
                 staged: demand,
@@ -519,6 +540,10 @@ fn decide(
     decision.reasons.extend(census.lost.iter().cloned());
     if let Some(backing_off) = &census.backing_off {
         decision.reasons.push(backing_off.clone());
+        return decision;
+    }
+    if let Some(budget) = &observed.budget_reached {
+        decision.reasons.push(budget.clone());
         return decision;
     }
     if !census.stuck_ids.is_empty() || !census.lost_ids.is_empty() {

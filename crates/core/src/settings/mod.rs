@@ -109,6 +109,14 @@ pub struct Settings {
     /// Seconds a running worker job may go without checking in with the server before it is
     /// lost, stopped and replaced (`--worker-checkin-timeout`; target mode).
     pub worker_checkin_timeout: u64,
+    /// Worker-hours per rolling 24 hours over all pools; launches stop when reached.
+    pub max_worker_hours_per_day: Option<f64>,
+    /// Cost per rolling 24 hours over all pools (pools with `cost_per_hour`).
+    pub max_cost_per_day: Option<f64>,
+    /// What one worker-hour of the single backend costs (pools set their own).
+    pub cost_per_hour: Option<f64>,
+    /// `[[notify]]`: webhooks told about events.
+    pub notify: Vec<crate::notify::NotifySettings>,
     /// The backend to run when no subcommand is given.
     pub backend: Option<String>,
     /// `[[pools]]`: several pools served by one manager (instead of one backend).
@@ -142,6 +150,10 @@ impl Default for Settings {
             launch_mode: LaunchMode::Compat,
             max_launches_per_tick: 1,
             worker_checkin_timeout: crate::checkin::DEFAULT_CHECKIN_TIMEOUT.as_secs(),
+            max_worker_hours_per_day: None,
+            max_cost_per_day: None,
+            cost_per_hour: None,
+            notify: Vec::new(),
             backend: None,
             pools: Vec::new(),
             worker: WorkerSettings::default(),
@@ -198,6 +210,12 @@ pub struct PoolRules {
     pub max_launches_per_tick: u32,
     /// Seconds between two launches of this pool [default: the global setting].
     pub min_seconds_between_workers: Option<u64>,
+    /// Worker-hours per rolling 24 hours for this pool.
+    pub max_worker_hours_per_day: Option<f64>,
+    /// Cost per rolling 24 hours for this pool (needs `cost_per_hour`).
+    pub max_cost_per_day: Option<f64>,
+    /// What one worker-hour of this pool costs.
+    pub cost_per_hour: Option<f64>,
 }
 
 fn default_pool_max() -> u32 {
@@ -237,6 +255,11 @@ impl PoolRules {
             min_seconds_between_workers: self
                 .min_seconds_between_workers
                 .unwrap_or(settings.min_seconds_between_workers),
+            budget: crate::budget::BudgetLimits {
+                max_worker_hours_per_day: self.max_worker_hours_per_day,
+                max_cost_per_day: self.max_cost_per_day,
+            },
+            cost_per_hour: self.cost_per_hour,
             ..crate::PoolPolicy::new(self.name.clone(), shape)
         }
     }

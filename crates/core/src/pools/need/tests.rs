@@ -251,6 +251,7 @@ fn random_observation(rng: &mut SplitMix64, max: u32) -> PoolObservation {
         since_last_launch: Some(Duration::from_secs(rng.between(0, 120))),
         health,
         unobserved: (rng.between(0, 11) == 0).then(|| "listing failed".to_owned()),
+        budget_reached: None,
     }
 }
 

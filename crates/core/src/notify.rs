@@ -1,0 +1,216 @@
+//! Webhooks: `[[notify]]` in the config file. Each entry gets the manager's events
+//! ([`crate::events`]) it asks for, POSTed as JSON, in order:
+//!
+//! ```toml
+//! [[notify]]
+//! url = "https://hooks.slack.com/services/T000/B000/XXXX"   # a secret: never logged
+//! events = ["launch_failed", "pool_backing_off", "budget_reached", "server_unreachable"]
+//! format = "slack"    # {"text": "..."}; "raw" posts the event itself
+//! ```
+//!
+//! Delivery never blocks the manager: [`spawn`] follows the manager's event stream, and each
+//! webhook has its own queue ([`QUEUE`] events; when it is full, as behind a receiver that is
+//! down, new events are dropped and counted) and its own task, which tries each event up to
+//! [`Retry::attempts`] times with exponential backoff (a 5xx, 429 or network error is tried
+//! again; another 4xx is not). Logs name a webhook by its place in the file (`notify[0]`) and
+//! its host, never its URL (which may hold a token).
+
+use crate::events::{Event, EventKind, Severity};
+use crate::secret::Secret;
+use serde::{Deserialize, Serialize, Serializer};
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc};
+
+/// Events waiting per webhook before new ones are dropped.
+pub const QUEUE: usize = 256;
+
+/// One `[[notify]]` entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotifySettings {
+    /// Where to POST. It may hold a token: it is a secret, never logged or shown.
+    #[serde(serialize_with = "redacted")]
+    pub url: Secret,
+    /// The event codes to send (`worker_launched`, `launch_failed` …); empty: every event.
+    #[serde(default)]
+    pub events: Vec<String>,
+    /// The body: `slack` (`{"text": "…"}`, also what Mattermost and Teams' Slack-compatible
+    /// hooks take) or `raw` (the event as `/status` shows it).
+    #[serde(default)]
+    pub format: NotifyFormat,
+}
+
+fn redacted<S: Serializer>(_: &Secret, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str("***")
+}
+
+/// The body of a webhook call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NotifyFormat {
+    /// `{"text": "…"}`.
+    #[default]
+    Slack,
+    /// The event's JSON.
+    Raw,
+}
+
+impl NotifySettings {
+    /// What is wrong with entry `index`, naming it and the key.
+    pub fn validate(&self, index: usize) -> Result<(), String> {
+        let url = reqwest::Url::parse(self.url.expose())
+            .map_err(|e| format!("notify[{index}].url is not a URL ({e})"))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+            return Err(format!(
+                "notify[{index}].url must be an http:// or https:// URL with a host"
+            ));
+        }
+        if let Some(unknown) = self
+            .events
+            .iter()
+            .find(|e| !EventKind::CODES.contains(&e.as_str()))
+        {
+            return Err(format!(
+                "notify[{index}].events: unknown event {unknown:?}; known: {}",
+                EventKind::CODES.join(", ")
+            ));
+        }
+        Ok(())
+    }
+
+    fn wants(&self, event: &Event) -> bool {
+        self.events.is_empty() || self.events.iter().any(|e| e == event.kind.code())
+    }
+
+    /// How logs name entry `index`: its place and host, never the URL.
+    pub fn label(&self, index: usize) -> String {
+        let host = reqwest::Url::parse(self.url.expose())
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_owned))
+            .unwrap_or_default();
+        format!("notify[{index}] ({host})")
+    }
+}
+
+/// The JSON body for `event`.
+pub fn body(format: NotifyFormat, event: &Event) -> serde_json::Value {
+    match format {
+        NotifyFormat::Raw => serde_json::to_value(event).unwrap_or_default(),
+        NotifyFormat::Slack => {
+            let mark = match event.kind.severity() {
+                Severity::Warning => ":warning: ",
+                Severity::Info => "",
+            };
+            serde_json::json!({ "text": format!("{mark}codalab-wm: {}", event.kind) })
+        }
+    }
+}
+
+/// How often and how patiently a call is tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// Tries per event.
+    pub attempts: u32,
+    /// Wait before the second try; doubled after each.
+    pub first_delay: Duration,
+    /// Time limit of one try.
+    pub timeout: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Self {
+            attempts: 4,
+            first_delay: Duration::from_secs(2),
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Starts delivering `events` to every webhook of `settings` (already validated). Returns
+/// when the tasks are started; they end when the event stream does.
+pub fn spawn(
+    settings: Vec<NotifySettings>,
+    mut events: broadcast::Receiver<Event>,
+    retry: Retry,
+) -> reqwest::Result<()> {
+    let client = reqwest::Client::builder()
+        .timeout(retry.timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    let mut queues = Vec::new();
+    for (index, hook) in settings.into_iter().enumerate() {
+        let (sender, receiver) = mpsc::channel(QUEUE);
+        let label = hook.label(index);
+        tracing::info!(webhook = %label, events = ?hook.events, format = ?hook.format, "sending events to a webhook");
+        tokio::spawn(deliver(client.clone(), hook.clone(), label.clone(), receiver, retry));
+        queues.push((hook, label, sender, 0_u64));
+    }
+    tokio::spawn(async move {
+        loop {
+            let event = match events.recv().await {
+                Ok(event) => event,
+                Err(broadcast::error::RecvError::Lagged(lost)) => {
+                    tracing::warn!(lost, "webhooks fell behind the manager's events; some were not sent");
+                    continue;
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            };
+            for (hook, label, sender, dropped) in &mut queues {
+                if hook.wants(&event) && sender.try_send(event.clone()).is_err() {
+                    *dropped += 1;
+                    tracing::warn!(webhook = %label, event = event.kind.code(), dropped = *dropped, "webhook queue full (receiver down or slow): event dropped");
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Sends a webhook's events one by one, in order.
+async fn deliver(
+    client: reqwest::Client,
+    hook: NotifySettings,
+    label: String,
+    mut queue: mpsc::Receiver<Event>,
+    retry: Retry,
+) {
+    while let Some(event) = queue.recv().await {
+        let body = body(hook.format, &event);
+        let mut delay = retry.first_delay;
+        for attempt in 1..=retry.attempts {
+            match post(&client, &hook.url, &body).await {
+                Ok(()) => break,
+                Err((error, again)) if again && attempt < retry.attempts => {
+                    tracing::debug!(webhook = %label, attempt, %error, "webhook call failed; trying again");
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                Err((error, _)) => {
+                    tracing::warn!(webhook = %label, event = event.kind.code(), attempts = attempt, %error, "webhook call failed; event not delivered");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// One POST. The error says whether to try again; it never holds the URL.
+async fn post(
+    client: &reqwest::Client,
+    url: &Secret,
+    body: &serde_json::Value,
+) -> Result<(), (String, bool)> {
+    match client.post(url.expose()).json(body).send().await {
+        Ok(reply) if reply.status().is_success() => Ok(()),
+        Ok(reply) => {
+            let status = reply.status();
+            let again = status.is_server_error() || status.as_u16() == 429;
+            Err((format!("HTTP {status}"), again))
+        }
+        Err(error) => Err((error.without_url().to_string(), true)),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,93 @@
+use super::*;
+use crate::events::{Event, EventKind};
+
+fn hook(url: &str, events: &[&str]) -> NotifySettings {
+    NotifySettings {
+        url: Secret::new(url),
+        events: events.iter().map(|e| e.to_string()).collect(),
+        format: NotifyFormat::Slack,
+    }
+}
+
+fn event(kind: EventKind) -> Event {
+    Event {
+        at_seconds: 5,
+        unix_seconds: 1_800_000_005,
+        kind,
+    }
+}
+
+#[test]
+fn validate_names_the_entry_and_the_key() {
+    let cases = [
+        (hook("https://hooks.example.org/T0/B0/token", &[]), None),
+        (hook("http://127.0.0.1:9/x", &["launch_failed", "server_back"]), None),
+        (hook("not a url", &[]), Some("notify[3].url is not a URL")),
+        (hook("ftp://example.org/x", &[]), Some("notify[3].url must be an http")),
+        (hook("https://example.org/x", &["launch_faild"]), Some("unknown event \"launch_faild\"")),
+    ];
+    for (settings, want) in cases {
+        match (settings.validate(3), want) {
+            (Ok(()), None) => {}
+            (Err(error), Some(want)) => assert!(error.contains(want), "{error}"),
+            (got, want) => panic!("{}: got {got:?}, want {want:?}", settings.url.expose()),
+        }
+    }
+}
+
+#[test]
+fn the_url_never_shows_in_labels_debug_or_serialisation() {
+    let settings = hook("https://hooks.example.org/services/T0/B0/s3cr3t-token", &[]);
+    let label = settings.label(1);
+    assert_eq!(label, "notify[1] (hooks.example.org)");
+    let debug = format!("{settings:?}");
+    let json = serde_json::to_string(&settings).unwrap();
+    for shown in [label, debug, json] {
+        assert!(!shown.contains("s3cr3t-token"), "{shown}");
+    }
+}
+
+#[test]
+fn an_entry_gets_the_events_it_lists_or_all() {
+    let launched = event(EventKind::WorkerLaunched {
+        pool: "cpu".into(),
+        job_id: "7".into(),
+    });
+    assert!(hook("http://127.0.0.1/", &[]).wants(&launched));
+    assert!(hook("http://127.0.0.1/", &["worker_launched"]).wants(&launched));
+    assert!(!hook("http://127.0.0.1/", &["launch_failed"]).wants(&launched));
+}
+
+#[test]
+fn bodies_are_slack_text_or_the_raw_event() {
+    let failed = event(EventKind::LaunchFailed {
+        pool: "gpu".into(),
+        error: "sbatch: invalid partition".into(),
+    });
+    let slack = body(NotifyFormat::Slack, &failed);
+    assert_eq!(
+        slack,
+        serde_json::json!({"text": ":warning: codalab-wm: pool gpu: launch failed: sbatch: invalid partition"})
+    );
+    let raw = body(NotifyFormat::Raw, &failed);
+    assert_eq!(raw["event"], "launch_failed");
+    assert_eq!(raw["pool"], "gpu");
+    assert_eq!(raw["at_seconds"], 5);
+    assert_eq!(raw["unix_seconds"], 1_800_000_005_u64);
+}
+
+#[test]
+fn every_event_code_is_listed_once() {
+    let mut codes = EventKind::CODES.to_vec();
+    codes.sort_unstable();
+    codes.dedup();
+    assert_eq!(codes.len(), EventKind::CODES.len());
+    let samples = [
+        EventKind::ServerBack { after_seconds: 1 },
+        EventKind::ConfigReloaded { changes: vec![] },
+        EventKind::BudgetRestored { scope: "all pools".into() },
+    ];
+    for kind in samples {
+        assert!(EventKind::CODES.contains(&kind.code()), "{}", kind.code());
+    }
+}

@@ -1,0 +1,269 @@
+//! Events, webhooks and budgets through the real manager loop, against the in-process fake
+//! CodaLab server (`codalab_wm_fake_codalab`), the in-memory `testing::FakeBackend`, and a
+//! loopback webhook receiver (axum on 127.0.0.1). Time-based rules run on the manager clock,
+//! moved with `Manager::advance_clock` (no sleeping); webhook deliveries are awaited through
+//! the receiver's own channel.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use codalab_wm_core::budget::BudgetLimits;
+use codalab_wm_core::codalab::CodaLabClient;
+use codalab_wm_core::events::{Event, EventKind};
+use codalab_wm_core::notify::{self, NotifyFormat, NotifySettings, Retry};
+use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_core::testing::FakeBackend;
+use codalab_wm_core::{JobState, Manager, ManagerConfig, Pool, PoolPolicy, WorkerOptions, WorkerShape};
+use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc};
+
+const MIN: Duration = Duration::from_secs(60);
+
+async fn manager(policy: PoolPolicy, budget: BudgetLimits, bundles: u64) -> (FakeCodaLab, FakeBackend, Manager) {
+    let server = FakeCodaLab::start().await.unwrap();
+    server.set_bundles((1..=bundles).map(|n| FakeBundle::new("alice", n)).collect());
+    let credentials = Credentials {
+        username: "alice".into(),
+        password: Secret::new("alicepw"),
+    };
+    let client = CodaLabClient::new(&server.url(), credentials).unwrap();
+    let backend = FakeBackend::named("fake", policy.shape);
+    let pool = Pool {
+        policy,
+        backend: Arc::new(backend.clone()),
+        worker: WorkerOptions {
+            server: server.url(),
+            executable: "cl-worker-stand-in".into(),
+            ..WorkerOptions::default()
+        },
+    };
+    let config = ManagerConfig {
+        sleep_time: Duration::ZERO,
+        budget,
+        ..ManagerConfig::default()
+    };
+    let manager = Manager::with_pools(config, client, vec![pool]).unwrap();
+    (server, backend, manager)
+}
+
+fn cpu(max: u32) -> PoolPolicy {
+    PoolPolicy {
+        max,
+        max_launches_per_tick: 10,
+        min_seconds_between_workers: 0,
+        ..PoolPolicy::new("cpu", WorkerShape::from_flags(4, 0, 8192))
+    }
+}
+
+fn activate_all(backend: &FakeBackend) {
+    for job in backend.jobs() {
+        backend.set_state(&job.id, JobState::Active);
+    }
+}
+
+fn codes(events: &[Event]) -> Vec<&'static str> {
+    events.iter().map(|e| e.kind.code()).collect()
+}
+
+/// A pool's budget of 1 worker-hour: 4 active workers for 20 minutes use it up; then staged
+/// bundles get no launch (reason and unmet demand say `budget_reached`, a `budget_reached`
+/// event is out), and when the used hours have left the rolling day, launching resumes with a
+/// `budget_restored` event.
+#[tokio::test]
+async fn a_pool_over_its_budget_launches_nothing_until_the_window_rolls_on() {
+    let policy = PoolPolicy {
+        budget: BudgetLimits {
+            max_worker_hours_per_day: Some(1.0),
+            max_cost_per_day: None,
+        },
+        ..cpu(10)
+    };
+    let (server, backend, mut manager) = manager(policy, BudgetLimits::default(), 4).await;
+    manager.tick().await.unwrap();
+    assert_eq!(backend.launches().len(), 4, "one worker per staged bundle");
+    activate_all(&backend);
+    server.set_bundles(Vec::new()); // the workers took them
+    manager.tick().await.unwrap(); // metering starts
+    manager.advance_clock(10 * MIN);
+    manager.tick().await.unwrap();
+    assert!(manager.status().budgets[1].reached.is_none(), "0.67 of 1 worker-hour");
+    server.set_bundles((5..=8).map(|n| FakeBundle::new("alice", n)).collect());
+    manager.advance_clock(10 * MIN);
+    let report = manager.tick().await.unwrap();
+    assert_eq!(backend.launches().len(), 4, "over budget: no launch for 4 new bundles");
+    let pool = &report.pools.pools[0];
+    assert!(pool.reasons.iter().any(|r| r.code() == "budget_reached"), "{pool:?}");
+    let status = manager.status();
+    let budget = &status.budgets[1];
+    assert_eq!(budget.scope, "cpu");
+    assert!(budget.reached.as_deref().unwrap().contains("max_worker_hours_per_day"), "{budget:?}");
+    assert!(budget.resumes_at_seconds.is_some(), "{budget:?}");
+    assert!(
+        status.unmet.iter().any(|u| u.reason.code() == "pool_unavailable" && format!("{:?}", u.reason).contains("budget_reached")),
+        "{:?}",
+        status.unmet
+    );
+    assert_eq!(codes(&status.events).iter().filter(|c| **c == "budget_reached").count(), 1);
+
+    for job in backend.jobs() {
+        backend.set_state(&job.id, JobState::Ended);
+    }
+    manager.advance_clock(Duration::from_secs(25 * 3600));
+    manager.tick().await.unwrap();
+    assert!(backend.launches().len() > 4, "the window rolled on: launching resumed");
+    let status = manager.status();
+    assert!(status.budgets[1].reached.is_none());
+    let events = codes(&status.events);
+    let reached = events.iter().position(|c| *c == "budget_reached").unwrap();
+    let restored = events.iter().position(|c| *c == "budget_restored").unwrap();
+    assert!(reached < restored, "{events:?}");
+}
+
+/// The overall budget stops every pool: with `max_cost_per_day` 2 and workers at 3 an hour,
+/// 4 workers for 15 minutes cost 3.
+#[tokio::test]
+async fn the_overall_cost_budget_stops_launches() {
+    let policy = PoolPolicy {
+        cost_per_hour: Some(3.0),
+        ..cpu(10)
+    };
+    let overall = BudgetLimits {
+        max_worker_hours_per_day: None,
+        max_cost_per_day: Some(2.0),
+    };
+    let (server, backend, mut manager) = manager(policy, overall, 4).await;
+    manager.tick().await.unwrap();
+    activate_all(&backend);
+    server.set_bundles(Vec::new()); // the workers took them
+    manager.tick().await.unwrap();
+    manager.advance_clock(15 * MIN);
+    server.set_bundles((5..=6).map(|n| FakeBundle::new("alice", n)).collect());
+    let report = manager.tick().await.unwrap();
+    assert_eq!(backend.launches().len(), 4, "no launch over the overall budget");
+    let reason = report.pools.pools[0].reasons.iter().find(|r| r.code() == "budget_reached");
+    assert!(format!("{reason:?}").contains("all pools"), "{reason:?}");
+    let overall = &manager.status().budgets[0];
+    let cost = overall.cost.unwrap();
+    assert!((3.0..3.01).contains(&cost), "4 workers × 15 min × 3 an hour (plus the ticks' own time): {cost}");
+    assert!(overall.reached.as_deref().unwrap().contains("max_cost_per_day"));
+}
+
+/// What the receiver got: each call's status and body, in order.
+#[derive(Clone)]
+struct Receiver {
+    calls: Arc<Mutex<Vec<(u16, serde_json::Value)>>>,
+    fail_first: Arc<Mutex<usize>>,
+    seen: mpsc::UnboundedSender<()>,
+}
+
+async fn receive(State(r): State<Receiver>, body: axum::Json<serde_json::Value>) -> StatusCode {
+    let status = {
+        let mut fail = r.fail_first.lock().unwrap();
+        if *fail > 0 {
+            *fail -= 1;
+            StatusCode::INTERNAL_SERVER_ERROR
+        } else {
+            StatusCode::OK
+        }
+    };
+    r.calls.lock().unwrap().push((status.as_u16(), body.0));
+    let _ = r.seen.send(());
+    status
+}
+
+async fn receiver(fail_first: usize) -> (String, Receiver, mpsc::UnboundedReceiver<()>) {
+    let (seen, calls_seen) = mpsc::unbounded_channel();
+    let state = Receiver {
+        calls: Arc::default(),
+        fail_first: Arc::new(Mutex::new(fail_first)),
+        seen,
+    };
+    let app = Router::new().route("/hook/{token}", post(receive)).with_state(state.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook/t0ken", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, state, calls_seen)
+}
+
+fn launched(n: u64) -> Event {
+    Event {
+        at_seconds: n,
+        unix_seconds: 1_800_000_000 + n,
+        kind: EventKind::WorkerLaunched {
+            pool: "cpu".into(),
+            job_id: n.to_string(),
+        },
+    }
+}
+
+const QUICK: Retry = Retry {
+    attempts: 4,
+    first_delay: Duration::from_millis(5),
+    timeout: Duration::from_secs(30),
+};
+
+/// Events arrive in order; a 500 is retried (two failures, then the same event again), and
+/// an entry gets only the events it lists.
+#[tokio::test]
+async fn webhooks_get_their_events_in_order_and_retry_after_a_500() {
+    let (url, state, mut seen) = receiver(2).await;
+    let (events, stream) = broadcast::channel(16);
+    let settings = vec![NotifySettings {
+        url: Secret::new(url),
+        events: vec!["worker_launched".into()],
+        format: NotifyFormat::Raw,
+    }];
+    notify::spawn(settings, stream, QUICK).unwrap();
+    events.send(launched(1)).unwrap();
+    events.send(Event { kind: EventKind::ServerBack { after_seconds: 3 }, ..launched(9) }).unwrap();
+    events.send(launched(2)).unwrap();
+    events.send(launched(3)).unwrap();
+    for _ in 0..5 {
+        tokio::time::timeout(Duration::from_secs(60), seen.recv()).await.expect("a webhook call").unwrap();
+    }
+    let calls = state.calls.lock().unwrap().clone();
+    let got: Vec<(u16, String)> = calls
+        .iter()
+        .map(|(status, body)| (*status, body["job_id"].as_str().unwrap_or("-").to_owned()))
+        .collect();
+    let want: Vec<(u16, String)> =
+        [(500, "1"), (500, "1"), (200, "1"), (200, "2"), (200, "3")].iter().map(|(s, j)| (*s, j.to_string())).collect();
+    assert_eq!(got, want, "retried in place, then in order; server_back not asked for");
+}
+
+/// A receiver that accepts connections and never answers: ticks go on launching, and their
+/// events are in the status, while the webhook's call hangs.
+#[tokio::test]
+async fn a_dead_webhook_never_blocks_a_tick() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let (accepted, mut connections) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket); // never read, never answered
+            let _ = accepted.send(());
+        }
+    });
+    let (server, backend, mut manager) = manager(cpu(10), BudgetLimits::default(), 0).await;
+    let settings = vec![NotifySettings {
+        url: Secret::new(url),
+        events: Vec::new(),
+        format: NotifyFormat::Slack,
+    }];
+    let hanging = Retry { timeout: Duration::from_secs(3600), ..QUICK };
+    notify::spawn(settings, manager.subscribe_events(), hanging).unwrap();
+    for tick in 1..=5_u64 {
+        server.set_bundles((1..=tick * 2).map(|n| FakeBundle::new("alice", n)).collect());
+        manager.tick().await.unwrap();
+        if tick == 1 {
+            tokio::time::timeout(Duration::from_secs(60), connections.recv()).await.expect("the webhook is called").unwrap();
+        }
+    }
+    assert_eq!(backend.launches().len(), 10, "every tick launched while the webhook hung");
+    let events = manager.status().events;
+    assert_eq!(codes(&events).iter().filter(|c| **c == "worker_launched").count(), 10);
+}
