@@ -159,6 +159,9 @@ impl Reloader {
 
 /// Settings that are the process's, not the policy's: they cannot change while it runs.
 fn fixed_settings(old: &Settings, new: &Settings) -> Result<()> {
+    if old.notify != new.notify {
+        bail!("`[[notify]]` cannot change while the manager runs: restart it to apply");
+    }
     let (Ok(Value::Object(a)), Ok(Value::Object(b))) =
         (serde_json::to_value(old), serde_json::to_value(new))
     else {

@@ -30,6 +30,11 @@ pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<
     let credentials = credentials(settings.password_file.as_deref())?;
     let mut manager = build_manager(layout.clone(), &settings, credentials).await?;
     crate::reload::install(&mut manager, layers, &settings, layout)?;
+    if !settings.notify.is_empty() {
+        let events = manager.subscribe_events();
+        codalab_wm_core::notify::spawn(settings.notify.clone(), events, Default::default())
+            .context("cannot set up the [[notify]] webhooks")?;
+    }
     if let Some(listener) = listener {
         let sleep_time = Duration::from_secs(settings.sleep_time);
         crate::http::spawn(listener, manager.subscribe_status(), sleep_time);

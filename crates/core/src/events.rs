@@ -22,9 +22,26 @@ pub struct Event {
     pub at_seconds: u64,
     /// When, in seconds since the Unix epoch (the manager's start plus `at_seconds`).
     pub unix_seconds: u64,
+    /// Whether an admin may want to act.
+    pub severity: Severity,
+    /// One line for a person (the kind's `Display`).
+    pub message: String,
     /// What.
     #[serde(flatten)]
     pub kind: EventKind,
+}
+
+impl Event {
+    /// `kind` at `at_seconds` of a manager that started at `started_unix` (Unix seconds).
+    pub fn new(kind: EventKind, at_seconds: u64, started_unix: u64) -> Self {
+        Self {
+            at_seconds,
+            unix_seconds: started_unix + at_seconds,
+            severity: kind.severity(),
+            message: kind.to_string(),
+            kind,
+        }
+    }
 }
 
 /// How much an event matters to an admin.

@@ -65,6 +65,14 @@ struct ErrorKind {
     kind: String,
 }
 
+/// `{scope}` of the budget gauges: a pool, or `all pools`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Scope {
+    scope: String,
+}
+
+type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
 /// `{pool, op}` of `codalab_wm_backend_request_duration_seconds`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PoolOp {
@@ -94,6 +102,9 @@ pub struct Metrics {
     server_errors: Family<ErrorKind, Counter>,
     tick_duration: Histogram,
     backend_requests: HistogramFamily<PoolOp>,
+    budget_worker_hours: Family<Scope, FloatGauge>,
+    budget_cost: Family<Scope, FloatGauge>,
+    budget_reached: Family<Scope, Gauge>,
 }
 
 impl Default for Metrics {
@@ -112,6 +123,9 @@ impl Default for Metrics {
             server_errors: Family::default(),
             tick_duration: duration_histogram(),
             backend_requests: Family::new_with_constructor(duration_histogram),
+            budget_worker_hours: Family::default(),
+            budget_cost: Family::default(),
+            budget_reached: Family::default(),
         };
         metrics.register(&mut registry);
         Self {
@@ -168,6 +182,21 @@ impl Metrics {
             "codalab_wm_server_errors",
             "Failed ticks, by kind of error (unreachable, server_error, rate_limited, backend ...)",
             self.server_errors.clone(),
+        );
+        registry.register(
+            "codalab_wm_budget_worker_hours",
+            "Worker-hours used in the last 24 hours, by scope (a pool, or all pools)",
+            self.budget_worker_hours.clone(),
+        );
+        registry.register(
+            "codalab_wm_budget_cost",
+            "Cost (worker-hours x cost_per_hour) in the last 24 hours, by scope, where a cost per hour is set",
+            self.budget_cost.clone(),
+        );
+        registry.register(
+            "codalab_wm_budget_reached",
+            "1 while a scope's budget is used up (no launches), else 0",
+            self.budget_reached.clone(),
         );
         registry.register_with_unit(
             "codalab_wm_tick_duration",
@@ -241,6 +270,7 @@ impl Metrics {
                 self.workers.get_or_create(&labels).set(count as i64);
             }
         }
+        self.set_budgets(status);
         self.unmet_bundles.clear();
         for unmet in &status.unmet {
             let labels = UnmetReason {
@@ -249,6 +279,22 @@ impl Metrics {
             self.unmet_bundles
                 .get_or_create(&labels)
                 .inc_by(unmet.bundles as i64);
+        }
+    }
+
+    fn set_budgets(&self, status: &Status) {
+        self.budget_cost.clear();
+        for budget in &status.budgets {
+            let scope = Scope {
+                scope: budget.scope.clone(),
+            };
+            let hours = self.budget_worker_hours.get_or_create(&scope);
+            hours.set(budget.worker_hours);
+            if let Some(cost) = budget.cost {
+                self.budget_cost.get_or_create(&scope).set(cost);
+            }
+            let reached = i64::from(budget.reached.is_some());
+            self.budget_reached.get_or_create(&scope).set(reached);
         }
     }
 
@@ -448,6 +494,14 @@ mod tests {
                 counter("launches", "started", 2),
                 counter("job_failures", "before_active", 1),
             ],
+            budgets: vec![crate::budget::BudgetStatus {
+                scope: "all pools".into(),
+                worker_hours: 12.5,
+                cost: Some(6.25),
+                limits: Default::default(),
+                reached: Some("12.5 of 12 worker-hours".into()),
+                resumes_at_seconds: Some(7200),
+            }],
             ..Status::default()
         };
         assert!(exporter.observe(&first));
@@ -471,6 +525,9 @@ mod tests {
             r#"codalab_wm_worker_jobs{pool="cpu",state="active"} 2"#,
             "codalab_wm_staged_bundles 4",
             "codalab_wm_tick_duration_seconds_count 2",
+            r#"codalab_wm_budget_worker_hours{scope="all pools"} 12.5"#,
+            r#"codalab_wm_budget_cost{scope="all pools"} 6.25"#,
+            r#"codalab_wm_budget_reached{scope="all pools"} 1"#,
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }

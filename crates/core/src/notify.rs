@@ -97,11 +97,11 @@ pub fn body(format: NotifyFormat, event: &Event) -> serde_json::Value {
     match format {
         NotifyFormat::Raw => serde_json::to_value(event).unwrap_or_default(),
         NotifyFormat::Slack => {
-            let mark = match event.kind.severity() {
+            let mark = match event.severity {
                 Severity::Warning => ":warning: ",
                 Severity::Info => "",
             };
-            serde_json::json!({ "text": format!("{mark}codalab-wm: {}", event.kind) })
+            serde_json::json!({ "text": format!("{mark}codalab-wm: {}", event.message) })
         }
     }
 }

@@ -189,14 +189,11 @@ async fn receiver(fail_first: usize) -> (String, Receiver, mpsc::UnboundedReceiv
 }
 
 fn launched(n: u64) -> Event {
-    Event {
-        at_seconds: n,
-        unix_seconds: 1_800_000_000 + n,
-        kind: EventKind::WorkerLaunched {
-            pool: "cpu".into(),
-            job_id: n.to_string(),
-        },
-    }
+    let kind = EventKind::WorkerLaunched {
+        pool: "cpu".into(),
+        job_id: n.to_string(),
+    };
+    Event::new(kind, n, 1_800_000_000)
 }
 
 const QUICK: Retry = Retry {
@@ -218,7 +215,7 @@ async fn webhooks_get_their_events_in_order_and_retry_after_a_500() {
     }];
     notify::spawn(settings, stream, QUICK).unwrap();
     events.send(launched(1)).unwrap();
-    events.send(Event { kind: EventKind::ServerBack { after_seconds: 3 }, ..launched(9) }).unwrap();
+    events.send(Event::new(EventKind::ServerBack { after_seconds: 3 }, 9, 0)).unwrap();
     events.send(launched(2)).unwrap();
     events.send(launched(3)).unwrap();
     for _ in 0..5 {

@@ -42,17 +42,14 @@ impl Default for Journal {
 impl Journal {
     /// Records `kind` at `now` (manager clock): logs it, keeps it, hands it to subscribers.
     pub(super) fn record(&mut self, now: Duration, kind: EventKind) {
-        let event = Event {
-            at_seconds: now.as_secs(),
-            unix_seconds: self.started_unix + now.as_secs(),
-            kind,
-        };
-        match event.kind.severity() {
+        let event = Event::new(kind, now.as_secs(), self.started_unix);
+        let code = event.kind.code();
+        match event.severity {
             Severity::Warning => {
-                tracing::warn!(target: "codalab_wm::event", event = event.kind.code(), "{}", event.kind)
+                tracing::warn!(target: "codalab_wm::event", event = code, "{}", event.message)
             }
             Severity::Info => {
-                tracing::info!(target: "codalab_wm::event", event = event.kind.code(), "{}", event.kind)
+                tracing::info!(target: "codalab_wm::event", event = code, "{}", event.message)
             }
         }
         if self.recent.len() == RECENT_EVENTS {

@@ -10,11 +10,7 @@ fn hook(url: &str, events: &[&str]) -> NotifySettings {
 }
 
 fn event(kind: EventKind) -> Event {
-    Event {
-        at_seconds: 5,
-        unix_seconds: 1_800_000_005,
-        kind,
-    }
+    Event::new(kind, 5, 1_800_000_000)
 }
 
 #[test]
@@ -74,6 +70,8 @@ fn bodies_are_slack_text_or_the_raw_event() {
     assert_eq!(raw["pool"], "gpu");
     assert_eq!(raw["at_seconds"], 5);
     assert_eq!(raw["unix_seconds"], 1_800_000_005_u64);
+    assert_eq!(raw["severity"], "warning");
+    assert_eq!(raw["message"], "pool gpu: launch failed: sbatch: invalid partition");
 }
 
 #[test]

@@ -110,3 +110,27 @@ impl Bound {
         ))
     }
 }
+
+impl Settings {
+    /// The budget keys (numbers ≥ 0; a cost limit needs a cost per hour somewhere) and every
+    /// `[[notify]]` entry (an http(s) URL, known event codes); the error names the key.
+    pub fn check_budgets_and_notify(&self) -> Result<(), String> {
+        let overall = crate::budget::BudgetLimits {
+            max_worker_hours_per_day: self.max_worker_hours_per_day,
+            max_cost_per_day: self.max_cost_per_day,
+        };
+        overall.validate(self.cost_per_hour)?;
+        let costed = self.cost_per_hour.is_some()
+            || self.pools.iter().any(|p| p.rules.cost_per_hour.is_some());
+        if self.max_cost_per_day.is_some() && !costed {
+            return Err("max_cost_per_day needs cost_per_hour (at the top level for the single backend, or per pool)".into());
+        }
+        if self.cost_per_hour.is_some() && !self.pools.is_empty() {
+            return Err("with [[pools]], set cost_per_hour per pool, not at the top level".into());
+        }
+        self.notify
+            .iter()
+            .enumerate()
+            .try_for_each(|(index, hook)| hook.validate(index))
+    }
+}

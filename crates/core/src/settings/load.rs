@@ -40,6 +40,9 @@ impl Layers {
             .extract()
             .map_err(|e| invalid(e, None))?;
         settings.check_durations().map_err(Error::InvalidConfig)?;
+        settings
+            .check_budgets_and_notify()
+            .map_err(Error::InvalidConfig)?;
         Ok(settings)
     }
 

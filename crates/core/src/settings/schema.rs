@@ -57,7 +57,7 @@ pub fn options<'a>(
         .fields
         .iter()
         .copied()
-        .filter(|f| !nested.contains(f) && !["pools", "worker"].contains(f))
+        .filter(|f| !nested.contains(f) && !["pools", "worker", "notify"].contains(f))
 }
 
 /// The top level.
@@ -106,6 +106,21 @@ pub const EXTRA_DOCS: &[(&str, &str, &str)] = &[
         "",
         "temp_session",
         "Accepted for compatibility with upstream (this manager never writes session state)",
+    ),
+    (
+        "",
+        "max_worker_hours_per_day",
+        "Budget over all pools: worker-hours per rolling 24 hours; when reached, no new launches (running workers finish) until the window rolls on [default: no limit]",
+    ),
+    (
+        "",
+        "max_cost_per_day",
+        "Budget over all pools: cost (worker-hours × cost_per_hour) per rolling 24 hours [default: no limit]",
+    ),
+    (
+        "",
+        "cost_per_hour",
+        "What one worker-hour of the single backend costs, for max_cost_per_day (pools set their own)",
     ),
     ("pools", "name", "Unique name: letters, digits and `_`"),
     (
@@ -160,6 +175,21 @@ pub const EXTRA_DOCS: &[(&str, &str, &str)] = &[
         "min_seconds_between_workers",
         "Seconds between two launches of this pool [default: the global setting]",
     ),
+    (
+        "pools",
+        "max_worker_hours_per_day",
+        "The pool's budget: worker-hours per rolling 24 hours [default: no limit]",
+    ),
+    (
+        "pools",
+        "max_cost_per_day",
+        "The pool's budget: cost per rolling 24 hours (needs cost_per_hour) [default: no limit]",
+    ),
+    (
+        "pools",
+        "cost_per_hour",
+        "What one worker-hour of this pool costs (the platform's price), for the cost budgets",
+    ),
 ];
 
 /// Example values of options that are unset by default, written commented out.
@@ -170,6 +200,9 @@ pub const EXAMPLES: &[(&str, &str, &str)] = &[
     ("", "ca_cert", "\"/etc/codalab-wm/ca.pem\""),
     ("", "listen", "\"127.0.0.1:9464\""),
     ("", "backend", "\"local\""),
+    ("", "max_worker_hours_per_day", "240"),
+    ("", "max_cost_per_day", "100"),
+    ("", "cost_per_hour", "0.5"),
     ("worker", "tag", "\"my-tag\""),
     ("worker", "group", "\"my-group\""),
     ("worker", "work_dir_prefix", "\"/scratch\""),
@@ -182,4 +215,7 @@ pub const EXAMPLES: &[(&str, &str, &str)] = &[
     ("pools", "startup_grace", "30"),
     ("pools", "checkin_timeout", "300"),
     ("pools", "min_seconds_between_workers", "0"),
+    ("pools", "max_worker_hours_per_day", "96"),
+    ("pools", "max_cost_per_day", "50"),
+    ("pools", "cost_per_hour", "0.5"),
 ];

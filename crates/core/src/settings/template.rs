@@ -138,7 +138,25 @@ pub fn render(backend: &dyn BackendKind, pools: bool, program: &Program) -> Stri
         options(&mut out, &backend.schema(), Some(backend), &[], &[]);
         extra_tables(&mut out, backend, backend.table());
     }
+    notify_example(&mut out);
     out
+}
+
+/// A commented-out `[[notify]]` entry (see [`crate::notify`]).
+fn notify_example(out: &mut String) {
+    let codes = crate::events::EventKind::CODES.join(", ");
+    let _ = writeln!(
+        out,
+        "\n# ---- webhooks: events POSTed as JSON, in order, retried; never blocking the loop ----\n\
+         # Event codes: {codes}.\n\
+         # [[notify]]\n\
+         # The URL to POST to; it may hold a token: a secret, never logged or shown\n\
+         # url = \"https://hooks.slack.com/services/T000/B000/XXXX\"\n\
+         # The events to send [default: every event]\n\
+         # events = [\"launch_failed\", \"pool_backing_off\", \"budget_reached\", \"server_unreachable\"]\n\
+         # slack ({{\"text\": …}}) or raw (the event as /status shows it)\n\
+         # format = \"slack\""
+    );
 }
 
 /// Sub-tables a backend may have (Azure's Entra ID app), commented out.

@@ -24,6 +24,31 @@ pub struct StatusView {
     unserved: Vec<UnservedView>,
     unmet: Vec<UnmetView>,
     recent_failures: Vec<FailureView>,
+    budgets: Vec<BudgetView>,
+    events: Vec<EventView>,
+}
+
+/// Events the view shows, the newest last.
+const EVENTS_SHOWN: usize = 10;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct BudgetView {
+    scope: String,
+    worker_hours: f64,
+    cost: Option<f64>,
+    max_worker_hours_per_day: Option<f64>,
+    max_cost_per_day: Option<f64>,
+    reached: Option<String>,
+    resumes_at_seconds: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct EventView {
+    at_seconds: u64,
+    severity: String,
+    message: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -162,6 +187,8 @@ pub fn render(status: &StatusView) -> String {
         }
     }
     render_waiting(&mut out, &status.unmet);
+    render_budgets(&mut out, &status.budgets, status.uptime_seconds);
+    render_events(&mut out, &status.events);
     if !status.recent_failures.is_empty() {
         let _ = writeln!(out, "\nrecent failures:");
         for failure in &status.recent_failures {
@@ -245,6 +272,65 @@ fn render_pool(out: &mut String, pool: &PoolView, now: u64) {
     };
     let _ = writeln!(out, "  decision  {decision}");
     let _ = writeln!(out, "  bundles   {} assigned", pool.assigned.len());
+}
+
+/// Worker-hours (and cost) of the last 24 hours; each budget set, and whether it is used up.
+fn render_budgets(out: &mut String, budgets: &[BudgetView], now: u64) {
+    let Some(all) = budgets.first() else {
+        return;
+    };
+    let limited = |b: &&BudgetView| b.max_worker_hours_per_day.is_some() || b.max_cost_per_day.is_some();
+    if !budgets.iter().any(|b| limited(&b)) {
+        let _ = writeln!(
+            out,
+            "
+worker-hours in the last 24 h: {:.1} (no budget set)",
+            all.worker_hours
+        );
+        return;
+    }
+    let _ = writeln!(out, "
+budgets (last 24 h):");
+    for budget in budgets.iter().filter(limited) {
+        let mut line = format!("  {}: {:.1} worker-hours", budget.scope, budget.worker_hours);
+        if let Some(max) = budget.max_worker_hours_per_day {
+            let _ = write!(line, " of {max}");
+        }
+        match (budget.cost, budget.max_cost_per_day) {
+            (Some(cost), Some(max)) => {
+                let _ = write!(line, ", cost {cost:.2} of {max}");
+            }
+            (Some(cost), None) => {
+                let _ = write!(line, ", cost {cost:.2}");
+            }
+            _ => {}
+        }
+        if budget.reached.is_some() {
+            let resumes = budget.resumes_at_seconds.map_or_else(String::new, |at| {
+                format!("; resumes in {}", duration(at.saturating_sub(now)))
+            });
+            let _ = write!(line, "  REACHED: no launches{resumes}");
+        }
+        let _ = writeln!(out, "{line}");
+    }
+}
+
+/// The last [`EVENTS_SHOWN`] events.
+fn render_events(out: &mut String, events: &[EventView]) {
+    if events.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "
+recent events:");
+    for event in &events[events.len().saturating_sub(EVENTS_SHOWN)..] {
+        let mark = if event.severity == "warning" { "!" } else { " " };
+        let _ = writeln!(
+            out,
+            "  at {:>6} {mark} {}",
+            duration(event.at_seconds),
+            event.message
+        );
+    }
 }
 
 /// The "waiting" table: staged bundles with no worker coming, per pool and bundle class.
@@ -380,6 +466,37 @@ mod tests {
         for (object, text) in reasons {
             assert_eq!(reason(&object), text);
         }
+    }
+
+    #[test]
+    fn budgets_and_events_are_shown_with_what_is_used_up() {
+        let view: StatusView = serde_json::from_value(serde_json::json!({
+            "uptime_seconds": 3600,
+            "budgets": [
+                {"scope": "all pools", "worker_hours": 30.25, "max_worker_hours_per_day": null},
+                {"scope": "gpu", "worker_hours": 24.0, "cost": 48.0, "max_worker_hours_per_day": 24.0,
+                 "max_cost_per_day": 50.0, "reached": "24.0 of 24 worker-hours", "resumes_at_seconds": 7260},
+                {"scope": "cpu", "worker_hours": 6.25}
+            ],
+            "events": [
+                {"at_seconds": 61, "severity": "info", "message": "pool cpu: worker launched (job 7)"},
+                {"at_seconds": 3599, "severity": "warning", "message": "budget of gpu reached"}
+            ]
+        }))
+        .unwrap();
+        let text = render(&view);
+        for line in [
+            "budgets (last 24 h):\n  gpu: 24.0 worker-hours of 24, cost 48.00 of 50  REACHED: no launches; resumes in 1h 01m\n",
+            "recent events:\n  at 1m 01s   pool cpu: worker launched (job 7)\n  at 59m 59s ! budget of gpu reached\n",
+        ] {
+            assert!(text.contains(line), "{line:?} in\n{text}");
+        }
+        assert!(!text.contains("  cpu: "), "no budget set for cpu: {text}");
+        let unlimited: StatusView = serde_json::from_value(serde_json::json!({
+            "budgets": [{"scope": "all pools", "worker_hours": 2.5}]
+        }))
+        .unwrap();
+        assert!(render(&unlimited).contains("worker-hours in the last 24 h: 2.5 (no budget set)"));
     }
 
     #[test]

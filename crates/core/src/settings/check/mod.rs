@@ -297,9 +297,14 @@ impl<'t> Checker<'t> {
             let line = self.mentioned_line(place, &problem);
             self.push(line, Kind::Invalid, problem);
         }
-        if let Err(message) = settings.check_durations() {
-            let line = self.mentioned_line(place, &message);
-            self.push(line, Kind::Invalid, message);
+        for checked in [
+            settings.check_durations(),
+            settings.check_budgets_and_notify(),
+        ] {
+            if let Err(message) = checked {
+                let line = self.mentioned_line(place, &message);
+                self.push(line, Kind::Invalid, message);
+            }
         }
         if let Some(name) = &settings.backend {
             let line = self.key_line(place, "backend");
