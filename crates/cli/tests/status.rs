@@ -4,6 +4,8 @@
 
 use axum::Router;
 use axum::routing::get;
+use codalab_wm_core::budget::{BudgetLimits, BudgetStatus};
+use codalab_wm_core::events::{Event, EventKind};
 use codalab_wm_core::LaunchMode;
 use codalab_wm_core::manager::status::{Counter, FailureRecord, PoolStatus, ShapeStatus, Status};
 use codalab_wm_core::policy::Reason;
@@ -157,6 +159,25 @@ fn known_status() -> Status {
             label: "started".into(),
             value: 4,
         }],
+        events: vec![Event::new(
+            EventKind::PoolBackingOff {
+                pool: "gpu".into(),
+                failures: 2,
+                until_seconds: 270,
+                for_seconds: 120,
+            },
+            150,
+            1_800_000_000,
+        )],
+        budgets: vec![BudgetStatus {
+            scope: "all pools".into(),
+            worker_hours: 1.5,
+            cost: None,
+            limits: BudgetLimits::default(),
+            reached: None,
+            resumes_at_seconds: None,
+        }],
+        started_unix_seconds: 1_800_000_000,
     }
 }
 
@@ -179,6 +200,11 @@ pool gpu (slurm-batch, target): 8 cpus, 1 gpus, 1.5 GiB per worker; min 0, max 4
 unserved bundles:
   0x03  no_fitting_pool (cpu: misfit: request_cpus=64 > worker cpus=4; gpu: misfit: no request_queue, and the pool is exclusive to tag gpu)
   0x04  backing_off (failures=2, remaining_seconds=70, until_seconds=270)
+
+worker-hours in the last 24 h: 1.5 (no budget set)
+
+recent events:
+  at 2m 30s ! pool gpu: no launches for 120 s after 2 failures in a row
 
 recent failures:
   at 2m 30s  gpu  submit_failed: sbatch: error: invalid partition specified: gpu

@@ -80,6 +80,8 @@ pub enum EventKind {
         failures: u32,
         /// End of the backoff (seconds since the manager started).
         until_seconds: u64,
+        /// How long it backs off, in seconds.
+        for_seconds: u64,
     },
     /// A pool that was backing off launches again.
     PoolRecovered {
@@ -224,10 +226,11 @@ impl fmt::Display for EventKind {
             EventKind::PoolBackingOff {
                 pool,
                 failures,
-                until_seconds,
+                for_seconds,
+                ..
             } => write!(
                 f,
-                "pool {pool}: backing off after {failures} failures, until {until_seconds} s"
+                "pool {pool}: no launches for {for_seconds} s after {failures} failures in a row"
             ),
             EventKind::PoolRecovered { pool } => write!(f, "pool {pool}: launching again"),
             EventKind::WorkerLost { pool, job_id } => {
@@ -270,11 +273,15 @@ impl fmt::Display for EventKind {
 /// The events of one tick's [`TickEvent`]s, in their order: launches started or refused (a
 /// temporary error, retried next tick, and a dry run are not events), stuck jobs stopped, lost
 /// workers stopped, jobs failed before they became active, preempted jobs, pools backing off.
-pub fn from_tick(tick_events: &[TickEvent]) -> Vec<EventKind> {
-    tick_events.iter().filter_map(from_tick_event).collect()
+/// `now_seconds` is the manager clock at the end of the tick.
+pub fn from_tick(tick_events: &[TickEvent], now_seconds: u64) -> Vec<EventKind> {
+    tick_events
+        .iter()
+        .filter_map(|e| from_tick_event(e, now_seconds))
+        .collect()
 }
 
-fn from_tick_event(event: &TickEvent) -> Option<EventKind> {
+fn from_tick_event(event: &TickEvent, now_seconds: u64) -> Option<EventKind> {
     use crate::manager::status::LaunchResult;
     let kind = match event {
         TickEvent::Launch {
@@ -336,6 +343,7 @@ fn from_tick_event(event: &TickEvent) -> Option<EventKind> {
             pool: pool.clone(),
             failures: *failures,
             until_seconds: *until_seconds,
+            for_seconds: until_seconds.saturating_sub(now_seconds),
         },
         _ => return None,
     };

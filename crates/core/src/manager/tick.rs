@@ -128,7 +128,7 @@ impl Manager {
         };
         self.counters.add(&report.events);
         self.journal.tick_succeeded(now);
-        for kind in crate::events::from_tick(&report.events) {
+        for kind in crate::events::from_tick(&report.events, now.as_secs()) {
             self.journal.record(now, kind);
         }
         self.note_recoveries(now);
