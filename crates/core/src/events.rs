@@ -230,7 +230,8 @@ impl fmt::Display for EventKind {
                 ..
             } => write!(
                 f,
-                "pool {pool}: no launches for {for_seconds} s after {failures} failures in a row"
+                "pool {pool}: no launches for {for_seconds} s after {failures} failure{} in a row",
+                if *failures == 1 { "" } else { "s" }
             ),
             EventKind::PoolRecovered { pool } => write!(f, "pool {pool}: launching again"),
             EventKind::WorkerLost { pool, job_id } => {

@@ -264,3 +264,47 @@ async fn a_dead_webhook_never_blocks_a_tick() {
     let events = manager.status().events;
     assert_eq!(codes(&events).iter().filter(|c| **c == "worker_launched").count(), 10);
 }
+
+/// The events of a troubled hour, in order: launches, a launch refused (the pool backs off),
+/// the pool launching again after its backoff, a worker preempted, the server unreachable
+/// (announced once for two failed ticks) and back.
+#[tokio::test]
+async fn a_troubled_hour_tells_its_story_in_events() {
+    let (server, backend, mut manager) = manager(cpu(10), BudgetLimits::default(), 1).await;
+    manager.tick().await.unwrap();
+    backend.fail_starting(Some("sbatch: invalid partition"));
+    server.set_bundles((1..=2).map(|n| FakeBundle::new("alice", n)).collect());
+    manager.tick().await.unwrap();
+    backend.fail_starting(None);
+    manager.advance_clock(60 * MIN);
+    manager.tick().await.unwrap();
+    let job = backend.jobs()[0].id.clone();
+    backend.set_state_with_reason(&job, JobState::Preempted, Some("spot reclaimed"));
+    manager.tick().await.unwrap();
+    server.stop().await;
+    assert!(manager.tick().await.is_err());
+    assert!(manager.tick().await.is_err());
+    server.restart().await.unwrap();
+    manager.advance_clock(MIN);
+    manager.tick().await.unwrap();
+    let events = manager.status().events;
+    let story: Vec<&str> = codes(&events)
+        .into_iter()
+        .filter(|c| *c != "worker_launched")
+        .collect();
+    assert_eq!(
+        story,
+        [
+            "launch_failed",
+            "pool_backing_off",
+            "pool_recovered",
+            "worker_preempted",
+            "server_unreachable",
+            "server_back"
+        ],
+        "{events:#?}"
+    );
+    assert!(codes(&events).starts_with(&["worker_launched"]));
+    let back = events.last().unwrap();
+    assert!(back.message.starts_with("CodaLab server back after 60 s"), "{back:?}");
+}

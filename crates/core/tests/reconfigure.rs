@@ -293,4 +293,14 @@ async fn run_applies_what_the_reload_channel_holds_before_its_tick() {
     manager.run(true, shutdown).await.unwrap();
     assert_eq!(backend.jobs().len(), 3);
     assert_eq!(manager.policies()[0].max, 3);
+    let reloaded = manager
+        .status()
+        .events
+        .into_iter()
+        .find_map(|e| match e.kind {
+            codalab_wm_core::events::EventKind::ConfigReloaded { changes } => Some(changes),
+            _ => None,
+        });
+    let changes = reloaded.expect("a config_reloaded event");
+    assert!(changes.iter().any(|c| c.contains("max_workers")), "{changes:?}");
 }

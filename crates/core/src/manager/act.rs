@@ -100,6 +100,7 @@ impl Manager {
         let submitting = shutdown::Submitting::new(&self.stop_flags.submitting);
         let result = runtime.pool.backend.start_worker_job(&request).await;
         drop(submitting);
+        let mut news_events = Vec::new();
         let (outcome, detail, go_on) = match result {
             Ok(job) => {
                 let output = runtime.pool.backend.job_output(&job);
@@ -124,7 +125,7 @@ impl Manager {
                 tracing::error!(pool = %pool_name, %error, failed = self.num_failed, "failed to start a worker job");
                 report.launch_errors.push(error.to_string());
                 let news = runtime.fail(now, "submit_failed", error.to_string());
-                report.events.extend(news.events);
+                news_events = news.events;
                 runtime::remember(&mut self.recent_failures, news.failures);
                 let compat = runtime.pool.policy.launch_mode == LaunchMode::Compat;
                 (LaunchResult::Failed, error.to_string(), compat)
@@ -135,6 +136,8 @@ impl Manager {
             result: outcome,
             detail,
         });
+        // What the failure started (a backoff) comes after the launch it follows.
+        report.events.extend(news_events);
         go_on
     }
 }

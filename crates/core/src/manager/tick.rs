@@ -128,10 +128,10 @@ impl Manager {
         };
         self.counters.add(&report.events);
         self.journal.tick_succeeded(now);
+        self.note_recoveries(now);
         for kind in crate::events::from_tick(&report.events, now.as_secs()) {
             self.journal.record(now, kind);
         }
-        self.note_recoveries(now);
         let status = Status {
             uptime_seconds: now.as_secs(),
             ticks: self.ticks,
