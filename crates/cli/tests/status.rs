@@ -4,9 +4,9 @@
 
 use axum::Router;
 use axum::routing::get;
+use codalab_wm_core::LaunchMode;
 use codalab_wm_core::budget::{BudgetLimits, BudgetStatus};
 use codalab_wm_core::events::{Event, EventKind};
-use codalab_wm_core::LaunchMode;
 use codalab_wm_core::manager::status::{Counter, FailureRecord, PoolStatus, ShapeStatus, Status};
 use codalab_wm_core::policy::Reason;
 use codalab_wm_core::pools::{PoolDecision, PoolHealth, PoolVerdict, UnservedBundle};

@@ -143,7 +143,13 @@ pub fn spawn(
         let (sender, receiver) = mpsc::channel(QUEUE);
         let label = hook.label(index);
         tracing::info!(webhook = %label, events = ?hook.events, format = ?hook.format, "sending events to a webhook");
-        tokio::spawn(deliver(client.clone(), hook.clone(), label.clone(), receiver, retry));
+        tokio::spawn(deliver(
+            client.clone(),
+            hook.clone(),
+            label.clone(),
+            receiver,
+            retry,
+        ));
         queues.push((hook, label, sender, 0_u64));
     }
     tokio::spawn(async move {
@@ -151,7 +157,10 @@ pub fn spawn(
             let event = match events.recv().await {
                 Ok(event) => event,
                 Err(broadcast::error::RecvError::Lagged(lost)) => {
-                    tracing::warn!(lost, "webhooks fell behind the manager's events; some were not sent");
+                    tracing::warn!(
+                        lost,
+                        "webhooks fell behind the manager's events; some were not sent"
+                    );
                     continue;
                 }
                 Err(broadcast::error::RecvError::Closed) => break,

@@ -277,7 +277,10 @@ impl fmt::Display for Reason {
                 write!(f, "skipped: cannot list the pool's jobs: {error}")
             }
             Reason::BudgetReached { scope, detail, .. } => {
-                write!(f, "don't launch: the budget of {scope} is used up ({detail})")
+                write!(
+                    f,
+                    "don't launch: the budget of {scope} is used up ({detail})"
+                )
             }
             Reason::NoFittingPool => write!(f, "no pool can run this bundle"),
             Reason::Misfit { detail } => write!(f, "{detail}"),

@@ -14,7 +14,9 @@ use codalab_wm_core::events::{Event, EventKind};
 use codalab_wm_core::notify::{self, NotifyFormat, NotifySettings, Retry};
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::FakeBackend;
-use codalab_wm_core::{JobState, Manager, ManagerConfig, Pool, PoolPolicy, WorkerOptions, WorkerShape};
+use codalab_wm_core::{
+    JobState, Manager, ManagerConfig, Pool, PoolPolicy, WorkerOptions, WorkerShape,
+};
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,7 +24,11 @@ use tokio::sync::{broadcast, mpsc};
 
 const MIN: Duration = Duration::from_secs(60);
 
-async fn manager(policy: PoolPolicy, budget: BudgetLimits, bundles: u64) -> (FakeCodaLab, FakeBackend, Manager) {
+async fn manager(
+    policy: PoolPolicy,
+    budget: BudgetLimits,
+    bundles: u64,
+) -> (FakeCodaLab, FakeBackend, Manager) {
     let server = FakeCodaLab::start().await.unwrap();
     server.set_bundles((1..=bundles).map(|n| FakeBundle::new("alice", n)).collect());
     let credentials = Credentials {
@@ -89,31 +95,61 @@ async fn a_pool_over_its_budget_launches_nothing_until_the_window_rolls_on() {
     manager.tick().await.unwrap(); // metering starts
     manager.advance_clock(10 * MIN);
     manager.tick().await.unwrap();
-    assert!(manager.status().budgets[1].reached.is_none(), "0.67 of 1 worker-hour");
+    assert!(
+        manager.status().budgets[1].reached.is_none(),
+        "0.67 of 1 worker-hour"
+    );
     server.set_bundles((5..=8).map(|n| FakeBundle::new("alice", n)).collect());
     manager.advance_clock(10 * MIN);
     let report = manager.tick().await.unwrap();
-    assert_eq!(backend.launches().len(), 4, "over budget: no launch for 4 new bundles");
+    assert_eq!(
+        backend.launches().len(),
+        4,
+        "over budget: no launch for 4 new bundles"
+    );
     let pool = &report.pools.pools[0];
-    assert!(pool.reasons.iter().any(|r| r.code() == "budget_reached"), "{pool:?}");
+    assert!(
+        pool.reasons.iter().any(|r| r.code() == "budget_reached"),
+        "{pool:?}"
+    );
     let status = manager.status();
     let budget = &status.budgets[1];
     assert_eq!(budget.scope, "cpu");
-    assert!(budget.reached.as_deref().unwrap().contains("max_worker_hours_per_day"), "{budget:?}");
+    assert!(
+        budget
+            .reached
+            .as_deref()
+            .unwrap()
+            .contains("max_worker_hours_per_day"),
+        "{budget:?}"
+    );
     assert!(budget.resumes_at_seconds.is_some(), "{budget:?}");
     assert!(
-        status.unmet.iter().any(|u| u.reason.code() == "pool_unavailable" && format!("{:?}", u.reason).contains("budget_reached")),
+        status
+            .unmet
+            .iter()
+            .any(|u| u.reason.code() == "pool_unavailable"
+                && format!("{:?}", u.reason).contains("budget_reached")),
         "{:?}",
         status.unmet
     );
-    assert_eq!(codes(&status.events).iter().filter(|c| **c == "budget_reached").count(), 1);
+    assert_eq!(
+        codes(&status.events)
+            .iter()
+            .filter(|c| **c == "budget_reached")
+            .count(),
+        1
+    );
 
     for job in backend.jobs() {
         backend.set_state(&job.id, JobState::Ended);
     }
     manager.advance_clock(Duration::from_secs(25 * 3600));
     manager.tick().await.unwrap();
-    assert!(backend.launches().len() > 4, "the window rolled on: launching resumed");
+    assert!(
+        backend.launches().len() > 4,
+        "the window rolled on: launching resumed"
+    );
     let status = manager.status();
     assert!(status.budgets[1].reached.is_none());
     let events = codes(&status.events);
@@ -142,13 +178,29 @@ async fn the_overall_cost_budget_stops_launches() {
     manager.advance_clock(15 * MIN);
     server.set_bundles((5..=6).map(|n| FakeBundle::new("alice", n)).collect());
     let report = manager.tick().await.unwrap();
-    assert_eq!(backend.launches().len(), 4, "no launch over the overall budget");
-    let reason = report.pools.pools[0].reasons.iter().find(|r| r.code() == "budget_reached");
+    assert_eq!(
+        backend.launches().len(),
+        4,
+        "no launch over the overall budget"
+    );
+    let reason = report.pools.pools[0]
+        .reasons
+        .iter()
+        .find(|r| r.code() == "budget_reached");
     assert!(format!("{reason:?}").contains("all pools"), "{reason:?}");
     let overall = &manager.status().budgets[0];
     let cost = overall.cost.unwrap();
-    assert!((3.0..3.01).contains(&cost), "4 workers × 15 min × 3 an hour (plus the ticks' own time): {cost}");
-    assert!(overall.reached.as_deref().unwrap().contains("max_cost_per_day"));
+    assert!(
+        (3.0..3.01).contains(&cost),
+        "4 workers × 15 min × 3 an hour (plus the ticks' own time): {cost}"
+    );
+    assert!(
+        overall
+            .reached
+            .as_deref()
+            .unwrap()
+            .contains("max_cost_per_day")
+    );
 }
 
 /// What the receiver got: each call's status and body, in order.
@@ -181,7 +233,9 @@ async fn receiver(fail_first: usize) -> (String, Receiver, mpsc::UnboundedReceiv
         fail_first: Arc::new(Mutex::new(fail_first)),
         seen,
     };
-    let app = Router::new().route("/hook/{token}", post(receive)).with_state(state.clone());
+    let app = Router::new()
+        .route("/hook/{token}", post(receive))
+        .with_state(state.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/hook/t0ken", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -215,20 +269,30 @@ async fn webhooks_get_their_events_in_order_and_retry_after_a_500() {
     }];
     notify::spawn(settings, stream, QUICK).unwrap();
     events.send(launched(1)).unwrap();
-    events.send(Event::new(EventKind::ServerBack { after_seconds: 3 }, 9, 0)).unwrap();
+    events
+        .send(Event::new(EventKind::ServerBack { after_seconds: 3 }, 9, 0))
+        .unwrap();
     events.send(launched(2)).unwrap();
     events.send(launched(3)).unwrap();
     for _ in 0..5 {
-        tokio::time::timeout(Duration::from_secs(60), seen.recv()).await.expect("a webhook call").unwrap();
+        tokio::time::timeout(Duration::from_secs(60), seen.recv())
+            .await
+            .expect("a webhook call")
+            .unwrap();
     }
     let calls = state.calls.lock().unwrap().clone();
     let got: Vec<(u16, String)> = calls
         .iter()
         .map(|(status, body)| (*status, body["job_id"].as_str().unwrap_or("-").to_owned()))
         .collect();
-    let want: Vec<(u16, String)> =
-        [(500, "1"), (500, "1"), (200, "1"), (200, "2"), (200, "3")].iter().map(|(s, j)| (*s, j.to_string())).collect();
-    assert_eq!(got, want, "retried in place, then in order; server_back not asked for");
+    let want: Vec<(u16, String)> = [(500, "1"), (500, "1"), (200, "1"), (200, "2"), (200, "3")]
+        .iter()
+        .map(|(s, j)| (*s, j.to_string()))
+        .collect();
+    assert_eq!(
+        got, want,
+        "retried in place, then in order; server_back not asked for"
+    );
 }
 
 /// A receiver that accepts connections and never answers: ticks go on launching, and their
@@ -251,18 +315,38 @@ async fn a_dead_webhook_never_blocks_a_tick() {
         events: Vec::new(),
         format: NotifyFormat::Slack,
     }];
-    let hanging = Retry { timeout: Duration::from_secs(3600), ..QUICK };
+    let hanging = Retry {
+        timeout: Duration::from_secs(3600),
+        ..QUICK
+    };
     notify::spawn(settings, manager.subscribe_events(), hanging).unwrap();
     for tick in 1..=5_u64 {
-        server.set_bundles((1..=tick * 2).map(|n| FakeBundle::new("alice", n)).collect());
+        server.set_bundles(
+            (1..=tick * 2)
+                .map(|n| FakeBundle::new("alice", n))
+                .collect(),
+        );
         manager.tick().await.unwrap();
         if tick == 1 {
-            tokio::time::timeout(Duration::from_secs(60), connections.recv()).await.expect("the webhook is called").unwrap();
+            tokio::time::timeout(Duration::from_secs(60), connections.recv())
+                .await
+                .expect("the webhook is called")
+                .unwrap();
         }
     }
-    assert_eq!(backend.launches().len(), 10, "every tick launched while the webhook hung");
+    assert_eq!(
+        backend.launches().len(),
+        10,
+        "every tick launched while the webhook hung"
+    );
     let events = manager.status().events;
-    assert_eq!(codes(&events).iter().filter(|c| **c == "worker_launched").count(), 10);
+    assert_eq!(
+        codes(&events)
+            .iter()
+            .filter(|c| **c == "worker_launched")
+            .count(),
+        10
+    );
 }
 
 /// The events of a troubled hour, in order: launches, a launch refused (the pool backs off),
@@ -306,5 +390,8 @@ async fn a_troubled_hour_tells_its_story_in_events() {
     );
     assert!(codes(&events).starts_with(&["worker_launched"]));
     let back = events.last().unwrap();
-    assert!(back.message.starts_with("CodaLab server back after 60 s"), "{back:?}");
+    assert!(
+        back.message.starts_with("CodaLab server back after 60 s"),
+        "{back:?}"
+    );
 }

@@ -302,5 +302,8 @@ async fn run_applies_what_the_reload_channel_holds_before_its_tick() {
             _ => None,
         });
     let changes = reloaded.expect("a config_reloaded event");
-    assert!(changes.iter().any(|c| c.contains("max_workers")), "{changes:?}");
+    assert!(
+        changes.iter().any(|c| c.contains("max_workers")),
+        "{changes:?}"
+    );
 }

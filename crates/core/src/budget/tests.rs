@@ -29,11 +29,19 @@ fn the_window_rolls_bucket_by_bucket() {
     let mut window = UsageWindow::default();
     window.add(s(100), 6, s(600)); // bucket 0: 1 worker-hour
     window.add(s(H + 100), 12, s(600)); // bucket 1: 2 worker-hours
-    assert_eq!(window.worker_hours(s(24 * H - 1)), 3.0, "both in the window");
+    assert_eq!(
+        window.worker_hours(s(24 * H - 1)),
+        3.0,
+        "both in the window"
+    );
     assert_eq!(window.worker_hours(s(25 * H)), 2.0, "bucket 0 has left");
     assert_eq!(window.worker_hours(s(26 * H)), 0.0, "both have left");
     window.add(s(26 * H), 0, s(60));
-    assert_eq!(window.buckets.len(), 1, "old buckets are dropped: memory is bounded");
+    assert_eq!(
+        window.buckets.len(),
+        1,
+        "old buckets are dropped: memory is bounded"
+    );
 }
 
 #[test]
@@ -43,8 +51,16 @@ fn below_at_says_when_the_window_has_room_again() {
     window.add(s(H + 100), 12, s(600)); // 2 h in bucket 1
     let now = s(2 * H);
     assert_eq!(window.below_at(now, 4.0), None, "3 < 4: room now");
-    assert_eq!(window.below_at(now, 3.0), Some(s(25 * H)), "bucket 0 leaves at 25 h");
-    assert_eq!(window.below_at(now, 1.0), Some(s(26 * H)), "both must leave");
+    assert_eq!(
+        window.below_at(now, 3.0),
+        Some(s(25 * H)),
+        "bucket 0 leaves at 25 h"
+    );
+    assert_eq!(
+        window.below_at(now, 1.0),
+        Some(s(26 * H)),
+        "both must leave"
+    );
 }
 
 #[test]
@@ -71,7 +87,14 @@ fn judge_names_the_limit_reached() {
             ),
         }
     }
-    let unlimited = judge("cpu", BudgetLimits::default(), Use { worker_hours: 1e9, cost: None });
+    let unlimited = judge(
+        "cpu",
+        BudgetLimits::default(),
+        Use {
+            worker_hours: 1e9,
+            cost: None,
+        },
+    );
     assert_eq!(unlimited.reached, None, "no limit, never reached");
 }
 
@@ -81,7 +104,11 @@ fn validate_names_the_bad_key() {
         max_worker_hours_per_day: Some(-1.0),
         max_cost_per_day: None,
     };
-    assert!(bad.validate(None).unwrap_err().contains("max_worker_hours_per_day"));
+    assert!(
+        bad.validate(None)
+            .unwrap_err()
+            .contains("max_worker_hours_per_day")
+    );
     let nan_cost = BudgetLimits::default().validate(Some(f64::NAN));
     assert!(nan_cost.unwrap_err().contains("cost_per_hour"));
     assert_eq!(BudgetLimits::default().validate(Some(2.5)), Ok(()));

@@ -18,7 +18,13 @@ impl Manager {
         let statuses = self.judge_budgets(now);
         let changes: Vec<(&BudgetStatus, bool)> = statuses
             .iter()
-            .map(|s| (s, self.previous_budget(&s.scope).is_some_and(|o| o.reached.is_some())))
+            .map(|s| {
+                (
+                    s,
+                    self.previous_budget(&s.scope)
+                        .is_some_and(|o| o.reached.is_some()),
+                )
+            })
             .collect();
         for (new, was_reached) in changes {
             match (&new.reached, was_reached) {
@@ -38,7 +44,11 @@ impl Manager {
                 _ => {}
             }
         }
-        let reached = |scope: &str| statuses.iter().find(|s| s.scope == scope && s.reached.is_some());
+        let reached = |scope: &str| {
+            statuses
+                .iter()
+                .find(|s| s.scope == scope && s.reached.is_some())
+        };
         for (runtime, pool) in self.pools.iter().zip(observed.pools.iter_mut()) {
             pool.budget_reached = reached(runtime.name())
                 .or_else(|| reached(ALL_POOLS))
@@ -73,14 +83,25 @@ impl Manager {
 
     /// Every budget's status: all pools first, then each pool.
     fn judge_budgets(&self, now: Duration) -> Vec<BudgetStatus> {
-        let costed = self.pools.iter().any(|p| p.pool.policy.cost_per_hour.is_some());
+        let costed = self
+            .pools
+            .iter()
+            .any(|p| p.pool.policy.cost_per_hour.is_some());
         let hours = UsageWindow::merged(self.pools.iter().map(|p| (&p.usage, 1.0)));
         let cost = costed.then(|| {
-            UsageWindow::merged(self.pools.iter().map(|p| {
-                (&p.usage, p.pool.policy.cost_per_hour.unwrap_or_default())
-            }))
+            UsageWindow::merged(
+                self.pools
+                    .iter()
+                    .map(|p| (&p.usage, p.pool.policy.cost_per_hour.unwrap_or_default())),
+            )
         });
-        let mut statuses = vec![status(ALL_POOLS, self.config.budget, &hours, cost.as_ref(), now)];
+        let mut statuses = vec![status(
+            ALL_POOLS,
+            self.config.budget,
+            &hours,
+            cost.as_ref(),
+            now,
+        )];
         for runtime in &self.pools {
             let policy = &runtime.pool.policy;
             let cost = policy

@@ -17,10 +17,19 @@ fn event(kind: EventKind) -> Event {
 fn validate_names_the_entry_and_the_key() {
     let cases = [
         (hook("https://hooks.example.org/T0/B0/token", &[]), None),
-        (hook("http://127.0.0.1:9/x", &["launch_failed", "server_back"]), None),
+        (
+            hook("http://127.0.0.1:9/x", &["launch_failed", "server_back"]),
+            None,
+        ),
         (hook("not a url", &[]), Some("notify[3].url is not a URL")),
-        (hook("ftp://example.org/x", &[]), Some("notify[3].url must be an http")),
-        (hook("https://example.org/x", &["launch_faild"]), Some("unknown event \"launch_faild\"")),
+        (
+            hook("ftp://example.org/x", &[]),
+            Some("notify[3].url must be an http"),
+        ),
+        (
+            hook("https://example.org/x", &["launch_faild"]),
+            Some("unknown event \"launch_faild\""),
+        ),
     ];
     for (settings, want) in cases {
         match (settings.validate(3), want) {
@@ -71,7 +80,10 @@ fn bodies_are_slack_text_or_the_raw_event() {
     assert_eq!(raw["at_seconds"], 5);
     assert_eq!(raw["unix_seconds"], 1_800_000_005_u64);
     assert_eq!(raw["severity"], "warning");
-    assert_eq!(raw["message"], "pool gpu: launch failed: sbatch: invalid partition");
+    assert_eq!(
+        raw["message"],
+        "pool gpu: launch failed: sbatch: invalid partition"
+    );
 }
 
 #[test]
@@ -83,7 +95,9 @@ fn every_event_code_is_listed_once() {
     let samples = [
         EventKind::ServerBack { after_seconds: 1 },
         EventKind::ConfigReloaded { changes: vec![] },
-        EventKind::BudgetRestored { scope: "all pools".into() },
+        EventKind::BudgetRestored {
+            scope: "all pools".into(),
+        },
     ];
     for kind in samples {
         assert!(EventKind::CODES.contains(&kind.code()), "{}", kind.code());

@@ -279,7 +279,8 @@ fn render_budgets(out: &mut String, budgets: &[BudgetView], now: u64) {
     let Some(all) = budgets.first() else {
         return;
     };
-    let limited = |b: &&BudgetView| b.max_worker_hours_per_day.is_some() || b.max_cost_per_day.is_some();
+    let limited =
+        |b: &&BudgetView| b.max_worker_hours_per_day.is_some() || b.max_cost_per_day.is_some();
     if !budgets.iter().any(|b| limited(&b)) {
         let _ = writeln!(
             out,
@@ -289,10 +290,16 @@ worker-hours in the last 24 h: {:.1} (no budget set)",
         );
         return;
     }
-    let _ = writeln!(out, "
-budgets (last 24 h):");
+    let _ = writeln!(
+        out,
+        "
+budgets (last 24 h):"
+    );
     for budget in budgets.iter().filter(limited) {
-        let mut line = format!("  {}: {:.1} worker-hours", budget.scope, budget.worker_hours);
+        let mut line = format!(
+            "  {}: {:.1} worker-hours",
+            budget.scope, budget.worker_hours
+        );
         if let Some(max) = budget.max_worker_hours_per_day {
             let _ = write!(line, " of {max}");
         }
@@ -320,10 +327,17 @@ fn render_events(out: &mut String, events: &[EventView]) {
     if events.is_empty() {
         return;
     }
-    let _ = writeln!(out, "
-recent events:");
+    let _ = writeln!(
+        out,
+        "
+recent events:"
+    );
     for event in &events[events.len().saturating_sub(EVENTS_SHOWN)..] {
-        let mark = if event.severity == "warning" { "!" } else { " " };
+        let mark = if event.severity == "warning" {
+            "!"
+        } else {
+            " "
+        };
         let _ = writeln!(
             out,
             "  at {:>6} {mark} {}",
