@@ -263,29 +263,35 @@ impl fmt::Display for Reason {
                 unseen_seconds,
                 timeout_seconds,
                 was_seen,
-            } => {
-                let what = match was_seen {
-                    true => "its worker stopped checking in",
-                    false => "its worker never checked in",
-                };
-                write!(
-                    f,
-                    "stop job {job_id}: {what} for {unseen_seconds} s, longer than checkin_timeout {timeout_seconds} s"
-                )
-            }
+            } => lost(f, job_id, *unseen_seconds, *timeout_seconds, *was_seen),
             Reason::Unobserved { error } => {
                 write!(f, "skipped: cannot list the pool's jobs: {error}")
             }
             Reason::BudgetReached { scope, detail, .. } => {
-                write!(
-                    f,
-                    "don't launch: the budget of {scope} is used up ({detail})"
-                )
+                write!(f, "don't launch: budget of {scope} used up ({detail})")
             }
             Reason::NoFittingPool => write!(f, "no pool can run this bundle"),
             Reason::Misfit { detail } => write!(f, "{detail}"),
         }
     }
+}
+
+/// The words of [`Reason::WorkerLost`].
+fn lost(
+    f: &mut fmt::Formatter<'_>,
+    job_id: &str,
+    unseen_seconds: u64,
+    timeout_seconds: u64,
+    was_seen: bool,
+) -> fmt::Result {
+    let what = match was_seen {
+        true => "its worker stopped checking in",
+        false => "its worker never checked in",
+    };
+    write!(
+        f,
+        "stop job {job_id}: {what} for {unseen_seconds} s, longer than checkin_timeout {timeout_seconds} s"
+    )
 }
 
 /// The outcome of one planning step.
