@@ -142,7 +142,8 @@ pub fn spawn(
     for (index, hook) in settings.into_iter().enumerate() {
         let (sender, receiver) = mpsc::channel(QUEUE);
         let label = hook.label(index);
-        tracing::info!(webhook = %label, events = ?hook.events, format = ?hook.format, "sending events to a webhook");
+        let format = serde_json::to_value(hook.format).unwrap_or_default();
+        tracing::info!(webhook = %label, events = ?hook.events, %format, "sending events to a webhook");
         tokio::spawn(deliver(
             client.clone(),
             hook.clone(),

@@ -7,7 +7,7 @@ use crate::bundle::StagedBundle;
 use crate::policy::Reason;
 use crate::pools::{LaunchMode, PoolPolicy, PoolsDecision};
 use rustc_hash::FxHashSet;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Logs unserved bundles once per bundle and reason (`reported` remembers what was
 /// logged); returns how many fit no pool.
@@ -19,6 +19,8 @@ pub(crate) fn note_unserved(
     let single = matches!(policies, [pool] if pool.is_single_backend());
     let mut current: HashMap<String, &'static str> = HashMap::new();
     let mut filtered = 0;
+    // Bundles newly unserved for the same reason, said once: (reason, why) → uuids.
+    let mut groups: BTreeMap<(String, &'static str, String), Vec<&str>> = BTreeMap::new();
     for unserved in &decision.unserved {
         let code = unserved.reason.code();
         current.insert(unserved.uuid.clone(), code);
@@ -28,26 +30,62 @@ pub(crate) fn note_unserved(
         if reported.get(&unserved.uuid) == Some(&code) {
             continue;
         }
-        let why = unserved
-            .pools
-            .iter()
-            .map(|v| {
-                if single {
-                    v.reason.to_string()
-                } else {
-                    format!("{}: {}", v.pool, v.reason)
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
+        let why = verdicts(unserved, single);
         if single && unserved.reason == Reason::NoFittingPool {
             tracing::info!(bundle = %unserved.uuid, "filtered out bundle {} based on unfulfillable resource requested: {why}", unserved.uuid);
         } else {
-            tracing::info!(bundle = %unserved.uuid, reason = code, "bundle {} is not served: {} ({why})", unserved.uuid, unserved.reason);
+            groups
+                .entry((unserved.reason.to_string(), code, why))
+                .or_default()
+                .push(&unserved.uuid);
+        }
+    }
+    for ((reason, code, why), uuids) in groups {
+        // The pools' verdicts, unless they only repeat the reason (one pool said it).
+        let why = match why.is_empty() || why == reason {
+            true => String::new(),
+            false => format!(" ({why})"),
+        };
+        match uuids.as_slice() {
+            [uuid] => {
+                tracing::info!(bundle = %uuid, reason = code, "bundle {uuid} is not served: {reason}{why}")
+            }
+            _ => {
+                let shown = uuids.iter().take(UUIDS_SHOWN).copied().collect::<Vec<_>>();
+                let more = uuids.len().saturating_sub(UUIDS_SHOWN);
+                let more = if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                };
+                tracing::info!(
+                    bundles = uuids.len(),
+                    reason = code,
+                    "{} bundles are not served: {reason}{why}: {}{more}",
+                    uuids.len(),
+                    shown.join(", ")
+                );
+            }
         }
     }
     *reported = current;
     filtered
+}
+
+/// Bundles named in one "not served" line; the others are counted.
+const UUIDS_SHOWN: usize = 5;
+
+/// What each pool said of an unserved bundle (without the pool's name in the single mode).
+fn verdicts(unserved: &crate::pools::UnservedBundle, single: bool) -> String {
+    unserved
+        .pools
+        .iter()
+        .map(|v| match single {
+            true => v.reason.to_string(),
+            false => format!("{}: {}", v.pool, v.reason),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Counts the bundles of the last tick's read (`window`, oldest first) that are no longer
