@@ -159,7 +159,13 @@ impl FakeCompute {
     /// it is STOPPING, then deleted; else TERMINATED. Records a `compute.instances.preempted`
     /// operation either way.
     pub fn preempt(&self, name: &str) {
-        self.state().preempt(name);
+        self.state().preempt(name, false);
+    }
+
+    /// The instance named `name` is preempted with the old behaviour (`STOP`, whatever its
+    /// termination action): TERMINATED, and a `compute.instances.preempted` operation.
+    pub fn preempt_stopping(&self, name: &str) {
+        self.state().preempt(name, true);
     }
 
     /// The instance named `name` becomes `status` (TERMINATED when its worker shut it down,

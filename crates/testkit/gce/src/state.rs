@@ -210,12 +210,12 @@ impl FakeState {
         }
     }
 
-    pub fn preempt(&mut self, name: &str) {
+    pub fn preempt(&mut self, name: &str, stop: bool) {
         let Some(key) = self.find(name) else {
             return;
         };
         let link = self.instance_link(&key.0, &key.1);
-        let delete = self.instances[&key].termination_action() == Some("DELETE");
+        let delete = !stop && self.instances[&key].termination_action() == Some("DELETE");
         let effect = if delete {
             Effect::Remove(key.1.clone())
         } else {
