@@ -332,3 +332,60 @@ async fn the_fake_rejects_the_backend_body_broken_once() {
     let (status, text) = send(body).await;
     assert_eq!(status, 200, "{text}");
 }
+
+/// Calls per tick: one `aggregatedList` page per 500 own instances, the token fetched once
+/// and cached, no other call while nothing ended.
+#[tokio::test]
+async fn one_tick_lists_every_page_and_nothing_else() {
+    let fake = FakeCompute::start(PROJECT).await.unwrap();
+    let owned = [
+        ("codalab-wm-manager", "codalab-wm"),
+        ("codalab-wm-pool", "default"),
+    ];
+    for n in 0..1_200 {
+        let zone = if n % 2 == 0 { ZONE_A } else { ZONE_B };
+        fake.insert_instance(zone, &format!("cl-worker-{n:04}"), &owned, "RUNNING");
+    }
+    let backend = backend(&config(&fake));
+    for round in 0..2 {
+        fake.clear_requests();
+        let jobs = backend.get_worker_jobs().await.unwrap();
+        assert_eq!(jobs.len(), 1_200);
+        let calls: Vec<String> = fake
+            .requests()
+            .iter()
+            .map(|r| r.method_id.clone().unwrap_or_else(|| r.path.clone()))
+            .collect();
+        let lists = vec!["compute.instances.aggregatedList".to_owned(); 3];
+        if round == 0 {
+            let token = "/computeMetadata/v1/instance/service-accounts/default/token".to_owned();
+            assert_eq!(calls, [vec![token], lists].concat());
+        } else {
+            assert_eq!(calls, lists, "the token is cached");
+        }
+    }
+}
+
+/// The password is in no request: not in the insert body (the instance reads it from Secret
+/// Manager), not in what a dry run logs; a dry run sends nothing.
+#[tokio::test]
+async fn the_password_never_leaves_the_manager_and_a_dry_run_sends_nothing() {
+    let fake = FakeCompute::start(PROJECT).await.unwrap();
+    let backend = backend(&config(&fake));
+    let options = WorkerOptions::default();
+    let request = LaunchRequest {
+        unique: "abcd",
+        worker: &options,
+        dry_run: true,
+    };
+    let job = backend.start_worker_job(&request).await.unwrap();
+    assert_eq!(
+        (job.id.as_str(), job.state),
+        ("dry-run-abcd", JobState::Ended)
+    );
+    assert!(fake.requests().is_empty(), "{:?}", fake.requests());
+    start(&backend, "efgh").await.unwrap();
+    let body = fake.instance("cl-worker-efgh").unwrap().body.to_string();
+    assert!(!body.contains("alicepw"), "{body}");
+    assert!(body.contains("projects/test-project/secrets/codalab-password/versions/latest"));
+}
