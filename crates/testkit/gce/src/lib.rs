@@ -190,7 +190,8 @@ impl FakeCompute {
         self.state().page_size = size.max(1);
     }
 
-    /// Answers the next authenticated API request with `fault`.
+    /// Answers the next authenticated API request (of the fault's method, if it names one)
+    /// with `fault`.
     pub fn push_fault(&self, fault: Fault) {
         self.state().faults.push_back(fault);
     }

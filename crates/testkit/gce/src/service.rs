@@ -109,7 +109,7 @@ fn api(state: &mut FakeState, call: &Call<'_>) -> Answer {
         }
     };
     let id = Some(method.id.clone());
-    if let Some(fault) = state.faults.pop_front() {
+    if let Some(fault) = state.take_fault(&method.id) {
         let (status, body) = error(fault.status, &fault.reason, "injected fault");
         return (status, body, id, None);
     }

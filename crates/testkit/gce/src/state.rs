@@ -35,15 +35,24 @@ pub struct Fault {
     pub status: u16,
     /// The error reason (`rateLimitExceeded`, `backendError` …).
     pub reason: String,
+    /// Only for this method (`compute.instances.insert`); any method when `None`.
+    pub method: Option<String>,
 }
 
 impl Fault {
-    /// A fault with `status` and `reason`.
+    /// A fault with `status` and `reason`, for the next API request.
     pub fn new(status: u16, reason: &str) -> Self {
         Self {
             status,
             reason: reason.to_owned(),
+            method: None,
         }
+    }
+
+    /// The same fault, for the next request of method `id` only.
+    pub fn on(mut self, id: &str) -> Self {
+        self.method = Some(id.to_owned());
+        self
     }
 }
 
@@ -122,6 +131,15 @@ impl FakeState {
             tokens: BTreeSet::new(),
             next_id: 1_000_000,
         }
+    }
+
+    /// The first queued fault for method `id`, taken from the queue.
+    pub fn take_fault(&mut self, id: &str) -> Option<Fault> {
+        let at = self
+            .faults
+            .iter()
+            .position(|f| f.method.as_deref().is_none_or(|m| m == id))?;
+        self.faults.remove(at)
     }
 
     pub fn next_id(&mut self) -> u64 {
