@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 
 /// Items per list page (the API's maximum).
 pub const PAGE_SIZE: u32 = 500;
+/// How long one `zoneOperations.wait` may take: the service answers when the operation is
+/// done or after about two minutes.
+pub const WAIT_CALL_TIMEOUT: Duration = Duration::from_secs(150);
 
 /// What a delete found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +73,9 @@ impl ComputeClient {
     ) -> Result<Option<T>> {
         let token = self.auth.token().await?;
         let mut request = self.http.request(method, url).bearer_auth(token);
+        if url.ends_with("/wait") {
+            request = request.timeout(WAIT_CALL_TIMEOUT);
+        }
         if !query.is_empty() {
             request = request.query(query);
         }
