@@ -47,6 +47,8 @@ struct Memory {
     preempted: HashMap<String, bool>,
     /// Delete operations not yet seen done.
     operations: Vec<Operation>,
+    /// Instances deleted by [`WorkerBackend::stop_worker_job`].
+    stopped: HashSet<String>,
     /// STOPPED/TERMINATED instances the last listing reported: this one reaps them (so the
     /// manager sees each end once, and a single listing, `down --dry-run`'s, deletes nothing).
     reported_stopped: HashSet<String>,
@@ -271,32 +273,25 @@ impl GceBackend {
         ))
     }
 
-    /// Waits for every remembered delete operation: the names whose delete failed, with why.
-    async fn wait_for_deletes(&self) -> Vec<(String, String)> {
+    /// Waits for every remembered delete operation: each instance with the outcome.
+    async fn wait_for_deletes(&self) -> Vec<(String, Result<()>)> {
         let operations = std::mem::take(&mut self.memory().operations);
-        let mut failed = Vec::new();
+        let mut outcomes = Vec::new();
         for operation in operations {
-            let name = operation
-                .target_link
-                .rsplit('/')
-                .next()
-                .unwrap_or("")
-                .to_owned();
-            match self
-                .client
-                .wait(&operation, self.config.operation_timeout())
-                .await
-            {
-                Ok(done) if done.status == "DONE" => {
-                    if let Some((code, message)) = done.first_error() {
-                        failed.push((name, format!("{code}: {message}")));
-                    }
-                }
-                Ok(_) => failed.push((name, "the delete operation is not done yet".into())),
-                Err(error) => failed.push((name, error.to_string())),
-            }
+            let name = operation.target_link.rsplit('/').next().unwrap_or("");
+            let timeout = self.config.operation_timeout();
+            let failed = |why: String| Err(Error::backend(BACKEND, "delete an instance", why));
+            let outcome = match self.client.wait(&operation, timeout).await {
+                Ok(done) if done.status == "DONE" => match done.first_error() {
+                    Some((code, message)) => failed(format!("{code}: {message}")),
+                    None => Ok(()),
+                },
+                Ok(_) => failed("the delete operation is not done yet".into()),
+                Err(error) => Err(error),
+            };
+            outcomes.push((name.to_owned(), outcome));
         }
-        failed
+        outcomes
     }
 }
 
@@ -415,6 +410,7 @@ impl WorkerBackend for GceBackend {
                 }
             }
         };
+        self.memory().stopped.insert(job.id.clone());
         match self.delete(&zone, &job.id).await? {
             DeleteOutcome::Started(_) => tracing::info!(%zone, "deleting worker instance"),
             DeleteOutcome::NotFound => tracing::info!(%zone, "worker instance was already gone"),
@@ -427,31 +423,31 @@ impl WorkerBackend for GceBackend {
     #[tracing::instrument(skip_all, fields(backend = BACKEND, project = %self.config.project, pool = %self.config.pool))]
     async fn cleanup(&self, dry_run: bool) -> Result<Vec<CleanupItem>> {
         let instances = self.own_instances().await?;
+        if dry_run {
+            let memory = self.memory();
+            let ended = instances
+                .iter()
+                .filter(|i| !job_state(&i.status).is_capacity());
+            let items = ended
+                .filter(|i| !memory.deleting.contains(&i.name))
+                .map(|i| CleanupItem::found("instance", &i.name));
+            return Ok(items.collect());
+        }
         let mut items = Vec::new();
         for instance in &instances {
-            let deleting = self.memory().deleting.contains(&instance.name);
-            if dry_run {
-                if !job_state(&instance.status).is_capacity() && !deleting {
-                    items.push(CleanupItem::found("stopped instance", &instance.name));
-                }
+            if self.memory().deleting.contains(&instance.name) {
                 continue;
             }
-            if deleting {
-                continue;
+            if let Err(error) = self.delete(instance.zone_name(), &instance.name).await {
+                items.push(CleanupItem::found("instance", &instance.name).outcome(Err(error)));
             }
-            let item = CleanupItem::found("instance", &instance.name);
-            let result = self
-                .delete(instance.zone_name(), &instance.name)
-                .await
-                .map(|_| ());
-            items.push(item.outcome(result));
         }
-        if dry_run {
-            return Ok(items);
-        }
-        for (name, why) in self.wait_for_deletes().await {
-            let failed = Err(Error::backend(BACKEND, "delete an instance", why));
-            items.push(CleanupItem::found("instance delete", name).outcome(failed));
+        // Instances `down` stopped are its job rows; report the others and every failure.
+        let stopped = self.memory().stopped.clone();
+        for (name, outcome) in self.wait_for_deletes().await {
+            if !stopped.contains(&name) || outcome.is_err() {
+                items.push(CleanupItem::found("instance", name).outcome(outcome));
+            }
         }
         Ok(items)
     }
