@@ -10,6 +10,7 @@
 use crate::error::{BACKEND, transport_error};
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use codalab_wm_core::secret::Secret;
 use codalab_wm_core::{Error, Result};
 use serde::Deserialize;
 use std::sync::Arc;
@@ -71,7 +72,8 @@ enum Source {
 pub struct TokenSource {
     source: Source,
     http: reqwest::Client,
-    cached: Mutex<Option<(String, Instant)>>,
+    /// The token (a [`Secret`]: `Debug` shows `***`) and when it expires.
+    cached: Mutex<Option<(Secret, Instant)>>,
 }
 
 #[derive(Deserialize)]
@@ -136,11 +138,11 @@ impl TokenSource {
         if let Some((token, until)) = cached.as_ref()
             && Instant::now() + RENEW_BEFORE < *until
         {
-            return Ok(token.clone());
+            return Ok(token.expose().to_owned());
         }
         let answer = self.fetch().await?;
         let until = Instant::now() + Duration::from_secs(answer.expires_in.max(60));
-        *cached = Some((answer.access_token.clone(), until));
+        *cached = Some((Secret::new(answer.access_token.clone()), until));
         Ok(answer.access_token)
     }
 

@@ -389,3 +389,25 @@ async fn the_password_never_leaves_the_manager_and_a_dry_run_sends_nothing() {
     assert!(!body.contains("alicepw"), "{body}");
     assert!(body.contains("projects/test-project/secrets/codalab-password/versions/latest"));
 }
+
+/// Neither the service account's key nor an access token shows in the backend's `Debug`.
+#[tokio::test]
+async fn debug_output_hides_the_key_and_the_token() {
+    let fake = FakeCompute::start(PROJECT).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("key.json");
+    std::fs::write(&key_file, fake.test_key_file()).unwrap();
+    let mut config = config(&fake);
+    config.metadata_url = None;
+    config.credentials_file = Some(key_file.display().to_string());
+    let backend = backend(&config);
+    backend.get_worker_jobs().await.unwrap();
+    let shown = format!("{backend:?}");
+    assert!(
+        shown.contains("codalab-wm@test-project.iam.gserviceaccount.com"),
+        "{shown}"
+    );
+    assert!(!shown.contains("ya29.fake"), "{shown}");
+    let key_line = codalab_wm_fake_gce::TEST_KEY_PEM.lines().nth(3).unwrap();
+    assert!(!shown.contains(key_line), "{shown}");
+}
