@@ -54,6 +54,36 @@ struct Memory {
     reported_stopped: HashSet<String>,
 }
 
+/// Delete operations kept for `down` to wait on; older ones are forgotten (their instances
+/// are long gone) so that a manager running for months does not grow.
+const MAX_REMEMBERED_OPERATIONS: usize = 1_000;
+
+impl Memory {
+    /// Keeps what concerns the `listed` instances (and the delete operations `down` may
+    /// wait for, at most [`MAX_REMEMBERED_OPERATIONS`]).
+    fn forget_all_but(&mut self, listed: &[Instance]) {
+        let names: HashSet<&str> = listed.iter().map(|i| i.name.as_str()).collect();
+        self.deleting.retain(|n| names.contains(n.as_str()));
+        self.preempted.retain(|n, _| names.contains(n.as_str()));
+        self.zones = listed
+            .iter()
+            .map(|i| (i.name.clone(), i.zone_name().to_owned()))
+            .collect();
+        let excess = self
+            .operations
+            .len()
+            .saturating_sub(MAX_REMEMBERED_OPERATIONS);
+        self.operations.drain(..excess);
+        let pending: HashSet<&str> = self
+            .operations
+            .iter()
+            .filter_map(|o| o.target_link.rsplit('/').next())
+            .collect();
+        self.stopped
+            .retain(|n| names.contains(n.as_str()) || pending.contains(n.as_str()));
+    }
+}
+
 /// Worker jobs as Compute Engine instances.
 #[derive(Debug)]
 pub struct GceBackend {
@@ -125,15 +155,7 @@ impl GceBackend {
             .filter(|i| i.labels.get(spec::MANAGER_LABEL) == Some(&self.config.manager_id))
             .filter(|i| i.labels.get(spec::POOL_LABEL) == Some(&self.config.pool))
             .collect();
-        let mut memory = self.memory();
-        let listed: HashSet<&str> = own.iter().map(|i| i.name.as_str()).collect();
-        memory.deleting.retain(|n| listed.contains(n.as_str()));
-        memory.preempted.retain(|n, _| listed.contains(n.as_str()));
-        for instance in &own {
-            memory
-                .zones
-                .insert(instance.name.clone(), instance.zone_name().to_owned());
-        }
+        self.memory().forget_all_but(&own);
         Ok(own)
     }
 
@@ -475,6 +497,44 @@ mod tests {
         for (status, expected) in cases {
             assert_eq!(job_state(status), expected, "{status}");
         }
+    }
+
+    #[test]
+    fn memory_keeps_only_what_concerns_listed_instances_and_recent_deletes() {
+        let op = |name: &str| Operation {
+            target_link: format!("https://compute/zones/z/instances/{name}"),
+            ..Operation::default()
+        };
+        let listed = Instance {
+            name: "cl-worker-listed".into(),
+            zone: "https://compute/zones/z".into(),
+            ..Instance::default()
+        };
+        let mut memory = Memory {
+            operations: (0..1_005).map(|n| op(&format!("cl-worker-{n}"))).collect(),
+            ..Memory::default()
+        };
+        for name in [
+            "cl-worker-listed",
+            "cl-worker-0",
+            "cl-worker-1004",
+            "cl-worker-gone",
+        ] {
+            memory.stopped.insert(name.into());
+            memory.deleting.insert(name.into());
+            memory.zones.insert(name.into(), "z".into());
+        }
+        memory.forget_all_but(std::slice::from_ref(&listed));
+        assert_eq!(memory.operations.len(), MAX_REMEMBERED_OPERATIONS);
+        let mut stopped: Vec<&str> = memory.stopped.iter().map(String::as_str).collect();
+        stopped.sort_unstable();
+        assert_eq!(
+            stopped,
+            ["cl-worker-1004", "cl-worker-listed"],
+            "listed or still awaited"
+        );
+        assert_eq!(memory.deleting.len(), 1);
+        assert_eq!(memory.zones.len(), 1);
     }
 
     #[test]
