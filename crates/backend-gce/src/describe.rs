@@ -76,3 +76,41 @@ impl BackendConfig for GceConfig {
         Ok(Arc::new(GceBackend::new(self, &context.credentials)?))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use codalab_wm_core::describe::BackendKind;
+
+    #[test]
+    fn pools_get_their_own_pool_label_and_identity_decides_sharing() {
+        let placement = |pool| Placement {
+            pool,
+            password_file: None,
+        };
+        let defaults = KIND.placement_defaults(placement(Some("gpu")));
+        assert_eq!(defaults["pool"], "gpu");
+        assert!(KIND.placement_defaults(placement(None)).is_empty());
+        let table = |pool: &str| {
+            let mut t = Map::new();
+            t.insert("project".into(), "p".into());
+            t.insert("manager_id".into(), "codalab-wm".into());
+            t.insert("pool".into(), pool.into());
+            t
+        };
+        assert!(KIND.shares_jobs(&table("cpu"), &table("cpu")).is_some());
+        assert!(KIND.shares_jobs(&table("cpu"), &table("gpu")).is_none());
+    }
+
+    #[test]
+    fn a_table_is_read_with_the_key_named_in_errors() {
+        let error = KIND
+            .validate(&serde_json::json!({"project": "p", "zones": ["z"], "password_secret": "s", "pool": "Bad Pool"}))
+            .unwrap_err();
+        assert!(error.contains("pool `Bad Pool`"), "{error}");
+        KIND.validate(
+            &serde_json::json!({"project": "p", "zones": "z1,z2", "password_secret": "s"}),
+        )
+        .unwrap();
+    }
+}
