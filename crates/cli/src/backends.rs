@@ -48,6 +48,7 @@ pub fn catalogue() -> Catalogue {
             codalab_wm_azure::KIND
         ),
         backend!("kubernetes", "kubernetes", "k8s", codalab_wm_k8s::KIND),
+        backend!("gce", "gce", "gce", codalab_wm_gce::KIND),
     ])
 }
 

@@ -251,6 +251,7 @@ mod tests {
             "aws-batch" => "--job-queue q",
             "azure-batch" => "--account-name a",
             "kubernetes" => "--namespace n",
+            "gce" => "--machine-type e2-standard-2",
             other => panic!("no flag for {other}"),
         }
     }

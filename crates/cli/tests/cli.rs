@@ -344,6 +344,7 @@ fn a_backend_that_is_not_compiled_in_says_which_feature() {
         ("azure-batch", "azure"),
         ("aws-batch", "aws"),
         ("slurm-batch", "slurm"),
+        ("gce", "gce"),
     ] {
         let output = manager(&[name]).output_bounded().unwrap();
         let message = text(&output);

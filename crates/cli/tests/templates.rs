@@ -26,6 +26,8 @@ fn kinds() -> Vec<&'static dyn BackendKind> {
     kinds.push(&codalab_wm_azure::KIND);
     #[cfg(feature = "k8s")]
     kinds.push(&codalab_wm_k8s::KIND);
+    #[cfg(feature = "gce")]
+    kinds.push(&codalab_wm_gce::KIND);
     kinds
 }
 

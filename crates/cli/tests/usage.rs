@@ -58,6 +58,9 @@ fn backends() -> Vec<(&'static str, &'static [&'static str])> {
     if cfg!(feature = "k8s") {
         all.push(("kubernetes", &["--namespace", "n"]));
     }
+    if cfg!(feature = "gce") {
+        all.push(("gce", &["--machine-type", "e2-standard-2"]));
+    }
     all
 }
 
@@ -293,7 +296,13 @@ fn bash_completes_the_flags_of_subcommands() {
 }
 
 /// Every subcommand path whose `--help` is kept as a snapshot.
-#[cfg(all(feature = "slurm", feature = "aws", feature = "azure", feature = "k8s"))]
+#[cfg(all(
+    feature = "slurm",
+    feature = "aws",
+    feature = "azure",
+    feature = "k8s",
+    feature = "gce"
+))]
 const HELP: &[&[&str]] = &[
     &[],
     &["local"],
@@ -301,6 +310,7 @@ const HELP: &[&[&str]] = &[
     &["aws-batch"],
     &["azure-batch"],
     &["kubernetes"],
+    &["gce"],
     &["status"],
     &["simulate"],
     &["config"],
@@ -311,7 +321,13 @@ const HELP: &[&[&str]] = &[
 ];
 
 /// The manager's own flags, which the tools must not offer.
-#[cfg(all(feature = "slurm", feature = "aws", feature = "azure", feature = "k8s"))]
+#[cfg(all(
+    feature = "slurm",
+    feature = "aws",
+    feature = "azure",
+    feature = "k8s",
+    feature = "gce"
+))]
 const MANAGER_FLAGS: &[&str] = &[
     "--listen",
     "--password-file",
@@ -324,7 +340,13 @@ const MANAGER_FLAGS: &[&str] = &[
 
 /// `--help` of every subcommand against `tests/golden/help/*.txt` (with every backend compiled
 /// in). `UPDATE_GOLDEN=1` rewrites the snapshots; review the diff.
-#[cfg(all(feature = "slurm", feature = "aws", feature = "azure", feature = "k8s"))]
+#[cfg(all(
+    feature = "slurm",
+    feature = "aws",
+    feature = "azure",
+    feature = "k8s",
+    feature = "gce"
+))]
 #[test]
 fn help_of_every_subcommand_matches_its_snapshot() {
     let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/help");

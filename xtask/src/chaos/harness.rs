@@ -56,6 +56,9 @@ pub enum Backend {
         /// The moto URL the manager uses (a fault proxy in front of moto).
         endpoint: String,
     },
+    /// Compute Engine on the in-repo fake at `api` (a fault proxy in front of it); the job
+    /// name is the manager id its instances are labelled with.
+    Gce { api: String },
 }
 
 impl ManagerSpec {
@@ -99,6 +102,22 @@ impl ManagerSpec {
                 .env("AWS_SECRET_ACCESS_KEY", "test")
                 .env("AWS_REGION", "us-east-1")
                 .env("AWS_EC2_METADATA_DISABLED", "true"),
+            Backend::Gce { api } => command
+                .args([
+                    "gce",
+                    "--project",
+                    super::gce::PROJECT,
+                    "--zones",
+                    "us-central1-a",
+                ])
+                .args([
+                    "--password-secret",
+                    "codalab-password",
+                    "--manager-id",
+                    &self.job_name,
+                ])
+                .env("CODALAB_WM_GCE__API_ENDPOINT", format!("{api}/compute/v1/"))
+                .env("CODALAB_WM_GCE__METADATA_URL", api),
         };
         command
             .env("CODALAB_USERNAME", USER)

@@ -73,6 +73,11 @@ pub const ALL: &[Scenario] = &[
         aws_throttled,
     ),
     (
+        "gce-throttled",
+        "the fake Compute Engine API answers 429 to API calls, then 503 to everything (token included)",
+        super::gce::gce_throttled,
+    ),
+    (
         "hostile-server",
         "redirect to another origin, search reply nested 100,000 deep, endless body, 401 to the search",
         super::hostile::hostile_server,

@@ -16,6 +16,7 @@
 //! - `ours-aws`, `count-proxy`: AWS Batch calls per tick against moto, counted on the wire;
 //! - `ours-slurm-real`: Slurm calls per tick against the real cluster (held jobs);
 //! - `k8s-fake`, `ours-k8s`: Kubernetes calls per tick against the in-repo fake API server;
+//! - `gce-fake`, `ours-gce`: Compute Engine calls per tick against the in-repo fake Compute API;
 //! - `staged-ready`: only the time from staged to ready with real workers on real Slurm
 //!   (`staged_ready.rs`), merged into the last results;
 //! - `server-cost`: only the server CPU per tick against the real CodaLab server
@@ -31,6 +32,7 @@ mod azure;
 mod backends;
 mod codalab_rest;
 mod count_proxy;
+mod gce;
 mod k8s;
 mod listing;
 mod report;
@@ -50,7 +52,7 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((command, rest)) = args.split_first() else {
         bail!(
-            "usage: bench-harness run [--quick] | staged-ready [--quick] | server-cost [--quick] [--sizes N,M] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure …"
+            "usage: bench-harness run [--quick] | staged-ready [--quick] | server-cost [--quick] [--sizes N,M] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure … | gce-fake … | ours-gce …"
         );
     };
     match command.as_str() {
@@ -65,6 +67,8 @@ fn main() -> Result<()> {
         "ours-k8s" => k8s::run(rest),
         "azure-fake" => azure::serve(rest),
         "ours-azure" => azure::run(rest),
+        "gce-fake" => gce::serve(rest),
+        "ours-gce" => gce::run(rest),
         "ours-backends" => backends::run(rest, &run::backend_sizes(rest)),
         other => bail!("unknown bench-harness command `{other}`"),
     }

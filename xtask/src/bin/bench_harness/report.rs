@@ -209,6 +209,7 @@ fn backends(out: &mut String, results: &Value) {
             ),
             Some("azure") => "HTTP requests reaching the in-repo fake Batch service (Shared Key checked), counted by a proxy in front of it (ours: Task_List, 1000 tasks/page; upstream: one Job_GetTaskCounts)".into(),
             Some("kubernetes") => "HTTP requests reaching the in-repo fake API server, counted by a proxy in front of it (half the pods Running, half Pending; upstream counts Running pods only)".into(),
+            Some("gce") => "HTTP requests reaching the in-repo fake Compute Engine API (requests checked against the discovery document), counted by a proxy in front of it (instances.aggregatedList, 500 instances/page, label filter; no upstream manager)".into(),
             Some("aws") => "HTTP requests reaching moto, counted by a proxy in front of it (moto answers `ListJobs` in one page)".into(),
             _ => String::new(),
         };

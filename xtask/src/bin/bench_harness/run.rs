@@ -134,6 +134,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let (azure, peer_azure) = crate::azure::measure_all(quick, python)?;
     backends.extend(azure);
     peer_backends.extend(peer_azure);
+    backends.extend(crate::gce::measure_all(quick)?);
     let reaction = reaction(&plan, python)?;
     let reaction_model = reaction_model(&plan);
     let staged_ready = crate::staged_ready::measure_all(quick)?;
