@@ -52,6 +52,8 @@ struct Memory {
     /// STOPPED/TERMINATED instances the last listing reported: this one reaps them (so the
     /// manager sees each end once, and a single listing, `down --dry-run`'s, deletes nothing).
     reported_stopped: HashSet<String>,
+    /// Instances reaped since the manager last asked ([`WorkerBackend::take_reaped`]).
+    reaped: Vec<String>,
 }
 
 /// Delete operations kept for `down` to wait on; older ones are forgotten (their instances
@@ -239,6 +241,7 @@ impl GceBackend {
             match self.delete(instance.zone_name(), &instance.name).await {
                 Ok(_) => {
                     let total = self.reaped.fetch_add(1, Ordering::Relaxed) + 1;
+                    self.memory().reaped.push(instance.name.clone());
                     tracing::info!(instance = %instance.name, zone = instance.zone_name(), status = %instance.status, reaped_total = total, "reaped a stopped worker instance");
                 }
                 Err(error) => {
@@ -377,6 +380,10 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
 impl WorkerBackend for GceBackend {
     fn name(&self) -> &str {
         BACKEND
+    }
+
+    fn take_reaped(&self) -> Vec<String> {
+        std::mem::take(&mut self.memory().reaped)
     }
 
     fn worker_shape(&self) -> WorkerShape {

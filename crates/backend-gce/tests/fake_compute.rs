@@ -156,6 +156,15 @@ async fn stopped_and_terminated_instances_are_reaped_logged_and_counted() {
     assert_eq!(backend.reaped(), 0, "reported ended first");
     backend.get_worker_jobs().await.unwrap();
     assert_eq!(backend.reaped(), 2);
+    let mut reaped = backend.take_reaped();
+    reaped.sort();
+    let mut want = vec![a.id.clone(), b.id.clone()];
+    want.sort();
+    assert_eq!(
+        reaped, want,
+        "the manager is told which (worker_reaped events)"
+    );
+    assert!(backend.take_reaped().is_empty(), "once");
     let deletes = fake
         .requests()
         .iter()

@@ -155,6 +155,13 @@ pub trait WorkerBackend: Send + Sync + Debug + 'static {
         None
     }
 
+    /// The ids of jobs the platform had stopped (a preempted VM left STOPPED, …) that this
+    /// backend deleted since the last call, so the manager reports them (`worker_reaped`).
+    /// Most platforms clean up themselves: none by default.
+    fn take_reaped(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Stops a worker job (cancel, terminate, delete). The job may linger in a final state.
     async fn stop_worker_job(&self, _job: &WorkerJob) -> Result<()> {
         Err(Error::Unsupported {

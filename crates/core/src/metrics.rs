@@ -236,6 +236,10 @@ impl Metrics {
                 pool,
                 reason: label,
             }),
+            "reaped" => self.stops.get_or_create(&PoolReason {
+                pool,
+                reason: "reaped".to_owned(),
+            }),
             "server_errors" => self.server_errors.get_or_create(&ErrorKind { kind: label }),
             _ => return,
         }
@@ -425,6 +429,10 @@ impl WorkerBackend for MeteredBackend {
 
     fn job_output(&self, job: &WorkerJob) -> Option<String> {
         self.inner.job_output(job)
+    }
+
+    fn take_reaped(&self) -> Vec<String> {
+        self.inner.take_reaped()
     }
 
     async fn stop_worker_job(&self, job: &WorkerJob) -> Result<()> {

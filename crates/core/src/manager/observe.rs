@@ -145,7 +145,17 @@ impl Manager {
         let listed_at = self.clock();
         for runtime in &mut self.pools {
             match runtime.pool.backend.get_worker_jobs().await {
-                Ok(jobs) => listings.push(Ok(runtime.take_listing(jobs, listed_at))),
+                Ok(jobs) => {
+                    let mut news = runtime.take_listing(jobs, listed_at);
+                    let pool = runtime.name();
+                    let reaped = runtime.pool.backend.take_reaped().into_iter();
+                    news.events
+                        .extend(reaped.map(|job_id| TickEvent::JobReaped {
+                            pool: pool.to_owned(),
+                            job_id,
+                        }));
+                    listings.push(Ok(news));
+                }
                 Err(error) => {
                     tracing::warn!(pool = runtime.name(), %error, "cannot list the pool's jobs; skipping the pool this tick");
                     listings.push(Err(error.to_string()));

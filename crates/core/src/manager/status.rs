@@ -219,6 +219,14 @@ pub enum TickEvent {
         /// End of the backoff (seconds since the manager started).
         until_seconds: u64,
     },
+    /// A job the platform had stopped was deleted by its backend
+    /// ([`crate::WorkerBackend::take_reaped`]).
+    JobReaped {
+        /// The pool.
+        pool: String,
+        /// The job.
+        job_id: String,
+    },
     /// A job's worker checked in, then vanished from the server's list (noted once).
     WorkerVanished {
         /// The pool.
@@ -284,6 +292,7 @@ impl TickEvent {
             TickEvent::BackoffStarted { pool, .. } => {
                 ("backoffs", pool.clone(), "started".to_owned())
             }
+            TickEvent::JobReaped { pool, .. } => ("reaped", pool.clone(), "stopped".to_owned()),
             TickEvent::WorkerVanished { pool, .. } => {
                 ("workers_vanished", pool.clone(), "vanished".to_owned())
             }
