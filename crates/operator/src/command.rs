@@ -1,7 +1,7 @@
 //! `cl-worker-manager operator`: its flags (the binary flattens [`OperatorArgs`] into its
 //! command line) and what each form does.
 
-use codalab_wm_core::error::{Error, Result};
+use codalab_wm_core::error::Result;
 use std::net::SocketAddr;
 
 /// Run the Kubernetes operator: reconcile the CodaLabWorkerPool objects of the cluster
@@ -66,9 +66,6 @@ pub async fn run(args: OperatorArgs) -> Result<()> {
             print!("{}", crate::crd::crd_yaml());
             Ok(())
         }
-        None => Err(Error::InvalidConfig(format!(
-            "operator: the controller is not built yet (sync every {} s)",
-            args.run.sync_seconds
-        ))),
+        None => crate::controller::run(args.run).await,
     }
 }

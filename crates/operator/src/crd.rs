@@ -180,6 +180,11 @@ pub fn crd_yaml() -> String {
     serde_yaml::to_string(&CodaLabWorkerPool::crd()).expect("a CRD serializes to YAML")
 }
 
+/// The CRD as JSON (to create it through the API).
+pub fn crd_json() -> serde_json::Value {
+    serde_json::to_value(CodaLabWorkerPool::crd()).expect("a CRD serializes to JSON")
+}
+
 /// The schema defaults, read from core's `[[pools]]` defaults (their one home).
 mod defaults {
     use codalab_wm_core::settings::PoolRules;

@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 const POOLS: &str = "codalab.org/codalabworkerpools";
 
 fn deploy(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/operator").join(file)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/kubernetes/operator")
+        .join(file)
 }
 
 /// kubectl against the fake, through a kubeconfig in `dir`.
@@ -43,7 +45,10 @@ impl Kubectl {
             .unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "kubectl {args:?}:\n{stdout}{stderr}");
+        assert!(
+            output.status.success(),
+            "kubectl {args:?}:\n{stdout}{stderr}"
+        );
         stdout
     }
 }
@@ -57,30 +62,50 @@ async fn kubectl_applies_lists_resizes_and_deletes_a_pool() {
     let dir = tempfile::tempdir().unwrap();
     let kubectl = Kubectl::new(dir.path(), fake.url());
     let crd = deploy("crd.yaml");
-    let out = kubectl.run(&["apply", "--validate=false", "-f", crd.to_str().unwrap()]).await;
-    assert!(out.contains("codalabworkerpools.codalab.org created"), "{out}");
+    let out = kubectl
+        .run(&["apply", "--validate=false", "-f", crd.to_str().unwrap()])
+        .await;
+    assert!(
+        out.contains("codalabworkerpools.codalab.org created"),
+        "{out}"
+    );
     let sample = deploy("sample-pool.yaml");
-    let out = kubectl.run(&["apply", "--validate=false", "-f", sample.to_str().unwrap()]).await;
-    assert!(out.contains("codalabworkerpool.codalab.org/cpu created"), "{out}");
+    let out = kubectl
+        .run(&["apply", "--validate=false", "-f", sample.to_str().unwrap()])
+        .await;
+    assert!(
+        out.contains("codalabworkerpool.codalab.org/cpu created"),
+        "{out}"
+    );
 
     let out = kubectl.run(&["get", "codalabworkerpools"]).await;
     let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "MIN", "MAX", "DESIRED", "READY", "STAGED", "AGE"], "{out}");
+    assert_eq!(
+        header,
+        ["NAME", "MIN", "MAX", "DESIRED", "READY", "STAGED", "AGE"],
+        "{out}"
+    );
     let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
     assert_eq!(row[..3], ["cpu", "1", "4"], "{out}");
 
     let edited = dir.path().join("pool.yaml");
     let text = std::fs::read_to_string(&sample).unwrap();
     std::fs::write(&edited, text.replace("max: 4", "max: 6")).unwrap();
-    let out = kubectl.run(&["apply", "--validate=false", "-f", edited.to_str().unwrap()]).await;
+    let out = kubectl
+        .run(&["apply", "--validate=false", "-f", edited.to_str().unwrap()])
+        .await;
     assert!(out.contains("configured"), "{out}");
     let pool = fake.object(POOLS, "codalab-wm", "cpu").unwrap();
     assert_eq!(pool["spec"]["max"], 6);
     assert_eq!(pool["metadata"]["generation"], 2);
-    let out = kubectl.run(&["get", "clwp", "cpu", "-o", "jsonpath={.spec.max}"]).await;
+    let out = kubectl
+        .run(&["get", "clwp", "cpu", "-o", "jsonpath={.spec.max}"])
+        .await;
     assert_eq!(out, "6");
 
-    let out = kubectl.run(&["delete", "-f", edited.to_str().unwrap()]).await;
+    let out = kubectl
+        .run(&["delete", "-f", edited.to_str().unwrap()])
+        .await;
     assert!(out.contains("deleted"), "{out}");
     assert!(fake.object(POOLS, "codalab-wm", "cpu").is_none());
 }
