@@ -111,11 +111,6 @@ impl Cluster {
         );
     }
 
-    fn delete_pool(&self, name: &str) {
-        let path = format!("/apis/codalab.org/v1alpha1/namespaces/{NS}/codalabworkerpools/{name}");
-        self.send("DELETE", &path, "application/json", &json!({}));
-    }
-
     /// The live (not terminating) pods of pool `name`.
     fn pods(&self, name: &str) -> usize {
         self.fake
@@ -164,6 +159,55 @@ impl Cluster {
             "codalab-wm-operator",
         )?;
         lease["spec"]["holderIdentity"].as_str().map(str::to_owned)
+    }
+}
+
+/// Real `kubectl` (Debian's `kubernetes-client`) against the fake, in namespace `team`.
+struct Kubectl {
+    dir: tempfile::TempDir,
+}
+
+impl Kubectl {
+    fn new(cluster: &Cluster) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
+             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: {NS}\n\
+             current-context: fake\nusers:\n- name: fake\n  user:\n    token: fake\n",
+            cluster.fake.url()
+        );
+        std::fs::write(dir.path().join("kubeconfig"), config).unwrap();
+        Self { dir }
+    }
+
+    /// `kubectl apply` of a pool of queue `tag` with `max` (and a pod template).
+    fn apply_pool(&self, name: &str, tag: &str, max: u32) -> String {
+        let pool = format!(
+            "apiVersion: codalab.org/v1alpha1\nkind: CodaLabWorkerPool\nmetadata:\n  name: {name}\nspec:\n\
+             \x20 server: {}\n  credentialsSecret: codalab-creds\n  min: 0\n  max: {max}\n  tag: {tag}\n\
+             \x20 tagExclusive: true\n  maxLaunchesPerTick: 10\n  minSecondsBetweenWorkers: 0\n\
+             \x20 podTemplate:\n    nodeSelector:\n      codalab.org/workers: \"true\"\n",
+            support::SERVER
+        );
+        let file = self.dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&file, pool).unwrap();
+        self.run(&["apply", "--validate=false", "-f", file.to_str().unwrap()])
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let output = Command::new("/usr/bin/kubectl")
+            .env("KUBECONFIG", self.dir.path().join("kubeconfig"))
+            .env("HOME", self.dir.path())
+            .args(args)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(output.status.success(), "kubectl {args:?}: {text}");
+        text
     }
 }
 
@@ -231,14 +275,17 @@ fn above(cluster: &Cluster, pool: &str, max: usize) -> Option<String> {
 }
 
 #[test]
-fn staged_bundles_become_pods_max_raised_adds_more_delete_removes_them() {
-    if !require_service("codalab", codalab_running()) {
+fn staged_bundles_become_pods_max_raised_by_kubectl_apply_adds_more_delete_removes_them() {
+    if !(require_service("codalab", codalab_running())
+        && require_service("kubectl", std::path::Path::new("/usr/bin/kubectl").exists()))
+    {
         return;
     }
     let tag = unique("op");
     let bundles = stage(&tag, 3);
     let cluster = Cluster::start();
-    cluster.create_pool("cpu", &tag, 2);
+    let kubectl = Kubectl::new(&cluster);
+    assert!(kubectl.apply_pool("cpu", &tag, 2).contains("created"));
     cluster.create_pool("idle", &unique("none"), 2);
     let _operator = Operator::start(&cluster, "only");
     cluster.wait(
@@ -256,25 +303,37 @@ fn staged_bundles_become_pods_max_raised_adds_more_delete_removes_them() {
     cluster.wait("a WorkersLaunched event on the pool", launched, |c| {
         above(c, "cpu", 2)
     });
-    cluster.set_max("cpu", 5);
+    let pod = cluster.fake.pods(NS).into_values().next().unwrap();
+    let spec = pod.spec.unwrap();
+    assert_eq!(spec.node_selector.unwrap()["codalab.org/workers"], "true");
+    assert_eq!(pod.metadata.owner_references.unwrap()[0].name, "cpu");
+    assert!(kubectl.apply_pool("cpu", &tag, 5).contains("configured"));
     cluster.wait(
         "a third pod once max is 5",
         |c| c.pods("cpu") == 3,
         |c| above(c, "cpu", 3),
     );
-    let status = &cluster.fake.object(POOLS, NS, "cpu").unwrap()["status"];
-    assert_eq!(status["observedGeneration"], 2, "{status}");
+    let observed =
+        |c: &Cluster| c.fake.object(POOLS, NS, "cpu").unwrap()["status"]["observedGeneration"] == 2;
+    cluster.wait("the status of generation 2", observed, |c| {
+        above(c, "cpu", 3)
+    });
+    let listed = kubectl.run(&["get", "codalabworkerpools", "cpu"]);
+    let row: Vec<&str> = listed.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[..3], ["cpu", "0", "5"], "{listed}");
     assert_eq!(
         cluster.pods("idle"),
         0,
         "the other pool's queue has no bundles"
     );
-    cluster.delete_pool("cpu");
-    cluster.wait(
-        "the pool and its pods gone",
-        |c| c.pods("cpu") == 0 && c.fake.object(POOLS, NS, "cpu").is_none(),
-        |_| None,
+    // kubectl waits until the operator has deleted the pods and removed its finalizer.
+    assert!(
+        kubectl
+            .run(&["delete", "codalabworkerpool", "cpu"])
+            .contains("deleted")
     );
+    assert_eq!(cluster.pods("cpu"), 0);
+    assert!(cluster.fake.object(POOLS, NS, "cpu").is_none());
     Server::login(USER.0, USER.1).remove(&bundles);
 }
 
@@ -308,8 +367,12 @@ fn a_standby_takes_over_when_the_leader_is_killed_and_never_exceeds_max() {
         |c| c.pods("ha") == 4,
         |c| above(c, "ha", 4),
     );
-    let pool = cluster.fake.object(POOLS, NS, "ha").unwrap();
-    assert_eq!(pool["status"]["observedGeneration"], 2, "{pool}");
+    // The status, written after the pods, reports the new spec.
+    let observed =
+        |c: &Cluster| c.fake.object(POOLS, NS, "ha").unwrap()["status"]["observedGeneration"] == 2;
+    cluster.wait("the status of generation 2", observed, |c| {
+        above(c, "ha", 4)
+    });
     drop((a, b));
     Server::login(USER.0, USER.1).remove(&bundles);
 }

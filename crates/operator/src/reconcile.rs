@@ -6,7 +6,7 @@
 
 use crate::crd::{CodaLabWorkerPool, CodaLabWorkerPoolStatus, FINALIZER};
 use crate::observe::{clock, pool_observation};
-use crate::spec::{ResolvedPool, resolve};
+use crate::spec::{ResolvedPool, manager_id, resolve};
 use crate::status::{Outcome, Problem, next_status, turned_on};
 use codalab_wm_core::backend::{LaunchRequest, WorkerBackend, WorkerJob, new_unique};
 use codalab_wm_core::checkin::CheckinView;
@@ -14,10 +14,12 @@ use codalab_wm_core::codalab::{ClientOptions, CodaLabClient, staged_keywords};
 use codalab_wm_core::command::WorkerOptions;
 use codalab_wm_core::pools::{Need, PoolsObservation, plan_pools};
 use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_k8s::names::worker_selector;
 use codalab_wm_k8s::{KubernetesBackend, PodOverrides, WorkerTemplate};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::Secret as SecretObject;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
@@ -118,36 +120,28 @@ async fn finalize(
     if !pool.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(Action::await_change());
     }
+    // By the pool's selector alone: an invalid spec never blocks the deletion.
     let namespace = pool.namespace().unwrap_or_default();
-    let resolved =
-        resolve(pool, &pool.name_any(), &namespace).map_err(|e| err("read the spec", e))?;
-    let backend = backend(
-        pool,
-        &resolved,
-        &Credentials {
-            username: String::new(),
-            password: Secret::new(""),
-        },
-        ctx,
-    )?;
-    let jobs = backend
-        .get_worker_jobs()
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let selector = worker_selector(&manager_id(&pool.name_any()));
+    let listed = pods
+        .list(&ListParams::default().labels(&selector))
         .await
         .map_err(|e| err("list the pool's pods", e))?;
-    for job in &jobs {
-        backend
-            .stop_worker_job(job)
-            .await
-            .map_err(|e| err("delete a pod", e))?;
+    for pod in &listed.items {
+        match pods.delete(&pod.name_any(), &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(err("delete a worker pod", e)),
+        }
     }
-    publish(
-        ctx,
-        pool,
-        EventType::Normal,
-        "WorkerReaped",
-        format!("deleted {} worker pods: the pool is deleted", jobs.len()),
-    )
-    .await;
+    if !listed.items.is_empty() {
+        let note = format!(
+            "deleted {} worker pods: the pool is deleted",
+            listed.items.len()
+        );
+        publish(ctx, pool, EventType::Normal, "WorkerReaped", note).await;
+    }
     let left: Vec<String> = pool
         .finalizers()
         .iter()
