@@ -320,9 +320,7 @@ fn backend(
     credentials: &Credentials,
     ctx: &Context,
 ) -> Result<KubernetesBackend, ReconcileError> {
-    let mut worker = WorkerOptions::default().for_server(&pool.spec.server);
-    worker.tag = resolved.policy.tag.clone();
-    worker.tag_exclusive = resolved.policy.tag_exclusive;
+    let worker = resolved_worker(pool, resolved);
     let overrides = PodOverrides {
         node_selector: pool.spec.pod_template.node_selector.clone(),
         tolerations: pool.spec.pod_template.tolerations.clone(),
@@ -460,6 +458,8 @@ async fn act(
     }
 }
 
+/// The `cl-worker` settings of the pool's workers: the defaults of `[worker]`, its server, its
+/// tag.
 fn resolved_worker(pool: &CodaLabWorkerPool, resolved: &ResolvedPool) -> WorkerOptions {
     let mut worker = WorkerOptions::default().for_server(&pool.spec.server);
     worker.tag = resolved.policy.tag.clone();
