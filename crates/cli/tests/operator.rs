@@ -89,10 +89,18 @@ impl Cluster {
     }
 
     fn create_pool(&self, name: &str, tag: &str, max: u32) {
+        self.create_pool_with(name, tag, max, json!({}));
+    }
+
+    /// A pool of queue `tag` with `max`, and `extra` merged into its spec.
+    fn create_pool_with(&self, name: &str, tag: &str, max: u32, extra: Value) {
+        let mut spec = json!({"server": support::SERVER, "credentialsSecret": "codalab-creds", "min": 0, "max": max,
+                "tag": tag, "tagExclusive": true, "maxLaunchesPerTick": 10, "minSecondsBetweenWorkers": 0});
+        for (key, value) in extra.as_object().unwrap() {
+            spec[key] = value.clone();
+        }
         let pool = json!({"apiVersion": "codalab.org/v1alpha1", "kind": "CodaLabWorkerPool",
-            "metadata": {"name": name},
-            "spec": {"server": support::SERVER, "credentialsSecret": "codalab-creds", "min": 0, "max": max,
-                "tag": tag, "tagExclusive": true, "maxLaunchesPerTick": 10, "minSecondsBetweenWorkers": 0}});
+            "metadata": {"name": name}, "spec": spec});
         self.send(
             "POST",
             &format!("/apis/codalab.org/v1alpha1/namespaces/{NS}/codalabworkerpools"),
@@ -374,5 +382,53 @@ fn a_standby_takes_over_when_the_leader_is_killed_and_never_exceeds_max() {
         above(c, "ha", 4)
     });
     drop((a, b));
+    Server::login(USER.0, USER.1).remove(&bundles);
+}
+
+#[test]
+fn pods_pending_too_long_are_deleted_and_the_pool_backs_off() {
+    if !require_service("codalab", codalab_running()) {
+        return;
+    }
+    let tag = unique("stuck");
+    let bundles = stage(&tag, 2);
+    let cluster = Cluster::start();
+    cluster.fake.hold(true);
+    cluster.create_pool_with("stuck", &tag, 2, json!({"pendingTimeout": 2}));
+    let _operator = Operator::start(&cluster, "only");
+    cluster.wait(
+        "2 pending pods",
+        |c| c.pods("stuck") == 2,
+        |c| above(c, "stuck", 2),
+    );
+    let event = |reason: &'static str| {
+        move |c: &Cluster| {
+            let events = c.fake.objects("events.k8s.io/events");
+            events
+                .iter()
+                .any(|e| e["reason"] == reason && e["regarding"]["name"] == "stuck")
+        }
+    };
+    cluster.wait("a PendingTimeout event", event("PendingTimeout"), |c| {
+        above(c, "stuck", 2)
+    });
+    cluster.wait("a BackoffStarted event", event("BackoffStarted"), |c| {
+        above(c, "stuck", 2)
+    });
+    let status = &cluster.fake.object(POOLS, NS, "stuck").unwrap()["status"];
+    assert!(status["failures"]["count"].as_u64() >= Some(1), "{status}");
+    let backing_off = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "BackingOff")
+        .unwrap();
+    assert_eq!(backing_off["status"], "True", "{status}");
+    // Backing off (5 minutes): the deleted pods are not replaced.
+    cluster.wait(
+        "the stuck pods gone",
+        |c| c.pods("stuck") == 0,
+        |c| above(c, "stuck", 2),
+    );
     Server::login(USER.0, USER.1).remove(&bundles);
 }

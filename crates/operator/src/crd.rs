@@ -163,6 +163,22 @@ pub struct CodaLabWorkerPoolStatus {
     /// Staged bundles with no worker coming, by reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unmet: Vec<UnmetStatus>,
+    /// The failure streak (failed launches and pods, pods pending too long, lost workers) the
+    /// pool backs off for; kept here so that a new leader backs off as the old one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failures: Option<FailureStreak>,
+}
+
+/// A pool's failure streak, as core's backoff counts it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailureStreak {
+    /// Failures in a row.
+    pub count: u32,
+    /// When the last one happened.
+    pub last_failure: Time,
+    /// No launches before this.
+    pub backoff_until: Time,
 }
 
 /// Staged bundles with no worker coming for one reason.

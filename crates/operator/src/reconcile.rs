@@ -210,6 +210,13 @@ async fn run_policy(
         )
         .await;
     }
+    // Like core's manager: a refused launch, or pods deleted for pending too long or lost
+    // workers, back the pool off.
+    let mut health = observed.pools[0].health;
+    if !outcome.launch_errors.is_empty() || outcome.stopped > 0 {
+        health.record_failure(clock(now));
+    }
+    outcome.health = Some(health);
     outcome.observation = Some(&observed.pools[0]);
     outcome.decision = Some(pool_decision);
     outcome.unmet = &decision.unmet;
@@ -241,7 +248,8 @@ async fn observe(
             None
         }
     };
-    let observation = pool_observation(&prepared.jobs, checkins.as_ref(), now);
+    let recorded = pool.status.as_ref().and_then(|s| s.failures.as_ref());
+    let observation = pool_observation(&prepared.jobs, recorded, checkins.as_ref(), now);
     let policy = &prepared.resolved.policy;
     let need = Need::new(
         std::slice::from_ref(policy),
@@ -479,7 +487,13 @@ async fn write_status(
     }
     // A merge patch: every field present (null removes one), so nothing stale stays.
     let mut value = serde_json::to_value(&status).map_err(|e| err("render the status", e))?;
-    for field in ["observedGeneration", "lastScaleTime", "conditions", "unmet"] {
+    for field in [
+        "observedGeneration",
+        "lastScaleTime",
+        "conditions",
+        "unmet",
+        "failures",
+    ] {
         value
             .as_object_mut()
             .map(|o| o.entry(field).or_insert(serde_json::Value::Null));

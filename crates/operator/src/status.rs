@@ -3,9 +3,10 @@
 //! `lastTransitionTime` while its status stays the same. Pure.
 
 use crate::crd::{CodaLabWorkerPoolStatus, UnmetStatus};
+use crate::observe::to_streak;
 use codalab_wm_core::checkin::JobCheckin;
 use codalab_wm_core::policy::Reason;
-use codalab_wm_core::pools::{PoolDecision, PoolObservation, UnmetDemand};
+use codalab_wm_core::pools::{PoolDecision, PoolHealth, PoolObservation, UnmetDemand};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use std::collections::BTreeMap;
 
@@ -41,6 +42,8 @@ pub struct Outcome<'a> {
     pub launch_errors: Vec<String>,
     /// Why the policy could not run.
     pub problem: Option<Problem>,
+    /// The failure streak after this reconcile (`None`: the recorded one stays).
+    pub health: Option<PoolHealth>,
 }
 
 /// The next status after `old`, at `now`.
@@ -67,6 +70,10 @@ pub fn next_status(
         status.last_scale_time = Some(now.clone());
     }
     status.unmet = unmet(outcome.unmet);
+    status.failures = match outcome.health {
+        Some(health) => to_streak(&health),
+        None => old.failures.clone(),
+    };
     status.conditions = conditions(outcome, &status)
         .into_iter()
         .map(|(kind, on, reason, message)| {
