@@ -145,7 +145,10 @@ fn cell(object: &Value, column: &Value) -> Value {
 }
 
 fn age(at: Timestamp) -> String {
-    let seconds = Timestamp::now().duration_since(at).as_secs().max(0);
+    let seconds = crate::world::timestamp_now()
+        .duration_since(at)
+        .as_secs()
+        .max(0);
     match seconds {
         s if s < 120 => format!("{s}s"),
         s if s < 7200 => format!("{}m", s / 60),

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Time};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::SignedDuration;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -439,9 +439,9 @@ fn delete_pod(world: &mut World, ns: &str, name: &str, body: &Bytes) -> Response
     let rv = world.next_rv();
     let pod = world.pods.get_mut(&key(ns, name)).expect("checked above");
     if pod.metadata.deletion_timestamp.is_none() {
-        let at = Timestamp::now()
+        let at = crate::world::timestamp_now()
             .checked_add(SignedDuration::from_secs(grace))
-            .unwrap_or_else(|_| Timestamp::now());
+            .unwrap_or_else(|_| crate::world::timestamp_now());
         pod.metadata.deletion_timestamp = Some(Time(at));
         pod.metadata.deletion_grace_period_seconds = Some(grace);
         pod.metadata.resource_version = Some(rv);

@@ -177,7 +177,15 @@ pub(super) fn phase(pod: &Pod) -> &str {
 
 /// The current time as the API server writes it.
 pub(super) fn now() -> Time {
-    Time(Timestamp::now())
+    Time(timestamp_now())
+}
+
+/// The current time (without jiff's `std` feature, which not every build of this crate has).
+pub(super) fn timestamp_now() -> Timestamp {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Timestamp::new(since.as_secs() as i64, since.subsec_nanos() as i32).unwrap_or_default()
 }
 
 /// Sets `phase` as the kubelet would report it: scheduled on a node, the worker container
