@@ -326,6 +326,15 @@ fn staged_bundles_become_pods_max_raised_by_kubectl_apply_adds_more_delete_remov
     cluster.wait("the status of generation 2", observed, |c| {
         above(c, "cpu", 3)
     });
+    // kubectl describe shows the conditions and the Events of the pool.
+    let described = kubectl.run(&["describe", "clwp", "cpu"]);
+    for needle in [
+        "Type:                  Ready",
+        "Reason:                MinimumReady",
+        "WorkersLaunched",
+    ] {
+        assert!(described.contains(needle), "no {needle:?} in:\n{described}");
+    }
     let listed = kubectl.run(&["get", "codalabworkerpools", "cpu"]);
     let row: Vec<&str> = listed.lines().nth(1).unwrap().split_whitespace().collect();
     assert_eq!(row[..3], ["cpu", "0", "5"], "{listed}");

@@ -23,7 +23,8 @@
 //! - CustomResourceDefinitions, and the custom resources they define as soon as they are
 //!   created, with the status subresource, `metadata.generation`, `resourceVersion` conflicts,
 //!   merge and JSON patches, finalizers and `deletionTimestamp`; `coordination.k8s.io/v1`
-//!   Leases; Events (`events.k8s.io/v1`, core `v1`) (`objects.rs`);
+//!   Leases; Events (`events.k8s.io/v1`, and core `v1` which also shows the former, as
+//!   `kubectl describe` reads them) (`objects.rs`, `events.rs`);
 //! - what `kubectl` reads: discovery and server-side `Table`s (`discovery.rs`; no OpenAPI
 //!   document, so kubectl needs `--validate=false`);
 //! - `GET /version`;
@@ -58,6 +59,7 @@
 #![warn(missing_docs)]
 
 mod discovery;
+mod events;
 mod handlers;
 mod objects;
 mod patch;

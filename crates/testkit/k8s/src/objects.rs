@@ -249,25 +249,21 @@ fn list_filter(
             .split_once("==")
             .or_else(|| term.split_once('='))
             .ok_or_else(|| bad(format!("invalid selector: '{term}'")))?;
-        if !matches!(field, "metadata.name" | "metadata.namespace") {
+        if !crate::events::field_allowed(&target.rt, field) {
             return Err(bad(format!("field label not supported: {field}")));
         }
-        fields.push((
-            field.trim_start_matches("metadata.").to_owned(),
-            value.to_owned(),
-        ));
+        fields.push((format!("/{}", field.replace('.', "/")), value.to_owned()));
     }
     Ok(WatchFilter {
         resource: target.rt.id(),
         namespace: (!target.namespace.is_empty()).then(|| target.namespace.clone()),
         matches: Arc::new(move |object: &Value| {
-            let meta = &object["metadata"];
             let object_labels: BTreeMap<String, String> =
-                serde_json::from_value(meta["labels"].clone()).unwrap_or_default();
+                serde_json::from_value(object["metadata"]["labels"].clone()).unwrap_or_default();
             labels.iter().all(|r| r.matches(&object_labels))
-                && fields
-                    .iter()
-                    .all(|(f, v)| meta[f].as_str() == Some(v.as_str()))
+                && fields.iter().all(|(pointer, v)| {
+                    object.pointer(pointer).and_then(Value::as_str) == Some(v.as_str())
+                })
         }),
     })
 }
@@ -278,13 +274,20 @@ fn list(world: &World, target: &Target, request: &Request<'_>) -> Response {
         Err(response) => return *response,
     };
     let id = target.rt.id();
+    let core_events = crate::events::is_core_events(&target.rt);
     let items: Vec<Value> = world
         .objects
         .iter()
         .filter(|((r, ns, _), _)| {
-            *r == id && (target.namespace.is_empty() || *ns == target.namespace)
+            (*r == id || (core_events && r == crate::events::NEW_EVENTS))
+                && (target.namespace.is_empty() || *ns == target.namespace)
         })
-        .map(|(_, object)| object.clone())
+        .map(
+            |((r, _, _), object)| match r == crate::events::NEW_EVENTS && core_events {
+                true => crate::events::as_core_event(object),
+                false => object.clone(),
+            },
+        )
         .filter(|object| (filter.matches)(object))
         .collect();
     if request.table {

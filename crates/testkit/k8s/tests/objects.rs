@@ -293,13 +293,36 @@ async fn leases_and_events_are_stored() {
         .unwrap();
     assert_eq!(stored["spec"]["holderIdentity"], "b");
 
-    let events: Api<Event> = Api::namespaced(client, "ops");
+    let events: Api<Event> = Api::namespaced(client.clone(), "ops");
     let event: Event = serde_json::from_value(json!({"metadata": {"generateName": "pool-"},
-        "eventTime": "2026-11-23T10:00:00.000000Z", "reason": "WorkersLaunched",
+        "eventTime": "2026-11-23T10:00:00.000000Z", "reason": "WorkersLaunched", "note": "2 pods",
+        "regarding": {"kind": "Widget", "name": "w", "namespace": "ops"},
         "action": "Launch", "reportingController": "x", "reportingInstance": "y", "type": "Normal"}))
     .unwrap();
     events.create(&PostParams::default(), &event).await.unwrap();
     let stored = fake.objects("events.k8s.io/events");
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0]["reason"], "WorkersLaunched");
+    // The same Event through core v1, selected by its object as `kubectl describe` does.
+    let core: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client, "ops");
+    let by_object = |name: &str| {
+        kube::api::ListParams::default().fields(&format!(
+            "involvedObject.name={name},involvedObject.kind=Widget"
+        ))
+    };
+    let listed = core.list(&by_object("w")).await.unwrap().items;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].message.as_deref(), Some("2 pods"));
+    assert_eq!(listed[0].involved_object.name.as_deref(), Some("w"));
+    assert!(
+        core.list(&by_object("other"))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let bad = core
+        .list(&kube::api::ListParams::default().fields("spec.nodeName=x"))
+        .await;
+    assert!(matches!(bad, Err(kube::Error::Api(s)) if s.code == 400));
 }
