@@ -17,5 +17,6 @@ pub mod crd;
 pub mod lease;
 pub mod observe;
 pub mod reconcile;
+mod resources;
 pub mod spec;
 pub mod status;

@@ -6,18 +6,15 @@
 
 use crate::crd::{CodaLabWorkerPool, CodaLabWorkerPoolStatus, FINALIZER};
 use crate::observe::{clock, pool_observation};
+use crate::resources::{backend, codalab_client, credentials, resolved_worker};
 use crate::spec::{ResolvedPool, manager_id, resolve};
 use crate::status::{Outcome, Problem, next_status, turned_on};
 use codalab_wm_core::backend::{LaunchRequest, WorkerBackend, WorkerJob, new_unique};
 use codalab_wm_core::checkin::CheckinView;
-use codalab_wm_core::codalab::{ClientOptions, CodaLabClient, staged_keywords};
-use codalab_wm_core::command::WorkerOptions;
+use codalab_wm_core::codalab::{CodaLabClient, staged_keywords};
 use codalab_wm_core::pools::{Need, PoolsObservation, plan_pools};
-use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_k8s::names::worker_selector;
-use codalab_wm_k8s::{KubernetesBackend, PodOverrides, WorkerTemplate};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::core::v1::Secret as SecretObject;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -43,7 +40,7 @@ pub struct Context {
     /// Time between two reconciles of a pool.
     pub sync: Duration,
     /// One logged-in CodaLab client per (server, credentials Secret).
-    codalab: Mutex<HashMap<String, Arc<CodaLabClient>>>,
+    pub(crate) codalab: Mutex<HashMap<String, Arc<CodaLabClient>>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -77,7 +74,7 @@ impl Context {
 #[error("{0}")]
 pub struct ReconcileError(String);
 
-fn err(what: &str, e: impl std::fmt::Display) -> ReconcileError {
+pub(crate) fn err(what: &str, e: impl std::fmt::Display) -> ReconcileError {
     ReconcileError(format!("{what}: {e}"))
 }
 
@@ -107,7 +104,7 @@ pub async fn reconcile(
         .map_err(|e| err("add the finalizer", e))?;
     }
     let status = run_policy(&pool, &namespace, &ctx).await;
-    write_status(&pool, &api, &ctx, status).await?;
+    write_status(&pool, &api, status).await?;
     Ok(Action::requeue(ctx.sync))
 }
 
@@ -320,79 +317,6 @@ async fn prepare(
     })
 }
 
-/// The pool's pods as the Kubernetes backend runs them: its template plus the pod template
-/// overrides, the owner reference and the pool label.
-fn backend(
-    pool: &CodaLabWorkerPool,
-    resolved: &ResolvedPool,
-    credentials: &Credentials,
-    ctx: &Context,
-) -> Result<KubernetesBackend, ReconcileError> {
-    let worker = resolved_worker(pool, resolved);
-    let overrides = PodOverrides {
-        node_selector: pool.spec.pod_template.node_selector.clone(),
-        tolerations: pool.spec.pod_template.tolerations.clone(),
-        priority_class_name: pool.spec.pod_template.priority_class_name.clone(),
-        owner_references: pool.controller_owner_ref(&()).into_iter().collect(),
-        labels: [(
-            POOL_LABEL.to_owned(),
-            codalab_wm_k8s::names::dns_label(&pool.name_any()),
-        )]
-        .into(),
-    };
-    let template = WorkerTemplate::new(&resolved.kubernetes, credentials, &worker)
-        .map_err(|e| err("render the worker pods", e))?
-        .with_overrides(overrides);
-    Ok(KubernetesBackend::from_template(
-        ctx.client.clone(),
-        template,
-        &resolved.kubernetes,
-    ))
-}
-
-/// The CodaLab credentials in the pool's Secret.
-async fn credentials(ctx: &Context, namespace: &str, name: &str) -> Result<Credentials, String> {
-    let secrets: Api<SecretObject> = Api::namespaced(ctx.client.clone(), namespace);
-    let secret = secrets
-        .get(name)
-        .await
-        .map_err(|e| format!("credentials Secret `{name}`: {e}"))?;
-    let data = secret.data.unwrap_or_default();
-    let value = |key: &str| {
-        data.get(key)
-            .and_then(|v| String::from_utf8(v.0.clone()).ok())
-            .ok_or_else(|| format!("credentials Secret `{name}` has no key `{key}`"))
-    };
-    Ok(Credentials {
-        username: value(codalab_wm_k8s::manifest::keys::CODALAB_USERNAME)?,
-        password: Secret::new(value(codalab_wm_k8s::manifest::keys::CODALAB_PASSWORD)?),
-    })
-}
-
-/// A logged-in client per server and credentials (kept while they stay the same).
-async fn codalab_client(
-    ctx: &Context,
-    pool: &CodaLabWorkerPool,
-    namespace: &str,
-    credentials: Credentials,
-) -> Result<Arc<CodaLabClient>, String> {
-    let key = format!(
-        "{}|{namespace}/{}|{}",
-        pool.spec.server, pool.spec.credentials_secret, credentials.username
-    );
-    let mut clients = ctx.codalab.lock().await;
-    if let Some(client) = clients.get(&key) {
-        return Ok(client.clone());
-    }
-    let client =
-        CodaLabClient::with_options(&pool.spec.server, credentials, &ClientOptions::default())
-            .map_err(|e| e.to_string())?;
-    client.login().await.map_err(|e| e.to_string())?;
-    let client = Arc::new(client);
-    clients.insert(key, client.clone());
-    Ok(client)
-}
-
 /// Stops and launches as decided; Events for each.
 async fn act(
     pool: &CodaLabWorkerPool,
@@ -466,22 +390,11 @@ async fn act(
     }
 }
 
-/// The `cl-worker` settings of the pool's workers: the defaults of `[worker]`, its server, its
-/// tag.
-fn resolved_worker(pool: &CodaLabWorkerPool, resolved: &ResolvedPool) -> WorkerOptions {
-    let mut worker = WorkerOptions::default().for_server(&pool.spec.server);
-    worker.tag = resolved.policy.tag.clone();
-    worker.tag_exclusive = resolved.policy.tag_exclusive;
-    worker
-}
-
 async fn write_status(
     pool: &CodaLabWorkerPool,
     api: &Api<CodaLabWorkerPool>,
-    ctx: &Context,
     status: CodaLabWorkerPoolStatus,
 ) -> Result<(), ReconcileError> {
-    let _ = ctx;
     if pool.status.as_ref() == Some(&status) {
         return Ok(());
     }
