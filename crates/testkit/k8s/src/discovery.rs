@@ -43,6 +43,7 @@ fn core_types(types: &[ResourceType]) -> Vec<ResourceType> {
         kind: kind.into(),
         namespaced: true,
         status: false,
+        custom: false,
         short_names: if plural == "pods" {
             vec!["po".into()]
         } else {

@@ -6,7 +6,8 @@
 //!   409 AlreadyExists; with the status subresource the status sent is dropped);
 //! - update (PUT) and patch (merge patch, JSON patch; server-side apply is taken as a merge
 //!   patch) of the object and of its `/status`: a `metadata.resourceVersion` that is not the
-//!   stored one is a 409 Conflict; with the status subresource the main endpoint ignores the
+//!   stored one is a 409 Conflict (and a custom resource's PUT without one a 422, as the CRD
+//!   strategy allows no unconditional update); with the status subresource the main endpoint ignores the
 //!   status and `/status` changes only the status; `metadata.generation` goes up when anything
 //!   but metadata and status changes; a write that changes nothing keeps the resourceVersion;
 //! - delete: an object with finalizers gets a `deletionTimestamp` and goes when its last
@@ -38,6 +39,8 @@ pub(crate) struct ResourceType {
     pub(crate) short_names: Vec<String>,
     /// The CRD's `additionalPrinterColumns`.
     pub(crate) columns: Vec<Value>,
+    /// Defined by a CRD: an update (PUT) must name the resourceVersion it replaces.
+    pub(crate) custom: bool,
 }
 
 impl ResourceType {
@@ -51,6 +54,7 @@ impl ResourceType {
             status: false,
             short_names: Vec::new(),
             columns: Vec::new(),
+            custom: false,
         }
     }
 
@@ -136,6 +140,7 @@ fn crd_types(crd: &Value) -> Vec<ResourceType> {
                 .as_array()
                 .cloned()
                 .unwrap_or_default(),
+            custom: true,
         })
         .collect()
 }
@@ -371,6 +376,14 @@ fn create(world: &mut World, target: &Target, body: &Bytes) -> Response {
 
 fn update(world: &mut World, target: &Target, name: &str, body: &Bytes) -> Response {
     match decode_value(body) {
+        // Custom resources allow no unconditional update (the CRD strategy's rule).
+        Ok(object) if target.rt.custom && object["metadata"]["resourceVersion"].is_null() => {
+            let message = format!(
+                "{} \"{name}\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
+                target.rt.kind
+            );
+            status(422, "Invalid", message, None)
+        }
         Ok(object) => store(world, target, name, object),
         Err(response) => *response,
     }

@@ -138,6 +138,15 @@ async fn a_stale_resource_version_is_a_conflict() {
         Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (409, "Conflict")),
         other => panic!("expected a conflict, got {other:?}"),
     }
+    let mut unconditional = created.clone();
+    unconditional.metadata.resource_version = None;
+    match widgets
+        .replace("a", &PostParams::default(), &unconditional)
+        .await
+    {
+        Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (422, "Invalid")),
+        other => panic!("a custom resource needs a resourceVersion to update, got {other:?}"),
+    }
     let rv = created.metadata.resource_version.clone().unwrap();
     let patch = json!({"metadata": {"resourceVersion": rv}, "spec": {"size": 4}});
     let err = widgets
