@@ -7,9 +7,9 @@
 //! - update (PUT) and patch (merge patch, JSON patch; server-side apply is taken as a merge
 //!   patch) of the object and of its `/status`: a `metadata.resourceVersion` that is not the
 //!   stored one is a 409 Conflict (and a custom resource's PUT without one a 422, as the CRD
-//!   strategy allows no unconditional update); with the status subresource the main endpoint ignores the
-//!   status and `/status` changes only the status; `metadata.generation` goes up when anything
-//!   but metadata and status changes; a write that changes nothing keeps the resourceVersion;
+//!   strategy allows no unconditional update); with the status subresource the main endpoint
+//!   ignores the status and `/status` changes only the status; `metadata.generation` goes up
+//!   when anything but metadata and status changes; a write that changes nothing keeps the resourceVersion;
 //! - delete: an object with finalizers gets a `deletionTimestamp` and goes when its last
 //!   finalizer is removed; others go at once;
 //! - list and watch (label selectors, `metadata.name`/`metadata.namespace` field selectors),
