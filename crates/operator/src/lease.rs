@@ -1,8 +1,9 @@
 //! Leader election with a `coordination.k8s.io/v1` Lease, as client-go's leaderelection does
-//! it: the holder renews `spec.renewTime` every third of the lease duration; another replica
-//! takes the Lease over once `renewTime + leaseDurationSeconds` has passed; every write goes
-//! with the `resourceVersion` read, so of two replicas racing only one wins (the other gets a
-//! 409 and stays a follower). A holder that could not renew for two thirds of the duration
+//! it: every replica reads the Lease every fifth of the lease duration (the retry period), the
+//! holder renewing `spec.renewTime`; another replica takes the Lease over once `renewTime +
+//! leaseDurationSeconds` has passed (so within the duration and one retry period of the
+//! holder's last renewal); every write goes with the `resourceVersion` read, so of two
+//! replicas racing only one wins (the other gets a 409 and stays a follower). A holder that could not renew for two thirds of the duration
 //! stops acting before anyone may take over, so two replicas never act at once.
 //!
 //! [`decide`] is the pure rule (time comes in as a value); [`run`] is the loop.
@@ -93,7 +94,7 @@ pub struct LeaseConfig {
 /// Keeps trying to hold the Lease; `leader` says whether this replica holds it now.
 pub async fn run(client: kube::Client, config: LeaseConfig, leader: watch::Sender<bool>) {
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
-    let every = config.duration / 3;
+    let every = config.duration / 5;
     let mut last_renewed: Option<tokio::time::Instant> = None;
     loop {
         match try_hold(&api, &config).await {
@@ -113,7 +114,7 @@ pub async fn run(client: kube::Client, config: LeaseConfig, leader: watch::Sende
             Err(error) => {
                 tracing::warn!(identity = %config.identity, %error, "cannot read or write the lease");
                 // Stop acting before another replica may take over.
-                if last_renewed.is_none_or(|t| t.elapsed() >= every * 2) {
+                if last_renewed.is_none_or(|t| t.elapsed() >= config.duration * 2 / 3) {
                     leader.send_replace(false);
                 }
             }
