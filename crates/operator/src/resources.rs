@@ -73,8 +73,16 @@ pub(crate) async fn codalab_client(
     namespace: &str,
     credentials: Credentials,
 ) -> Result<Arc<CodaLabClient>, String> {
+    // A changed password (same user) makes a new client: the key holds a hash of it (in
+    // memory only, never logged).
+    let password = {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        credentials.password.expose().hash(&mut hasher);
+        hasher.finish()
+    };
     let key = format!(
-        "{}|{namespace}/{}|{}",
+        "{}|{namespace}/{}|{}|{password:x}",
         pool.spec.server, pool.spec.credentials_secret, credentials.username
     );
     let mut clients = ctx.codalab.lock().await;
