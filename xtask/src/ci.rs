@@ -105,13 +105,14 @@ fn xtask_self(args: &[&str]) -> Result<()> {
 /// The crates whose own `cargo test -p NAME` must build: the workspace test run unifies
 /// features across crates and so hides a test that needs a feature only another crate enables
 /// (the `testing` module of codalab-wm-core once did).
-const CRATES: [&str; 11] = [
+const CRATES: [&str; 12] = [
     "codalab-wm-core",
     "codalab-wm-slurm",
     "codalab-wm-aws",
     "codalab-wm-azure",
     "codalab-wm-k8s",
     "codalab-wm-gce",
+    "codalab-wm-operator",
     "codalab-wm",
     "codalab-wm-fake-codalab",
     "codalab-wm-fake-azure",
@@ -130,13 +131,14 @@ fn crate_tests_alone() -> Result<()> {
 /// The library crates (published, linked by users): through their normal dependencies, with
 /// every feature on, none may pull in an HTTP server or a test fake (those live in
 /// `crates/testkit/`). The binary crate `codalab-wm` serves `--listen` with axum.
-const LIBRARIES: [&str; 6] = [
+const LIBRARIES: [&str; 7] = [
     "codalab-wm-core",
     "codalab-wm-slurm",
     "codalab-wm-aws",
     "codalab-wm-azure",
     "codalab-wm-k8s",
     "codalab-wm-gce",
+    "codalab-wm-operator",
 ];
 
 /// `cargo tree -e normal --all-features -p NAME` for each library: fails naming what it found.

@@ -70,6 +70,16 @@ impl KubernetesBackend {
         Ok(Self::with_parts(client, template, config))
     }
 
+    /// A backend talking through `client` that renders its Pods from `template` (made from
+    /// `config`, perhaps with overrides: the operator's pools).
+    pub fn from_template(
+        client: kube::Client,
+        template: WorkerTemplate,
+        config: &KubernetesConfig,
+    ) -> Self {
+        Self::with_parts(client, template, config)
+    }
+
     fn with_parts(
         client: kube::Client,
         template: WorkerTemplate,

@@ -33,9 +33,11 @@ pub mod describe;
 mod error;
 pub mod manifest;
 pub mod names;
+pub mod overrides;
 pub mod pods;
 
 pub use backend::KubernetesBackend;
 pub use config::{BundleRuntime, KubernetesConfig};
 pub use describe::KIND;
 pub use manifest::WorkerTemplate;
+pub use overrides::PodOverrides;

@@ -7,6 +7,7 @@
 
 use crate::config::{BundleRuntime, CertSource, KubernetesConfig};
 use crate::names;
+use crate::overrides::PodOverrides;
 use codalab_wm_core::command::WorkerOptions;
 use codalab_wm_core::error::Result;
 use codalab_wm_core::secret::{Credentials, Secret};
@@ -66,6 +67,8 @@ pub struct WorkerTemplate {
     secret_name: String,
     /// The values of the Secret the manager creates; `None` when the Secret is given by name.
     secret_values: Option<BTreeMap<&'static str, Secret>>,
+    /// What the caller adds to every Pod (none by default).
+    overrides: PodOverrides,
 }
 
 impl WorkerTemplate {
@@ -110,7 +113,14 @@ impl WorkerTemplate {
             worker: worker.clone(),
             secret_name: config.secret_name(),
             secret_values,
+            overrides: PodOverrides::default(),
         })
+    }
+
+    /// This template with `overrides` added to every Pod.
+    pub fn with_overrides(mut self, overrides: PodOverrides) -> Self {
+        self.overrides = overrides;
+        self
     }
 
     /// The namespace of pods and Secret.
@@ -198,7 +208,7 @@ impl WorkerTemplate {
 
     /// The worker Pod for launch `unique`.
     pub fn pod(&self, unique: &str) -> Pod {
-        Pod {
+        let mut pod = Pod {
             metadata: ObjectMeta {
                 name: Some(names::pod_name(unique)),
                 namespace: Some(self.namespace.clone()),
@@ -213,7 +223,9 @@ impl WorkerTemplate {
                 ..PodSpec::default()
             }),
             status: None,
-        }
+        };
+        self.overrides.apply(&mut pod);
+        pod
     }
 
     /// The credentials Secret the manager creates, or `None` when it is given by name.

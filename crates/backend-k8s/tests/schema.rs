@@ -11,7 +11,7 @@ mod combos;
 use codalab_wm_core::command::WorkerOptions;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::require_service;
-use codalab_wm_k8s::WorkerTemplate;
+use codalab_wm_k8s::{PodOverrides, WorkerTemplate};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -68,7 +68,36 @@ fn write_manifests(dir: &Path) -> Vec<PathBuf> {
             files.push(path);
         }
     }
+    files.push(overridden_pod(dir, &credentials, &worker));
     files
+}
+
+/// A pod with every override the operator adds (its pool's pod template and ownership).
+fn overridden_pod(dir: &Path, credentials: &Credentials, worker: &WorkerOptions) -> PathBuf {
+    let (_, config) = combos::all().remove(0);
+    let overrides: PodOverrides = PodOverrides {
+        node_selector: [("kubernetes.io/os".to_owned(), "linux".to_owned())].into(),
+        tolerations: vec![
+            serde_json::from_value(serde_json::json!({
+                "key": "codalab.org/workers", "operator": "Exists", "effect": "NoSchedule"}))
+            .unwrap(),
+        ],
+        priority_class_name: Some("batch".into()),
+        owner_references: vec![
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "codalab.org/v1alpha1", "kind": "CodaLabWorkerPool", "name": "cpu",
+                "uid": "6f1c2d3e-0000-4000-8000-000000000001", "controller": true}))
+            .unwrap(),
+        ],
+        labels: [("codalab.org/pool".to_owned(), "cpu".to_owned())].into(),
+    };
+    let template = WorkerTemplate::new(&config, credentials, worker)
+        .unwrap()
+        .with_overrides(overrides);
+    let path = dir.join("pod-overridden.json");
+    let pod = template.pod(&"ef".repeat(16));
+    std::fs::write(&path, serde_json::to_vec_pretty(&pod).unwrap()).unwrap();
+    path
 }
 
 #[test]
@@ -82,7 +111,7 @@ fn every_manifest_passes_strict_schema_validation() {
             .iter()
             .filter(|f| f.to_string_lossy().contains("/pod-"))
             .count(),
-        24
+        25
     );
     assert!(
         files

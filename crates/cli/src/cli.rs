@@ -63,6 +63,8 @@ pub enum Command {
     Config(crate::commands::config::ConfigCommand),
     /// Stop every worker job this manager owns (and what it created), or list them with --dry-run
     Down(crate::commands::down::Args),
+    #[cfg(feature = "k8s")]
+    Operator(codalab_wm_operator::command::OperatorArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell)
     Completions(crate::commands::completions::Args),
     /// Print the man page (roff)

@@ -85,6 +85,8 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Simulate(args)) => commands::simulate::run(args, cli.global).await,
         Some(Command::Config(args)) => commands::config::run(args, cli.global).await,
         Some(Command::Down(args)) => commands::down::run(args, cli.global).await,
+        #[cfg(feature = "k8s")]
+        Some(Command::Operator(args)) => commands::operator(args).await,
         Some(Command::Completions(args)) => commands::completions::run(args, cli::command()),
         Some(Command::Man) => commands::completions::man(cli::command()),
     }

@@ -318,6 +318,8 @@ const HELP: &[&[&str]] = &[
     &["config", "check"],
     &["down"],
     &["completions"],
+    &["operator"],
+    &["operator", "crd"],
 ];
 
 /// The manager's own flags, which the tools must not offer.
@@ -414,4 +416,16 @@ fn tools_take_only_their_own_flags() {
         message.contains("--trace") && message.contains("--arrivals"),
         "{message}"
     );
+}
+
+/// `operator crd` prints the CRD checked in as `deploy/kubernetes/operator/crd.yaml`.
+#[cfg(feature = "k8s")]
+#[test]
+fn operator_crd_prints_the_checked_in_crd() {
+    let output = run(&mut manager(&["operator", "crd"]));
+    assert!(output.status.success(), "{}", text(&output));
+    let file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/operator/crd.yaml");
+    let checked_in = std::fs::read_to_string(file).unwrap();
+    assert_eq!(String::from_utf8(output.stdout).unwrap(), checked_in);
 }

@@ -29,7 +29,7 @@ pub const QUEUE: usize = 256;
 #[serde(deny_unknown_fields)]
 pub struct NotifySettings {
     /// Where to POST. It may hold a token: it is a secret, never logged or shown.
-    #[serde(serialize_with = "redacted")]
+    #[serde(default, serialize_with = "redacted")]
     pub url: Secret,
     /// The event codes to send (`worker_launched`, `launch_failed` …); empty: every event.
     #[serde(default)]
@@ -58,6 +58,11 @@ pub enum NotifyFormat {
 impl NotifySettings {
     /// What is wrong with entry `index`, naming it and the key.
     pub fn validate(&self, index: usize) -> Result<(), String> {
+        if self.url.is_empty() {
+            return Err(format!(
+                "notify[{index}].url is required (the webhook to POST events to)"
+            ));
+        }
         let url = reqwest::Url::parse(self.url.expose())
             .map_err(|e| format!("notify[{index}].url is not a URL ({e})"))?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {

@@ -22,6 +22,7 @@ fn validate_names_the_entry_and_the_key() {
             None,
         ),
         (hook("not a url", &[]), Some("notify[3].url is not a URL")),
+        (hook("", &[]), Some("notify[3].url is required")),
         (
             hook("ftp://example.org/x", &[]),
             Some("notify[3].url must be an http"),

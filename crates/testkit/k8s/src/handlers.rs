@@ -7,17 +7,22 @@ use super::selectors;
 use super::world::{Key, World, now, phase};
 use axum::body::Bytes;
 use axum::extract::{Query, State};
-use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Time};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::SignedDuration;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 /// A Kubernetes `Status` error response.
-fn status(code: u16, reason: &str, message: impl Into<String>, details: Option<Value>) -> Response {
+pub(crate) fn status(
+    code: u16,
+    reason: &str,
+    message: impl Into<String>,
+    details: Option<Value>,
+) -> Response {
     let mut body = json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": message.into(), "reason": reason, "code": code,
@@ -29,7 +34,7 @@ fn status(code: u16, reason: &str, message: impl Into<String>, details: Option<V
     (code, axum::Json(body)).into_response()
 }
 
-fn not_found(kind: &str, name: &str) -> Response {
+pub(crate) fn not_found(kind: &str, name: &str) -> Response {
     status(
         404,
         "NotFound",
@@ -100,7 +105,7 @@ fn fault_response(fault: Fault) -> Response {
     }
 }
 
-fn json_response<T: serde::Serialize>(code: StatusCode, value: &T) -> Response {
+pub(crate) fn json_response<T: serde::Serialize>(code: StatusCode, value: &T) -> Response {
     (code, axum::Json(value)).into_response()
 }
 
@@ -109,6 +114,7 @@ pub(super) async fn handle(
     State(world): State<Arc<Mutex<World>>>,
     method: Method,
     uri: Uri,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let delay = {
@@ -130,6 +136,9 @@ pub(super) async fn handle(
         .map(|Query(q)| q)
         .unwrap_or_default();
     let segments: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
+    if let Some(response) = serve_other(&world, &method, &segments, &query, &headers, &body) {
+        return response;
+    }
     let mut w = world.lock().unwrap_or_else(|p| p.into_inner());
     match (method.as_str(), segments.as_slice()) {
         ("GET", ["version"]) => json_response(
@@ -171,6 +180,77 @@ pub(super) async fn handle(
             None,
         ),
     }
+}
+
+/// Pod watches, discovery and the JSON store ([`crate::objects`]), or `None` for the typed
+/// pod and secret routes.
+fn serve_other(
+    world: &Arc<Mutex<World>>,
+    method: &Method,
+    segments: &[&str],
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Option<Response> {
+    let header = |name: header::HeaderName| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let pods = matches!(
+        segments,
+        ["api", "v1", "pods"] | ["api", "v1", "namespaces", _, "pods"]
+    );
+    if pods && method == Method::GET && crate::watch::is_watch(query) {
+        return Some(watch_pods(world, segments, query));
+    }
+    let w = world.lock().unwrap_or_else(|p| p.into_inner());
+    if method == Method::GET
+        && let Some(document) = crate::discovery::document(&w, segments)
+    {
+        return Some(document);
+    }
+    let target = crate::objects::target(&w, segments)?;
+    drop(w);
+    let request = crate::objects::Request {
+        method: method.as_str(),
+        query,
+        body,
+        content_type: &header(header::CONTENT_TYPE),
+        table: crate::discovery::wants_table(&header(header::ACCEPT)),
+    };
+    Some(crate::objects::handle(world, target, &request))
+}
+
+fn watch_pods(
+    world: &Arc<Mutex<World>>,
+    segments: &[&str],
+    query: &HashMap<String, String>,
+) -> Response {
+    let labels = match query
+        .get("labelSelector")
+        .map(|s| selectors::parse_label_selector(s))
+        .transpose()
+    {
+        Ok(labels) => labels.unwrap_or_default(),
+        Err(message) => return status(400, "BadRequest", message, None),
+    };
+    let namespace = match segments {
+        [_, _, "namespaces", ns, _] => Some((*ns).to_owned()),
+        _ => None,
+    };
+    let filter = crate::watch::WatchFilter {
+        resource: "pods".into(),
+        namespace,
+        matches: Arc::new(move |pod: &Value| {
+            let pod_labels: BTreeMap<String, String> =
+                serde_json::from_value(pod["metadata"]["labels"].clone()).unwrap_or_default();
+            labels.iter().all(|r| r.matches(&pod_labels))
+        }),
+    };
+    crate::watch::stream(world.clone(), filter, query)
 }
 
 fn key(ns: &str, name: &str) -> Key {
@@ -221,6 +301,11 @@ fn list_pods(world: &World, ns: Option<&str>, query: &HashMap<String, String>) -
         "items": items,
     });
     json_response(StatusCode::OK, &body)
+}
+
+/// Decodes a JSON request body (or a YAML one that is JSON, as kube sends), or answers 400.
+pub(crate) fn decode_value(body: &Bytes) -> Result<Value, Box<Response>> {
+    decode(body)
 }
 
 /// Decodes a request body as the API server would, or answers 400.
@@ -295,6 +380,7 @@ fn create_pod(world: &mut World, ns: &str, body: &Bytes) -> Response {
         .get_or_insert_with(|| "default-scheduler".to_owned());
     spec.termination_grace_period_seconds.get_or_insert(30);
     pod.status = serde_json::from_value(json!({"phase": "Pending", "qosClass": "Burstable"})).ok();
+    world.record_pod("ADDED", &pod);
     world.pods.insert(key(ns, &name), pod.clone());
     json_response(StatusCode::CREATED, &pod)
 }
@@ -347,18 +433,21 @@ fn delete_pod(world: &mut World, ns: &str, name: &str, body: &Bytes) -> Response
             .and_then(|s| s.termination_grace_period_seconds))
         .unwrap_or(30);
     if !scheduled || finished || grace == 0 {
-        let pod = world.pods.remove(&key(ns, name)).unwrap_or_default();
+        let pod = world.remove_pod(&key(ns, name)).unwrap_or_default();
         return json_response(StatusCode::OK, &pod);
     }
     let rv = world.next_rv();
     let pod = world.pods.get_mut(&key(ns, name)).expect("checked above");
     if pod.metadata.deletion_timestamp.is_none() {
-        let at = Timestamp::now()
+        let at = crate::world::timestamp_now()
             .checked_add(SignedDuration::from_secs(grace))
-            .unwrap_or_else(|_| Timestamp::now());
+            .unwrap_or_else(|_| crate::world::timestamp_now());
         pod.metadata.deletion_timestamp = Some(Time(at));
         pod.metadata.deletion_grace_period_seconds = Some(grace);
         pod.metadata.resource_version = Some(rv);
+        let pod = pod.clone();
+        world.record_pod("MODIFIED", &pod);
+        return json_response(StatusCode::OK, &pod);
     }
     json_response(StatusCode::OK, &*pod)
 }

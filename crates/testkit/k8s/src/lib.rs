@@ -18,6 +18,15 @@
 //!   get, delete (404, uid and resourceVersion preconditions → 409, graceful deletion of
 //!   scheduled running pods sets `deletionTimestamp`);
 //! - secrets: create, get, replace, delete;
+//! - watches of pods and of every object below (`?watch=1`, bookmarks, `410 Gone` after
+//!   [`FakeApiServer::compact`]; `watch.rs`);
+//! - CustomResourceDefinitions, and the custom resources they define as soon as they are
+//!   created, with the status subresource, `metadata.generation`, `resourceVersion` conflicts,
+//!   merge and JSON patches, finalizers and `deletionTimestamp`; `coordination.k8s.io/v1`
+//!   Leases; Events (`events.k8s.io/v1`, and core `v1` which also shows the former, as
+//!   `kubectl describe` reads them) (`objects.rs`, `events.rs`);
+//! - what `kubectl` reads: discovery and server-side `Table`s (`discovery.rs`; no OpenAPI
+//!   document, so kubectl needs `--validate=false`);
 //! - `GET /version`;
 //! - hooks playing other clients and the kubelet ([`FakeApiServer::insert_pod`],
 //!   [`FakeApiServer::add_pod`], [`FakeApiServer::set_phase`], [`FakeApiServer::remove_pod`],
@@ -31,8 +40,10 @@
 //! How faithful: the JSON is the real API's (k8s-openapi types, real `Status` reasons and
 //! codes), and the checks it makes are the API server's own rules for what the backend sends
 //! (names, labels, selectors, a subset of pod validation). It has no authentication or RBAC,
-//! no watch, no scheduler (pods run when the test or the automatic kubelet says so), no
-//! admission webhooks or quotas, and no other resources than pods and secrets; the backend's
+//! no scheduler (pods run when the test or the automatic kubelet says so), no admission
+//! webhooks or quotas, no schema validation or defaulting of custom resources (the CRD's
+//! schema is checked offline by `codalab-wm-operator`'s tests), no garbage collection by
+//! owner references, and no other resources than those above; the backend's
 //! manifests are checked against the official schemas separately (`codalab-wm-k8s`'s
 //! `tests/schema.rs`).
 //!
@@ -47,9 +58,14 @@
 //! ```
 #![warn(missing_docs)]
 
+mod discovery;
+mod events;
 mod handlers;
+mod objects;
+mod patch;
 mod rules;
 mod selectors;
+mod watch;
 mod world;
 
 /// The HTTP method type [`FakeApiServer::inject`] filters on (re-exported from `http`).
@@ -209,13 +225,14 @@ impl FakeApiServer {
             .get_mut(&(namespace.to_owned(), name.to_owned()))
             .expect("no such pod");
         apply_phase(pod, phase, rv);
+        let pod = pod.clone();
+        world.record_pod("MODIFIED", &pod);
     }
 
     /// Plays the kubelet confirming a graceful deletion: the pod is gone.
     pub fn remove_pod(&self, namespace: &str, name: &str) {
         self.world()
-            .pods
-            .remove(&(namespace.to_owned(), name.to_owned()));
+            .remove_pod(&(namespace.to_owned(), name.to_owned()));
     }
 
     /// Turns the automatic kubelet on or off: before each request, terminating pods vanish and
@@ -236,6 +253,32 @@ impl FakeApiServer {
             method,
             remaining: times,
         });
+    }
+
+    /// Object `name` of `resource` (`group/plural`: `codalab.org/codalabworkerpools`,
+    /// `coordination.k8s.io/leases`, `events.k8s.io/events`) in `namespace` (empty for
+    /// cluster-scoped objects), as stored.
+    pub fn object(&self, resource: &str, namespace: &str, name: &str) -> Option<serde_json::Value> {
+        self.world()
+            .objects
+            .get(&(resource.to_owned(), namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// Every stored object of `resource` (`group/plural`), in any namespace.
+    pub fn objects(&self, resource: &str) -> Vec<serde_json::Value> {
+        self.world()
+            .objects
+            .iter()
+            .filter(|((r, _, _), _)| r == resource)
+            .map(|(_, o)| o.clone())
+            .collect()
+    }
+
+    /// Forgets the change log (as etcd compaction does): a watch from a resourceVersion
+    /// before now gets `410 Gone` and the client must list again.
+    pub fn compact(&self) {
+        self.world().compact();
     }
 
     /// Delays every answer by `delay` (a slow or hanging API server).

@@ -2,12 +2,14 @@
 //! kubelet it can play.
 
 use super::Fault;
+use crate::watch::Change;
 use axum::http::Method;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A fault waiting for its requests.
@@ -34,6 +36,15 @@ pub(super) struct World {
     pub(super) requests: Vec<String>,
     pub(super) auto_kubelet: bool,
     pub(super) hold: bool,
+    /// Objects other than pods and secrets (custom resources, CRDs, Leases, Events), as JSON,
+    /// by `(resource, namespace, name)`; see [`crate::objects`].
+    pub(super) objects: BTreeMap<(String, String, String), Value>,
+    /// Every change since [`oldest_watchable`](Self::oldest_watchable), oldest first.
+    pub(super) changes: Vec<Change>,
+    /// A watch from an older resourceVersion gets 410 Gone.
+    pub(super) oldest_watchable: u64,
+    /// Wakes the watches at every change.
+    pub(super) notify: Arc<tokio::sync::Notify>,
 }
 
 impl World {
@@ -47,7 +58,45 @@ impl World {
             .name
             .clone()
             .expect("a pod to insert needs a name");
+        self.record_pod("ADDED", &pod);
         self.pods.insert((namespace.to_owned(), name), pod);
+    }
+
+    /// Logs a change of `object` (whose resourceVersion is the change's) and wakes the watches.
+    pub(super) fn record(
+        &mut self,
+        resource: &str,
+        namespace: &str,
+        kind: &'static str,
+        object: Value,
+    ) {
+        let rv = object["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(self.resource_version);
+        self.changes.push(Change {
+            rv,
+            resource: resource.to_owned(),
+            namespace: namespace.to_owned(),
+            kind,
+            object,
+        });
+        self.notify.notify_waiters();
+    }
+
+    /// Logs a change of a pod.
+    pub(super) fn record_pod(&mut self, kind: &'static str, pod: &Pod) {
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let mut object = serde_json::to_value(pod).unwrap_or_default();
+        object["kind"] = json!("Pod");
+        object["apiVersion"] = json!("v1");
+        self.record("pods", &namespace, kind, object);
+    }
+
+    /// Forgets the changes so far: a watch from before now gets 410 Gone.
+    pub(super) fn compact(&mut self) {
+        self.changes.clear();
+        self.oldest_watchable = self.resource_version;
     }
 
     pub(super) fn next_rv(&mut self) -> String {
@@ -58,6 +107,14 @@ impl World {
     pub(super) fn next_uid(&mut self) -> String {
         self.next_uid += 1;
         format!("6f1c2d3e-0000-4000-8000-{:012x}", self.next_uid)
+    }
+
+    /// Removes a pod (the kubelet confirmed its deletion, or it needed no grace).
+    pub(super) fn remove_pod(&mut self, key: &Key) -> Option<Pod> {
+        let mut pod = self.pods.remove(key)?;
+        pod.metadata.resource_version = Some(self.next_rv());
+        self.record_pod("DELETED", &pod);
+        Some(pod)
     }
 
     /// Takes the first fault that applies to `method`.
@@ -81,8 +138,15 @@ impl World {
         if !self.auto_kubelet {
             return;
         }
-        self.pods
-            .retain(|_, pod| pod.metadata.deletion_timestamp.is_none());
+        let gone: Vec<Key> = self
+            .pods
+            .iter()
+            .filter(|(_, pod)| pod.metadata.deletion_timestamp.is_some())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in gone {
+            self.remove_pod(&key);
+        }
         if self.hold {
             return;
         }
@@ -96,6 +160,8 @@ impl World {
             let rv = self.next_rv();
             if let Some(pod) = self.pods.get_mut(&key) {
                 apply_phase(pod, "Running", rv);
+                let pod = pod.clone();
+                self.record_pod("MODIFIED", &pod);
             }
         }
     }
@@ -111,7 +177,15 @@ pub(super) fn phase(pod: &Pod) -> &str {
 
 /// The current time as the API server writes it.
 pub(super) fn now() -> Time {
-    Time(Timestamp::now())
+    Time(timestamp_now())
+}
+
+/// The current time (without jiff's `std` feature, which not every build of this crate has).
+pub(super) fn timestamp_now() -> Timestamp {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Timestamp::new(since.as_secs() as i64, since.subsec_nanos() as i32).unwrap_or_default()
 }
 
 /// Sets `phase` as the kubelet would report it: scheduled on a node, the worker container

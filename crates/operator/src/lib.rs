@@ -1,0 +1,22 @@
+//! # codalab-wm-operator
+//!
+//! Kubernetes-native mode of codalab-wm (`cl-worker-manager operator`): the
+//! `CodaLabWorkerPool` custom resource ([`crd`]), how it maps onto core's pool rules and the
+//! Kubernetes backend's settings ([`spec`]), what a reconcile sees of a pool ([`observe`], from
+//! its pods alone), the status it writes ([`status`]), the reconcile itself ([`reconcile`]),
+//! leader election with a Lease ([`lease`]) and the controller around them ([`controller`]).
+//!
+//! A crate of its own, beside `codalab-wm-k8s`: it needs kube's `derive` and `runtime`
+//! features and `schemars`, which the plain `kubernetes` backend (and every other user of
+//! that crate) does not; and it keeps the binary's crate thin.
+#![warn(missing_docs)]
+
+pub mod command;
+pub mod controller;
+pub mod crd;
+pub mod lease;
+pub mod observe;
+pub mod reconcile;
+mod resources;
+pub mod spec;
+pub mod status;

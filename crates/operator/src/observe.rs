@@ -1,0 +1,235 @@
+//! What one reconcile sees of a pool, from its pods alone (the pods are the state: a new
+//! leader needs nothing from the old one). Pure: the wall clock comes in as `now`, and core's
+//! "manager clock" is the time since the Unix epoch.
+//!
+//! - pending / active for: since the pod's creation;
+//! - the last launch: the newest pod's creation;
+//! - pods being deleted count toward `max` (`stopping`);
+//! - the failure streak ([`PoolHealth`]): the one recorded in the pool's status (launches the
+//!   API refused, pods deleted for pending too long, lost workers), plus each failed pod newer
+//!   than its last failure; a pod that runs and is newer than the last failure ends it. The
+//!   status and the pods live in the API server, so the backoff survives a change of leader.
+
+use crate::crd::FailureStreak;
+use codalab_wm_core::backend::{JobState, WorkerJob};
+use codalab_wm_core::checkin::{CheckinView, JobTimes, Sighting, job_checkin};
+use codalab_wm_core::pools::{ObservedJob, PoolHealth, PoolObservation};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use std::time::{Duration, SystemTime};
+
+/// The reason the backend gives a pod that is being deleted.
+const TERMINATING: &str = "Terminating";
+
+/// `time` on core's clock (since the epoch).
+pub fn clock(time: SystemTime) -> Duration {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// The pool's observation from its `jobs` (its pods as the backend reads them) and the
+/// server's worker list, if it was read.
+pub fn pool_observation(
+    jobs: &[WorkerJob],
+    recorded: Option<&FailureStreak>,
+    checkins: Option<&CheckinView>,
+    now: SystemTime,
+) -> PoolObservation {
+    let now_clock = clock(now);
+    let since = |job: &WorkerJob| {
+        job.submitted_at
+            .and_then(|t| now.duration_since(t).ok())
+            .unwrap_or_default()
+    };
+    let sighting = checkins.map(|view| Sighting { view, fresh: true });
+    let live = jobs
+        .iter()
+        .filter(|j| j.reason.as_deref() != Some(TERMINATING));
+    let observed = live
+        .map(|job| {
+            let (pending_for, active_for) = match job.state {
+                JobState::Pending => (since(job), Duration::ZERO),
+                JobState::Active => (Duration::ZERO, since(job)),
+                _ => (Duration::ZERO, Duration::ZERO),
+            };
+            let times = JobTimes {
+                active_since: job.submitted_at.map(clock),
+                last_seen: None,
+            };
+            ObservedJob {
+                checkin: job_checkin(sighting, (&job.id, &job.name, job.state), times, now_clock),
+                ..ObservedJob::new(job.id.clone(), job.state, pending_for, active_for)
+            }
+        })
+        .collect();
+    let newest = jobs.iter().filter_map(|j| j.submitted_at).max();
+    PoolObservation {
+        jobs: observed,
+        stopping: jobs
+            .iter()
+            .filter(|j| j.reason.as_deref() == Some(TERMINATING))
+            .count(),
+        since_last_launch: newest.and_then(|t| now.duration_since(t).ok()),
+        health: health(recorded, jobs, now_clock),
+        unobserved: None,
+        // Budgets are the manager's (`max_worker_hours_per_day` …); a pool resource has none.
+        budget_reached: None,
+    }
+}
+
+/// The failure streak: the `recorded` one, then the pods' news since its last failure.
+pub fn health(recorded: Option<&FailureStreak>, jobs: &[WorkerJob], now: Duration) -> PoolHealth {
+    let mut health = recorded.map(from_streak).unwrap_or_default();
+    let since = health.last_failure;
+    let mut news: Vec<(Duration, bool)> = jobs
+        .iter()
+        .filter_map(|j| Some((j.submitted_at.map(clock)?, j.state)))
+        .filter(|(t, _)| since.is_none_or(|s| *t > s))
+        .filter_map(|(t, state)| match state {
+            JobState::Failed => Some((t, true)),
+            JobState::Active | JobState::Ended => Some((t, false)),
+            _ => None,
+        })
+        .collect();
+    news.sort();
+    for (at, failed) in news {
+        if failed {
+            health.record_failure(at);
+        } else {
+            health.record_success();
+        }
+    }
+    health.expire(now);
+    health
+}
+
+/// The streak as the status keeps it (`None` when there is none).
+pub fn to_streak(health: &PoolHealth) -> Option<FailureStreak> {
+    let time = |d: Duration| {
+        Time(Timestamp::new(d.as_secs() as i64, d.subsec_nanos() as i32).unwrap_or_default())
+    };
+    Some(FailureStreak {
+        count: health.failures,
+        last_failure: time(health.last_failure?),
+        backoff_until: time(health.backoff_until?),
+    })
+    .filter(|s| s.count > 0)
+}
+
+fn from_streak(streak: &FailureStreak) -> PoolHealth {
+    let clock = |t: &Time| {
+        Duration::try_from(t.0.duration_since(Timestamp::UNIX_EPOCH)).unwrap_or_default()
+    };
+    PoolHealth {
+        failures: streak.count,
+        last_failure: Some(clock(&streak.last_failure)),
+        backoff_until: Some(clock(&streak.backoff_until)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use codalab_wm_core::checkin::CheckedInWorker;
+
+    const T0: u64 = 1_800_000_000;
+
+    fn at(seconds: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(T0 + seconds)
+    }
+
+    fn job(id: &str, state: JobState, created: u64) -> WorkerJob {
+        let mut job = WorkerJob::new(id, state);
+        job.name = id.to_owned();
+        job.submitted_at = Some(at(created));
+        job
+    }
+
+    #[test]
+    fn times_come_from_the_pods() {
+        let mut terminating = job("c", JobState::Ended, 50);
+        terminating.reason = Some(TERMINATING.into());
+        let jobs = [
+            job("a", JobState::Pending, 10),
+            job("b", JobState::Active, 40),
+            terminating,
+        ];
+        let observed = pool_observation(&jobs, None, None, at(100));
+        assert_eq!(observed.jobs.len(), 2);
+        assert_eq!(observed.jobs[0].pending_for, Duration::from_secs(90));
+        assert_eq!(observed.jobs[1].active_for, Duration::from_secs(60));
+        assert_eq!(observed.stopping, 1);
+        assert_eq!(observed.since_last_launch, Some(Duration::from_secs(50)));
+        assert!(observed.unobserved.is_none());
+    }
+
+    #[test]
+    fn check_ins_come_from_the_servers_list() {
+        let unique = "ab".repeat(16);
+        let id = format!("cl-worker-{unique}");
+        let view = CheckinView::new(vec![CheckedInWorker {
+            worker_id: id.clone(),
+            run_uuids: vec!["r1".into()],
+            ..CheckedInWorker::default()
+        }]);
+        let observed =
+            pool_observation(&[job(&id, JobState::Active, 0)], None, Some(&view), at(60));
+        assert!(
+            matches!(
+                observed.jobs[0].checkin,
+                codalab_wm_core::checkin::JobCheckin::CheckedIn { runs: 1, .. }
+            ),
+            "{:?}",
+            observed.jobs[0].checkin
+        );
+    }
+
+    #[test]
+    fn the_failure_streak_counts_failures_since_the_last_pod_that_ran() {
+        let cases: [(&[(JobState, u64)], u32); 5] = [
+            (&[], 0),
+            (&[(JobState::Failed, 10), (JobState::Failed, 20)], 2),
+            (
+                &[
+                    (JobState::Failed, 10),
+                    (JobState::Active, 20),
+                    (JobState::Failed, 30),
+                ],
+                1,
+            ),
+            (&[(JobState::Failed, 10), (JobState::Active, 20)], 0),
+            (&[(JobState::Failed, 10), (JobState::Pending, 20)], 1),
+        ];
+        for (pods, failures) in cases {
+            let jobs: Vec<WorkerJob> = pods
+                .iter()
+                .enumerate()
+                .map(|(i, (state, t))| job(&format!("p{i}"), *state, *t))
+                .collect();
+            let health = health(None, &jobs, clock(at(40)));
+            assert_eq!(health.failures, failures, "{pods:?}");
+            assert_eq!(health.backoff_until.is_some(), failures > 0, "{pods:?}");
+        }
+    }
+
+    #[test]
+    fn the_recorded_streak_goes_on_until_a_newer_pod_runs() {
+        let mut recorded = PoolHealth::default();
+        recorded.record_failure(clock(at(100)));
+        let streak = to_streak(&recorded).unwrap();
+        assert_eq!(from_streak(&streak), recorded, "the status keeps it whole");
+        let old_pods = [job("old", JobState::Active, 50)];
+        assert_eq!(health(Some(&streak), &old_pods, clock(at(110))).failures, 1);
+        let failed_since = [job("f", JobState::Failed, 105)];
+        assert_eq!(
+            health(Some(&streak), &failed_since, clock(at(110))).failures,
+            2
+        );
+        let ran_since = [job("r", JobState::Active, 105)];
+        assert_eq!(
+            health(Some(&streak), &ran_since, clock(at(110))).failures,
+            0
+        );
+        assert!(to_streak(&PoolHealth::default()).is_none());
+    }
+}

@@ -1,0 +1,454 @@
+//! One reconcile of one pool: the finalizer, then observe (its pods through the Kubernetes
+//! backend, the staged bundles and the checked-in workers on its CodaLab server), plan (core's
+//! `plan_pools` for that one pool, the same policy as the CLI's), act (launch and delete
+//! pods through the backend, an Event for each kind of change), and write the status.
+//! Only the lease holder reconciles ([`crate::lease`]).
+
+use crate::crd::{CodaLabWorkerPool, CodaLabWorkerPoolStatus, FINALIZER};
+use crate::observe::{clock, pool_observation};
+use crate::resources::{backend, codalab_client, credentials, resolved_worker};
+use crate::spec::{ResolvedPool, manager_id, resolve};
+use crate::status::{Outcome, Problem, next_status, turned_on};
+use codalab_wm_core::backend::{LaunchRequest, WorkerBackend, WorkerJob, new_unique};
+use codalab_wm_core::checkin::CheckinView;
+use codalab_wm_core::codalab::{CodaLabClient, staged_keywords};
+use codalab_wm_core::pools::{Need, PoolsObservation, plan_pools};
+use codalab_wm_k8s::names::worker_selector;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::sync::Mutex;
+
+/// The label every worker pod of a pool carries, with the pool's name.
+pub const POOL_LABEL: &str = "codalab.org/pool";
+
+/// What every reconcile shares.
+pub struct Context {
+    /// The API server.
+    pub client: kube::Client,
+    /// Events on the pools.
+    pub recorder: Recorder,
+    /// Whether this replica holds the lease.
+    pub leader: tokio::sync::watch::Receiver<bool>,
+    /// Time between two reconciles of a pool.
+    pub sync: Duration,
+    /// One logged-in CodaLab client per (server, credentials Secret).
+    pub(crate) codalab: Mutex<HashMap<String, Arc<CodaLabClient>>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("sync", &self.sync)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// A context for `client`.
+    pub fn new(
+        client: kube::Client,
+        recorder: Recorder,
+        leader: tokio::sync::watch::Receiver<bool>,
+        sync: Duration,
+    ) -> Self {
+        Self {
+            client,
+            recorder,
+            leader,
+            sync,
+            codalab: Mutex::default(),
+        }
+    }
+}
+
+/// A reconcile's error (the controller logs it and retries after the sync period).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ReconcileError(String);
+
+pub(crate) fn err(what: &str, e: impl std::fmt::Display) -> ReconcileError {
+    ReconcileError(format!("{what}: {e}"))
+}
+
+/// Reconciles `pool`.
+pub async fn reconcile(
+    pool: Arc<CodaLabWorkerPool>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    if !*ctx.leader.borrow() {
+        return Ok(Action::requeue(ctx.sync));
+    }
+    let namespace = pool.namespace().unwrap_or_default();
+    let api: Api<CodaLabWorkerPool> = Api::namespaced(ctx.client.clone(), &namespace);
+    if pool.meta().deletion_timestamp.is_some() {
+        return finalize(&pool, &api, &ctx).await;
+    }
+    if !pool.finalizers().iter().any(|f| f == FINALIZER) {
+        let mut finalizers = pool.finalizers().to_vec();
+        finalizers.push(FINALIZER.to_owned());
+        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": pool.resource_version()}});
+        api.patch(
+            &pool.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+        .map_err(|e| err("add the finalizer", e))?;
+    }
+    let status = run_policy(&pool, &namespace, &ctx).await;
+    write_status(&pool, &api, status).await?;
+    Ok(Action::requeue(ctx.sync))
+}
+
+/// Deletes the pool's pods; removes the finalizer once none is left.
+async fn finalize(
+    pool: &CodaLabWorkerPool,
+    api: &Api<CodaLabWorkerPool>,
+    ctx: &Context,
+) -> Result<Action, ReconcileError> {
+    if !pool.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    // By the pool's selector alone: an invalid spec never blocks the deletion.
+    let namespace = pool.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let selector = worker_selector(&manager_id(&pool.name_any()));
+    let listed = pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| err("list the pool's pods", e))?;
+    for pod in &listed.items {
+        match pods.delete(&pod.name_any(), &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(err("delete a worker pod", e)),
+        }
+    }
+    if !listed.items.is_empty() {
+        let note = format!(
+            "deleted {} worker pods: the pool is deleted",
+            listed.items.len()
+        );
+        publish(ctx, pool, EventType::Normal, "WorkerReaped", note).await;
+    }
+    let left: Vec<String> = pool
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    let patch =
+        json!({"metadata": {"finalizers": left, "resourceVersion": pool.resource_version()}});
+    api.patch(
+        &pool.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await
+    .map_err(|e| err("remove the finalizer", e))?;
+    Ok(Action::await_change())
+}
+
+/// Observes, plans and acts; returns the new status.
+async fn run_policy(
+    pool: &CodaLabWorkerPool,
+    namespace: &str,
+    ctx: &Context,
+) -> CodaLabWorkerPoolStatus {
+    let old = pool.status.clone().unwrap_or_default();
+    let mut outcome = Outcome {
+        generation: pool.meta().generation,
+        min: pool.spec.min,
+        suspended: pool.spec.suspend,
+        ..Outcome::default()
+    };
+    let now = SystemTime::now();
+    let prepared = match prepare(pool, namespace, ctx).await {
+        Ok(prepared) => prepared,
+        Err(problem) => {
+            tracing::warn!(pool = %pool.name_any(), reason = problem.reason, message = %problem.message, "cannot reconcile the pool");
+            outcome.problem = Some(problem);
+            return next_status(&old, &outcome, &Time(k8s_openapi::jiff::Timestamp::now()));
+        }
+    };
+    let observed = match observe(pool, &prepared, now).await {
+        Ok(observed) => observed,
+        Err(problem) => {
+            outcome.problem = Some(problem);
+            return next_status(&old, &outcome, &Time(k8s_openapi::jiff::Timestamp::now()));
+        }
+    };
+    let Prepared {
+        resolved,
+        backend,
+        jobs,
+        ..
+    } = prepared;
+    let policies = [resolved.policy.clone()];
+    let decision = plan_pools(&observed, &policies, clock(now));
+    let pool_decision = &decision.pools[0];
+    if !pool.spec.suspend {
+        act(
+            pool,
+            ctx,
+            backend.as_ref(),
+            &resolved,
+            pool_decision,
+            &jobs,
+            &mut outcome,
+        )
+        .await;
+    }
+    // Like core's manager: a refused launch, or pods deleted for pending too long or lost
+    // workers, back the pool off.
+    let mut health = observed.pools[0].health;
+    if !outcome.launch_errors.is_empty() || outcome.stopped > 0 {
+        health.record_failure(clock(now));
+    }
+    outcome.health = Some(health);
+    outcome.observation = Some(&observed.pools[0]);
+    outcome.decision = Some(pool_decision);
+    outcome.unmet = &decision.unmet;
+    let status = next_status(&old, &outcome, &Time(k8s_openapi::jiff::Timestamp::now()));
+    if turned_on(&old, &status, "BackingOff") {
+        publish(
+            ctx,
+            pool,
+            EventType::Warning,
+            "BackoffStarted",
+            condition_message(&status, "BackingOff"),
+        )
+        .await;
+    }
+    status
+}
+
+/// The pool's pods, the server's checked-in workers and the staged bundles it can take.
+async fn observe(
+    pool: &CodaLabWorkerPool,
+    prepared: &Prepared,
+    now: SystemTime,
+) -> Result<PoolsObservation, Problem> {
+    let client = &prepared.client;
+    let checkins = match client.workers_info().await {
+        Ok(workers) => Some(CheckinView::new(workers)),
+        Err(error) => {
+            tracing::warn!(pool = %pool.name_any(), %error, "cannot read the server's workers");
+            None
+        }
+    };
+    let recorded = pool.status.as_ref().and_then(|s| s.failures.as_ref());
+    let observation = pool_observation(&prepared.jobs, recorded, checkins.as_ref(), now);
+    let policy = &prepared.resolved.policy;
+    let need = Need::new(
+        std::slice::from_ref(policy),
+        std::slice::from_ref(&observation),
+        clock(now),
+    );
+    // One pool per reconcile: narrowed by its tag as upstream's single-backend mode is.
+    let keywords = staged_keywords(
+        &[],
+        client.username(),
+        policy.tag.as_deref(),
+        policy.tag_exclusive,
+    );
+    let search = client
+        .staged_for(&keywords, &need)
+        .await
+        .map_err(|e| Problem {
+            reason: "CodaLabUnavailable",
+            message: e.to_string(),
+        })?;
+    Ok(PoolsObservation {
+        bundles: search.bundles,
+        pools: vec![observation],
+    })
+}
+
+fn condition_message(status: &CodaLabWorkerPoolStatus, kind: &str) -> String {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == kind)
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+/// What the policy needs, or why the pool cannot be reconciled.
+struct Prepared {
+    resolved: ResolvedPool,
+    backend: Box<dyn WorkerBackend>,
+    jobs: Vec<WorkerJob>,
+    client: Arc<CodaLabClient>,
+}
+
+async fn prepare(
+    pool: &CodaLabWorkerPool,
+    namespace: &str,
+    ctx: &Context,
+) -> Result<Prepared, Problem> {
+    let problem = |reason: &'static str| move |e: String| Problem { reason, message: e };
+    let resolved = resolve(pool, &pool.name_any(), namespace).map_err(problem("InvalidSpec"))?;
+    let credentials = credentials(ctx, namespace, &pool.spec.credentials_secret)
+        .await
+        .map_err(problem("CredentialsUnavailable"))?;
+    let backend =
+        backend(pool, &resolved, &credentials, ctx).map_err(|e| problem("InvalidSpec")(e.0))?;
+    let jobs = backend
+        .get_worker_jobs()
+        .await
+        .map_err(|e| problem("PodsUnavailable")(e.to_string()))?;
+    let client = codalab_client(ctx, pool, namespace, credentials)
+        .await
+        .map_err(problem("CodaLabUnavailable"))?;
+    Ok(Prepared {
+        resolved,
+        backend: Box::new(backend),
+        jobs,
+        client,
+    })
+}
+
+/// Stops and launches as decided; Events for each.
+async fn act(
+    pool: &CodaLabWorkerPool,
+    ctx: &Context,
+    backend: &dyn WorkerBackend,
+    resolved: &ResolvedPool,
+    decision: &codalab_wm_core::pools::PoolDecision,
+    jobs: &[WorkerJob],
+    outcome: &mut Outcome<'_>,
+) {
+    for id in &decision.stops {
+        let Some(job) = jobs.iter().find(|j| j.id == *id) else {
+            continue;
+        };
+        let pending = job.state == codalab_wm_core::backend::JobState::Pending;
+        let (reason, why) = if pending {
+            ("PendingTimeout", "pending too long")
+        } else {
+            ("WorkerReaped", "its worker stopped checking in")
+        };
+        match backend.stop_worker_job(job).await {
+            Ok(()) => {
+                outcome.stopped += 1;
+                publish(
+                    ctx,
+                    pool,
+                    EventType::Warning,
+                    reason,
+                    format!("deleted pod {id}: {why}"),
+                )
+                .await;
+            }
+            Err(e) => {
+                tracing::warn!(pool = %pool.name_any(), pod = %id, error = %e, "cannot delete a worker pod")
+            }
+        }
+    }
+    let worker = resolved_worker(pool, resolved);
+    let mut launched = Vec::new();
+    for _ in 0..decision.launches {
+        let unique = new_unique();
+        let request = LaunchRequest {
+            unique: &unique,
+            worker: &worker,
+            dry_run: false,
+        };
+        match backend.start_worker_job(&request).await {
+            Ok(job) => launched.push(job.id),
+            Err(e) => {
+                outcome.launch_errors.push(e.to_string());
+                publish(ctx, pool, EventType::Warning, "LaunchFailed", e.to_string()).await;
+                break;
+            }
+        }
+    }
+    outcome.launched = launched.len() as u32;
+    if !launched.is_empty() {
+        let reasons = decision.reason_codes();
+        publish(
+            ctx,
+            pool,
+            EventType::Normal,
+            "WorkersLaunched",
+            format!(
+                "created {} worker pods ({reasons}): {}",
+                launched.len(),
+                launched.join(", ")
+            ),
+        )
+        .await;
+    }
+}
+
+async fn write_status(
+    pool: &CodaLabWorkerPool,
+    api: &Api<CodaLabWorkerPool>,
+    status: CodaLabWorkerPoolStatus,
+) -> Result<(), ReconcileError> {
+    if pool.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    // A merge patch: every field present (null removes one), so nothing stale stays.
+    let mut value = serde_json::to_value(&status).map_err(|e| err("render the status", e))?;
+    for field in [
+        "observedGeneration",
+        "lastScaleTime",
+        "conditions",
+        "unmet",
+        "failures",
+    ] {
+        value
+            .as_object_mut()
+            .map(|o| o.entry(field).or_insert(serde_json::Value::Null));
+    }
+    let patch = json!({"status": value});
+    api.patch_status(
+        &pool.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await
+    .map_err(|e| err("write the status", e))?;
+    Ok(())
+}
+
+/// Publishes an Event on the pool; a failure is logged, never fatal.
+async fn publish(
+    ctx: &Context,
+    pool: &CodaLabWorkerPool,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    tracing::info!(pool = %pool.name_any(), reason, %note, "event");
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &pool.object_ref(&())).await {
+        tracing::warn!(pool = %pool.name_any(), %error, "cannot record an event");
+    }
+}
+
+/// What the controller does with a failed reconcile: log, retry after the sync period.
+pub fn error_policy(
+    pool: Arc<CodaLabWorkerPool>,
+    error: &ReconcileError,
+    ctx: Arc<Context>,
+) -> Action {
+    tracing::warn!(pool = %pool.name_any(), %error, "reconcile failed");
+    Action::requeue(ctx.sync)
+}

@@ -1,0 +1,108 @@
+//! What a reconcile builds for a pool from its spec: the Kubernetes backend that renders and
+//! runs its pods, the CodaLab credentials from its Secret, a logged-in CodaLab client.
+
+use crate::crd::CodaLabWorkerPool;
+use crate::reconcile::{Context, POOL_LABEL, ReconcileError, err};
+use crate::spec::ResolvedPool;
+use codalab_wm_core::codalab::{ClientOptions, CodaLabClient};
+use codalab_wm_core::command::WorkerOptions;
+use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_k8s::{KubernetesBackend, PodOverrides, WorkerTemplate};
+use k8s_openapi::api::core::v1::Secret as SecretObject;
+use kube::api::Api;
+use kube::{Resource, ResourceExt};
+use std::sync::Arc;
+
+/// The pool's pods as the Kubernetes backend runs them: its template plus the pod template
+/// overrides, the owner reference and the pool label.
+pub(crate) fn backend(
+    pool: &CodaLabWorkerPool,
+    resolved: &ResolvedPool,
+    credentials: &Credentials,
+    ctx: &Context,
+) -> Result<KubernetesBackend, ReconcileError> {
+    let worker = resolved_worker(pool, resolved);
+    let overrides = PodOverrides {
+        node_selector: pool.spec.pod_template.node_selector.clone(),
+        tolerations: pool.spec.pod_template.tolerations.clone(),
+        priority_class_name: pool.spec.pod_template.priority_class_name.clone(),
+        owner_references: pool.controller_owner_ref(&()).into_iter().collect(),
+        labels: [(
+            POOL_LABEL.to_owned(),
+            codalab_wm_k8s::names::dns_label(&pool.name_any()),
+        )]
+        .into(),
+    };
+    let template = WorkerTemplate::new(&resolved.kubernetes, credentials, &worker)
+        .map_err(|e| err("render the worker pods", e))?
+        .with_overrides(overrides);
+    Ok(KubernetesBackend::from_template(
+        ctx.client.clone(),
+        template,
+        &resolved.kubernetes,
+    ))
+}
+
+/// The CodaLab credentials in the pool's Secret.
+pub(crate) async fn credentials(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Credentials, String> {
+    let secrets: Api<SecretObject> = Api::namespaced(ctx.client.clone(), namespace);
+    let secret = secrets
+        .get(name)
+        .await
+        .map_err(|e| format!("credentials Secret `{name}`: {e}"))?;
+    let data = secret.data.unwrap_or_default();
+    let value = |key: &str| {
+        data.get(key)
+            .and_then(|v| String::from_utf8(v.0.clone()).ok())
+            .ok_or_else(|| format!("credentials Secret `{name}` has no key `{key}`"))
+    };
+    Ok(Credentials {
+        username: value(codalab_wm_k8s::manifest::keys::CODALAB_USERNAME)?,
+        password: Secret::new(value(codalab_wm_k8s::manifest::keys::CODALAB_PASSWORD)?),
+    })
+}
+
+/// A logged-in client per server and credentials (kept while they stay the same).
+pub(crate) async fn codalab_client(
+    ctx: &Context,
+    pool: &CodaLabWorkerPool,
+    namespace: &str,
+    credentials: Credentials,
+) -> Result<Arc<CodaLabClient>, String> {
+    // A changed password (same user) makes a new client: the key holds a hash of it (in
+    // memory only, never logged).
+    let password = {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        credentials.password.expose().hash(&mut hasher);
+        hasher.finish()
+    };
+    let key = format!(
+        "{}|{namespace}/{}|{}|{password:x}",
+        pool.spec.server, pool.spec.credentials_secret, credentials.username
+    );
+    let mut clients = ctx.codalab.lock().await;
+    if let Some(client) = clients.get(&key) {
+        return Ok(client.clone());
+    }
+    let client =
+        CodaLabClient::with_options(&pool.spec.server, credentials, &ClientOptions::default())
+            .map_err(|e| e.to_string())?;
+    client.login().await.map_err(|e| e.to_string())?;
+    let client = Arc::new(client);
+    clients.insert(key, client.clone());
+    Ok(client)
+}
+
+/// The `cl-worker` settings of the pool's workers: the defaults of `[worker]`, its server, its
+/// tag.
+pub(crate) fn resolved_worker(pool: &CodaLabWorkerPool, resolved: &ResolvedPool) -> WorkerOptions {
+    let mut worker = WorkerOptions::default().for_server(&pool.spec.server);
+    worker.tag = resolved.policy.tag.clone();
+    worker.tag_exclusive = resolved.policy.tag_exclusive;
+    worker
+}

@@ -1,0 +1,180 @@
+//! From a `CodaLabWorkerPool` to what core and the Kubernetes backend already understand:
+//! its `[[pools]]` rules ([`PoolRules`], so the policy, its defaults and its checks are core's)
+//! and its `[kubernetes]` table ([`KubernetesConfig`], the backend's defaults and checks).
+//! Both go through serde with the config file's own keys, so an absent field takes the one
+//! default the config file has.
+
+use crate::crd::{CodaLabWorkerPool, CodaLabWorkerPoolSpec};
+use codalab_wm_core::PoolPolicy;
+use codalab_wm_core::settings::{PoolRules, Settings};
+use codalab_wm_k8s::{KubernetesConfig, names};
+use serde_json::{Map, Value, json};
+
+/// The backend every pool of the operator uses.
+const BACKEND: &str = "kubernetes";
+
+/// A pool resolved for one reconcile: its policy and its backend table.
+#[derive(Debug, Clone)]
+pub struct ResolvedPool {
+    /// The pool's rules, as core's manager would run them.
+    pub policy: PoolPolicy,
+    /// The backend settings of its worker pods.
+    pub kubernetes: KubernetesConfig,
+}
+
+/// The pool's name as core spells pool names (letters, digits, `_`).
+pub fn pool_name(name: &str) -> String {
+    name.replace(['-', '.'], "_")
+}
+
+/// The manager id marking the pool's pods (`codalab-wm/manager-id`): one per pool and
+/// namespace, so pools never count each other's pods.
+pub fn manager_id(name: &str) -> String {
+    names::dns_label(&format!("clwp-{name}"))
+}
+
+/// Resolves `pool` (named `name` in `namespace`); the error names the bad setting.
+pub fn resolve(
+    pool: &CodaLabWorkerPool,
+    name: &str,
+    namespace: &str,
+) -> Result<ResolvedPool, String> {
+    let rules = pool_rules(&pool.spec, name)?;
+    let kubernetes = kubernetes_config(&pool.spec, name, namespace)?;
+    kubernetes.validate().map_err(|e| e.to_string())?;
+    let policy = rules.policy(&Settings::default(), kubernetes.worker_shape());
+    policy.validate()?;
+    Ok(ResolvedPool { policy, kubernetes })
+}
+
+/// The `[[pools]]` entry the spec describes.
+pub fn pool_rules(spec: &CodaLabWorkerPoolSpec, name: &str) -> Result<PoolRules, String> {
+    let mut entry = Map::new();
+    entry.insert("name".into(), json!(pool_name(name)));
+    entry.insert("backend".into(), json!(BACKEND));
+    entry.insert("min".into(), json!(spec.min));
+    entry.insert("max".into(), json!(spec.max));
+    let optional = [
+        ("tag", json!(spec.tag)),
+        ("tag_exclusive", json!(spec.tag_exclusive)),
+        ("launch_mode", json!(spec.launch_mode)),
+        ("max_launches_per_tick", json!(spec.max_launches_per_tick)),
+        ("pending_timeout", json!(spec.pending_timeout)),
+        ("startup_grace", json!(spec.startup_grace)),
+        ("checkin_timeout", json!(spec.checkin_timeout)),
+        (
+            "min_seconds_between_workers",
+            json!(spec.min_seconds_between_workers),
+        ),
+    ];
+    insert_set(&mut entry, optional);
+    serde_json::from_value(Value::Object(entry)).map_err(|e| format!("spec: {e}"))
+}
+
+/// The `[kubernetes]` table the spec describes: the pool's namespace, its manager id, the
+/// given credentials Secret, the shape and image.
+pub fn kubernetes_config(
+    spec: &CodaLabWorkerPoolSpec,
+    name: &str,
+    namespace: &str,
+) -> Result<KubernetesConfig, String> {
+    let mut table = Map::new();
+    table.insert("namespace".into(), json!(namespace));
+    table.insert("manager_id".into(), json!(manager_id(name)));
+    table.insert("credentials_secret".into(), json!(spec.credentials_secret));
+    let optional = [
+        ("cpus", json!(spec.cpus)),
+        ("gpus", json!(spec.gpus)),
+        ("memory_mb", json!(spec.memory_mb)),
+        ("keep_finished_pods", json!(spec.keep_finished_pods)),
+        ("image", json!(spec.pod_template.image)),
+    ];
+    insert_set(&mut table, optional);
+    serde_json::from_value(Value::Object(table)).map_err(|e| format!("spec: {e}"))
+}
+
+/// Inserts the values that are set (not `null`).
+fn insert_set<const N: usize>(map: &mut Map<String, Value>, values: [(&str, Value); N]) {
+    for (key, value) in values {
+        if !value.is_null() {
+            map.insert(key.to_owned(), value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use codalab_wm_core::LaunchMode;
+    use std::time::Duration;
+
+    fn pool(spec: Value) -> CodaLabWorkerPool {
+        let mut spec = spec;
+        spec["server"] = json!("https://codalab.example");
+        spec["credentialsSecret"] = json!("codalab-creds");
+        CodaLabWorkerPool::new("gpu-a", serde_json::from_value(spec).unwrap())
+    }
+
+    #[test]
+    fn an_empty_spec_takes_the_config_files_defaults() {
+        let resolved = resolve(&pool(json!({})), "gpu-a", "team").unwrap();
+        let file: PoolRules =
+            serde_json::from_value(json!({"name": "gpu_a", "backend": "kubernetes"})).unwrap();
+        let expected = file.policy(
+            &Settings::default(),
+            KubernetesConfig::default().worker_shape(),
+        );
+        assert_eq!(resolved.policy, expected);
+        assert_eq!(resolved.policy.launch_mode, LaunchMode::Target);
+        let k = &resolved.kubernetes;
+        assert_eq!(k.namespace, "team");
+        assert_eq!(k.manager_id, "clwp-gpu-a");
+        assert_eq!(k.credentials_secret.as_deref(), Some("codalab-creds"));
+        assert_eq!((k.cpus, k.memory_mb), (1, 2048));
+    }
+
+    #[test]
+    fn every_field_reaches_core() {
+        let spec = json!({"min": 1, "max": 7, "tag": "gpu", "tagExclusive": true,
+            "launchMode": "target", "maxLaunchesPerTick": 3, "pendingTimeout": 600,
+            "startupGrace": 20, "checkinTimeout": 90, "minSecondsBetweenWorkers": 0,
+            "cpus": 4, "gpus": 1, "memoryMb": 8192, "keepFinishedPods": 2,
+            "podTemplate": {"image": "registry.local/worker:1"}});
+        let resolved = resolve(&pool(spec), "gpu-a", "team").unwrap();
+        let p = &resolved.policy;
+        assert_eq!((p.min, p.max, p.max_launches_per_tick), (1, 7, 3));
+        assert_eq!((p.tag.as_deref(), p.tag_exclusive), (Some("gpu"), true));
+        assert_eq!(p.pending_timeout, Some(Duration::from_secs(600)));
+        assert_eq!(p.startup_grace, Duration::from_secs(20));
+        assert_eq!(p.checkin_timeout, Duration::from_secs(90));
+        assert_eq!(p.min_seconds_between_workers, 0);
+        assert_eq!((p.shape.cpus, p.shape.gpus), (4, 1));
+        assert_eq!(resolved.kubernetes.keep_finished_pods, 2);
+        assert_eq!(resolved.kubernetes.image(), "registry.local/worker:1");
+    }
+
+    #[test]
+    fn core_checks_name_the_bad_setting() {
+        let cases = [
+            (json!({"min": 5, "max": 2}), "max (2) is less than min (5)"),
+            (
+                json!({"launchMode": "compat", "pendingTimeout": 60}),
+                "pending_timeout needs",
+            ),
+            (json!({"tagExclusive": true}), "tag_exclusive needs a tag"),
+            (json!({"cpus": 0}), "cpus must be at least 1"),
+            (json!({"podTemplate": {"image": "a b"}}), "image must be"),
+        ];
+        for (spec, expected) in cases {
+            let err = resolve(&pool(spec.clone()), "p", "ns").unwrap_err();
+            assert!(err.contains(expected), "{spec}: {err}");
+        }
+    }
+
+    #[test]
+    fn names_become_core_pool_names_and_label_values() {
+        assert_eq!(pool_name("gpu-a.b"), "gpu_a_b");
+        let long = manager_id(&"x".repeat(80));
+        assert!(names::is_label_value(&long) && long.len() <= 63, "{long}");
+    }
+}

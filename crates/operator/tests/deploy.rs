@@ -1,0 +1,198 @@
+//! The install files in `deploy/kubernetes/operator/` are valid, checked offline (there is no
+//! real Kubernetes API server on these machines):
+//!
+//! - `crd.yaml` is what the Rust types generate (`UPDATE_GOLDEN=1` rewrites it);
+//! - `kubectl kustomize` (Debian's `kubernetes-client`) renders the kustomization, and every
+//!   object it renders passes `kubernetes-validate --strict` against the official Kubernetes
+//!   1.37 schemas (PyPI `kubernetes-validate`, `cargo xtask services up k8s-validate`), the
+//!   CRD against the apiextensions schema;
+//! - the sample pool validates against the CRD's own `openAPIV3Schema` (Python `jsonschema`
+//!   of that venv, unknown fields refused as the API server's strict field validation does), and
+//!   broken samples do not.
+//!
+//! Without the validator or kubectl the tests skip, and fail under `CI=true`.
+
+use codalab_wm_core::testing::require_service;
+use codalab_wm_operator::crd::crd_yaml;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn dir() -> PathBuf {
+    repo().join("deploy/kubernetes/operator")
+}
+
+fn venv() -> PathBuf {
+    let services = std::env::var_os("SERVICES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".services"));
+    services.join("k8s-validate/venv/bin")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[test]
+fn the_checked_in_crd_is_the_generated_one() {
+    let file = dir().join("crd.yaml");
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&file, crd_yaml()).unwrap();
+    }
+    let checked_in = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        checked_in == crd_yaml(),
+        "{} is stale: run `cl-worker-manager operator crd > {0}` (or UPDATE_GOLDEN=1)",
+        file.display()
+    );
+}
+
+#[test]
+fn every_rendered_object_validates_strictly() {
+    let kubectl = Path::new("/usr/bin/kubectl");
+    let validator = venv().join("kubernetes-validate");
+    if !require_service("kubectl", kubectl.exists())
+        || !require_service("k8s-validate", validator.exists())
+    {
+        return;
+    }
+    let rendered = Command::new(kubectl)
+        .arg("kustomize")
+        .arg(dir())
+        .output()
+        .unwrap();
+    assert!(rendered.status.success(), "{}", text(&rendered));
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &rendered.stdout).unwrap();
+    let output = Command::new(&validator)
+        .args(["--strict", "-k", "1.37.0"])
+        .arg(file.path())
+        .output()
+        .unwrap();
+    let report = text(&output);
+    let expected = [
+        "namespace/codalab-wm",
+        "customresourcedefinition/codalabworkerpools.codalab.org",
+        "serviceaccount/codalab-wm-operator",
+        "clusterrole/codalab-wm-operator",
+        "clusterrolebinding/codalab-wm-operator",
+        "role/codalab-wm-operator-leader",
+        "rolebinding/codalab-wm-operator-leader",
+        "deployment/codalab-wm-operator",
+    ];
+    for object in expected {
+        assert!(
+            report.contains(&format!("passed for resource {object} ")),
+            "{object} did not pass:\n{report}"
+        );
+    }
+    let passed = report.matches(" passed for resource ").count();
+    assert_eq!(passed, expected.len(), "{report}");
+    // The sample pool has no built-in schema: it is checked against the CRD below.
+    assert!(report.contains("kind CodaLabWorkerPool"), "{report}");
+    assert!(!report.contains("ERROR"), "{report}");
+
+    let broken = rendered_text(&rendered).replace("replicas: 2", "replica: 2");
+    std::fs::write(file.path(), broken).unwrap();
+    let output = Command::new(&validator)
+        .args(["--strict", "-k", "1.37.0"])
+        .arg(file.path())
+        .output()
+        .unwrap();
+    assert!(
+        !output.status.success(),
+        "an unknown field must fail: {}",
+        text(&output)
+    );
+}
+
+fn rendered_text(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+/// Validates `pool` (YAML) against the CRD's `openAPIV3Schema`, with objects closed to unknown
+/// fields; returns (valid, report).
+fn validate_pool(pool: &str) -> (bool, String) {
+    const SCRIPT: &str = r#"
+import sys, yaml, jsonschema
+crd = yaml.safe_load(open(sys.argv[1]))
+schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+def close(node):
+    if isinstance(node, dict):
+        if "properties" in node and "additionalProperties" not in node \
+                and not node.get("x-kubernetes-preserve-unknown-fields"):
+            node["additionalProperties"] = False
+        for value in node.values():
+            close(value)
+    elif isinstance(node, list):
+        for value in node:
+            close(value)
+close(schema)
+schema["properties"]["metadata"] = {"type": "object"}
+schema["properties"]["apiVersion"] = {"enum": ["codalab.org/v1alpha1"]}
+schema["properties"]["kind"] = {"enum": ["CodaLabWorkerPool"]}
+pool = yaml.safe_load(open(sys.argv[2]))
+errors = list(jsonschema.Draft7Validator(schema).iter_errors(pool))
+for error in errors:
+    print("invalid:", list(error.absolute_path), error.message)
+if not errors:
+    print("valid")
+sys.exit(1 if errors else 0)
+"#;
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), pool).unwrap();
+    let output = Command::new(venv().join("python"))
+        .args(["-c", SCRIPT])
+        .arg(dir().join("crd.yaml"))
+        .arg(file.path())
+        .output()
+        .unwrap();
+    (output.status.success(), text(&output))
+}
+
+#[test]
+fn the_sample_pool_validates_against_the_crds_schema() {
+    if !require_service("k8s-validate", venv().join("python").exists()) {
+        return;
+    }
+    let sample = std::fs::read_to_string(dir().join("sample-pool.yaml")).unwrap();
+    let (valid, report) = validate_pool(&sample);
+    assert!(valid, "{report}");
+    let breakages = [
+        ("maxWorkers: 4", "max: 4", "an unknown field"),
+        ("max: four", "max: 4", "a string for an integer"),
+        (
+            "launchMode: burst\n  max: 4",
+            "max: 4",
+            "an unknown launch mode",
+        ),
+        ("#", "credentialsSecret", "a missing required field"),
+    ];
+    for (replacement, original, what) in breakages {
+        let broken = sample.replacen(original, replacement, 1);
+        assert_ne!(broken, sample, "{what}");
+        let (valid, report) = validate_pool(&broken);
+        assert!(
+            !valid && report.contains("invalid:"),
+            "{what} must fail:\n{report}"
+        );
+    }
+    // The Rust types read the sample too.
+    let pool: codalab_wm_operator::crd::CodaLabWorkerPool =
+        serde_json::from_value(yaml_to_json(&sample)).unwrap();
+    assert_eq!((pool.spec.min, pool.spec.max), (1, 4));
+}
+
+fn yaml_to_json(text: &str) -> serde_json::Value {
+    serde_yaml::from_str(text).unwrap()
+}
