@@ -71,6 +71,7 @@ pub mod bundle;
 pub mod checkin;
 pub mod codalab;
 pub mod command;
+pub mod dashboard;
 pub mod describe;
 pub mod error;
 pub mod events;

@@ -395,6 +395,14 @@ fn render_waiting(out: &mut String, unmet: &[UnmetView]) {
     }
 }
 
+/// A serialisable reason (tagged `reason`) as [`reason`] words it (the dashboard's).
+pub(crate) fn reason_text<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::Object(object)) => reason(&object),
+        _ => "?".to_owned(),
+    }
+}
+
 /// A reason object (`{"reason": "max_reached", "jobs": 3, "max": 3}`) as
 /// `max_reached (jobs=3, max=3)`; a `detail` or `error` field follows a colon.
 fn reason(object: &Map<String, Value>) -> String {
@@ -420,7 +428,7 @@ fn reason(object: &Map<String, Value>) -> String {
 }
 
 /// `3h 02m`, `5m 07s`, `42s`.
-fn duration(seconds: u64) -> String {
+pub(crate) fn duration(seconds: u64) -> String {
     let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
     match (h, m) {
         (0, 0) => format!("{s}s"),
@@ -430,7 +438,7 @@ fn duration(seconds: u64) -> String {
 }
 
 /// `8 GiB`, `512 MiB`, `1.5 GiB`.
-fn memory(bytes: u64) -> String {
+pub(crate) fn memory(bytes: u64) -> String {
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;
     if bytes >= GIB {

@@ -1,0 +1,143 @@
+//! The page: its head (title, refresh, inline CSS), the sections in order, and the charts.
+
+use super::history::{BUCKET_SECONDS, Bucket, History};
+use super::svg::{self, Series};
+use super::{escape, sections, utc};
+use crate::manager::status::Status;
+use crate::manager::status::view::duration;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// How the page is rendered beyond the snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page {
+    /// The browser reloads the page after this long (`<meta http-equiv="refresh">`).
+    pub refresh: Duration,
+    /// Now, in seconds since the Unix epoch (how old the snapshot is).
+    pub now_unix_seconds: u64,
+}
+
+impl Page {
+    /// Refreshes every `sleep_time` (the manager's tick), between 5 s and 60 s.
+    pub fn new(sleep_time: Duration, now_unix_seconds: u64) -> Self {
+        Self {
+            refresh: sleep_time.clamp(Duration::from_secs(5), Duration::from_secs(60)),
+            now_unix_seconds,
+        }
+    }
+}
+
+const STYLE: &str = "
+body{font:14px/1.4 system-ui,sans-serif;margin:16px 24px;color:#222;background:#fff}
+h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:22px 0 6px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:4px 0}th,td{padding:3px 8px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
+th{background:#f3f3f3;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.muted{color:#777}.warning{background:#fff4e0}.bad{background:#fde8e8;color:#900}.ok{color:#276738}
+.error{background:#fde8e8;border:1px solid #e99;padding:6px 10px;margin:6px 0;white-space:pre-wrap}
+.charts{display:flex;flex-wrap:wrap;gap:12px}.charts figure{margin:0;width:600px;max-width:100%}
+figcaption{font-weight:600;margin:4px 0}.chart{width:100%;height:auto}
+.chart .axis,.chart .legend{font:11px system-ui,sans-serif;fill:#555}code{font-size:12px}
+";
+
+/// The dashboard page for `status` and `history` (see the [module](super) doc).
+pub fn render(status: &Status, history: &History, page: &Page) -> String {
+    let mut out = String::with_capacity(32 * 1024);
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"{}\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+         <title>cl-worker-manager: {} pools, {} staged</title><style>{STYLE}</style></head><body>",
+        page.refresh.as_secs(),
+        status.pools.len(),
+        status.staged
+    );
+    sections::health(&mut out, status, page);
+    sections::pools(&mut out, status);
+    sections::waiting(&mut out, status);
+    sections::budgets(&mut out, status);
+    charts(&mut out, status, history);
+    sections::decisions(&mut out, history, status);
+    sections::events(&mut out, status);
+    sections::failures(&mut out, status);
+    let _ = write!(
+        out,
+        "<p class=\"muted\">Read-only. Rendered at {}; reloads every {} s. \
+         The same data as JSON: <a href=\"/status\">/status</a>; metrics: \
+         <a href=\"/metrics\">/metrics</a>.</p></body></html>\n",
+        escape(&utc(page.now_unix_seconds)),
+        page.refresh.as_secs()
+    );
+    out
+}
+
+/// Three charts of the history: workers by state, staged bundles, launches and failures.
+fn charts(out: &mut String, status: &Status, history: &History) {
+    let now = status.uptime_seconds as f64;
+    let oldest = history.buckets().next().map_or(now, |b| start(b) as f64);
+    let x_range = (oldest.min(now - 600.0), now);
+    let label = |x: f64| match (now - x).round() as u64 {
+        0 => "now".to_owned(),
+        ago => format!("-{}", duration(ago)),
+    };
+    let line = |name, color, value: fn(&Bucket) -> u32| Series {
+        name,
+        color,
+        points: history
+            .buckets()
+            .map(|b| (at(b, now), f64::from(value(b))))
+            .collect(),
+    };
+    let workers = [
+        line("starting", "#e69f00", |b| b.starting),
+        line("ready", "#009e73", |b| b.ready),
+        line("busy", "#0072b2", |b| b.busy),
+        line("lost", "#d55e00", |b| b.lost),
+        line("pending", "#999999", |b| b.pending),
+    ];
+    let staged = [
+        line("staged", "#cc79a7", |b| b.staged),
+        line("active jobs", "#0072b2", |b| b.active),
+    ];
+    let launches = [
+        line("launches", "#009e73", |b| b.launches),
+        line("failures", "#d55e00", |b| b.failures),
+    ];
+    let span = duration((x_range.1 - x_range.0).max(0.0) as u64);
+    let _ = write!(
+        out,
+        "<h2 id=\"history\">The last {span} <span class=\"muted\">(one point a minute, all pools; \
+         kept in memory: a restarted manager starts again)</span></h2><div class=\"charts\">"
+    );
+    let figures = [
+        ("chart-workers", "Workers by state", &workers[..]),
+        (
+            "chart-staged",
+            "Staged bundles and active jobs",
+            &staged[..],
+        ),
+        (
+            "chart-launches",
+            "Launches and failures per minute",
+            &launches[..],
+        ),
+    ];
+    for (id, title, series) in figures {
+        let _ = write!(
+            out,
+            "<figure><figcaption>{title}</figcaption>{}</figure>",
+            svg::chart(id, title, series, x_range, &label)
+        );
+    }
+    out.push_str("</div>");
+}
+
+/// When a bucket starts (manager clock, seconds).
+fn start(bucket: &Bucket) -> u64 {
+    bucket.minute * BUCKET_SECONDS
+}
+
+/// Where a bucket is drawn: at its last second, or now for the running minute.
+fn at(bucket: &Bucket, now: f64) -> f64 {
+    ((start(bucket) + BUCKET_SECONDS - 1) as f64).min(now)
+}
