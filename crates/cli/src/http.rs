@@ -6,6 +6,8 @@
 //! - `/healthz`: 200 when the last tick succeeded within 3 × `sleep_time`, 503 otherwise; the
 //!   body says why ([`codalab_wm_core::metrics::health`]).
 //! - `/status`: the status snapshot ([`Status`]) as JSON; `cl-worker-manager status` reads it.
+//! - `/`: the dashboard, an HTML page for people ([`codalab_wm_core::dashboard`]), from the
+//!   last snapshot and the history of the snapshots followed.
 
 use anyhow::{Context, Result};
 use axum::Router;
@@ -13,28 +15,31 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use codalab_wm_core::dashboard::{self, History, Page};
 use codalab_wm_core::manager::status::Status;
 use codalab_wm_core::metrics::health::Health;
 use codalab_wm_core::metrics::{Metrics, StatusExporter, enable_metrics};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-/// What the server knows: the last snapshot, the health rule, and what of the snapshots the
-/// metrics already have.
+/// What the server knows: the last snapshot, the health rule, what of the snapshots the
+/// metrics already have, and the dashboard's history of them.
 #[derive(Debug)]
 struct View {
     status: Status,
     health: Health,
     exporter: StatusExporter,
+    history: History,
 }
 
 /// State shared by the handlers and the task that follows the manager.
 #[derive(Debug)]
 struct Shared {
     metrics: &'static Metrics,
+    sleep_time: Duration,
     view: Mutex<View>,
 }
 
@@ -42,10 +47,12 @@ impl Shared {
     fn new(metrics: &'static Metrics, sleep_time: Duration) -> Self {
         Self {
             metrics,
+            sleep_time,
             view: Mutex::new(View {
                 status: Status::default(),
                 health: Health::new(sleep_time, Instant::now()),
                 exporter: StatusExporter::new(metrics),
+                history: History::new(),
             }),
         }
     }
@@ -54,12 +61,21 @@ impl Shared {
         self.view.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes in a new snapshot: health, and the metrics ([`StatusExporter::observe`]).
+    /// Takes in a new snapshot: health, the metrics ([`StatusExporter::observe`]) and the
+    /// dashboard's history.
     fn observe(&self, status: Status, now: Instant) {
         let mut view = self.view();
         let new_tick = view.exporter.observe(&status);
         view.health.observe(new_tick, &status, now);
+        view.history.observe(&status);
         view.status = status;
+    }
+
+    /// The dashboard page at `now_unix_seconds`.
+    fn dashboard(&self, now_unix_seconds: u64) -> String {
+        let view = self.view();
+        let page = Page::new(self.sleep_time, now_unix_seconds);
+        dashboard::render(&view.status, &view.history, &page)
     }
 
     /// The `/healthz` answer ([`Health::check`]).
@@ -82,7 +98,7 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
     Ok(listener)
 }
 
-/// Serves `/metrics`, `/healthz` and `/status` on `listener` and follows the manager's
+/// Serves `/`, `/metrics`, `/healthz` and `/status` on `listener` and follows the manager's
 /// snapshots, until the runtime ends.
 pub fn spawn(listener: TcpListener, mut snapshots: watch::Receiver<Status>, sleep_time: Duration) {
     let shared = Arc::new(Shared::new(enable_metrics(), sleep_time));
@@ -97,9 +113,10 @@ pub fn spawn(listener: TcpListener, mut snapshots: watch::Receiver<Status>, slee
         }
     });
     if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "serving /metrics, /healthz and /status");
+        tracing::info!(%addr, "serving /metrics, /healthz, /status and the dashboard at /");
     }
     let app = Router::new()
+        .route("/", get(page))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/status", get(status))
@@ -127,6 +144,17 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
 
 async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
     shared.health(Instant::now()).into_response()
+}
+
+async fn page(State(shared): State<Arc<Shared>>) -> Response {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        shared.dashboard(now),
+    )
+        .into_response()
 }
 
 async fn status(State(shared): State<Arc<Shared>>) -> Response {
@@ -201,5 +229,29 @@ mod tests {
             body,
             "last successful tick 47 s ago (limit 15 s): codalab server unreachable\n"
         );
+    }
+
+    #[tokio::test]
+    async fn the_dashboard_is_html_of_the_last_snapshot_and_its_history() {
+        let metrics: &'static Metrics = Box::leak(Box::default());
+        let shared = Arc::new(shared(metrics));
+        for ticks in 1..=2 {
+            let status = Status {
+                ticks,
+                uptime_seconds: 60 * ticks,
+                staged: 7,
+                counters: vec![launches(ticks)],
+                ..Status::default()
+            };
+            shared.observe(status, Instant::now());
+        }
+        let reply = page(State(shared.clone())).await;
+        assert_eq!(
+            reply.headers()[header::CONTENT_TYPE],
+            "text/html; charset=utf-8"
+        );
+        let html = shared.dashboard(0);
+        assert!(html.contains(r#"<b data-field="staged">7</b>"#), "{html}");
+        assert_eq!(shared.view().history.buckets().len(), 2, "{html}");
     }
 }
