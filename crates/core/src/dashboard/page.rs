@@ -34,7 +34,8 @@ table{border-collapse:collapse;margin:4px 0}th,td{padding:3px 8px;border-bottom:
 th{background:#f3f3f3;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .muted{color:#777}.warning{background:#fff4e0}.bad{background:#fde8e8;color:#900}.ok{color:#276738}
 .error{background:#fde8e8;border:1px solid #e99;padding:6px 10px;margin:6px 0;white-space:pre-wrap}
-.charts{display:flex;flex-wrap:wrap;gap:12px}.charts figure{margin:0;width:600px;max-width:100%}
+.charts{display:flex;flex-wrap:wrap;gap:16px}.charts figure{margin:0;width:400px;max-width:100%}
+th.group{text-align:center;font-weight:normal;color:#555;background:#fafafa}
 figcaption{font-weight:600;margin:4px 0}.chart{width:100%;height:auto}
 .chart .axis,.chart .legend{font:11px system-ui,sans-serif;fill:#555}code{font-size:12px}
 ";
@@ -103,11 +104,14 @@ fn charts(out: &mut String, status: &Status, history: &History) {
         line("launches", "#009e73", |b| b.launches),
         line("failures", "#d55e00", |b| b.failures),
     ];
-    let span = duration((x_range.1 - x_range.0).max(0.0) as u64);
     let _ = write!(
         out,
-        "<h2 id=\"history\">The last {span} <span class=\"muted\">(one point a minute, all pools; \
-         kept in memory: a restarted manager starts again)</span></h2><div class=\"charts\">"
+        "<h2 id=\"history\">History <span class=\"muted\">(all pools, one point a minute, up to \
+         6 hours; in memory: a restarted manager starts again)</span></h2>{}<div class=\"charts\">",
+        match history.buckets().len() {
+            0 | 1 => "<p class=\"muted\">The lines start after the first minute.</p>",
+            _ => "",
+        }
     );
     let figures = [
         ("chart-workers", "Workers by state", &workers[..]),

@@ -9,6 +9,7 @@ use crate::checkin::WorkerState;
 use crate::events::Severity;
 use crate::manager::status::view::{duration, memory, reason_text};
 use crate::manager::status::{PoolStatus, Status};
+use crate::pools::UnmetReason;
 use std::fmt::Write as _;
 
 /// Unserved bundles listed at most (the rest are counted).
@@ -31,7 +32,9 @@ pub(super) fn health(out: &mut String, status: &Status, page: &Page) {
     let _ = write!(
         out,
         "<h1>cl-worker-manager</h1><p id=\"health\" data-ticks=\"{}\">Up {}{started} · {} ticks · \
-         {last} · <b data-field=\"staged\">{}</b> staged bundles seen</p>",
+         {last} · <b data-field=\"staged\">{}</b> staged bundles seen</p><p class=\"muted\">What \
+         the worker manager saw and decided at its last tick. Hover a column's title for what it \
+         counts.</p>",
         status.ticks,
         duration(status.uptime_seconds),
         status.ticks,
@@ -89,7 +92,11 @@ const POOL_COLUMNS: &[(&str, &str)] = &[
 
 /// One row per pool.
 pub(super) fn pools(out: &mut String, status: &Status) {
-    out.push_str("<h2 id=\"pools-heading\">Pools</h2><table id=\"pools\"><tr>");
+    out.push_str(
+        "<h2 id=\"pools-heading\">Pools</h2><table id=\"pools\"><tr><th colspan=\"3\"></th>\
+         <th colspan=\"4\" class=\"group\">Workers, as the server sees them</th>\
+         <th colspan=\"2\" class=\"group\">Jobs on the platform</th><th colspan=\"3\"></th></tr><tr>",
+    );
     for (name, tip) in POOL_COLUMNS {
         let _ = write!(out, "<th title=\"{tip}\">{name}</th>");
     }
@@ -226,7 +233,7 @@ pub(super) fn waiting(out: &mut String, status: &Status) {
                 escape(pool),
                 unmet.bundles,
                 escape(&asks),
-                escape(&reason_text(&unmet.reason))
+                escape(&unmet_words(&unmet.reason))
             );
         }
         out.push_str("</table>");
@@ -234,12 +241,32 @@ pub(super) fn waiting(out: &mut String, status: &Status) {
     unserved(out, status);
 }
 
+/// Why bundles wait, in words (the code is the row's `data-reason`).
+fn unmet_words(reason: &UnmetReason) -> String {
+    match reason {
+        UnmetReason::NoFittingPool { detail } => format!("no pool fits them ({detail})"),
+        UnmetReason::MaxReached { jobs, max } => {
+            format!("the pool is at its max ({jobs} jobs, max {max})")
+        }
+        UnmetReason::BackingOff { failures, .. } => {
+            format!("the pool backs off after {failures} failed launches")
+        }
+        UnmetReason::Paced { by } => format!("launches are paced ({by})"),
+        UnmetReason::WaitingForStarting { starting } => {
+            format!("a worker is on its way: {starting} starting in the pool")
+        }
+        UnmetReason::PoolUnavailable { detail, .. } => detail.clone(),
+        #[allow(unreachable_patterns)]
+        other => reason_text(other),
+    }
+}
+
 fn unserved(out: &mut String, status: &Status) {
     if status.unserved.is_empty() {
         return;
     }
     out.push_str(
-        "<table id=\"unserved\"><tr><th>Bundle no pool takes</th><th>Why</th><th>Each pool's \
+        "<table id=\"unserved\"><tr><th>Bundles no pool takes this tick</th><th>Why</th><th>Each pool's \
          verdict</th></tr>",
     );
     for bundle in status.unserved.iter().take(MAX_UNSERVED_ROWS) {

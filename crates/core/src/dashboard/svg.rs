@@ -6,9 +6,9 @@ use super::escape;
 use std::fmt::Write as _;
 
 /// Width of a chart (SVG user units; the page scales it to the column).
-pub const WIDTH: f64 = 600.0;
+pub const WIDTH: f64 = 400.0;
 /// Height of a chart.
-pub const HEIGHT: f64 = 180.0;
+pub const HEIGHT: f64 = 170.0;
 const LEFT: f64 = 40.0;
 const RIGHT: f64 = 10.0;
 const TOP: f64 = 10.0;

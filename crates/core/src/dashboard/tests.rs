@@ -291,7 +291,10 @@ fn the_page_has_every_section_and_the_fixtures_numbers() {
     }
     assert_eq!(text_after(&html, "<b data-field=\"staged\""), "4");
     assert!(html.contains("<tr data-reason=\"max_reached\"><td>cpu</td><td class=\"n\" data-field=\"bundles\">2</td>"), "{html}");
-    assert!(html.contains("max_reached (jobs=3, max=3)"), "{html}");
+    assert!(
+        html.contains("the pool is at its max (3 jobs, max 3)"),
+        "{html}"
+    );
     assert!(
         html.contains(
             "<code>max_reached</code> don&#39;t launch because too many workers already (3 &gt;= 3)"
@@ -385,7 +388,7 @@ fn a_chart_has_one_line_per_series_inside_its_view_box() {
     }
     // The largest value is at the top of the plot, zero at its bottom.
     assert!(
-        svg.contains("points=\"40.0,140.0 315.0,10.0 590.0,88.0\""),
+        svg.contains("points=\"40.0,130.0 215.0,10.0 390.0,82.0\""),
         "{svg}"
     );
 }
