@@ -2,7 +2,9 @@
 //! at 1 s ticks against the fake CodaLab server (`soak-fake`, a process of its own) whose staged
 //! bundles change every 2 s, with the `local` backend and a stand-in worker that exits after
 //! 3 s, so bundles and jobs keep coming and going. Every 5 s the manager's resident memory
-//! (`VmRSS`) and open file descriptors (`/proc/PID/fd`) are sampled.
+//! (`VmRSS`) and open file descriptors (`/proc/PID/fd`) are sampled. The manager runs with
+//! `--listen` and its dashboard (`/`) is fetched every second, as a browser left open on it
+//! would, so the flatness covers the dashboard's history and rendering too.
 //!
 //! Verdict "flat": the average RSS of the last window is within 10% of the average of the
 //! second window, and the fewest open fds (between requests and children) are the same in both
@@ -59,9 +61,13 @@ pub fn run(args: &[String]) -> Result<()> {
         manager.0.id(),
         dir.join("manager.log").display()
     );
-    let samples = sample(manager, total, &dir)?;
+    let (samples, pages) = sample(manager, total, &dir)?;
     drop(fake);
     let verdict = report(&samples, minutes);
+    println!("dashboard pages fetched during the soak: {pages}");
+    if pages < minutes * 30 {
+        bail!("only {pages} dashboard pages fetched in {minutes} min");
+    }
     let launched = std::fs::read_to_string(dir.join("manager.log"))
         .unwrap_or_default()
         .matches("started a worker job")
@@ -137,6 +143,7 @@ fn start_manager(url: &str, dir: &Path) -> Result<Guard> {
     command
         .args(["--server", url, "--min-workers", "0", "--max-workers", "4"])
         .args(["--sleep-time", "1", "--min-seconds-between-workers", "0"])
+        .args(["--listen", "127.0.0.1:0"])
         .args(["--worker-executable", &worker.display().to_string()])
         .args(["local", "--cpus", "1", "--memory-mb", "1024"])
         .args(["--state-dir", &dir.join("state").display().to_string()])
@@ -156,17 +163,31 @@ fn start_manager(url: &str, dir: &Path) -> Result<Guard> {
     ))
 }
 
-fn sample(mut manager: Guard, total: Duration, dir: &Path) -> Result<Vec<Sample>> {
+/// Samples the manager every [`SAMPLE_EVERY`] and fetches its dashboard every second, for
+/// `total`; returns the samples and the number of pages fetched.
+fn sample(mut manager: Guard, total: Duration, dir: &Path) -> Result<(Vec<Sample>, u64)> {
     let pid = manager.0.id();
     let start = Instant::now();
     let mut samples = Vec::new();
     let mut next = Duration::from_secs(1);
+    let (mut pages, mut next_page) = (0, Duration::ZERO);
+    let mut dashboard = None;
     while start.elapsed() < total {
         if let Some(status) = manager.0.try_wait()? {
             bail!(
                 "the manager exited during the soak ({status}); see {}",
                 dir.join("manager.log").display()
             );
+        }
+        if dashboard.is_none() {
+            dashboard = listen_addr(&dir.join("manager.log"));
+        }
+        if let Some(addr) = &dashboard
+            && start.elapsed() >= next_page
+        {
+            fetch_dashboard(addr)?;
+            pages += 1;
+            next_page = start.elapsed() + Duration::from_secs(1);
         }
         if start.elapsed() >= next {
             let sample = Sample {
@@ -176,7 +197,7 @@ fn sample(mut manager: Guard, total: Duration, dir: &Path) -> Result<Vec<Sample>
             };
             if sample.seconds % 60 < 5 {
                 eprintln!(
-                    "soak: {:>4} s  rss {:>6} KiB  fds {}",
+                    "soak: {:>4} s  rss {:>6} KiB  fds {}  dashboard pages {pages}",
                     sample.seconds, sample.rss_kib, sample.fds
                 );
             }
@@ -185,7 +206,35 @@ fn sample(mut manager: Guard, total: Duration, dir: &Path) -> Result<Vec<Sample>
         }
         thread::sleep(Duration::from_millis(200));
     }
-    Ok(samples)
+    Ok((samples, pages))
+}
+
+/// The `--listen` address from the manager's "serving /metrics … addr=…" log line, once logged.
+fn listen_addr(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let rest = text.split("serving /metrics").nth(1)?;
+    let addr = rest.split("addr=").nth(1)?.split_whitespace().next()?;
+    Some(addr.to_owned())
+}
+
+/// Fetches the dashboard (`GET /`, HTTP/1.0, 10 s timeouts); fails unless it is a 200 page
+/// with the pool table.
+fn fetch_dashboard(addr: &str) -> Result<()> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)
+        .with_context(|| format!("connecting to the dashboard at {addr}"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(10)))?;
+    write!(stream, "GET / HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut reply = String::new();
+    stream
+        .read_to_string(&mut reply)
+        .with_context(|| format!("reading the dashboard at {addr}"))?;
+    if !reply.starts_with("HTTP/1.0 200") || !reply.contains("<table id=\"pools\">") {
+        let head: String = reply.chars().take(200).collect();
+        bail!("the dashboard at http://{addr}/ answered: {head}");
+    }
+    Ok(())
 }
 
 fn rss_kib(pid: u32) -> Result<u64> {

@@ -61,11 +61,11 @@ pub fn render(status: &Status, history: &History, page: &Page) -> String {
     sections::decisions(&mut out, history, status);
     sections::events(&mut out, status);
     sections::failures(&mut out, status);
-    let _ = write!(
+    let _ = writeln!(
         out,
         "<p class=\"muted\">Read-only. Rendered at {}; reloads every {} s. \
          The same data as JSON: <a href=\"/status\">/status</a>; metrics: \
-         <a href=\"/metrics\">/metrics</a>.</p></body></html>\n",
+         <a href=\"/metrics\">/metrics</a>.</p></body></html>",
         escape(&utc(page.now_unix_seconds)),
         page.refresh.as_secs()
     );
