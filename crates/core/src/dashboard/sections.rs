@@ -391,7 +391,7 @@ pub(super) fn events(out: &mut String, status: &Status) {
     }
     out.push_str("<table id=\"events\"><tr><th>When</th><th>Event</th><th>What</th></tr>");
     for event in status.events.iter().rev() {
-        let class = match event.kind.severity() {
+        let class = match event.severity {
             Severity::Warning => "warning",
             Severity::Info => "info",
         };
@@ -403,7 +403,7 @@ pub(super) fn events(out: &mut String, status: &Status) {
             event.kind.code(),
             utc(event.unix_seconds),
             event.kind.code(),
-            escape(&event.kind.to_string())
+            escape(&event.message)
         );
     }
     out.push_str("</table>");

@@ -98,22 +98,22 @@ fn fixture() -> Status {
             counter("launches", "failed", 1),
         ],
         events: vec![
-            Event {
-                at_seconds: 100,
-                unix_seconds: 1_795_000_100,
-                kind: EventKind::WorkerLaunched {
+            Event::new(
+                EventKind::WorkerLaunched {
                     pool: "cpu".into(),
                     job_id: "42".into(),
                 },
-            },
-            Event {
-                at_seconds: 200,
-                unix_seconds: 1_795_000_200,
-                kind: EventKind::LaunchFailed {
+                100,
+                1_795_000_000,
+            ),
+            Event::new(
+                EventKind::LaunchFailed {
                     pool: "cpu".into(),
                     error: "sbatch: error: <script>alert(1)</script>".into(),
                 },
-            },
+                200,
+                1_795_000_000,
+            ),
         ],
         budgets: vec![BudgetStatus {
             scope: "cpu".into(),
