@@ -5,8 +5,9 @@
 //! A bucket is a fixed-size [`Bucket`] (48 bytes: its minute and nine counts, whatever the
 //! number of pools), so an hour of history is 60 × 48 B ≈ 2.9 KB and the whole window of
 //! [`BUCKETS`] buckets (6 hours) at most ≈ 17 KB, allocated once. The decisions are at most
-//! [`DECISIONS`] records of a pool name and reason texts each cut at [`MAX_TEXT`] bytes: at most
-//! ≈ 40 KB for long reasons, typically ~ 10 KB. Nothing else grows with uptime.
+//! [`DECISIONS`] records of a pool name and at most [`MAX_REASONS`] reason texts, each cut at
+//! [`MAX_TEXT`] bytes: at most ≈ 37 KB, typically ~ 3 KB (a few reasons of ~ 60 bytes). Nothing
+//! else grows with uptime.
 
 use crate::checkin::WorkerState;
 use crate::manager::status::{Counter, Status};
@@ -18,7 +19,9 @@ pub const BUCKET_SECONDS: u64 = 60;
 /// Buckets kept: six hours of one-minute buckets.
 pub const BUCKETS: usize = 6 * 60;
 /// Decisions kept.
-pub const DECISIONS: usize = 30;
+pub const DECISIONS: usize = 15;
+/// Reasons kept per decision (a tick that stops many jobs has one reason per job).
+pub const MAX_REASONS: usize = 8;
 /// Longest reason text kept, in bytes (errors can be long).
 pub const MAX_TEXT: usize = 300;
 
@@ -63,7 +66,7 @@ pub struct DecisionRecord {
     pub stops: usize,
     /// The target (target mode).
     pub target: Option<u32>,
-    /// Each reason's code and its text.
+    /// Each reason's code and its text (the latest tick's: figures such as seconds left move on).
     pub reasons: Vec<(&'static str, String)>,
 }
 
@@ -79,6 +82,7 @@ impl DecisionRecord {
             reasons: decision
                 .reasons
                 .iter()
+                .take(MAX_REASONS)
                 .map(|r| (r.code(), cut(r.to_string())))
                 .collect(),
         }
@@ -197,7 +201,10 @@ impl History {
                 .rev()
                 .find(|d| d.pool == record.pool);
             match previous {
-                Some(previous) if previous.same(&record) => previous.last_seconds = at,
+                Some(previous) if previous.same(&record) => {
+                    previous.last_seconds = at;
+                    previous.reasons = record.reasons;
+                }
                 _ => {
                     if self.decisions.len() == DECISIONS {
                         self.decisions.pop_front();

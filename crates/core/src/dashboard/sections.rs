@@ -132,7 +132,9 @@ fn pool_row(out: &mut String, pool: &PoolStatus, status: &Status) {
         .iter()
         .zip(["starting", "ready", "busy", "lost"])
     {
-        let count = match pool.workers.is_empty() {
+        // No check-in view of jobs that exist (the server's worker list unknown): a dash.
+        let unknown = pool.workers.is_empty() && pool.active + pool.pending > 0;
+        let count = match unknown {
             true => "–".to_owned(),
             false => pool.workers.get(state).copied().unwrap_or(0).to_string(),
         };

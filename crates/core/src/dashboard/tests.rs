@@ -1,4 +1,4 @@
-use super::history::{BUCKET_SECONDS, BUCKETS, Bucket, DECISIONS, MAX_TEXT};
+use super::history::{BUCKET_SECONDS, BUCKETS, Bucket, DECISIONS, MAX_REASONS, MAX_TEXT};
 use super::svg::{self, HEIGHT, Series, WIDTH};
 use super::*;
 use crate::budget::{BudgetLimits, BudgetStatus};
@@ -223,6 +223,10 @@ fn an_unchanged_decision_is_one_record_and_the_records_are_bounded() {
         (10, 50)
     );
     assert_eq!(records[0].reasons[0].0, "rate_limited");
+    assert!(
+        records[0].reasons[0].1.contains("waited 5 < 60"),
+        "the latest figures: {records:?}"
+    );
     for tick in 6..200 {
         status.ticks = tick;
         let error = format!("listing failed {tick}: {}", "x".repeat(1000));
@@ -233,8 +237,20 @@ fn an_unchanged_decision_is_one_record_and_the_records_are_bounded() {
         ));
         history.observe(&status);
     }
+    let many = (0..20).map(|i| Reason::PendingTimeout {
+        job_id: i.to_string(),
+        pending_seconds: 900,
+        timeout_seconds: 600,
+    });
+    status.ticks += 1;
+    status.pools[0].last_decision = Some(decision("cpu", 9, many.collect()));
+    history.observe(&status);
+    assert_eq!(
+        history.decisions().last().unwrap().reasons.len(),
+        MAX_REASONS
+    );
     assert_eq!(history.decisions().len(), DECISIONS);
-    let last = history.decisions().last().unwrap();
+    let last = history.decisions().nth(DECISIONS - 2).unwrap();
     assert!(
         last.reasons[0].1.len() <= MAX_TEXT + '…'.len_utf8(),
         "{last:?}"
