@@ -36,7 +36,7 @@ th{background:#f3f3f3;font-weight:600}td.n{text-align:right;font-variant-numeric
 .error{background:#fde8e8;border:1px solid #e99;padding:6px 10px;margin:6px 0;white-space:pre-wrap}
 .charts{display:flex;flex-wrap:wrap;gap:16px}.charts figure{margin:0;width:400px;max-width:100%}
 th.group{text-align:center;font-weight:normal;color:#555;background:#fafafa}
-figcaption{font-weight:600;margin:4px 0}.chart{width:100%;height:auto}
+figcaption{font-weight:600;margin:4px 0}summary{cursor:pointer;color:#444;margin:6px 0}.chart{width:100%;height:auto}
 .chart .axis,.chart .legend{font:11px system-ui,sans-serif;fill:#555}code{font-size:12px}
 ";
 

@@ -267,9 +267,15 @@ fn unserved(out: &mut String, status: &Status) {
     if status.unserved.is_empty() {
         return;
     }
-    out.push_str(
-        "<table id=\"unserved\"><tr><th>Bundles no pool takes this tick</th><th>Why</th><th>Each pool's \
-         verdict</th></tr>",
+    let _ = write!(
+        out,
+        "<details id=\"unserved-details\"><summary>{} no pool takes this tick, one by one, \
+         with each pool's verdict</summary><table id=\"unserved\"><tr><th>Bundle</th>\
+         <th>Why</th><th>Each pool's verdict</th></tr>",
+        match status.unserved.len() {
+            1 => "The bundle".to_owned(),
+            n => format!("The {n} bundles"),
+        }
     );
     for bundle in status.unserved.iter().take(MAX_UNSERVED_ROWS) {
         let verdicts: Vec<String> = bundle
@@ -293,6 +299,7 @@ fn unserved(out: &mut String, status: &Status) {
     {
         let _ = write!(out, "<p class=\"muted\">… and {more} more.</p>");
     }
+    out.push_str("</details>");
 }
 
 /// Each budget's use against its limits.
@@ -328,6 +335,7 @@ pub(super) fn budgets(out: &mut String, status: &Status) {
                 duration(at.saturating_sub(status.uptime_seconds))
             ),
             (Some(why), None) => format!("reached: {why}"),
+            (None, _) if !budget.limits.is_set() => "no limit".to_owned(),
             (None, _) => "room left".to_owned(),
         };
         let class = if budget.reached.is_some() {

@@ -334,6 +334,16 @@ fn everything_from_outside_is_escaped() {
     let mut status = fixture();
     status.last_error = Some("server said <script>alert('x')</script> & more".into());
     status.pools[0].name = "<img src=x onerror=alert(1)>".into();
+    status.unserved = vec![crate::pools::UnservedBundle {
+        uuid: "0x<b>".into(),
+        reason: Reason::NoFittingPool,
+        pools: vec![crate::pools::PoolVerdict {
+            pool: "cpu".into(),
+            reason: Reason::Misfit {
+                detail: "request_cpus=64 > worker cpus=4 <i>".into(),
+            },
+        }],
+    }];
     let html = render(&status, &History::new(), &page());
     assert!(!html.contains("<script>"), "{html}");
     assert!(!html.contains("<img"), "{html}");
@@ -342,6 +352,15 @@ fn everything_from_outside_is_escaped() {
     );
     assert!(html.contains("sbatch: error: &lt;script&gt;alert(1)&lt;/script&gt;"));
     assert!(html.contains("data-pool=\"&lt;img src=x onerror=alert(1)&gt;\""));
+    assert!(
+        html.contains("<summary>The bundle no pool takes this tick"),
+        "{html}"
+    );
+    assert!(html.contains("<tr data-bundle=\"0x&lt;b&gt;\" data-reason=\"no_fitting_pool\">"));
+    assert!(
+        html.contains("cpu: request_cpus=64 &gt; worker cpus=4 &lt;i&gt;"),
+        "{html}"
+    );
     assert_eq!(escape("a\"b'c"), "a&quot;b&#39;c");
 }
 
