@@ -19,6 +19,8 @@
 //!   retry and backoff; what it remembers per pool, its log lines and its status snapshot
 //!   ([`manager::status`]);
 //! - [`metrics`]: the Prometheus metrics of the manager and its backends' calls;
+//! - [`dashboard`]: the page of `--listen`'s `/`, HTML and SVG rendered from the status
+//!   snapshots, and the bounded history of them it charts;
 //! - [`local`] (feature `local`): a backend that runs workers as local processes.
 //!
 //! ## Embedding the manager with your own backend
