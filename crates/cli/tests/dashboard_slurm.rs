@@ -32,6 +32,20 @@ fn chromium_available() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// Whether the test can use Chromium; like a missing service, a missing browser fails the
+/// test under `CI=true` and skips it elsewhere.
+fn browser_available() -> bool {
+    if chromium_available() {
+        return true;
+    }
+    let hint = "no `chromium` on PATH: install Debian's with `apt-get install chromium`";
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{hint} (CI=true: tests that need it fail instead of skipping)");
+    }
+    eprintln!("skipping: {hint}");
+    false
+}
+
 /// Runs headless Chromium with `args` on `url` (bounded: 90 s) and returns its stdout.
 fn chromium(profile: &Path, args: &[&str], url: &str) -> String {
     let mut child = Command::new("chromium")
@@ -89,7 +103,6 @@ struct Cancel(String);
 
 impl Drop for Cancel {
     fn drop(&mut self) {
-        let _ = Command::new("scancel").args(["--name", &self.0]).status();
         let output = Command::new("squeue").args(["-h", "-o", "%i|%j"]).output();
         let text = output.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
         for line in text.unwrap_or_default().lines() {
@@ -181,7 +194,7 @@ fn text_after<'a>(html: &'a str, start: &str) -> &'a str {
 fn chromium_shows_the_pools_as_squeue_and_the_reasons_as_status() {
     if !require_service("codalab", codalab_running())
         || !require_service("slurm", slurm_running())
-        || !require_service("chromium (apt-get install chromium)", chromium_available())
+        || !browser_available()
     {
         return;
     }
