@@ -58,8 +58,8 @@ pub fn render(status: &Status, history: &History, page: &Page) -> String {
     sections::waiting(&mut out, status);
     sections::budgets(&mut out, status);
     charts(&mut out, status, history);
-    sections::decisions(&mut out, history, status);
     sections::events(&mut out, status);
+    sections::decisions(&mut out, history, status);
     sections::failures(&mut out, status);
     let _ = writeln!(
         out,

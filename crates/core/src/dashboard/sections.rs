@@ -1,7 +1,7 @@
 //! The page's sections, each a heading and a table (or a sentence when there is nothing to
 //! show). Rows and counts carry stable `id` / `data-*` attributes for tests and scrapers.
 
-use super::history::History;
+use super::history::{DecisionRecord, History};
 use super::page::Page;
 use super::{escape, utc};
 use crate::budget::BudgetStatus;
@@ -368,11 +368,7 @@ pub(super) fn decisions(out: &mut String, history: &History, status: &Status) {
     );
     let now = status.uptime_seconds;
     for record in history.decisions().rev() {
-        let mut when = format!("{} ago", duration(now.saturating_sub(record.since_seconds)));
-        if record.last_seconds > record.since_seconds {
-            let held = record.last_seconds - record.since_seconds;
-            let _ = write!(when, ", unchanged for {}", duration(held));
-        }
+        let when = when(record, status);
         let reasons: Vec<String> = record
             .reasons
             .iter()
@@ -390,6 +386,22 @@ pub(super) fn decisions(out: &mut String, history: &History, status: &Status) {
         );
     }
     out.push_str("</table>");
+}
+
+/// `since 3m 02s ago (current)` for a decision the last tick still made, `7m 31s ago, for
+/// 21s` for one held over several ticks, `9m 07s ago` for one tick's.
+fn when(record: &DecisionRecord, status: &Status) -> String {
+    let ago = duration(status.uptime_seconds.saturating_sub(record.since_seconds));
+    let current = status
+        .last_success_seconds
+        .is_some_and(|at| record.last_seconds >= at);
+    match record.last_seconds.saturating_sub(record.since_seconds) {
+        _ if current && record.last_seconds > record.since_seconds => {
+            format!("since {ago} ago (current)")
+        }
+        0 => format!("{ago} ago"),
+        held => format!("{ago} ago, for {}", duration(held)),
+    }
 }
 
 /// The recent events, newest first, warnings highlighted.

@@ -227,6 +227,16 @@ fn an_unchanged_decision_is_one_record_and_the_records_are_bounded() {
         records[0].reasons[0].1.contains("waited 5 < 60"),
         "the latest figures: {records:?}"
     );
+    let html = render(&status, &history, &page());
+    assert!(html.contains("<td>since 40s ago (current)</td>"), "{html}");
+    status.ticks += 1;
+    status.last_success_seconds = Some(60);
+    status.uptime_seconds = 60;
+    status.pools[0].last_decision = Some(decision("cpu", 1, vec![]));
+    history.observe(&status);
+    let html = render(&status, &history, &page());
+    assert!(html.contains("<td>0s ago</td>"), "{html}");
+    assert!(html.contains("<td>50s ago, for 40s</td>"), "{html}");
     for tick in 6..200 {
         status.ticks = tick;
         let error = format!("listing failed {tick}: {}", "x".repeat(1000));
