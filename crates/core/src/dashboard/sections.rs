@@ -366,7 +366,6 @@ pub(super) fn decisions(out: &mut String, history: &History, status: &Status) {
         "<table id=\"decisions\"><tr><th>When</th><th>Pool</th><th>Launch</th><th>Stop</th>\
          <th>Why</th></tr>",
     );
-    let now = status.uptime_seconds;
     for record in history.decisions().rev() {
         let when = when(record, status);
         let reasons: Vec<String> = record
