@@ -189,9 +189,10 @@ fn budget_cell(out: &mut String, budget: Option<&BudgetStatus>) {
                 .limits
                 .max_worker_hours_per_day
                 .map_or(String::new(), |max| format!(" / {max}"));
-            let text = format!("{:.1}{limit} worker-h", b.worker_hours);
+            let text = format!("{:.2}{limit} worker-h", b.worker_hours);
             match b.reached {
                 Some(_) => ("bad", format!("{text}: reached")),
+                None if !b.limits.is_set() => ("muted", format!("{text}, no limit")),
                 None => ("ok", text),
             }
         }
@@ -322,7 +323,7 @@ pub(super) fn budgets(out: &mut String, status: &Status) {
             None => used,
         };
         let hours = of(
-            format!("{:.1}", budget.worker_hours),
+            format!("{:.2}", budget.worker_hours),
             budget.limits.max_worker_hours_per_day,
         );
         let cost = match budget.cost {

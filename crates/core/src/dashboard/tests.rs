@@ -306,7 +306,7 @@ fn the_page_has_every_section_and_the_fixtures_numbers() {
         ("active", "2"),
         ("assigned", "2"),
         ("backoff", "no"),
-        ("budget", "2.5 / 10 worker-h"),
+        ("budget", "2.50 / 10 worker-h"),
     ];
     for (field, value) in fields {
         assert_eq!(
