@@ -146,15 +146,12 @@ async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
     shared.health(Instant::now()).into_response()
 }
 
+/// The dashboard's content type.
+const HTML: &str = "text/html; charset=utf-8";
+
 async fn page(State(shared): State<Arc<Shared>>) -> Response {
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    (
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        shared.dashboard(now),
-    )
-        .into_response()
+    let now = SystemTime::UNIX_EPOCH.elapsed().map_or(0, |d| d.as_secs());
+    ([(header::CONTENT_TYPE, HTML)], shared.dashboard(now)).into_response()
 }
 
 async fn status(State(shared): State<Arc<Shared>>) -> Response {
@@ -246,10 +243,7 @@ mod tests {
             shared.observe(status, Instant::now());
         }
         let reply = page(State(shared.clone())).await;
-        assert_eq!(
-            reply.headers()[header::CONTENT_TYPE],
-            "text/html; charset=utf-8"
-        );
+        assert_eq!(reply.headers()[header::CONTENT_TYPE], HTML);
         let html = shared.dashboard(0);
         assert!(html.contains(r#"<b data-field="staged">7</b>"#), "{html}");
         assert_eq!(shared.view().history.buckets().len(), 2, "{html}");
