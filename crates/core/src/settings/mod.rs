@@ -100,7 +100,8 @@ pub struct Settings {
     pub insecure_skip_tls_verify: bool,
     /// Log format.
     pub log_format: LogFormat,
-    /// Serve `/metrics`, `/healthz` and `/status` on this address (`--listen`); off when unset.
+    /// Serve `/metrics`, `/healthz`, `/status` and the dashboard at `/` on this address
+    /// (`--listen`); off when unset.
     pub listen: Option<std::net::SocketAddr>,
     /// Launch mode of the single backend (`--launch-mode`): compat (upstream) or target.
     pub launch_mode: LaunchMode,
