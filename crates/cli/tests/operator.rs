@@ -219,18 +219,24 @@ impl Kubectl {
     }
 }
 
-/// An operator process, SIGKILLed when dropped.
-struct Operator(Child);
+/// An operator process serving `/healthz` and `/metrics` on its address, SIGKILLed when
+/// dropped.
+struct Operator(Child, std::net::SocketAddr);
 
 impl Operator {
     fn start(cluster: &Cluster, identity: &str) -> Self {
+        // A free loopback port (taken back from the kernel; the operator binds it next).
+        let health = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
         let child = Command::new(BIN)
             .args([
                 "operator",
                 "--cluster-host",
                 cluster.fake.url(),
                 "--health-listen",
-                "127.0.0.1:0",
+                &health.to_string(),
             ])
             .args([
                 "--identity",
@@ -247,7 +253,20 @@ impl Operator {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        Self(child)
+        Self(child, health)
+    }
+
+    /// The body of `GET /metrics`.
+    fn metrics(&self) -> String {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(self.1).unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: operator\r\n\r\n")
+            .unwrap();
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).unwrap();
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+        reply
     }
 
     fn kill(&mut self) {
@@ -295,7 +314,7 @@ fn staged_bundles_become_pods_max_raised_by_kubectl_apply_adds_more_delete_remov
     let kubectl = Kubectl::new(&cluster);
     assert!(kubectl.apply_pool("cpu", &tag, 2).contains("created"));
     cluster.create_pool("idle", &unique("none"), 2);
-    let _operator = Operator::start(&cluster, "only");
+    let operator = Operator::start(&cluster, "only");
     cluster.wait(
         "2 pods for 3 staged bundles",
         |c| c.pods("cpu") == 2,
@@ -334,6 +353,17 @@ fn staged_bundles_become_pods_max_raised_by_kubectl_apply_adds_more_delete_remov
         "WorkersLaunched",
     ] {
         assert!(described.contains(needle), "no {needle:?} in:\n{described}");
+    }
+    // Its metrics say it leads, what the pool's status says, and the Events it published.
+    let metrics = operator.metrics();
+    for line in [
+        "codalab_wm_operator_leader 1",
+        r#"codalab_wm_operator_pool_workers{namespace="team",pool="cpu",field="max"} 5"#,
+        r#"codalab_wm_operator_pool_workers{namespace="team",pool="cpu",field="staged"} 3"#,
+        r#"codalab_wm_operator_events_total{reason="WorkersLaunched"}"#,
+        r#"codalab_wm_operator_reconciles_total{result="ok"}"#,
+    ] {
+        assert!(metrics.contains(line), "no {line:?} in:\n{metrics}");
     }
     let listed = kubectl.run(&["get", "codalabworkerpools", "cpu"]);
     let row: Vec<&str> = listed.lines().nth(1).unwrap().split_whitespace().collect();

@@ -37,7 +37,7 @@ pub struct RunArgs {
     /// Seconds between two reconciles of a pool (its next look at the staged bundles)
     #[arg(long, default_value_t = 5)]
     pub sync_seconds: u64,
-    /// Serve /healthz on this address (the Deployment's probes)
+    /// Serve /healthz (the Deployment's probes) and /metrics (Prometheus) on this address
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub health_listen: SocketAddr,
     /// Name of the coordination.k8s.io/v1 Lease the replicas elect their leader with

@@ -1,9 +1,10 @@
 //! `cl-worker-manager operator`: the kube-runtime `Controller` over the pools and the pods
-//! they own, the Lease loop that says whether this replica acts, and `/healthz`.
+//! they own, the Lease loop that says whether this replica acts, `/healthz` and `/metrics`.
 
 use crate::command::RunArgs;
 use crate::crd::CodaLabWorkerPool;
 use crate::lease::{self, LeaseConfig};
+use crate::metrics::OperatorMetrics;
 use crate::reconcile::{Context, error_policy, reconcile};
 use codalab_wm_core::error::{Error, Result};
 use codalab_wm_k8s::names::MANAGED_BY_LABEL;
@@ -32,7 +33,6 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 args.health_listen
             ))
         })?;
-    tokio::spawn(serve_health(listener));
     let (leader_tx, leader) = tokio::sync::watch::channel(false);
     let lease = LeaseConfig {
         name: args.lease_name.clone(),
@@ -48,6 +48,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let recorder = Recorder::new(client.clone(), reporter);
     let sync = Duration::from_secs(args.sync_seconds.max(1));
     let context = Arc::new(Context::new(client.clone(), recorder, leader, sync));
+    tokio::spawn(serve_health(listener, context.metrics.clone()));
     let (pools, pods): (Api<CodaLabWorkerPool>, Api<Pod>) = match &args.watch_namespace {
         Some(ns) => (
             Api::namespaced(client.clone(), ns),
@@ -96,27 +97,36 @@ fn default_identity() -> String {
         .unwrap_or_else(|| format!("operator-{}", std::process::id()))
 }
 
-/// Answers `GET /healthz` with 200 `ok` (the process runs and serves), anything else 404.
-async fn serve_health(listener: tokio::net::TcpListener) {
+/// Answers `GET /healthz` with 200 `ok` (the process runs and serves), `GET /metrics` with
+/// the metrics ([`crate::metrics`]), anything else 404.
+async fn serve_health(listener: tokio::net::TcpListener, metrics: Arc<OperatorMetrics>) {
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
             continue;
         };
+        let metrics = metrics.clone();
         tokio::spawn(async move {
             let mut buffer = [0u8; 1024];
             let read = stream.read(&mut buffer).await.unwrap_or(0);
             let request = String::from_utf8_lossy(&buffer[..read]);
-            let ok = request.starts_with("GET /healthz ");
-            let (status, body) = if ok {
-                ("200 OK", "ok\n")
-            } else {
-                ("404 Not Found", "not found\n")
-            };
+            let (status, kind, body) = answer(&request, &metrics);
             let response = format!(
-                "HTTP/1.1 {status}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
             );
             let _ = stream.write_all(response.as_bytes()).await;
         });
+    }
+}
+
+/// The status line, content type and body for a request.
+fn answer(request: &str, metrics: &OperatorMetrics) -> (&'static str, &'static str, String) {
+    if request.starts_with("GET /healthz ") {
+        ("200 OK", "text/plain", "ok\n".to_owned())
+    } else if request.starts_with("GET /metrics ") {
+        let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+        ("200 OK", kind, metrics.render())
+    } else {
+        ("404 Not Found", "text/plain", "not found\n".to_owned())
     }
 }

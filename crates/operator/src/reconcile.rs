@@ -41,6 +41,8 @@ pub struct Context {
     pub sync: Duration,
     /// One logged-in CodaLab client per (server, credentials Secret).
     pub(crate) codalab: Mutex<HashMap<String, Arc<CodaLabClient>>>,
+    /// What `/metrics` serves.
+    pub metrics: Arc<crate::metrics::OperatorMetrics>,
 }
 
 impl std::fmt::Debug for Context {
@@ -65,6 +67,7 @@ impl Context {
             leader,
             sync,
             codalab: Mutex::default(),
+            metrics: Arc::default(),
         }
     }
 }
@@ -83,7 +86,10 @@ pub async fn reconcile(
     pool: Arc<CodaLabWorkerPool>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
-    if !*ctx.leader.borrow() {
+    let leader = *ctx.leader.borrow();
+    ctx.metrics.set_leader(leader);
+    if !leader {
+        ctx.metrics.reconciled("standby");
         return Ok(Action::requeue(ctx.sync));
     }
     let namespace = pool.namespace().unwrap_or_default();
@@ -104,7 +110,11 @@ pub async fn reconcile(
         .map_err(|e| err("add the finalizer", e))?;
     }
     let status = run_policy(&pool, &namespace, &ctx).await;
+    let spec = (pool.spec.min, pool.spec.max);
+    ctx.metrics
+        .pool(&namespace, &pool.name_any(), spec, &status);
     write_status(&pool, &api, status).await?;
+    ctx.metrics.reconciled("ok");
     Ok(Action::requeue(ctx.sync))
 }
 
@@ -154,6 +164,7 @@ async fn finalize(
     )
     .await
     .map_err(|e| err("remove the finalizer", e))?;
+    ctx.metrics.forget_pool(&namespace, &pool.name_any());
     Ok(Action::await_change())
 }
 
@@ -431,6 +442,7 @@ async fn publish(
     note: String,
 ) {
     tracing::info!(pool = %pool.name_any(), reason, %note, "event");
+    ctx.metrics.event(reason);
     let event = Event {
         type_,
         reason: reason.to_owned(),
@@ -450,5 +462,6 @@ pub fn error_policy(
     ctx: Arc<Context>,
 ) -> Action {
     tracing::warn!(pool = %pool.name_any(), %error, "reconcile failed");
+    ctx.metrics.reconciled("error");
     Action::requeue(ctx.sync)
 }
