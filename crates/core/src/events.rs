@@ -197,6 +197,19 @@ impl EventKind {
         }
     }
 
+    /// Whether the manager already logs this at its own level where it happens (a launch,
+    /// a stop, a failed tick …): the journal then logs it at debug only, so that each thing is
+    /// said once in the log. Budgets, recoveries and reaping are said by the journal alone.
+    pub fn logged_elsewhere(&self) -> bool {
+        !matches!(
+            self,
+            EventKind::PoolRecovered { .. }
+                | EventKind::BudgetReached { .. }
+                | EventKind::BudgetRestored { .. }
+                | EventKind::WorkerReaped { .. }
+        )
+    }
+
     /// The pool it concerns, if one.
     pub fn pool(&self) -> Option<&str> {
         match self {

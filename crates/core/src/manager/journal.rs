@@ -1,5 +1,5 @@
 //! Where the manager's [`Event`]s go: the log (target `codalab_wm::event`, warnings for what
-//! an admin may act on), the last [`RECENT_EVENTS`] for the status snapshot, and every
+//! an admin may act on; at debug for what the manager's own lines already say), the last [`RECENT_EVENTS`] for the status snapshot, and every
 //! subscriber ([`Manager::subscribe_events`]: the webhooks, tests). A subscriber that falls
 //! behind loses the oldest events (a broadcast channel); it never slows the loop.
 //!
@@ -45,6 +45,9 @@ impl Journal {
         let event = Event::new(kind, now.as_secs(), self.started_unix);
         let code = event.kind.code();
         match event.severity {
+            _ if event.kind.logged_elsewhere() => {
+                tracing::debug!(target: "codalab_wm::event", event = code, "{}", event.message)
+            }
             Severity::Warning => {
                 tracing::warn!(target: "codalab_wm::event", event = code, "{}", event.message)
             }
