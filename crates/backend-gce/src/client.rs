@@ -121,51 +121,64 @@ impl ComputeClient {
 
     /// `instances.aggregatedList` with `filter`, every page: the instances of every zone.
     pub async fn list_instances(&self, filter: &str) -> Result<Vec<Instance>> {
-        let what = "list instances";
-        let url = self.project_path("aggregated/instances");
-        let mut instances = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let size = PAGE_SIZE.to_string();
-            let mut query = vec![("filter", filter), ("maxResults", size.as_str())];
-            if let Some(token) = &token {
-                query.push(("pageToken", token));
-            }
-            let page: InstanceAggregatedList = self
-                .call(what, Method::GET, &url, &query, None)
-                .await?
-                .ok_or_else(|| Self::not_found(what, &url))?;
-            instances.extend(page.items.into_values().flat_map(|scope| scope.instances));
-            match page.next_page_token.filter(|t| !t.is_empty()) {
-                Some(next) => token = Some(next),
-                None => return Ok(instances),
-            }
-        }
+        self.aggregated(
+            "list instances",
+            "aggregated/instances",
+            filter,
+            |page: InstanceAggregatedList| {
+                let instances = page.items.into_values().flat_map(|scope| scope.instances);
+                (instances.collect(), page.next_page_token)
+            },
+        )
+        .await
     }
 
     /// `globalOperations.aggregatedList` of the `compute.instances.preempted` operations,
     /// every page: their target instances' URLs.
     pub async fn preempted_targets(&self) -> Result<Vec<String>> {
-        let what = "list preemptions";
-        let url = self.project_path("aggregated/operations");
         let filter = "operationType = \"compute.instances.preempted\"";
-        let mut targets = Vec::new();
+        self.aggregated(
+            "list preemptions",
+            "aggregated/operations",
+            filter,
+            |page: OperationAggregatedList| {
+                let operations = page.items.into_values().flat_map(|scope| scope.operations);
+                (
+                    operations.map(|o| o.target_link).collect(),
+                    page.next_page_token,
+                )
+            },
+        )
+        .await
+    }
+
+    /// An `aggregatedList` at `path` with `filter`, every page, [`PAGE_SIZE`] a page: `take`
+    /// gives a page's items and its next page token.
+    async fn aggregated<P: DeserializeOwned, T>(
+        &self,
+        what: &'static str,
+        path: &str,
+        filter: &str,
+        take: impl Fn(P) -> (Vec<T>, Option<String>),
+    ) -> Result<Vec<T>> {
+        let url = self.project_path(path);
+        let size = PAGE_SIZE.to_string();
+        let mut items = Vec::new();
         let mut token: Option<String> = None;
         loop {
-            let size = PAGE_SIZE.to_string();
             let mut query = vec![("filter", filter), ("maxResults", size.as_str())];
             if let Some(token) = &token {
                 query.push(("pageToken", token));
             }
-            let page: OperationAggregatedList = self
+            let page: P = self
                 .call(what, Method::GET, &url, &query, None)
                 .await?
                 .ok_or_else(|| Self::not_found(what, &url))?;
-            let operations = page.items.into_values().flat_map(|scope| scope.operations);
-            targets.extend(operations.map(|o| o.target_link));
-            match page.next_page_token.filter(|t| !t.is_empty()) {
+            let (found, next) = take(page);
+            items.extend(found);
+            match next.filter(|t| !t.is_empty()) {
                 Some(next) => token = Some(next),
-                None => return Ok(targets),
+                None => return Ok(items),
             }
         }
     }
