@@ -35,6 +35,20 @@ struct PoolField {
     field: &'static str,
 }
 
+/// The `field`s of `codalab_wm_operator_pool_workers`, in the order [`OperatorMetrics::pool`]
+/// gives their values.
+const POOL_FIELDS: [&str; 7] = [
+    "min", "max", "desired", "starting", "ready", "busy", "staged",
+];
+
+fn pool_field(namespace: &str, pool: &str, field: &'static str) -> PoolField {
+    PoolField {
+        namespace: namespace.to_owned(),
+        pool: pool.to_owned(),
+        field,
+    }
+}
+
 /// Every metric of the operator, in one registry.
 #[derive(Debug)]
 pub struct OperatorMetrics {
@@ -112,35 +126,27 @@ impl OperatorMetrics {
         spec: (u32, u32),
         status: &CodaLabWorkerPoolStatus,
     ) {
-        let fields = [
-            ("min", spec.0),
-            ("max", spec.1),
-            ("desired", status.desired),
-            ("starting", status.starting),
-            ("ready", status.ready),
-            ("busy", status.busy),
-            ("staged", status.staged),
+        let values = [
+            spec.0,
+            spec.1,
+            status.desired,
+            status.starting,
+            status.ready,
+            status.busy,
+            status.staged,
         ];
-        for (field, value) in fields {
-            let labels = PoolField {
-                namespace: namespace.to_owned(),
-                pool: pool.to_owned(),
-                field,
-            };
-            self.pools.get_or_create(&labels).set(i64::from(value));
+        for (field, value) in POOL_FIELDS.into_iter().zip(values) {
+            let gauge = self
+                .pools
+                .get_or_create(&pool_field(namespace, pool, field));
+            gauge.set(i64::from(value));
         }
     }
 
     /// Drops a deleted pool's gauges.
     pub fn forget_pool(&self, namespace: &str, pool: &str) {
-        for field in [
-            "min", "max", "desired", "starting", "ready", "busy", "staged",
-        ] {
-            self.pools.remove(&PoolField {
-                namespace: namespace.to_owned(),
-                pool: pool.to_owned(),
-                field,
-            });
+        for field in POOL_FIELDS {
+            self.pools.remove(&pool_field(namespace, pool, field));
         }
     }
 
