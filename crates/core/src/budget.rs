@@ -7,7 +7,9 @@
 //! `budget_reached`, until enough of the window has rolled past. Everything here is pure: time
 //! is the manager's clock.
 //!
-//! The window lives in the manager's memory: a restarted manager starts a new one.
+//! The manager keeps each pool's window in its launch record (`--state-dir`), so a restart,
+//! a crash or `--restart-after-seconds` goes on with the same day ([`UsageWindow::to_unix`],
+//! [`UsageWindow::from_unix`]).
 
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -55,8 +57,9 @@ impl BudgetLimits {
 /// Active worker time in hourly buckets over the last [`WINDOW`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct UsageWindow {
-    /// `(hour since the manager started, worker-seconds)`, oldest first.
-    buckets: VecDeque<(u64, f64)>,
+    /// `(hour on the manager clock, worker-seconds)`, oldest first; hours before the manager
+    /// started (read from a launch record) are negative.
+    buckets: VecDeque<(i64, f64)>,
 }
 
 impl UsageWindow {
@@ -64,7 +67,7 @@ impl UsageWindow {
     /// `now`, to the bucket of `now`.
     pub fn add(&mut self, now: Duration, workers: usize, gap: Duration) {
         let seconds = workers as f64 * gap.min(MAX_METERED_GAP).as_secs_f64();
-        let hour = now.as_secs() / BUCKET_SECONDS;
+        let hour = hour_of(now);
         match self.buckets.back_mut() {
             Some((h, used)) if *h == hour => *used += seconds,
             _ => self.buckets.push_back((hour, seconds)),
@@ -99,7 +102,7 @@ impl UsageWindow {
         for (hour, seconds) in self.buckets.iter().filter(|(h, _)| in_window(*h, now)) {
             used -= seconds / 3600.0;
             if used < limit {
-                return Some(Duration::from_secs((hour + 1) * BUCKET_SECONDS) + WINDOW);
+                return Some(bucket_end(*hour) + WINDOW);
             }
         }
         Some(now + WINDOW)
@@ -109,7 +112,7 @@ impl UsageWindow {
 impl UsageWindow {
     /// The sum of `parts`, each weighted (by 1 for worker-hours, by a cost per hour for cost).
     pub fn merged<'a>(parts: impl IntoIterator<Item = (&'a UsageWindow, f64)>) -> UsageWindow {
-        let mut sums = std::collections::BTreeMap::<u64, f64>::new();
+        let mut sums = std::collections::BTreeMap::<i64, f64>::new();
         for (window, weight) in parts {
             for (hour, seconds) in &window.buckets {
                 *sums.entry(*hour).or_default() += seconds * weight;
@@ -118,6 +121,36 @@ impl UsageWindow {
         UsageWindow {
             buckets: sums.into_iter().collect(),
         }
+    }
+
+    /// The window as `(hour since the Unix epoch, worker-seconds)`, the manager clock's zero
+    /// being `start` (time since the Unix epoch), for a launch record.
+    pub fn to_unix(&self, start: Duration) -> Vec<(u64, f64)> {
+        let start = start.as_secs() as i64;
+        self.buckets
+            .iter()
+            .map(|&(hour, seconds)| {
+                let unix = (start + hour * BUCKET_SECONDS as i64).max(0) as u64;
+                (unix / BUCKET_SECONDS, seconds)
+            })
+            .collect()
+    }
+
+    /// The window of `buckets` read from a launch record (see [`UsageWindow::to_unix`]), each
+    /// put in the manager-clock hour its end falls in (so it stays in the window no shorter
+    /// than it would have).
+    pub fn from_unix(buckets: &[(u64, f64)], start: Duration) -> Self {
+        let start = start.as_secs() as i64;
+        let mut window = UsageWindow::default();
+        for &(unix_hour, seconds) in buckets {
+            let end = (unix_hour as i64 + 1) * BUCKET_SECONDS as i64 - 1 - start;
+            let hour = end.div_euclid(BUCKET_SECONDS as i64);
+            match window.buckets.back_mut() {
+                Some((h, used)) if *h == hour => *used += seconds,
+                _ => window.buckets.push_back((hour, seconds)),
+            }
+        }
+        window
     }
 }
 
@@ -148,9 +181,19 @@ pub fn status(
     status
 }
 
+/// The bucket (manager-clock hour) of `now`.
+fn hour_of(now: Duration) -> i64 {
+    (now.as_secs() / BUCKET_SECONDS) as i64
+}
+
+/// When bucket `hour` ends (manager clock; zero for buckets that ended before it started).
+fn bucket_end(hour: i64) -> Duration {
+    Duration::from_secs(((hour + 1) * BUCKET_SECONDS as i64).max(0) as u64)
+}
+
 /// Whether bucket `hour` is still in the window ending at `now`.
-fn in_window(hour: u64, now: Duration) -> bool {
-    Duration::from_secs((hour + 1) * BUCKET_SECONDS) + WINDOW > now
+fn in_window(hour: i64, now: Duration) -> bool {
+    bucket_end(hour) + WINDOW > now
 }
 
 /// A scope's use against its limits.

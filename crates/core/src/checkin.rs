@@ -11,8 +11,9 @@
 //!
 //! A job is then [`WorkerState::Starting`] (pending, or running and not checked in yet),
 //! [`WorkerState::ReadyIdle`] (checked in, no runs), [`WorkerState::Busy`] (runs, or is
-//! terminating) or [`WorkerState::Lost`] (running, no check-in for longer than the pool's
-//! `checkin_timeout`, judged only on a view the server just gave: [`worker_state`]).
+//! terminating), [`WorkerState::Vanished`] (checked in before, not listed now: presumed busy,
+//! never stopped) or [`WorkerState::Lost`] (running and **never** checked in for longer than
+//! the pool's `checkin_timeout`, counted over fresh views only: [`worker_state`]).
 
 use crate::backend::JobState;
 use rustc_hash::FxHashMap;
@@ -20,10 +21,10 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
 
-/// Default `checkin_timeout` / `--worker-checkin-timeout`: how long a running job may go
-/// without its worker checking in before it is lost. The server drops a worker it has not heard
-/// from for 60 s, and a worker checks in every few seconds once up; five minutes leaves room
-/// for pulling the worker image and starting `cl-worker`.
+/// Default `checkin_timeout` / `--worker-checkin-timeout`: how long a running job whose worker
+/// never checked in may go on so (over fresh views) before it is lost. A worker checks in
+/// every few seconds once up; five minutes leaves room for pulling the worker image and
+/// starting `cl-worker`. A worker that checked in once is never lost.
 pub const DEFAULT_CHECKIN_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Length of a launch's unique id (`uuid::Uuid::simple`).
@@ -93,27 +94,32 @@ impl CheckinView {
 /// What the manager knows of one job's check-in this tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum JobCheckin {
-    /// Nothing: no view of the server's workers yet, or the job's id and name carry no launch
-    /// unique (its check-in cannot be matched). Judged by the platform state alone.
+    /// Nothing: no view of the server's workers yet, a view that is not this tick's and does
+    /// not list the job's worker, or a job whose id and name carry no launch unique (its
+    /// check-in cannot be matched). Judged by the platform state alone.
     #[default]
     Unknown,
-    /// The server lists the job's worker.
+    /// The server lists the job's worker (in this tick's view, or in the last one when the
+    /// call failed since).
     CheckedIn {
         /// Bundles it runs.
         runs: usize,
         /// It is shutting down.
         terminating: bool,
     },
-    /// The server does not list the job's worker.
-    Missing {
-        /// Since the platform said the job runs, or since the server last listed its worker
-        /// (the later), on the manager clock; zero while the job is pending.
+    /// This tick's view does not list the job's worker, and it never checked in.
+    NotYet {
+        /// How long it has gone unlisted while running: counted on the manager clock over the
+        /// current run of fresh views only, from the later of when the job became active and
+        /// when the views became fresh; zero while the job is pending.
         unseen_for: Duration,
-        /// The server listed the worker before (it checked in, then vanished).
-        was_seen: bool,
-        /// The view is this tick's: the last workers-info call succeeded. A stale view never
-        /// makes a worker lost.
-        fresh: bool,
+    },
+    /// This tick's view does not list the job's worker, which checked in before. Such a worker
+    /// is never judged lost: the server may have dropped it for a network partition or a
+    /// cl-worker nap, and its bundles resume when it checks in again.
+    Vanished {
+        /// How long it has gone unlisted (as [`JobCheckin::NotYet`] counts it).
+        unseen_for: Duration,
     },
 }
 
@@ -127,25 +133,31 @@ pub enum WorkerState {
     ReadyIdle,
     /// Checked in and running bundles (or terminating).
     Busy,
-    /// Running on the platform, no check-in for longer than the timeout.
+    /// Checked in before, no longer listed by the server: presumed busy (its bundles wait as
+    /// `worker_offline` and resume when it checks in again); never stopped by the manager.
+    Vanished,
+    /// Running on the platform, never checked in, for longer than the timeout over fresh
+    /// views.
     Lost,
 }
 
 impl WorkerState {
     /// Every state, in display order.
-    pub const ALL: [WorkerState; 4] = [
+    pub const ALL: [WorkerState; 5] = [
         WorkerState::Starting,
         WorkerState::ReadyIdle,
         WorkerState::Busy,
+        WorkerState::Vanished,
         WorkerState::Lost,
     ];
 
-    /// The machine-readable name (`starting`, `ready_idle`, `busy`, `lost`).
+    /// The machine-readable name (`starting`, `ready_idle`, `busy`, `vanished`, `lost`).
     pub fn code(self) -> &'static str {
         match self {
             WorkerState::Starting => "starting",
             WorkerState::ReadyIdle => "ready_idle",
             WorkerState::Busy => "busy",
+            WorkerState::Vanished => "vanished",
             WorkerState::Lost => "lost",
         }
     }
@@ -159,6 +171,7 @@ impl fmt::Display for WorkerState {
 
 /// The state of a job in platform state `state` with check-in `checkin`, when the check-in is
 /// known; `None` for jobs that are not capacity (failed, ended …) and for [`JobCheckin::Unknown`].
+/// Only a job that never checked in can be [`WorkerState::Lost`].
 pub fn worker_state(
     state: JobState,
     checkin: JobCheckin,
@@ -173,24 +186,23 @@ pub fn worker_state(
             Some(WorkerState::Busy)
         }
         JobCheckin::CheckedIn { .. } => Some(WorkerState::ReadyIdle),
-        JobCheckin::Missing {
-            unseen_for, fresh, ..
-        } if fresh && state == JobState::Active && unseen_for > timeout => Some(WorkerState::Lost),
-        JobCheckin::Missing { .. } => Some(WorkerState::Starting),
+        JobCheckin::Vanished { .. } => Some(WorkerState::Vanished),
+        JobCheckin::NotYet { unseen_for } if state == JobState::Active && unseen_for > timeout => {
+            Some(WorkerState::Lost)
+        }
+        JobCheckin::NotYet { .. } => Some(WorkerState::Starting),
     }
 }
 
-/// How long a running job has gone without a check-in, on the manager clock: since it became
-/// active or since its worker was last listed, whichever is later.
-pub fn unseen_for(
-    now: Duration,
-    active_since: Option<Duration>,
-    last_seen: Option<Duration>,
-) -> Duration {
-    let since = match (active_since, last_seen) {
-        (Some(a), Some(s)) => a.max(s),
-        (a, s) => a.or(s).unwrap_or(now),
-    };
+/// How long a running job has gone unlisted, on the manager clock: since the latest of when it
+/// became active, when its worker was last listed, and when the views became fresh (time
+/// without a view is never time without a check-in).
+pub fn unseen_for(now: Duration, times: JobTimes, fresh_since: Duration) -> Duration {
+    let since = [times.active_since, times.last_seen, Some(fresh_since)]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(now);
     now.saturating_sub(since)
 }
 
@@ -202,44 +214,60 @@ pub struct Sighting<'a> {
     pub view: &'a CheckinView,
     /// It is this tick's.
     pub fresh: bool,
+    /// When the current run of fresh views began (manager clock): after a call failed, or
+    /// when no call was made, the next fresh view starts a new run, and every job's clock
+    /// starts again from it.
+    pub fresh_since: Duration,
 }
 
-/// When the manager saw a job become active and its worker last listed (manager clock).
+/// What the manager remembers of one job (manager clock).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct JobTimes {
-    /// When the platform first said the job runs.
+    /// When the job's worker container started: when the platform first said the job runs.
     pub active_since: Option<Duration>,
-    /// When the server last listed the job's worker.
+    /// When the server last listed the job's worker, in this process.
     pub last_seen: Option<Duration>,
+    /// The job's worker checked in at some point (this process saw it, or the manager's
+    /// launch record says so from before a restart).
+    pub checked_in: bool,
 }
 
 /// What `sighting` says of the job with platform `id`, `name` and `state` at manager time
-/// `now`. `None` (no view yet) and jobs without a launch unique give [`JobCheckin::Unknown`].
+/// `now`. `None` (no view yet), a stale view that does not list the job, and jobs without a
+/// launch unique give [`JobCheckin::Unknown`].
 pub fn job_checkin(
     sighting: Option<Sighting<'_>>,
     (id, name, state): (&str, &str, JobState),
     times: JobTimes,
     now: Duration,
 ) -> JobCheckin {
-    let Some(Sighting { view, fresh }) = sighting else {
+    let Some(Sighting {
+        view,
+        fresh,
+        fresh_since,
+    }) = sighting
+    else {
         return JobCheckin::Unknown;
     };
     if launch_unique(id).or_else(|| launch_unique(name)).is_none() {
         return JobCheckin::Unknown;
     }
-    match view.worker_of(id, name) {
-        Some(worker) => JobCheckin::CheckedIn {
+    if let Some(worker) = view.worker_of(id, name) {
+        return JobCheckin::CheckedIn {
             runs: worker.run_uuids.len(),
             terminating: worker.is_terminating,
-        },
-        None => JobCheckin::Missing {
-            unseen_for: match state {
-                JobState::Active => unseen_for(now, times.active_since, times.last_seen),
-                _ => Duration::ZERO,
-            },
-            was_seen: times.last_seen.is_some(),
-            fresh,
-        },
+        };
+    }
+    if !fresh {
+        return JobCheckin::Unknown;
+    }
+    let unseen_for = match state {
+        JobState::Active => unseen_for(now, times, fresh_since),
+        _ => Duration::ZERO,
+    };
+    match times.checked_in || times.last_seen.is_some() {
+        true => JobCheckin::Vanished { unseen_for },
+        false => JobCheckin::NotYet { unseen_for },
     }
 }
 

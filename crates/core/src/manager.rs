@@ -25,6 +25,7 @@ use crate::codalab::CodaLabClient;
 use crate::error::{Error, Result};
 use crate::pools::PoolPolicy;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -39,6 +40,7 @@ mod journal;
 pub(crate) mod logs;
 mod observe;
 mod reconfigure;
+mod record;
 mod run;
 pub(crate) mod runtime;
 mod shutdown;
@@ -238,6 +240,28 @@ impl Manager {
     /// without sleeping.
     pub fn advance_clock(&mut self, by: Duration) {
         self.skipped += by;
+    }
+
+    /// Keeps each pool's launch record (which jobs this manager launched, which checked in,
+    /// the budget use) in `dir`, in a file named after the pool's identity from
+    /// `identities` (pool name → identity: the backend and the keys that name its jobs; a pool
+    /// missing there is named by its name), read back after a restart. Without this, the
+    /// records live in memory: after a restart the manager stops none of the jobs it finds.
+    /// Fails when a record cannot be created or read, or another process holds it.
+    pub fn keep_records(&mut self, dir: &Path, identities: &[(String, String)]) -> Result<()> {
+        let start = record::unix_now().saturating_sub(self.clock());
+        for runtime in &mut self.pools {
+            let name = runtime.name().to_owned();
+            let identity = identities
+                .iter()
+                .find(|(pool, _)| *pool == name)
+                .map_or(name.as_str(), |(_, identity)| identity.as_str());
+            let record = record::LaunchRecord::open(dir, identity)?;
+            runtime.usage = crate::budget::UsageWindow::from_unix(record.usage(), start);
+            tracing::info!(pool = %name, record = %record.path().map(|p| p.display().to_string()).unwrap_or_default(), "launch record of pool {name}: jobs it does not hold are never stopped by this manager");
+            runtime.record = record;
+        }
+        Ok(())
     }
 
     /// Runs `hook` once, at the first tick whose login succeeds (the server answered and took

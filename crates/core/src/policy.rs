@@ -143,17 +143,32 @@ pub enum Reason {
         /// The pool's `pending_timeout`.
         timeout_seconds: u64,
     },
-    /// Pool policy: a running job's worker has not checked in with the server for longer than
-    /// the pool's `checkin_timeout`; the job is stopped and replaced (see [`crate::checkin`]).
+    /// Pool policy: a running job's worker never checked in with the server, for longer than
+    /// the pool's `checkin_timeout` over fresh views; the job is stopped and replaced (see
+    /// [`crate::checkin`]).
     WorkerLost {
         /// The lost job.
         job_id: String,
-        /// Seconds without a check-in (manager clock).
+        /// Seconds without a check-in (manager clock, fresh views only).
         unseen_seconds: u64,
         /// The pool's `checkin_timeout`.
         timeout_seconds: u64,
-        /// Its worker had checked in before, then vanished from the server's list.
-        was_seen: bool,
+    },
+    /// Pool policy: a rule (`pending_timeout` or `worker_lost`) would stop the job, but the
+    /// manager may not: it did not launch the job, or no worker of the pool has been seen
+    /// checking in yet (the workers may log in as an account whose workers the manager cannot
+    /// see). The job is kept and counts toward `max`; see [`crate::pools`].
+    NotStopped {
+        /// The job.
+        job_id: String,
+        /// The rule that would stop it (`pending_timeout`, `worker_lost`).
+        rule: &'static str,
+        /// Seconds pending or without a check-in.
+        seconds: u64,
+        /// The rule's limit.
+        timeout_seconds: u64,
+        /// Why it is kept.
+        why: NotStoppedWhy,
     },
     /// Pool policy: the pool's jobs could not be listed this tick; it is skipped.
     Unobserved {
@@ -194,6 +209,7 @@ impl Reason {
             Reason::BackingOff { .. } => "backing_off",
             Reason::PendingTimeout { .. } => "pending_timeout",
             Reason::WorkerLost { .. } => "worker_lost",
+            Reason::NotStopped { .. } => "not_stopped",
             Reason::Unobserved { .. } => "unobserved",
             Reason::BudgetReached { .. } => "budget_reached",
             Reason::NoFittingPool => "no_fitting_pool",
@@ -262,8 +278,20 @@ impl fmt::Display for Reason {
                 job_id,
                 unseen_seconds,
                 timeout_seconds,
-                was_seen,
-            } => lost(f, job_id, *unseen_seconds, *timeout_seconds, *was_seen),
+            } => write!(
+                f,
+                "stop job {job_id}: its worker never checked in for {unseen_seconds} s, longer than checkin_timeout {timeout_seconds} s"
+            ),
+            Reason::NotStopped {
+                job_id,
+                rule,
+                seconds,
+                timeout_seconds,
+                why,
+            } => write!(
+                f,
+                "keep job {job_id}: {rule} would stop it ({seconds} s > {timeout_seconds} s), but {why}"
+            ),
             Reason::Unobserved { error } => {
                 write!(f, "skipped: cannot list the pool's jobs: {error}")
             }
@@ -276,22 +304,27 @@ impl fmt::Display for Reason {
     }
 }
 
-/// The words of [`Reason::WorkerLost`].
-fn lost(
-    f: &mut fmt::Formatter<'_>,
-    job_id: &str,
-    unseen_seconds: u64,
-    timeout_seconds: u64,
-    was_seen: bool,
-) -> fmt::Result {
-    let what = match was_seen {
-        true => "its worker stopped checking in",
-        false => "its worker never checked in",
-    };
-    write!(
-        f,
-        "stop job {job_id}: {what} for {unseen_seconds} s, longer than checkin_timeout {timeout_seconds} s"
-    )
+/// Why a job a rule would stop is kept ([`Reason::NotStopped`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotStoppedWhy {
+    /// This manager's launch record does not hold the job: another manager's, a person's, or
+    /// launched before the record was lost.
+    NotLaunchedHere,
+    /// No worker of the pool has been seen checking in: the workers may log in as another
+    /// CodaLab account, whose workers this manager's account cannot see.
+    NoCheckinSeen,
+}
+
+impl fmt::Display for NotStoppedWhy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NotStoppedWhy::NotLaunchedHere => "this manager did not launch it",
+            NotStoppedWhy::NoCheckinSeen => {
+                "no worker of this pool has been seen checking in yet (do the workers log in as another account?)"
+            }
+        })
+    }
 }
 
 /// The outcome of one planning step.

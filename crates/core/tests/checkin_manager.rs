@@ -104,36 +104,58 @@ async fn a_worker_becomes_ready_idle_then_busy_and_idle_ones_are_capacity() {
     assert!(requests.iter().any(|r| r.path == "/rest/workers/info"));
 }
 
+fn stops(report: &codalab_wm_core::manager::TickReport) -> usize {
+    report
+        .events
+        .iter()
+        .filter(|e| matches!(e, TickEvent::Stop { .. }))
+        .count()
+}
+
 #[tokio::test]
-async fn a_worker_that_never_checks_in_is_lost_stopped_and_the_pool_backs_off() {
-    let mut s = setup(1).await;
+async fn a_worker_that_never_checks_in_is_lost_over_fresh_views_only_then_stopped() {
+    let mut s = setup(2).await;
     s.manager.tick().await.unwrap();
+    assert_eq!(s.backend.launches().len(), 2);
+    // Job 1's worker checks in (the pool's check-ins are visible); job 2's never does.
+    let first = s.backend.jobs()[0].name.clone();
+    s.server.set_workers(vec![checked_in(&first, &["0x1"])]);
+    s.server.set_bundles(vec![FakeBundle::new("alice", 2)]);
     s.manager.tick().await.unwrap();
+    assert_eq!(
+        s.backend.launches().len(),
+        2,
+        "job 2 is starting for bundle 2"
+    );
     s.manager.advance_clock(Duration::from_secs(299));
     let report = s.manager.tick().await.unwrap();
-    assert!(
-        s.backend.stops().is_empty(),
-        "within the timeout: still starting"
-    );
-    assert!(
-        !report
-            .events
-            .iter()
-            .any(|e| matches!(e, TickEvent::Stop { .. }))
-    );
+    assert_eq!(stops(&report), 0, "within the timeout: still starting");
 
-    // The workers-info call fails: the last view is kept and nothing is judged lost.
+    // The workers-info call fails for 600 s: the last view is kept and nothing is judged.
     s.server
         .inject_workers_faults(vec![(503, "Service Unavailable".into())]);
     s.manager.advance_clock(Duration::from_secs(600));
     s.manager.tick().await.unwrap();
     assert!(
         s.backend.stops().is_empty(),
-        "no lost verdict from a failed call"
+        "no verdict from a failed call"
     );
-
+    // The first good view after the outage: every clock starts again.
     let report = s.manager.tick().await.unwrap();
-    assert_eq!(s.backend.stops(), ["1"]);
+    assert_eq!(
+        stops(&report),
+        0,
+        "time without a view is not time without a check-in"
+    );
+    s.manager.advance_clock(Duration::from_secs(301));
+    let report = s.manager.tick().await.unwrap();
+    // Job 3 was launched for bundle 2 while the view was stale (job 2 then counted as busy);
+    // it never checked in either. Job 1, busy, is never a candidate.
+    assert_eq!(
+        s.backend.stops(),
+        ["2", "3"],
+        "only those that never checked in"
+    );
     assert!(report.events.iter().any(|e| matches!(
         e,
         TickEvent::Stop {
@@ -156,33 +178,16 @@ async fn a_worker_that_never_checks_in_is_lost_stopped_and_the_pool_backs_off() 
         s.server.url()
     );
     assert!(
-        failure.detail.contains("never checked in after 89"),
+        failure.detail.contains("never checked in after 301"),
         "{}",
         failure.detail
     );
     assert!(failure.detail.ends_with(&want), "{}", failure.detail);
     assert!(status.pools[0].backing_off_until.is_some());
-    assert_eq!(
-        status.unmet[0].reason.code(),
-        "pool_unavailable",
-        "this tick: worker_lost"
-    );
-    s.manager.tick().await.unwrap();
-    let status = s.manager.status();
-    assert_eq!(status.unmet[0].reason.code(), "backing_off");
-    assert_eq!(
-        s.backend.launches().len(),
-        1,
-        "not replaced while backing off"
-    );
-    s.manager.advance_clock(Duration::from_secs(301));
-    s.backend.set_state("1", codalab_wm_core::JobState::Ended);
-    s.manager.tick().await.unwrap();
-    assert_eq!(s.backend.launches().len(), 2, "replaced after the backoff");
 }
 
 #[tokio::test]
-async fn a_worker_that_checked_in_and_vanished_is_noted_then_lost() {
+async fn a_worker_that_checked_in_and_vanished_is_noted_and_never_stopped() {
     let mut s = setup(1).await;
     s.manager.tick().await.unwrap();
     let name = s.backend.jobs()[0].name.clone();
@@ -190,6 +195,7 @@ async fn a_worker_that_checked_in_and_vanished_is_noted_then_lost() {
     s.server.set_workers(vec![checked_in(&name, &["0x1"])]);
     s.server.set_bundles(Vec::new());
     s.manager.tick().await.unwrap();
+    // A partition: the server drops the worker; its bundle waits as worker_offline.
     s.server.set_workers(Vec::new());
     let report = s.manager.tick().await.unwrap();
     assert!(
@@ -206,14 +212,46 @@ async fn a_worker_that_checked_in_and_vanished_is_noted_then_lost() {
             .any(|e| matches!(e, TickEvent::WorkerVanished { .. })),
         "noted once"
     );
-    s.manager.advance_clock(Duration::from_secs(301));
-    s.manager.tick().await.unwrap();
-    assert_eq!(s.backend.stops(), ["1"]);
-    let detail = &s.manager.status().recent_failures[0].detail;
+    for _ in 0..24 {
+        s.manager.advance_clock(Duration::from_secs(3600));
+        assert_eq!(stops(&s.manager.tick().await.unwrap()), 0);
+    }
     assert!(
-        detail.contains("checked in, then stopped checking in for 30"),
-        "{detail}"
+        s.backend.stops().is_empty(),
+        "a day later, still not stopped"
     );
+    assert_eq!(workers(&s.manager, WorkerState::Vanished), 1);
+    // It counts toward max: three bundles, max 3, one vanished worker: two launches.
+    s.server
+        .set_bundles((1..=3).map(|n| FakeBundle::new("alice", n)).collect());
+    s.manager.tick().await.unwrap();
+    assert_eq!(s.backend.launches().len(), 3);
+}
+
+#[tokio::test]
+async fn workers_nobody_sees_check_in_are_kept_and_back_the_pool_off_once_each() {
+    // The workers log in as another account (or never reach the server): the manager's list
+    // never shows one. They are not stopped, and the pool backs off instead of relaunching.
+    let mut s = setup(1).await;
+    s.manager.tick().await.unwrap();
+    s.manager.tick().await.unwrap();
+    s.manager.advance_clock(Duration::from_secs(4000));
+    let report = s.manager.tick().await.unwrap();
+    assert_eq!(stops(&report), 0);
+    assert!(s.backend.stops().is_empty());
+    let status = s.manager.status();
+    assert_eq!(status.recent_failures[0].kind, "worker_unconfirmed");
+    assert!(
+        status.recent_failures[0]
+            .detail
+            .contains("no worker of this pool has been seen checking in"),
+        "{}",
+        status.recent_failures[0].detail
+    );
+    assert!(status.pools[0].backing_off_until.is_some());
+    s.manager.advance_clock(Duration::from_secs(10));
+    s.manager.tick().await.unwrap();
+    assert_eq!(s.manager.status().recent_failures.len(), 1, "once per job");
 }
 
 #[tokio::test]

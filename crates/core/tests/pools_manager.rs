@@ -4,6 +4,7 @@
 //! per-pool backoff and its reset, the status snapshot and the tick events. Time-based rules
 //! run on the manager clock, moved with `Manager::advance_clock` (no sleeping).
 
+use codalab_wm_core::checkin::launch_unique;
 use codalab_wm_core::codalab::CodaLabClient;
 use codalab_wm_core::manager::status::{LaunchResult, TickEvent};
 use codalab_wm_core::secret::{Credentials, Secret};
@@ -55,6 +56,10 @@ async fn setup(bundles: Vec<FakeBundle>, cpu: PoolPolicy, gpu: PoolPolicy) -> Se
     let client = CodaLabClient::new(&server.url(), credentials).unwrap();
     let cpu_backend = FakeBackend::named("fake-cpu", cpu.shape);
     let gpu_backend = FakeBackend::named("fake-gpu", gpu.shape);
+    // Job names carry the launch unique, as on every platform: the manager's launch record
+    // holds them, so its rules may stop them.
+    cpu_backend.unique_names(true);
+    gpu_backend.unique_names(true);
     let worker = WorkerOptions {
         server: server.url(),
         executable: "cl-worker-stand-in".into(),
@@ -311,7 +316,7 @@ async fn a_pool_whose_submits_fail_backs_off_doubling_and_resets_after_a_success
 }
 
 #[tokio::test]
-async fn a_job_that_fails_before_becoming_active_backs_the_pool_off_and_demand_falls_back() {
+async fn a_job_that_fails_before_its_worker_checks_in_backs_the_pool_off_and_demand_falls_back() {
     let gpu = PoolPolicy {
         tag: None,
         ..gpu_policy()
@@ -319,6 +324,9 @@ async fn a_job_that_fails_before_becoming_active_backs_the_pool_off_and_demand_f
     let mut s = setup(vec![cpu_bundle(1)], cpu_policy(), gpu).await;
     let report = s.manager.tick().await.unwrap();
     let job = report.launched[0].id.clone();
+    s.cpu.set_state(&job, JobState::Active);
+    s.manager.tick().await.unwrap();
+    // Active, then failed before its worker ever checked in: a failed start.
     s.cpu.set_state(&job, JobState::Failed);
     let report = s.manager.tick().await.unwrap();
     assert!(report.events.contains(&TickEvent::JobFailed {
@@ -332,10 +340,14 @@ async fn a_job_that_fails_before_becoming_active_backs_the_pool_off_and_demand_f
         1,
         "the bundle falls back to the gpu pool"
     );
-    // A job that was active before failing does not back the pool off.
+    // A job whose worker checked in before failing does not back the pool off.
     let report = s.manager.tick().await.unwrap();
     let gpu_job = s.gpu.jobs()[0].id.clone();
     s.gpu.set_state(&gpu_job, JobState::Active);
+    let unique = launch_unique(&s.gpu.jobs()[0].name).unwrap().to_owned();
+    s.server.set_workers(vec![serde_json::json!({
+        "worker_id": format!("node-{unique}"), "run_uuids": [], "is_terminating": false
+    })]);
     s.manager.tick().await.unwrap();
     s.gpu.set_state(&gpu_job, JobState::Failed);
     let report2 = s.manager.tick().await.unwrap();

@@ -151,6 +151,7 @@ impl SimPool {
                         Duration::ZERO
                     },
                     checkin: Default::default(),
+                    launched_here: true,
                 })
                 .collect(),
             stopping: self.stopping.len(),
@@ -162,6 +163,7 @@ impl SimPool {
                 detail: "10 of 10 worker-hours".into(),
                 resumes_at_seconds: None,
             }),
+            checkins_seen: true,
         }
     }
 }
@@ -260,7 +262,7 @@ proptest! {
                 left -= active;
                 let pending = (*pending).min(left);
                 let mut jobs: Vec<ObservedJob> = (0..active)
-                    .map(|i| ObservedJob { id: format!("a{i}"), state: JobState::Active, pending_for: Duration::ZERO, active_for: Duration::from_secs(30 * (i as u64)), checkin: Default::default() })
+                    .map(|i| ObservedJob { id: format!("a{i}"), state: JobState::Active, pending_for: Duration::ZERO, active_for: Duration::from_secs(30 * (i as u64)), checkin: Default::default(), launched_here: true })
                     .collect();
                 jobs.extend((0..pending).map(|i| ObservedJob {
                     id: format!("p{i}"),
@@ -268,6 +270,7 @@ proptest! {
                     pending_for: Duration::from_secs(1),
                     active_for: Duration::ZERO,
                     checkin: Default::default(),
+                    launched_here: true,
                 }));
                 PoolObservation { jobs, stopping, ..PoolObservation::default() }
             })

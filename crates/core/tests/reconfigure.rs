@@ -251,6 +251,7 @@ async fn a_bigger_shape_serves_bundles_that_fit_no_pool_before() {
 async fn pending_times_survive_a_reconfiguration() {
     let server = server(1).await;
     let backend = FakeBackend::named("fake-a", shape());
+    backend.unique_names(true); // launched here: the pending rule may stop it
     let config = config();
     let pools = vec![pool("cpu", &backend, shape(), 2)];
     let mut manager = Manager::with_pools(config.clone(), client(&server), pools).unwrap();

@@ -81,53 +81,54 @@ fn jobs_match_their_own_check_ins_whatever_the_hostname_prefix() {
 #[test]
 fn states_from_the_platform_and_the_server() {
     use JobState::*;
-    let missing = |unseen: u64, was_seen: bool, fresh: bool| JobCheckin::Missing {
+    let not_yet = |unseen: u64| JobCheckin::NotYet {
         unseen_for: secs(unseen),
-        was_seen,
-        fresh,
+    };
+    let vanished = |unseen: u64| JobCheckin::Vanished {
+        unseen_for: secs(unseen),
     };
     let checked_in = |runs: usize, terminating: bool| JobCheckin::CheckedIn { runs, terminating };
     let cases: &[(&str, JobState, JobCheckin, Option<WorkerState>)] = &[
         (
             "pending, not listed",
             Pending,
-            missing(0, false, true),
+            not_yet(0),
             Some(WorkerState::Starting),
         ),
         (
             "running, not yet listed",
             Active,
-            missing(10, false, true),
+            not_yet(10),
             Some(WorkerState::Starting),
         ),
         (
             "running, exactly at the timeout",
             Active,
-            missing(300, false, true),
+            not_yet(300),
             Some(WorkerState::Starting),
         ),
         (
             "running, never listed past the timeout",
             Active,
-            missing(301, false, true),
+            not_yet(301),
             Some(WorkerState::Lost),
         ),
         (
-            "listed before, vanished past the timeout",
+            "listed before, vanished past the timeout: never lost",
             Active,
-            missing(301, true, true),
-            Some(WorkerState::Lost),
+            vanished(301),
+            Some(WorkerState::Vanished),
         ),
         (
-            "stale view: never lost",
+            "listed before, vanished for a day: never lost",
             Active,
-            missing(10_000, false, false),
-            Some(WorkerState::Starting),
+            vanished(86_400),
+            Some(WorkerState::Vanished),
         ),
         (
             "pending a long time: the pending timeout's business",
             Pending,
-            missing(10_000, false, true),
+            not_yet(10_000),
             Some(WorkerState::Starting),
         ),
         (
@@ -156,10 +157,26 @@ fn states_from_the_platform_and_the_server() {
         ),
         ("no view", Active, JobCheckin::Unknown, None),
         ("failed job", Failed, checked_in(0, false), None),
-        ("ended job", Ended, missing(10_000, true, true), None),
+        ("ended job", Ended, vanished(10_000), None),
     ];
     for (name, state, checkin, want) in cases {
         assert_eq!(worker_state(*state, *checkin, TIMEOUT), *want, "{name}");
+    }
+}
+
+fn sighting(view: &CheckinView, fresh: bool, fresh_since: u64) -> Option<Sighting<'_>> {
+    Some(Sighting {
+        view,
+        fresh,
+        fresh_since: secs(fresh_since),
+    })
+}
+
+fn times(active_since: u64, last_seen: Option<u64>, checked_in: bool) -> JobTimes {
+    JobTimes {
+        active_since: Some(secs(active_since)),
+        last_seen: last_seen.map(secs),
+        checked_in,
     }
 }
 
@@ -169,128 +186,141 @@ fn job_checkin_measures_on_the_manager_clock_whatever_the_server_clock_says() {
     // The server's clock is a day ahead or years behind: only presence in the list counts.
     for checkin_time in [1.0e12, 0.0, -5.0] {
         let view = CheckinView::new(vec![worker(&format!("host-{U1}"), 0, false, checkin_time)]);
-        let sighting = Some(Sighting {
-            view: &view,
-            fresh: true,
-        });
-        let times = JobTimes {
-            active_since: Some(secs(0)),
-            last_seen: Some(secs(0)),
-        };
         let got = job_checkin(
-            sighting,
+            sighting(&view, true, 0),
             ("42", &name, JobState::Active),
-            times,
+            times(0, Some(0), false),
             secs(10_000),
         );
-        assert_eq!(
-            got,
-            JobCheckin::CheckedIn {
-                runs: 0,
-                terminating: false
-            },
-            "{checkin_time}"
-        );
+        let idle = JobCheckin::CheckedIn {
+            runs: 0,
+            terminating: false,
+        };
+        assert_eq!(got, idle, "{checkin_time}");
     }
+}
+
+#[test]
+fn unseen_time_counts_only_over_fresh_views_and_a_check_in_is_never_forgotten() {
+    let name = format!("alice-codalab-slurm-worker-cpu-{U1}");
     let empty = CheckinView::default();
-    let cases: &[(&str, JobTimes, bool, JobCheckin)] = &[
+    let not_yet = |s| JobCheckin::NotYet {
+        unseen_for: secs(s),
+    };
+    let vanished = |s| JobCheckin::Vanished {
+        unseen_for: secs(s),
+    };
+    // (what, times, fresh, fresh since, want) at 1000 s.
+    let cases: &[(&str, JobTimes, bool, u64, JobCheckin)] = &[
         (
             "never listed: since it became active",
-            JobTimes {
-                active_since: Some(secs(100)),
-                last_seen: None,
-            },
+            times(100, None, false),
             true,
-            JobCheckin::Missing {
-                unseen_for: secs(900),
-                was_seen: false,
-                fresh: true,
-            },
+            0,
+            not_yet(900),
         ),
         (
-            "vanished: since it was last listed",
-            JobTimes {
-                active_since: Some(secs(100)),
-                last_seen: Some(secs(800)),
-            },
+            "listed in this process, then not",
+            times(100, Some(800), false),
             true,
-            JobCheckin::Missing {
-                unseen_for: secs(200),
-                was_seen: true,
-                fresh: true,
-            },
+            0,
+            vanished(200),
         ),
         (
-            "stale view kept",
-            JobTimes {
-                active_since: Some(secs(100)),
-                last_seen: None,
-            },
+            "checked in before a restart",
+            times(100, None, true),
+            true,
+            0,
+            vanished(900),
+        ),
+        (
+            "views fresh again since 950 s: the clock starts again",
+            times(100, None, false),
+            true,
+            950,
+            not_yet(50),
+        ),
+        (
+            "stale view that does not list it: unknown",
+            times(100, None, false),
             false,
-            JobCheckin::Missing {
-                unseen_for: secs(900),
-                was_seen: false,
-                fresh: false,
-            },
+            0,
+            JobCheckin::Unknown,
+        ),
+        (
+            "stale view, checked in before: unknown",
+            times(100, Some(10), true),
+            false,
+            0,
+            JobCheckin::Unknown,
         ),
     ];
-    for (what, times, fresh, want) in cases {
-        let sighting = Some(Sighting {
-            view: &empty,
-            fresh: *fresh,
-        });
+    for (what, times, fresh, since, want) in cases {
         let got = job_checkin(
-            sighting,
+            sighting(&empty, *fresh, *since),
             ("42", &name, JobState::Active),
             *times,
             secs(1000),
         );
         assert_eq!(got, *want, "{what}");
     }
-    let times = JobTimes {
-        active_since: Some(secs(0)),
-        last_seen: None,
-    };
-    let sighting = Some(Sighting {
-        view: &empty,
-        fresh: true,
-    });
+    let t = times(0, None, false);
     assert_eq!(
-        job_checkin(None, ("42", &name, JobState::Active), times, secs(1000)),
+        job_checkin(None, ("42", &name, JobState::Active), t, secs(1000)),
         JobCheckin::Unknown,
         "no view yet"
     );
     assert_eq!(
         job_checkin(
-            sighting,
+            sighting(&empty, true, 0),
             ("42", "pid 42", JobState::Active),
-            times,
+            t,
             secs(1000)
         ),
         JobCheckin::Unknown,
         "a job whose check-in cannot be matched is never lost"
     );
+    let listed = CheckinView::new(vec![worker(&format!("host-{U1}"), 1, false, 0.0)]);
+    assert_eq!(
+        job_checkin(
+            sighting(&listed, false, 0),
+            ("42", &name, JobState::Active),
+            t,
+            secs(1000)
+        ),
+        JobCheckin::CheckedIn {
+            runs: 1,
+            terminating: false
+        },
+        "a stale view that lists the worker says what it last did"
+    );
 }
 
 #[test]
-fn a_failed_call_keeps_the_last_view_and_never_makes_a_lost_verdict() {
-    // Property over many clocks: whatever the times, a stale view gives no `Lost`.
+fn no_view_stale_or_fresh_ever_makes_a_worker_that_checked_in_lost() {
+    // Property over many clocks: a stale view gives no `Lost`, and neither does any view of a
+    // worker that checked in once.
     let name = format!("w-{U1}");
     let empty = CheckinView::default();
     for now in (0..100_000).step_by(997) {
-        for last_seen in [None, Some(secs(0)), Some(secs(now / 2))] {
-            let times = JobTimes {
-                active_since: Some(secs(0)),
-                last_seen,
-            };
-            let sighting = Some(Sighting {
-                view: &empty,
-                fresh: false,
-            });
-            let checkin = job_checkin(sighting, ("1", &name, JobState::Active), times, secs(now));
+        for (last_seen, checked_in, fresh) in [
+            (None, false, false),
+            (Some(0), false, false),
+            (Some(now / 2), false, false),
+            (Some(0), false, true),
+            (Some(now / 2), true, true),
+            (None, true, true),
+        ] {
+            let got = job_checkin(
+                sighting(&empty, fresh, 0),
+                ("1", &name, JobState::Active),
+                times(0, last_seen, checked_in),
+                secs(now),
+            );
             assert_ne!(
-                worker_state(JobState::Active, checkin, TIMEOUT),
-                Some(WorkerState::Lost)
+                worker_state(JobState::Active, got, TIMEOUT),
+                Some(WorkerState::Lost),
+                "{now} {last_seen:?} {checked_in} {fresh}"
             );
         }
     }

@@ -6,7 +6,7 @@ use super::runtime;
 use super::status::{LaunchResult, TickEvent};
 use super::{Manager, TickReport, shutdown};
 use crate::backend::{JobState, LaunchRequest, WorkerJob, new_unique};
-use crate::policy::Reason;
+use crate::policy::{NotStoppedWhy, Reason};
 use crate::pools::{LaunchMode, PoolDecision};
 
 impl Manager {
@@ -14,6 +14,7 @@ impl Manager {
     pub(super) async fn act(&mut self, report: &mut TickReport) {
         let decisions = report.pools.pools.clone();
         for (index, decision) in decisions.iter().enumerate() {
+            self.note_kept(index, decision, report);
             self.stop_stuck(index, decision, report).await;
             for _ in 0..decision.launches {
                 if self.stop_flags.stopping() || !self.launch(index, report).await {
@@ -33,8 +34,44 @@ impl Manager {
         }
     }
 
+    /// Says once per job why a job a rule would stop is kept; a job of this manager that
+    /// never checked in while no worker of the pool ever did counts as a failed start (the
+    /// pool backs off: it does not keep launching workers nobody sees).
+    fn note_kept(&mut self, index: usize, decision: &PoolDecision, report: &mut TickReport) {
+        let now = self.clock();
+        let runtime = &mut self.pools[index];
+        for reason in &decision.reasons {
+            let Reason::NotStopped { job_id, why, .. } = reason else {
+                continue;
+            };
+            if !runtime.kept_noted.insert(job_id.clone()) {
+                continue;
+            }
+            match why {
+                NotStoppedWhy::NotLaunchedHere => {
+                    tracing::warn!(pool = runtime.name(), job = %job_id, "{reason}: it counts toward max and is never stopped by this manager (another manager with the same job names or labels? give each manager its own)");
+                }
+                NotStoppedWhy::NoCheckinSeen => {
+                    tracing::error!(pool = runtime.name(), job = %job_id, "{reason}: this manager's account sees no worker of this pool; if the workers log in as another CodaLab account, give them the manager's account; else check the worker image and that nodes reach the server");
+                    let news =
+                        runtime.fail(now, "worker_unconfirmed", format!("job {job_id}: {reason}"));
+                    report.events.extend(news.events);
+                    runtime::remember(&mut self.recent_failures, news.failures);
+                }
+            }
+        }
+    }
+
     async fn stop_stuck(&mut self, index: usize, decision: &PoolDecision, report: &mut TickReport) {
         if decision.stops.is_empty() {
+            return;
+        }
+        if self.config.dry_run {
+            // A dry run changes nothing on the platform: it may run beside the live manager.
+            let pool = self.pools[index].name();
+            for id in &decision.stops {
+                tracing::info!(pool, job = %id, dry_run = true, "would stop job {id} (dry run: nothing is stopped)");
+            }
             return;
         }
         let now = self.clock();
@@ -97,6 +134,10 @@ impl Manager {
             worker: &runtime.pool.worker,
             dry_run,
         };
+        if !dry_run {
+            // Written before the submit: a job this manager launched is always in its record.
+            runtime.record.launching(&unique);
+        }
         let submitting = shutdown::Submitting::new(&self.stop_flags.submitting);
         let result = runtime.pool.backend.start_worker_job(&request).await;
         drop(submitting);
@@ -153,15 +194,8 @@ fn lost_reason<'a>(decision: &'a PoolDecision, id: &str) -> Option<&'a Reason> {
 /// Why a lost worker is stopped, with what to check: the log line and the failure record.
 pub(crate) fn lost_message(reason: &Reason, server: &str) -> String {
     match reason {
-        Reason::WorkerLost {
-            was_seen: false,
-            unseen_seconds,
-            ..
-        } => format!(
-            "never checked in after {unseen_seconds} s: check the worker image, credentials, and that nodes reach {server}"
-        ),
         Reason::WorkerLost { unseen_seconds, .. } => format!(
-            "checked in, then stopped checking in for {unseen_seconds} s: check the node, the worker's log, and that nodes reach {server}"
+            "never checked in after {unseen_seconds} s: check the worker image, credentials, and that nodes reach {server}"
         ),
         other => other.to_string(),
     }

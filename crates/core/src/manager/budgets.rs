@@ -11,6 +11,9 @@ use crate::policy::Reason;
 use crate::pools::PoolsObservation;
 use std::time::Duration;
 
+/// How often a pool's budget use is written to its launch record.
+const USAGE_SAVE_EVERY: Duration = Duration::from_secs(60);
+
 impl Manager {
     /// Meters, judges and applies the budgets for this tick's plan.
     pub(super) fn apply_budgets(&mut self, observed: &mut PoolsObservation, now: Duration) {
@@ -65,8 +68,13 @@ impl Manager {
         self.budgets.iter().find(|s| s.scope == scope)
     }
 
-    /// Adds each pool's active jobs (stopping ones too: they still run) since the last tick.
+    /// Adds each pool's active jobs (stopping ones too: they still run) since the last tick;
+    /// when a budget is set, writes each pool's use to its launch record once a minute (so a
+    /// restart goes on with the same day, losing at most a minute of use).
     fn meter(&mut self, now: Duration) {
+        let budgeted =
+            self.config.budget.is_set() || self.pools.iter().any(|p| p.pool.policy.budget.is_set());
+        let start = super::record::unix_now().saturating_sub(now);
         for runtime in &mut self.pools {
             let active = runtime
                 .listed
@@ -78,6 +86,13 @@ impl Manager {
                 .map_or(Duration::ZERO, |at| now.saturating_sub(at));
             runtime.usage.add(now, active, gap);
             runtime.metered_at = Some(now);
+            let due = runtime
+                .usage_saved_at
+                .is_none_or(|at| now.saturating_sub(at) >= USAGE_SAVE_EVERY);
+            if budgeted && due {
+                runtime.record.set_usage(runtime.usage.to_unix(start));
+                runtime.usage_saved_at = Some(now);
+            }
         }
     }
 

@@ -1,6 +1,7 @@
 //! What the manager remembers of its workers' check-ins between ticks: the last view of the
-//! server's workers (`GET /rest/workers/info`, kept when a call fails), and per pool when each
-//! job's worker was last listed, which workers checked in and which vanished (noted once).
+//! server's workers (`GET /rest/workers/info`, kept when a call fails) and since when the views
+//! have been fresh, and per pool when each job's worker was last listed, which workers ever
+//! checked in and which vanished (noted once).
 
 use super::Manager;
 use super::status::TickEvent;
@@ -17,6 +18,8 @@ pub(crate) struct LastView {
     pub view: Option<CheckinView>,
     /// The view is this tick's.
     pub fresh: bool,
+    /// When the current run of fresh views began (manager clock).
+    pub fresh_since: Duration,
     /// The last call failed with this error (logged once per streak).
     pub failing: Option<String>,
 }
@@ -27,16 +30,23 @@ impl LastView {
         self.view.as_ref().map(|view| Sighting {
             view,
             fresh: self.fresh,
+            fresh_since: self.fresh_since,
         })
     }
 
-    /// Takes the result of this tick's call: a new view, or an error that keeps the last one.
-    pub fn take(&mut self, result: Option<Result<CheckinView, String>>) {
+    /// Takes the result of this tick's call at `now`: a new view, or an error that keeps the
+    /// last one. A fresh view after a stale stretch (or none) starts a new run of fresh views.
+    pub fn take(&mut self, result: Option<Result<CheckinView, String>>, now: Duration) {
         match result {
             None => self.fresh = false,
             Some(Ok(view)) => {
                 if self.failing.take().is_some() {
-                    tracing::info!("the server lists its workers again");
+                    tracing::info!(
+                        "the server lists its workers again; every job's check-in clock starts again now"
+                    );
+                }
+                if !self.fresh {
+                    self.fresh_since = now;
                 }
                 self.view = Some(view);
                 self.fresh = true;
@@ -64,7 +74,7 @@ impl Manager {
             true => Some(fetch(&self.client).await),
             false => None,
         };
-        self.checkins.take(result);
+        self.checkins.take(result, now);
         let mut events = Vec::new();
         for runtime in &mut self.pools {
             runtime.checkin_aware = self.checkins.view.is_some();
@@ -90,6 +100,8 @@ async fn fetch(client: &CodaLabClient) -> Result<CheckinView, String> {
 pub(crate) struct CheckinMemory {
     /// When each job's worker was last listed by the server (manager clock).
     last_seen: FxHashMap<String, Duration>,
+    /// Jobs whose worker checked in before this process started (the launch record says so).
+    checked_in_before: FxHashSet<String>,
     /// Jobs whose worker vanished from the server's list, already noted.
     vanished: FxHashSet<String>,
 }
@@ -107,6 +119,8 @@ impl CheckinMemory {
     /// Forgets jobs no longer listed by the platform.
     pub fn retain(&mut self, listed: &FxHashSet<&str>) {
         self.last_seen.retain(|id, _| listed.contains(id.as_str()));
+        self.checked_in_before
+            .retain(|id| listed.contains(id.as_str()));
         self.vanished.retain(|id| listed.contains(id.as_str()));
     }
 
@@ -115,9 +129,9 @@ impl CheckinMemory {
         let mut news = CheckinNews::default();
         for job in jobs.iter().filter(|j| j.state.is_capacity()) {
             let listed = view.worker_of(&job.id, &job.name).is_some();
-            match (listed, self.last_seen.contains_key(&job.id)) {
-                (true, seen_before) => {
-                    if !seen_before {
+            match (listed, self.ever_checked_in(&job.id)) {
+                (true, _) => {
+                    if !self.last_seen.contains_key(&job.id) {
                         news.first_checkins.push(job.id.clone());
                     }
                     self.last_seen.insert(job.id.clone(), now);
@@ -134,6 +148,19 @@ impl CheckinMemory {
         news
     }
 
+    /// Notes that the worker of job `id` checked in before this process saw it (the launch
+    /// record says so).
+    pub fn note_checked_in_before(&mut self, id: &str) {
+        if !self.checked_in_before.contains(id) {
+            self.checked_in_before.insert(id.to_owned());
+        }
+    }
+
+    /// Whether the worker of job `id` ever checked in, as far as the manager knows.
+    pub fn ever_checked_in(&self, id: &str) -> bool {
+        self.last_seen.contains_key(id) || self.checked_in_before.contains(id)
+    }
+
     /// The job's check-in as the policy sees it.
     pub fn job_checkin(
         &self,
@@ -145,6 +172,7 @@ impl CheckinMemory {
         let times = JobTimes {
             active_since,
             last_seen: self.last_seen.get(&job.id).copied(),
+            checked_in: self.checked_in_before.contains(&job.id),
         };
         job_checkin(sighting, (&job.id, &job.name, job.state), times, now)
     }
@@ -200,41 +228,70 @@ mod tests {
             CheckinNews::default(),
             "noted once"
         );
-        let sighting = Some(Sighting {
+        let stale_listed = Some(Sighting {
             view: &listed,
             fresh: false,
+            fresh_since: secs(0),
         });
         let empty = CheckinView::default();
-        let stale = Some(Sighting {
+        let fresh_empty = Some(Sighting {
             view: &empty,
             fresh: true,
+            fresh_since: secs(0),
         });
         assert_eq!(
-            memory.job_checkin(stale, &job, Some(secs(0)), secs(10)),
-            JobCheckin::Missing {
-                unseen_for: secs(7),
-                was_seen: true,
-                fresh: true
+            memory.job_checkin(fresh_empty, &job, Some(secs(0)), secs(10)),
+            JobCheckin::Vanished {
+                unseen_for: secs(7)
             },
-            "unseen since its last listing at 3 s"
+            "unseen since its last listing at 3 s; it checked in, so it is vanished, not lost"
         );
         assert!(matches!(
-            memory.job_checkin(sighting, &job, Some(secs(0)), secs(10)),
+            memory.job_checkin(stale_listed, &job, Some(secs(0)), secs(10)),
             JobCheckin::CheckedIn { .. }
         ));
+    }
+
+    #[test]
+    fn time_without_a_view_is_not_time_without_a_check_in() {
+        // The review's case (1.2): listed at 0 s; the list cannot be read from 1 s to 400 s;
+        // at 401 s it is read and the worker is not back yet.
+        let secs = Duration::from_secs;
+        let never = WorkerJob::new(format!("cl-worker-{U}"), JobState::Active);
+        let mut last = LastView::default();
+        last.take(Some(Ok(view(&[]))), secs(0));
+        for t in 1..=400 {
+            last.take(Some(Err("503".into())), secs(t));
+        }
+        last.take(Some(Ok(view(&[]))), secs(401));
+        let memory = CheckinMemory::default();
+        assert_eq!(
+            memory.job_checkin(last.sighting(), &never, Some(secs(0)), secs(401)),
+            JobCheckin::NotYet {
+                unseen_for: secs(0)
+            },
+            "the clock starts again with the first fresh view after the outage"
+        );
+        last.take(None, secs(402));
+        last.take(Some(Ok(view(&[]))), secs(410));
+        assert_eq!(
+            last.sighting().unwrap().fresh_since,
+            secs(410),
+            "no call is no view"
+        );
     }
 
     #[test]
     fn a_failed_call_keeps_the_last_view() {
         let mut last = LastView::default();
         assert!(last.sighting().is_none());
-        last.take(Some(Ok(view(&[&format!("h-{U}")]))));
+        last.take(Some(Ok(view(&[&format!("h-{U}")]))), Duration::ZERO);
         assert!(last.sighting().unwrap().fresh);
-        last.take(Some(Err("503".into())));
+        last.take(Some(Err("503".into())), Duration::ZERO);
         let sighting = last.sighting().unwrap();
         assert!(!sighting.fresh);
         assert_eq!(sighting.view.len(), 1, "the last view is kept");
-        last.take(None);
+        last.take(None, Duration::ZERO);
         assert!(!last.sighting().unwrap().fresh, "no call: not fresh");
     }
 }

@@ -4,6 +4,7 @@
 //! pure [`PoolObservation`] that [`crate::pools::plan_pools`] takes.
 
 use super::checkins::{CheckinMemory, matchable};
+use super::record::LaunchRecord;
 use super::status::{FailureRecord, PoolStatus, RECENT_FAILURES, TickEvent};
 use crate::backend::{JobState, WorkerBackend, WorkerJob};
 use crate::checkin::{CheckinView, Sighting, WorkerState, worker_state};
@@ -76,6 +77,13 @@ pub(crate) struct PoolRuntime {
     pub usage: crate::budget::UsageWindow,
     /// When the pool's active workers were last metered (manager clock).
     pub metered_at: Option<Duration>,
+    /// Which jobs this manager launched and which checked in, and the budget use, kept
+    /// across restarts when the manager has a state dir.
+    pub record: LaunchRecord,
+    /// When the budget use was last written to the record (manager clock).
+    pub usage_saved_at: Option<Duration>,
+    /// Jobs a rule would stop but may not, already said (see `act.rs`).
+    pub kept_noted: FxHashSet<String>,
 }
 
 /// What a new listing showed, besides the observation.
@@ -89,7 +97,11 @@ pub(crate) struct ListingNews {
 
 impl PoolRuntime {
     pub fn new(pool: Pool) -> Self {
+        let record = LaunchRecord::in_memory(&pool.policy.name);
         Self {
+            record,
+            usage_saved_at: None,
+            kept_noted: FxHashSet::default(),
             pool,
             last_launch: None,
             health: PoolHealth::default(),
@@ -158,17 +170,27 @@ impl PoolRuntime {
             .filter(|j| j.state.is_capacity())
             .map(|j| j.id.as_str())
             .collect();
-        self.stopping.retain(|id| live.contains(id.as_str()));
+        // A job this manager stopped is over by its hand: its end is no failed start.
+        let stopped: Vec<String> = self
+            .stopping
+            .extract_if(|id| !live.contains(id.as_str()))
+            .collect();
         self.failed_seen
             .retain(|id| listed.contains(id.as_str()) && !live.contains(id.as_str()));
+        self.failed_seen.extend(stopped);
         self.seen_active.retain(|id| listed.contains(id.as_str()));
         self.active_since
             .retain(|id, _| listed.contains(id.as_str()));
         self.checkins.retain(&listed);
+        self.record.forget_gone(&jobs);
+        self.kept_noted.retain(|id| live.contains(id.as_str()));
         self.pending_since
             .retain(|id, _| live.contains(id.as_str()));
         let mut news = ListingNews::default();
         for job in &jobs {
+            if job.state.is_capacity() && self.record.checked_in(job) {
+                self.checkins.note_checked_in_before(&job.id);
+            }
             match job.state {
                 JobState::Pending => {
                     if !self.pending_since.contains_key(&job.id) {
@@ -202,7 +224,11 @@ impl PoolRuntime {
                         self.note_preempted(job, &mut news);
                     }
                 }
-                JobState::Ended => {}
+                JobState::Ended => {
+                    if self.ended_unready(job) && self.failed_seen.insert(job.id.clone()) {
+                        self.note_failed(job, now, &mut news);
+                    }
+                }
             }
         }
         self.failed_listed = jobs.iter().filter(|j| j.state == JobState::Failed).count();
@@ -210,10 +236,37 @@ impl PoolRuntime {
         news
     }
 
+    /// Whether an ended job ended before its worker was ever ready: this manager launched it
+    /// (or saw it run), its check-ins can be matched, and it never checked in (a clean exit
+    /// before the first check-in is a failed start: a missing grant, a wrong image, an
+    /// unreachable server).
+    fn ended_unready(&self, job: &WorkerJob) -> bool {
+        let ours = self.record.holds(job) || self.seen_active.contains(&job.id);
+        ours && self.checkin_aware && matchable(job) && !self.ever_checked_in(job)
+    }
+
+    /// Whether the worker of `job` ever checked in (in this process, or before a restart).
+    fn ever_checked_in(&self, job: &WorkerJob) -> bool {
+        self.checkins.ever_checked_in(&job.id) || self.record.checked_in(job)
+    }
+
+    /// Whether `job` failed before its worker was ready: before its first check-in when
+    /// check-ins are seen and can be matched, else before the platform said it runs.
+    fn failed_unready(&self, job: &WorkerJob) -> bool {
+        match self.checkin_aware && matchable(job) {
+            true => !self.ever_checked_in(job),
+            false => !self.seen_active.contains(&job.id),
+        }
+    }
+
     fn note_failed(&mut self, job: &WorkerJob, now: Duration, news: &mut ListingNews) {
-        let before_active = !self.seen_active.contains(&job.id);
-        let reason = job.reason.clone().unwrap_or_else(|| "unknown".into());
-        tracing::error!(pool = self.name(), job = %job.id, reason = %reason, before_active, "worker job failed");
+        let before_active = self.failed_unready(job);
+        let ended = job.state == JobState::Ended;
+        let reason = job.reason.clone().unwrap_or_else(|| match ended {
+            true => "ended before its worker checked in".into(),
+            false => "unknown".into(),
+        });
+        tracing::error!(pool = self.name(), job = %job.id, reason = %reason, before_active, "worker job {} before its worker was ready", if ended { "ended" } else { "failed" });
         news.newly_failed.push(job.clone());
         news.events.push(TickEvent::JobFailed {
             pool: self.name().to_owned(),
@@ -221,11 +274,11 @@ impl PoolRuntime {
             before_active,
         });
         if before_active {
-            let more = self.fail(
-                now,
-                "job_failed_before_active",
-                format!("job {}: {reason}", job.id),
-            );
+            let kind = match ended {
+                true => "ended_before_checkin",
+                false => "job_failed_before_active",
+            };
+            let more = self.fail(now, kind, format!("job {}: {reason}", job.id));
             news.events.extend(more.events);
             news.failures.extend(more.failures);
         }
@@ -248,6 +301,8 @@ impl PoolRuntime {
     /// failure streak; a worker that checked in and vanished is noted once.
     pub fn take_checkins(&mut self, view: &CheckinView, now: Duration) -> Vec<TickEvent> {
         let news = self.checkins.take(view, &self.listed, now);
+        let first = |j: &&WorkerJob| news.first_checkins.contains(&j.id);
+        self.record.checked_in_now(self.listed.iter().filter(first));
         if !news.first_checkins.is_empty() && self.health.failures > 0 {
             tracing::info!(pool = self.name(), job = %news.first_checkins[0], "a worker checked in; the pool's failure streak is forgotten");
             self.health.record_success();
@@ -296,6 +351,7 @@ impl PoolRuntime {
                     self.active_since.get(&j.id).copied(),
                     now,
                 ),
+                launched_here: self.record.holds(j),
             })
             .collect::<Vec<ObservedJob>>();
         self.note_worker_states(&jobs);
@@ -307,6 +363,7 @@ impl PoolRuntime {
             unobserved,
             // Set by the manager's budgets before the plan.
             budget_reached: None,
+            checkins_seen: self.record.checkins_seen(),
         }
     }
 

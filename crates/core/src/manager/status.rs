@@ -85,7 +85,8 @@ pub struct FailureRecord {
     pub pool: String,
     /// When (seconds since the manager started).
     pub at_seconds: u64,
-    /// `submit_failed`, `job_failed_before_active` or `pending_timeout`.
+    /// `submit_failed`, `job_failed_before_active`, `ended_before_checkin`, `worker_lost`,
+    /// `worker_unconfirmed` or `pending_timeout`.
     pub kind: &'static str,
     /// The error, the job's reason, or the job id.
     pub detail: String,
@@ -196,7 +197,9 @@ pub enum TickEvent {
         pool: String,
         /// The job.
         job_id: String,
-        /// It never became active (a failed launch).
+        /// It failed (or ended) before its worker was ready: before its first check-in when the
+        /// manager sees the server's workers, else before the platform said it runs. A failed
+        /// start: the pool backs off.
         before_active: bool,
     },
     /// A job was seen preempted for the first time (the platform took its resources: Slurm

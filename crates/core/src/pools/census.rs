@@ -4,7 +4,7 @@
 use super::{LaunchMode, ObservedJob, PoolObservation, PoolPolicy};
 use crate::backend::JobState;
 use crate::checkin::{JobCheckin, WorkerState, worker_state};
-use crate::policy::Reason;
+use crate::policy::{NotStoppedWhy, Reason};
 use std::time::Duration;
 
 /// Counts of one pool before assignment.
@@ -18,9 +18,11 @@ pub(super) struct Census {
     pub(super) pending: usize,
     pub(super) stuck: Vec<Reason>,
     pub(super) stuck_ids: Vec<String>,
-    /// Running jobs whose worker never checked in or vanished (target mode): stopped.
+    /// Running jobs whose worker never checked in (target mode): stopped.
     pub(super) lost: Vec<Reason>,
     pub(super) lost_ids: Vec<String>,
+    /// Jobs a rule would stop but the manager may not ([`Reason::NotStopped`]).
+    pub(super) kept: Vec<Reason>,
     /// Every job that counts toward `max`: active, pending, stuck and stopping.
     pub(super) jobs: usize,
     pub(super) backing_off: Option<Reason>,
@@ -28,23 +30,48 @@ pub(super) struct Census {
 
 impl Census {
     /// Notes a lost job: stopped this tick, counted toward `max` until gone.
-    fn lose(&mut self, job: &ObservedJob, timeout: Duration) {
-        let (unseen_for, was_seen) = match job.checkin {
-            JobCheckin::Missing {
-                unseen_for,
-                was_seen,
-                ..
-            } => (unseen_for, was_seen),
-            _ => (Duration::ZERO, false),
-        };
+    fn lose(&mut self, job: &ObservedJob, unseen_for: Duration, timeout: Duration) {
         self.lost_ids.push(job.id.clone());
         self.lost.push(Reason::WorkerLost {
             job_id: job.id.clone(),
             unseen_seconds: unseen_for.as_secs(),
             timeout_seconds: timeout.as_secs(),
-            was_seen,
         });
     }
+
+    /// Notes a job a rule would stop but the manager may not: kept, counted toward `max`.
+    fn keep(
+        &mut self,
+        job: &ObservedJob,
+        rule: &'static str,
+        (seconds, timeout): (Duration, Duration),
+        why: NotStoppedWhy,
+    ) {
+        self.kept.push(Reason::NotStopped {
+            job_id: job.id.clone(),
+            rule,
+            seconds: seconds.as_secs(),
+            timeout_seconds: timeout.as_secs(),
+            why,
+        });
+    }
+}
+
+/// Why a rule may not stop `job`, if it may not: the manager stops only jobs it launched
+/// whose worker never checked in, and a lost one only once the pool's check-ins are visible.
+fn may_not_stop(job: &ObservedJob, lost: bool, checkins_seen: bool) -> Option<NotStoppedWhy> {
+    if !job.launched_here {
+        return Some(NotStoppedWhy::NotLaunchedHere);
+    }
+    (lost && !checkins_seen).then_some(NotStoppedWhy::NoCheckinSeen)
+}
+
+/// Whether the job's worker is known to have checked in (now or before): never stopped.
+fn ever_checked_in(job: &ObservedJob) -> bool {
+    matches!(
+        job.checkin,
+        JobCheckin::CheckedIn { .. } | JobCheckin::Vanished { .. }
+    )
 }
 
 pub(super) fn census(policy: &PoolPolicy, observed: &PoolObservation, now: Duration) -> Census {
@@ -57,40 +84,14 @@ pub(super) fn census(policy: &PoolPolicy, observed: &PoolObservation, now: Durat
         stuck_ids: Vec::new(),
         lost: Vec::new(),
         lost_ids: Vec::new(),
+        kept: Vec::new(),
         jobs: observed.stopping,
         backing_off: None,
     };
     for job in &observed.jobs {
         match job.state {
-            JobState::Active => {
-                match worker_state(job.state, job.checkin, policy.checkin_timeout) {
-                    Some(WorkerState::Lost) if target => census.lose(job, policy.checkin_timeout),
-                    Some(WorkerState::Busy) => census.active += 1,
-                    // Checked in and idle, or not yet checked in: free capacity.
-                    Some(_) => {
-                        census.active += 1;
-                        census.starting += usize::from(target);
-                    }
-                    // No check-in information: presumed busy after the startup grace.
-                    None => {
-                        census.active += 1;
-                        if target && job.active_for < policy.startup_grace {
-                            census.starting += 1;
-                        }
-                    }
-                }
-            }
-            JobState::Pending => match policy.pending_timeout.filter(|_| target) {
-                Some(timeout) if job.pending_for >= timeout => {
-                    census.stuck_ids.push(job.id.clone());
-                    census.stuck.push(Reason::PendingTimeout {
-                        job_id: job.id.clone(),
-                        pending_seconds: job.pending_for.as_secs(),
-                        timeout_seconds: timeout.as_secs(),
-                    });
-                }
-                _ => census.pending += 1,
-            },
+            JobState::Active => census.active_job(policy, observed, job, target),
+            JobState::Pending => census.pending_job(policy, job, target),
             JobState::Failed | JobState::Preempted | JobState::Ended => continue,
         }
         census.jobs += 1;
@@ -103,4 +104,63 @@ pub(super) fn census(policy: &PoolPolicy, observed: &PoolObservation, now: Durat
         });
     }
     census
+}
+
+impl Census {
+    fn active_job(
+        &mut self,
+        policy: &PoolPolicy,
+        observed: &PoolObservation,
+        job: &ObservedJob,
+        target: bool,
+    ) {
+        let timeout = policy.checkin_timeout;
+        let state = worker_state(job.state, job.checkin, timeout);
+        if let (true, Some(WorkerState::Lost), JobCheckin::NotYet { unseen_for }) =
+            (target, state, job.checkin)
+        {
+            match may_not_stop(job, true, observed.checkins_seen) {
+                // Stopped this tick: counts toward `max` until gone, not as capacity.
+                None => return self.lose(job, unseen_for, timeout),
+                Some(why) => self.keep(job, "worker_lost", (unseen_for, timeout), why),
+            }
+        }
+        self.active += 1;
+        match state {
+            // Busy, vanished (presumed busy: it may come back), or lost and kept.
+            Some(WorkerState::Busy | WorkerState::Vanished | WorkerState::Lost) => {}
+            // Checked in and idle, or not yet checked in: free capacity.
+            Some(WorkerState::Starting | WorkerState::ReadyIdle) => {
+                self.starting += usize::from(target);
+            }
+            // No check-in information: presumed busy after the startup grace.
+            None => {
+                if target && job.active_for < policy.startup_grace {
+                    self.starting += 1;
+                }
+            }
+        }
+    }
+
+    fn pending_job(&mut self, policy: &PoolPolicy, job: &ObservedJob, target: bool) {
+        let Some(timeout) = policy.pending_timeout.filter(|_| target) else {
+            self.pending += 1;
+            return;
+        };
+        if job.pending_for < timeout || ever_checked_in(job) {
+            self.pending += 1;
+            return;
+        }
+        if let Some(why) = may_not_stop(job, false, true) {
+            self.pending += 1;
+            self.keep(job, "pending_timeout", (job.pending_for, timeout), why);
+            return;
+        }
+        self.stuck_ids.push(job.id.clone());
+        self.stuck.push(Reason::PendingTimeout {
+            job_id: job.id.clone(),
+            pending_seconds: job.pending_for.as_secs(),
+            timeout_seconds: timeout.as_secs(),
+        });
+    }
 }

@@ -1,9 +1,10 @@
 //! Table tests of the check-in rules of the pool policy: idle checked-in workers are capacity,
-//! busy ones are not, lost ones are stopped and the pool launches nothing that tick.
+//! busy and vanished ones are not, lost ones (never checked in) are stopped when this manager
+//! launched them and the pool's check-ins are visible, and the pool launches nothing that tick.
 
 use super::*;
 use crate::checkin::JobCheckin;
-use crate::policy::Reason;
+use crate::policy::{NotStoppedWhy, Reason};
 
 const S: fn(u64) -> Duration = Duration::from_secs;
 
@@ -16,10 +17,11 @@ fn cpu(max: u32) -> PoolPolicy {
     }
 }
 
+/// A running job this manager launched.
 fn active(id: &str, for_seconds: u64, checkin: JobCheckin) -> ObservedJob {
     ObservedJob {
         checkin,
-        ..ObservedJob::new(id, JobState::Active, S(0), S(for_seconds))
+        ..ObservedJob::new(id, JobState::Active, S(0), S(for_seconds)).launched_here()
     }
 }
 
@@ -36,21 +38,36 @@ const TERMINATING: JobCheckin = JobCheckin::CheckedIn {
     terminating: true,
 };
 
-fn missing(seconds: u64, fresh: bool) -> JobCheckin {
-    JobCheckin::Missing {
+fn not_yet(seconds: u64) -> JobCheckin {
+    JobCheckin::NotYet {
         unseen_for: S(seconds),
-        was_seen: false,
-        fresh,
     }
 }
 
+fn vanished(seconds: u64) -> JobCheckin {
+    JobCheckin::Vanished {
+        unseen_for: S(seconds),
+    }
+}
+
+/// The plan for one pool whose check-ins have been seen.
 fn plan(jobs: Vec<ObservedJob>, bundles: u32, policy: &PoolPolicy) -> PoolDecision {
+    plan_seen(jobs, bundles, policy, true)
+}
+
+fn plan_seen(
+    jobs: Vec<ObservedJob>,
+    bundles: u32,
+    policy: &PoolPolicy,
+    checkins_seen: bool,
+) -> PoolDecision {
     let observed = PoolsObservation {
         bundles: (0..bundles)
             .map(|i| StagedBundle::new(format!("0x{i}")))
             .collect(),
         pools: vec![PoolObservation {
             jobs,
+            checkins_seen,
             ..PoolObservation::default()
         }],
     };
@@ -89,9 +106,15 @@ fn idle_checked_in_workers_are_capacity_busy_ones_are_not() {
         ),
         (
             "not yet checked in, within the timeout: still starting",
-            vec![active("a", 200, missing(200, true))],
+            vec![active("a", 200, not_yet(200))],
             1,
             0,
+        ),
+        (
+            "checked in, vanished: presumed busy",
+            vec![active("a", 3600, vanished(3000))],
+            1,
+            1,
         ),
         (
             "no check-in information: presumed busy after the grace",
@@ -115,10 +138,7 @@ fn idle_checked_in_workers_are_capacity_busy_ones_are_not() {
 
 #[test]
 fn lost_workers_are_stopped_and_the_pool_launches_nothing_that_tick() {
-    let jobs = vec![
-        active("ok", 3600, BUSY),
-        active("lost", 400, missing(400, true)),
-    ];
+    let jobs = vec![active("ok", 3600, BUSY), active("lost", 400, not_yet(400))];
     let decision = plan(jobs, 2, &cpu(10));
     assert_eq!(decision.stops, ["lost"]);
     assert_eq!(decision.launches, 0);
@@ -126,18 +146,14 @@ fn lost_workers_are_stopped_and_the_pool_launches_nothing_that_tick() {
         job_id: "lost".into(),
         unseen_seconds: 400,
         timeout_seconds: 300,
-        was_seen: false,
     }));
-    // A stale view (the workers-info call failed) never makes a lost verdict.
-    let decision = plan(vec![active("a", 400, missing(400, false))], 2, &cpu(10));
-    assert!(decision.stops.is_empty(), "{:?}", decision.reasons);
     // The pool's own timeout decides.
     let patient = PoolPolicy {
         checkin_timeout: S(600),
         ..cpu(10)
     };
     assert!(
-        plan(vec![active("a", 400, missing(400, true))], 1, &patient)
+        plan(vec![active("a", 400, not_yet(400))], 1, &patient)
             .stops
             .is_empty()
     );
@@ -148,10 +164,74 @@ fn lost_workers_are_stopped_and_the_pool_launches_nothing_that_tick() {
         ..cpu(10)
     };
     assert!(
-        plan(vec![active("a", 400, missing(400, true))], 1, &compat)
+        plan(vec![active("a", 400, not_yet(400))], 1, &compat)
             .stops
             .is_empty()
     );
+}
+
+#[test]
+fn what_the_manager_may_not_prove_broken_or_did_not_launch_is_kept() {
+    let pending = |id: &str, secs: u64| ObservedJob::new(id, JobState::Pending, S(secs), S(0));
+    let stuck_policy = PoolPolicy {
+        pending_timeout: Some(S(900)),
+        ..cpu(10)
+    };
+    let not_ours = |job: ObservedJob| ObservedJob {
+        launched_here: false,
+        ..job
+    };
+    // (case, job, checkins seen, the rule that would stop it, why it is kept)
+    let cases: Vec<(&str, ObservedJob, bool, &str, NotStoppedWhy)> = vec![
+        (
+            "another manager's (or a person's) job that never checks in",
+            not_ours(active("other", 4000, not_yet(4000))),
+            true,
+            "worker_lost",
+            NotStoppedWhy::NotLaunchedHere,
+        ),
+        (
+            "no worker of the pool seen yet: maybe another account",
+            active("invisible", 4000, not_yet(4000)),
+            false,
+            "worker_lost",
+            NotStoppedWhy::NoCheckinSeen,
+        ),
+        (
+            "another manager's job pending long",
+            pending("queued", 5000),
+            true,
+            "pending_timeout",
+            NotStoppedWhy::NotLaunchedHere,
+        ),
+    ];
+    for (case, job, seen, rule, why) in cases {
+        let decision = plan_seen(vec![job.clone()], 1, &stuck_policy, seen);
+        assert!(decision.stops.is_empty(), "{case}: {decision:?}");
+        let kept = decision.reasons.iter().find_map(|r| match r {
+            Reason::NotStopped {
+                job_id, rule, why, ..
+            } if *job_id == job.id => Some((*rule, *why)),
+            _ => None,
+        });
+        assert_eq!(kept, Some((rule, why)), "{case}: {:?}", decision.reasons);
+    }
+    // A worker that checked in is never stopped, however long it is gone, and a pending job
+    // the server lists is not stuck.
+    let gone = active("gone", 90_000, vanished(86_000));
+    assert!(plan(vec![gone], 1, &stuck_policy).stops.is_empty());
+    let listed = ObservedJob {
+        checkin: IDLE,
+        ..pending("listed", 5000).launched_here()
+    };
+    assert!(plan(vec![listed], 1, &stuck_policy).stops.is_empty());
+    // Ours, pending past the timeout: stopped.
+    let decision = plan(
+        vec![pending("stuck", 5000).launched_here()],
+        1,
+        &stuck_policy,
+    );
+    assert_eq!(decision.stops, ["stuck"]);
 }
 
 #[test]
@@ -160,9 +240,9 @@ fn never_more_than_max_whatever_the_check_ins() {
         IDLE,
         BUSY,
         TERMINATING,
-        missing(10, true),
-        missing(1000, true),
-        missing(1000, false),
+        not_yet(10),
+        not_yet(1000),
+        vanished(1000),
         JobCheckin::Unknown,
     ];
     for max in 0..4u32 {

@@ -24,9 +24,16 @@
 //!    reason); the pool takes no bundle that tick (the manager also backs it off), so the demand
 //!    goes to the next fitting pool.
 //! 4. **Failure memory** ([`backoff`]): a backing-off pool launches nothing and takes no bundle.
-//!    **Lost workers** (target mode): a running job whose worker has not checked in for longer
-//!    than `checkin_timeout` is stopped (`worker_lost`) and, like a stuck one, the pool takes
-//!    nothing that tick (the manager backs it off).
+//!    **Lost workers** (target mode): a running job whose worker has **never** checked in for
+//!    longer than `checkin_timeout` (over fresh views) is stopped (`worker_lost`) and, like a
+//!    stuck one, the pool takes nothing that tick (the manager backs it off).
+//!
+//! **What is never stopped** (the manager's invariant, see ARCHITECTURE.md): a rule stops a job
+//! only when this manager launched it ([`ObservedJob::launched_here`]) and its worker never
+//! checked in; a lost job is stopped only once a worker of the pool has been seen checking in
+//! ([`PoolObservation::checkins_seen`]: otherwise the workers may log in as an account whose
+//! workers the manager cannot see). Jobs a rule would stop but may not are kept, counted
+//! toward `max`, and reported ([`Reason::NotStopped`]).
 //! 5. **Compat** (`launch_mode = compat`): upstream's exact rules ([`crate::policy::plan`]) on the
 //!    bundles assigned to the pool, with no backoff and no pending timeout; a compat pool takes
 //!    every bundle that fits it.
@@ -228,10 +235,14 @@ pub struct ObservedJob {
     pub active_for: Duration,
     /// What the server's list of checked-in workers says of it.
     pub checkin: JobCheckin,
+    /// This manager launched the job (its launch record holds the job's unique). A job matched
+    /// only by name, label or filter may be another manager's or a person's: no rule stops it.
+    pub launched_here: bool,
 }
 
 impl ObservedJob {
-    /// A job with no check-in information ([`JobCheckin::Unknown`]).
+    /// A job with no check-in information ([`JobCheckin::Unknown`]) that this manager did not
+    /// launch (see [`ObservedJob::launched_here`]).
     pub fn new(
         id: impl Into<String>,
         state: JobState,
@@ -244,6 +255,15 @@ impl ObservedJob {
             pending_for,
             active_for,
             checkin: JobCheckin::Unknown,
+            launched_here: false,
+        }
+    }
+
+    /// The same job, launched by this manager.
+    pub fn launched_here(self) -> Self {
+        Self {
+            launched_here: true,
+            ..self
         }
     }
 }
@@ -263,6 +283,10 @@ pub struct PoolObservation {
     pub unobserved: Option<String>,
     /// The pool's budget (or the overall one) is used up: a [`Reason::BudgetReached`].
     pub budget_reached: Option<Reason>,
+    /// A worker this manager launched in the pool has been seen checking in with the server
+    /// (now or before a restart): the manager's view shows the pool's workers, so one that
+    /// never checks in is broken, not invisible.
+    pub checkins_seen: bool,
 }
 
 /// What the manager saw this tick.
@@ -538,6 +562,7 @@ fn decide(
     decision.stops.extend(census.lost_ids.iter().cloned());
     decision.reasons.extend(census.stuck.iter().cloned());
     decision.reasons.extend(census.lost.iter().cloned());
+    decision.reasons.extend(census.kept.iter().cloned());
     if let Some(backing_off) = &census.backing_off {
         decision.reasons.push(backing_off.clone());
         return decision;

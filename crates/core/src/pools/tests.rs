@@ -46,6 +46,7 @@ fn job(id: &str, state: JobState, seconds: u64) -> ObservedJob {
         pending_for: if pending { S(seconds) } else { S(0) },
         active_for: if pending { S(0) } else { S(seconds) },
         checkin: Default::default(),
+        launched_here: true,
     }
 }
 

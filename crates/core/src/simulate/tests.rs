@@ -168,6 +168,7 @@ fn policy_view_is_exact() {
                         pending_for: Duration::ZERO,
                         active_for: Duration::from_secs(rng.between(0, 100)),
                         checkin: Default::default(),
+                        launched_here: true,
                     })
                     .collect(),
                 ..PoolObservation::default()

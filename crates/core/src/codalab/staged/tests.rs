@@ -47,6 +47,7 @@ fn jobs(busy: usize, pending: usize) -> PoolObservation {
         pending_for: Duration::ZERO,
         active_for: Duration::from_secs(if state == JobState::Active { 3600 } else { 0 }),
         checkin: Default::default(),
+        launched_here: true,
     };
     PoolObservation {
         jobs: (0..busy)

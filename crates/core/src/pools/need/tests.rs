@@ -18,6 +18,7 @@ fn job(id: usize, state: JobState, seconds: u64) -> ObservedJob {
         pending_for: Duration::from_secs(if pending { seconds } else { 0 }),
         active_for: Duration::from_secs(if pending { 0 } else { seconds }),
         checkin: Default::default(),
+        launched_here: true,
     }
 }
 
@@ -252,6 +253,7 @@ fn random_observation(rng: &mut SplitMix64, max: u32) -> PoolObservation {
         health,
         unobserved: (rng.between(0, 11) == 0).then(|| "listing failed".to_owned()),
         budget_reached: None,
+        checkins_seen: true,
     }
 }
 

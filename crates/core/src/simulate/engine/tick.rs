@@ -95,7 +95,10 @@ impl Sim<'_> {
         stats.launches += 1;
         stats.live += 1;
         stats.peak = stats.peak.max(stats.live);
-        let id = format!("{}-{}", self.policies[pool].name, stats.launches);
+        // A launch unique ends the id, as on every platform: the pool's launch record holds it.
+        let unique = format!("{:032x}", stats.launches);
+        let id = format!("{}-{unique}", self.policies[pool].name);
+        self.runtimes[pool].record.launching(&unique);
         let draw = self.rng.next_f64();
         let (low, high) = self.config.start_latency;
         let latency = self

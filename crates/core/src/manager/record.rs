@@ -1,0 +1,296 @@
+//! The launch record of one pool: which jobs this manager launched (by launch unique, see
+//! [`crate::checkin::launch_unique`]), whether each one's worker ever checked in, and the
+//! pool's budget use, kept in `<state-dir>/<pool identity key>.json` so that it survives a
+//! restart, a crash or `--restart-after-seconds`.
+//!
+//! The record is what makes the manager's first invariant checkable: it stops a job only if
+//! the record holds it (this manager launched it) and its worker never checked in. A job
+//! listed under the pool's identity (name prefix, label, filter) that the record does not hold
+//! is another manager's, a person's, or was launched before the record was lost: it counts
+//! toward `max` and is never stopped. A record that cannot be read or written is an error at
+//! start, never a silent "nothing is ours": losing it only makes the manager stop less.
+//!
+//! A launch is written before the job is submitted (a crash in between leaves an entry for a
+//! job that may exist, never a job without an entry). An entry is forgotten once its job has
+//! left the platform's listing and an hour has passed since the launch. The file is held by one
+//! process at a time (an exclusive lock on `<file>.lock`): two managers serving the same pool
+//! identity from one state dir would each count only what they launched and together exceed
+//! `max`; the second is refused at start. Without a state dir (an embedder's default, a dry
+//! run), the record lives in memory.
+
+use crate::backend::WorkerJob;
+use crate::checkin::launch_unique;
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// An entry whose job is no longer listed is forgotten this long after its launch (a job can
+/// take a while to appear in a listing after it is submitted).
+const FORGET_AFTER: Duration = Duration::from_secs(3600);
+
+/// Version of the file format.
+const VERSION: u32 = 1;
+
+/// One launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Launch {
+    /// When it was launched (seconds since the Unix epoch).
+    at: u64,
+    /// Its worker checked in with the server at least once.
+    #[serde(default)]
+    checked_in: bool,
+}
+
+/// The file's content.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Contents {
+    version: u32,
+    /// What the record belongs to (the pool's identity, in words), for people reading it.
+    identity: String,
+    /// Launches by unique.
+    launches: BTreeMap<String, Launch>,
+    /// Budget use: `(hour since the Unix epoch, worker-seconds)`, oldest first.
+    #[serde(default)]
+    usage: Vec<(u64, f64)>,
+    /// A worker of the pool has been seen checking in (the pool's check-ins are visible).
+    #[serde(default)]
+    checkins_seen: bool,
+}
+
+/// One pool's launch record.
+#[derive(Debug, Default)]
+pub(crate) struct LaunchRecord {
+    contents: Contents,
+    /// Where it is kept, with the held lock; `None`: in memory only.
+    file: Option<(PathBuf, File)>,
+}
+
+impl LaunchRecord {
+    /// A record kept in memory only.
+    pub fn in_memory(identity: &str) -> Self {
+        Self {
+            contents: Contents {
+                version: VERSION,
+                identity: identity.to_owned(),
+                ..Contents::default()
+            },
+            file: None,
+        }
+    }
+
+    /// The record of the pool with `identity` in `dir` (created private if needed), locked for
+    /// this process; read from its file when there is one.
+    pub fn open(dir: &Path, identity: &str) -> Result<Self> {
+        create_private(dir)?;
+        let path = dir.join(format!("pool-{:016x}.json", fnv1a(identity.as_bytes())));
+        let lock = lock(&path, identity)?;
+        let (contents, new) = match std::fs::read(&path) {
+            Ok(bytes) => (parse(&bytes, &path)?, false),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                (Self::in_memory(identity).contents, true)
+            }
+            Err(e) => return Err(invalid(format!("cannot read {}: {e}", path.display()))),
+        };
+        let record = Self {
+            contents,
+            file: Some((path, lock)),
+        };
+        if new {
+            // A state dir that cannot be written is refused now, not at the first launch.
+            record.save()?;
+        }
+        Ok(record)
+    }
+
+    /// Where the record is kept, if on disk.
+    pub fn path(&self) -> Option<&Path> {
+        self.file.as_ref().map(|(path, _)| path.as_path())
+    }
+
+    /// Whether this manager launched `job` (the record holds its launch unique).
+    pub fn holds(&self, job: &WorkerJob) -> bool {
+        unique_of(job).is_some_and(|u| self.contents.launches.contains_key(u))
+    }
+
+    /// Whether the worker of `job` checked in before (as recorded).
+    pub fn checked_in(&self, job: &WorkerJob) -> bool {
+        unique_of(job)
+            .and_then(|u| self.contents.launches.get(u))
+            .is_some_and(|l| l.checked_in)
+    }
+
+    /// Whether a worker of the pool has been seen checking in.
+    pub fn checkins_seen(&self) -> bool {
+        self.contents.checkins_seen
+    }
+
+    /// Records a launch of `unique`, on disk before the job is submitted. When the file
+    /// cannot be written, the launch is still recorded in memory (after a restart the job is
+    /// then not this manager's: it is never stopped, which is the safe side).
+    pub fn launching(&mut self, unique: &str) {
+        let launch = Launch {
+            at: unix_now().as_secs(),
+            checked_in: false,
+        };
+        self.contents.launches.insert(unique.to_owned(), launch);
+        self.save_or_warn();
+    }
+
+    /// Records that the workers of `jobs` checked in (those the record holds); saves when
+    /// that is news.
+    pub fn checked_in_now<'a>(&mut self, jobs: impl IntoIterator<Item = &'a WorkerJob>) {
+        let mut news = false;
+        for unique in jobs.into_iter().filter_map(unique_of) {
+            if let Some(launch) = self.contents.launches.get_mut(unique)
+                && !launch.checked_in
+            {
+                launch.checked_in = true;
+                self.contents.checkins_seen = true;
+                news = true;
+            }
+        }
+        if news {
+            self.save_or_warn();
+        }
+    }
+
+    /// Forgets launches whose job is not in `listed` (a successful listing of the pool) and
+    /// that are older than [`FORGET_AFTER`]; saves when something was forgotten.
+    pub fn forget_gone(&mut self, listed: &[WorkerJob]) {
+        let live: Vec<&str> = listed.iter().filter_map(unique_of).collect();
+        let oldest_kept = unix_now().saturating_sub(FORGET_AFTER).as_secs();
+        let before = self.contents.launches.len();
+        self.contents
+            .launches
+            .retain(|unique, launch| launch.at > oldest_kept || live.contains(&unique.as_str()));
+        if self.contents.launches.len() != before {
+            self.save_or_warn();
+        }
+    }
+
+    /// The recorded budget use: `(hour since the Unix epoch, worker-seconds)`.
+    pub fn usage(&self) -> &[(u64, f64)] {
+        &self.contents.usage
+    }
+
+    /// Replaces the recorded budget use and saves it.
+    pub fn set_usage(&mut self, usage: Vec<(u64, f64)>) {
+        if usage != self.contents.usage {
+            self.contents.usage = usage;
+            self.save_or_warn();
+        }
+    }
+
+    fn save_or_warn(&self) {
+        if let Err(error) = self.save() {
+            tracing::warn!(%error, "cannot save the launch record; it is kept in memory");
+        }
+    }
+
+    /// Writes the record (a temporary file renamed over the old one), if it is on disk.
+    fn save(&self) -> Result<()> {
+        let Some((path, _)) = &self.file else {
+            return Ok(());
+        };
+        let tmp = path.with_extension("json.tmp");
+        let bytes = serde_json::to_vec_pretty(&self.contents)
+            .map_err(|e| invalid(format!("cannot encode {}: {e}", path.display())))?;
+        let written = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(&bytes).and_then(|()| f.sync_all()))
+            .and_then(|()| std::fs::rename(&tmp, path));
+        written.map_err(|e| invalid(format!("cannot write {}: {e}", path.display())))
+    }
+}
+
+/// The launch unique `job`'s id or name ends with.
+fn unique_of(job: &WorkerJob) -> Option<&str> {
+    launch_unique(&job.id).or_else(|| launch_unique(&job.name))
+}
+
+/// Time since the Unix epoch.
+pub(crate) fn unix_now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+fn parse(bytes: &[u8], path: &Path) -> Result<Contents> {
+    let contents: Contents = serde_json::from_slice(bytes).map_err(|e| {
+        invalid(format!(
+            "cannot read launch record {}: {e}; move it away to start a new one (the jobs it \
+             holds will then never be stopped by this manager)",
+            path.display()
+        ))
+    })?;
+    if contents.version != VERSION {
+        return Err(invalid(format!(
+            "launch record {} has version {}, this manager writes {VERSION}",
+            path.display(),
+            contents.version
+        )));
+    }
+    Ok(contents)
+}
+
+/// Creates `dir` private (0700) if it does not exist.
+fn create_private(dir: &Path) -> Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| {
+            invalid(format!(
+                "cannot create state dir {} (--state-dir): {e}",
+                dir.display()
+            ))
+        })
+}
+
+/// Takes the exclusive lock on `<path>.lock` for this process.
+fn lock(path: &Path, identity: &str) -> Result<File> {
+    let lock_path = path.with_extension("json.lock");
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock_path)
+        .map_err(|e| invalid(format!("cannot open {}: {e}", lock_path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(invalid(format!(
+            "another manager serves the pool {identity} from this state dir (it holds {}): two \
+             managers of one pool would together exceed its max; stop that one, or give this \
+             one its own identity (job name, labels …) and --state-dir",
+            lock_path.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(invalid(format!("cannot lock {}: {e}", lock_path.display())))
+        }
+    }
+}
+
+/// FNV-1a, 64 bits: a stable short name for an identity (not a security measure).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn invalid(message: String) -> Error {
+    Error::InvalidConfig(message)
+}
+
+#[cfg(test)]
+mod tests;
