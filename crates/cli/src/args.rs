@@ -155,6 +155,11 @@ pub struct ProcessArgs {
     #[arg(long, value_name = "ADDR")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<std::net::SocketAddr>,
+
+    /// Directory of the launch records: which jobs this manager launched (it stops no other), which checked in, the budget's day; keep it across restarts [default: $XDG_STATE_HOME/codalab-wm/records or ~/.local/state/codalab-wm/records]
+    #[arg(long = "record-dir", value_name = "DIR", value_hint = ValueHint::DirPath)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record_dir: Option<PathBuf>,
 }
 
 impl ProcessArgs {
@@ -170,6 +175,7 @@ impl ProcessArgs {
             log_format,
             listen,
             verbose,
+            record_dir,
         } = later;
         self.config = config.or(self.config.take());
         self.password_file = password_file.or(self.password_file.take());
@@ -179,6 +185,7 @@ impl ProcessArgs {
         self.insecure_skip_tls_verify |= insecure_skip_tls_verify;
         self.log_format = log_format.or(self.log_format);
         self.listen = listen.or(self.listen);
+        self.record_dir = record_dir.or(self.record_dir.take());
         self.verbose |= verbose;
     }
 }

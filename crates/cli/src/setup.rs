@@ -30,47 +30,33 @@ pub fn settings(layers: &Layers) -> Result<Settings> {
     Ok(layers.settings(&catalogue())?)
 }
 
-/// The manager the layout describes, each backend metered (`/metrics`).
+/// The manager the layout describes, each backend metered (`/metrics`), its launch records
+/// kept in the state dir.
 pub async fn build_manager(
     layout: Layout,
     settings: &Settings,
     credentials: Credentials,
 ) -> Result<Manager> {
     let pools = build_pools(&layout, &credentials).await?;
+    let identities: Vec<(String, String)> = (layout.pools.iter())
+        .map(|p| (p.policy.name.clone(), p.identity()))
+        .collect();
     let client =
         CodaLabClient::with_options(&settings.server, credentials, &client_options(settings)?)?;
     let server = codalab_wm_core::secret::redact_url(client.server()).into_owned();
     let user = client.username().to_owned();
-    if !layout.single {
-        let count = pools.len();
-        let mut manager = Manager::with_pools(layout.config, client, pools)?;
-        manager.on_ready(move || {
-            tracing::info!(
-                server,
-                user,
-                pools = count,
-                "started worker manager; {count} pools"
-            );
-        });
-        return Ok(manager);
-    }
-    let pool = pools.into_iter().next().context("no backend")?;
-    let name = pool.backend.name().to_owned();
-    let shape = pool.backend.worker_shape().to_string();
-    let (min_workers, max_workers) = (pool.policy.min, pool.policy.max);
-    let launch_mode = pool.policy.launch_mode;
-    let mut manager = Manager::new(layout.config, client, pool);
+    let (count, first) = (pools.len(), pools.first().context("no pools")?);
+    let name = first.backend.name().to_owned();
+    let shape = first.backend.worker_shape().to_string();
+    let (min_workers, max_workers) = (first.policy.min, first.policy.max);
+    let launch_mode = first.policy.launch_mode;
+    let single = layout.single;
+    let mut manager = Manager::with_pools(layout.config, client, pools)?;
+    manager.keep_records(&settings.record_dir(), &identities)?;
     // Said once the server answered and took the credentials, not before.
-    manager.on_ready(move || {
-        tracing::info!(
-            backend = name,
-            server,
-            user,
-            min_workers,
-            max_workers,
-            launch_mode = %launch_mode,
-            "started worker manager; workers get {shape}"
-        );
+    manager.on_ready(move || match single {
+        false => tracing::info!(server, user, pools = count, "started worker manager; {count} pools"),
+        true => tracing::info!(backend = name, server, user, min_workers, max_workers, launch_mode = %launch_mode, "started worker manager; workers get {shape}"),
     });
     Ok(manager)
 }

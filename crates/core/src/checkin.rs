@@ -95,8 +95,8 @@ impl CheckinView {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum JobCheckin {
     /// Nothing: no view of the server's workers yet, a view that is not this tick's and does
-    /// not list the job's worker, or a job whose id and name carry no launch unique (its
-    /// check-in cannot be matched). Judged by the platform state alone.
+    /// not list the job's worker (which never checked in), or a job whose id and name carry no
+    /// launch unique (its check-in cannot be matched). Judged by the platform state alone.
     #[default]
     Unknown,
     /// The server lists the job's worker (in this tick's view, or in the last one when the
@@ -114,7 +114,7 @@ pub enum JobCheckin {
         /// when the views became fresh; zero while the job is pending.
         unseen_for: Duration,
     },
-    /// This tick's view does not list the job's worker, which checked in before. Such a worker
+    /// The view does not list the job's worker, which checked in before. Such a worker
     /// is never judged lost: the server may have dropped it for a network partition or a
     /// cl-worker nap, and its bundles resume when it checks in again.
     Vanished {
@@ -233,8 +233,9 @@ pub struct JobTimes {
 }
 
 /// What `sighting` says of the job with platform `id`, `name` and `state` at manager time
-/// `now`. `None` (no view yet), a stale view that does not list the job, and jobs without a
-/// launch unique give [`JobCheckin::Unknown`].
+/// `now`. `None` (no view yet), jobs without a launch unique, and a stale view that does not
+/// list a job that never checked in give [`JobCheckin::Unknown`]; a job that checked in once
+/// and is not listed is [`JobCheckin::Vanished`], whatever the view.
 pub fn job_checkin(
     sighting: Option<Sighting<'_>>,
     (id, name, state): (&str, &str, JobState),
@@ -258,16 +259,15 @@ pub fn job_checkin(
             terminating: worker.is_terminating,
         };
     }
-    if !fresh {
-        return JobCheckin::Unknown;
-    }
     let unseen_for = match state {
         JobState::Active => unseen_for(now, times, fresh_since),
         _ => Duration::ZERO,
     };
-    match times.checked_in || times.last_seen.is_some() {
-        true => JobCheckin::Vanished { unseen_for },
-        false => JobCheckin::NotYet { unseen_for },
+    match (times.checked_in || times.last_seen.is_some(), fresh) {
+        // Whatever the view, a worker that checked in once stays one.
+        (true, _) => JobCheckin::Vanished { unseen_for },
+        (false, true) => JobCheckin::NotYet { unseen_for },
+        (false, false) => JobCheckin::Unknown,
     }
 }
 

@@ -119,6 +119,23 @@ impl Layout {
 
 impl PoolLayout {
     /// The pool with its backend built.
+    /// The pool's identity on its platform, in words: its backend and the values of the keys
+    /// that name its jobs (two pools of the same identity list the same jobs). Names the pool's
+    /// launch record.
+    pub fn identity(&self) -> String {
+        let mut identity = self.kind.name().to_owned();
+        for key in self.kind.identity() {
+            let value = self
+                .table
+                .get(key)
+                .map(|v| v.to_string())
+                .unwrap_or_default();
+            identity.push_str(&format!(" {key}={value}"));
+        }
+        identity
+    }
+
+    /// The pool, its backend built.
     pub async fn build(&self, credentials: &Credentials) -> Result<Pool> {
         let context = BackendContext {
             credentials: credentials.clone(),

@@ -105,11 +105,7 @@ impl crate::describe::BackendConfig for LocalConfig {
 }
 
 fn default_state_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("codalab-wm/local")
+    crate::settings::default_state_dir().join("local")
 }
 
 /// Runs `cl-worker` processes on this machine.

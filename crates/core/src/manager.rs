@@ -247,6 +247,7 @@ impl Manager {
     /// `identities` (pool name → identity: the backend and the keys that name its jobs; a pool
     /// missing there is named by its name), read back after a restart. Without this, the
     /// records live in memory: after a restart the manager stops none of the jobs it finds.
+    /// A dry run reads the records (as the live manager left them) and never writes them.
     /// Fails when a record cannot be created or read, or another process holds it.
     pub fn keep_records(&mut self, dir: &Path, identities: &[(String, String)]) -> Result<()> {
         let start = record::unix_now().saturating_sub(self.clock());
@@ -256,7 +257,11 @@ impl Manager {
                 .iter()
                 .find(|(pool, _)| *pool == name)
                 .map_or(name.as_str(), |(_, identity)| identity.as_str());
-            let record = record::LaunchRecord::open(dir, identity)?;
+            let record = match self.config.dry_run {
+                // A dry run beside the live manager: reads its record, holds and writes nothing.
+                true => record::LaunchRecord::read_only(dir, identity)?,
+                false => record::LaunchRecord::open(dir, identity)?,
+            };
             runtime.usage = crate::budget::UsageWindow::from_unix(record.usage(), start);
             tracing::info!(pool = %name, record = %record.path().map(|p| p.display().to_string()).unwrap_or_default(), "launch record of pool {name}: jobs it does not hold are never stopped by this manager");
             runtime.record = record;

@@ -41,7 +41,13 @@ pub fn pool_observation(
             .and_then(|t| now.duration_since(t).ok())
             .unwrap_or_default()
     };
-    let sighting = checkins.map(|view| Sighting { view, fresh: true });
+    // No memory of check-ins across reconciles yet: every reconcile starts the clock again,
+    // so no pod is ever judged lost (the safe side; the pods' memory comes next).
+    let sighting = checkins.map(|view| Sighting {
+        view,
+        fresh: true,
+        fresh_since: now_clock,
+    });
     let live = jobs
         .iter()
         .filter(|j| j.reason.as_deref() != Some(TERMINATING));
@@ -55,10 +61,13 @@ pub fn pool_observation(
             let times = JobTimes {
                 active_since: job.submitted_at.map(clock),
                 last_seen: None,
+                checked_in: false,
             };
             ObservedJob {
                 checkin: job_checkin(sighting, (&job.id, &job.name, job.state), times, now_clock),
+                // Listed by the pool's own label: pods this operator created for the pool.
                 ..ObservedJob::new(job.id.clone(), job.state, pending_for, active_for)
+                    .launched_here()
             }
         })
         .collect();
@@ -74,6 +83,7 @@ pub fn pool_observation(
         unobserved: None,
         // Budgets are the manager's (`max_worker_hours_per_day` …); a pool resource has none.
         budget_reached: None,
+        checkins_seen: false,
     }
 }
 

@@ -248,11 +248,11 @@ fn unseen_time_counts_only_over_fresh_views_and_a_check_in_is_never_forgotten() 
             JobCheckin::Unknown,
         ),
         (
-            "stale view, checked in before: unknown",
+            "stale view, checked in before: still vanished",
             times(100, Some(10), true),
             false,
             0,
-            JobCheckin::Unknown,
+            vanished(900),
         ),
     ];
     for (what, times, fresh, since, want) in cases {

@@ -1,6 +1,6 @@
 //! The launch record of one pool: which jobs this manager launched (by launch unique, see
 //! [`crate::checkin::launch_unique`]), whether each one's worker ever checked in, and the
-//! pool's budget use, kept in `<state-dir>/<pool identity key>.json` so that it survives a
+//! pool's budget use, kept in `<record-dir>/pool-<hash of the pool identity>.json` so that it survives a
 //! restart, a crash or `--restart-after-seconds`.
 //!
 //! The record is what makes the manager's first invariant checkable: it stops a job only if
@@ -14,8 +14,8 @@
 //! job that may exist, never a job without an entry). An entry is forgotten once its job has
 //! left the platform's listing and an hour has passed since the launch. The file is held by one
 //! process at a time (an exclusive lock on `<file>.lock`): two managers serving the same pool
-//! identity from one state dir would each count only what they launched and together exceed
-//! `max`; the second is refused at start. Without a state dir (an embedder's default, a dry
+//! identity from one record dir would each count only what they launched and together exceed
+//! `max`; the second is refused at start. Without a record dir (an embedder's default, a dry
 //! run), the record lives in memory.
 
 use crate::backend::WorkerJob;
@@ -88,7 +88,7 @@ impl LaunchRecord {
     /// this process; read from its file when there is one.
     pub fn open(dir: &Path, identity: &str) -> Result<Self> {
         create_private(dir)?;
-        let path = dir.join(format!("pool-{:016x}.json", fnv1a(identity.as_bytes())));
+        let path = file_of(dir, identity);
         let lock = lock(&path, identity)?;
         let (contents, new) = match std::fs::read(&path) {
             Ok(bytes) => (parse(&bytes, &path)?, false),
@@ -102,10 +102,27 @@ impl LaunchRecord {
             file: Some((path, lock)),
         };
         if new {
-            // A state dir that cannot be written is refused now, not at the first launch.
+            // A record dir that cannot be written is refused now, not at the first launch.
             record.save()?;
         }
         Ok(record)
+    }
+
+    /// The record of the pool with `identity` in `dir` as it is now, kept in memory (a dry
+    /// run): no lock taken, nothing ever written.
+    pub fn read_only(dir: &Path, identity: &str) -> Result<Self> {
+        let path = file_of(dir, identity);
+        let contents = match std::fs::read(&path) {
+            Ok(bytes) => parse(&bytes, &path)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Self::in_memory(identity).contents
+            }
+            Err(e) => return Err(invalid(format!("cannot read {}: {e}", path.display()))),
+        };
+        Ok(Self {
+            contents,
+            file: None,
+        })
     }
 
     /// Where the record is kept, if on disk.
@@ -213,6 +230,11 @@ impl LaunchRecord {
     }
 }
 
+/// The record file of the pool with `identity` in `dir`.
+fn file_of(dir: &Path, identity: &str) -> PathBuf {
+    dir.join(format!("pool-{:016x}.json", fnv1a(identity.as_bytes())))
+}
+
 /// The launch unique `job`'s id or name ends with.
 fn unique_of(job: &WorkerJob) -> Option<&str> {
     launch_unique(&job.id).or_else(|| launch_unique(&job.name))
@@ -251,7 +273,7 @@ fn create_private(dir: &Path) -> Result<()> {
         .create(dir)
         .map_err(|e| {
             invalid(format!(
-                "cannot create state dir {} (--state-dir): {e}",
+                "cannot create the launch record dir {} (--record-dir): {e}",
                 dir.display()
             ))
         })
@@ -270,9 +292,9 @@ fn lock(path: &Path, identity: &str) -> Result<File> {
     match file.try_lock() {
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => Err(invalid(format!(
-            "another manager serves the pool {identity} from this state dir (it holds {}): two \
+            "another manager serves the pool {identity} from this record dir (it holds {}): two \
              managers of one pool would together exceed its max; stop that one, or give this \
-             one its own identity (job name, labels …) and --state-dir",
+             one its own identity (job name, labels …) and --record-dir",
             lock_path.display()
         ))),
         Err(std::fs::TryLockError::Error(e)) => {

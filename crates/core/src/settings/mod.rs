@@ -103,6 +103,10 @@ pub struct Settings {
     /// Serve `/metrics`, `/healthz`, `/status` and the dashboard at `/` on this address
     /// (`--listen`); off when unset.
     pub listen: Option<std::net::SocketAddr>,
+    /// Where the manager keeps each pool's launch record (which jobs it launched, which
+    /// checked in, the budget's day) across restarts (`--record-dir`); unset:
+    /// `records` in [`default_state_dir`].
+    pub record_dir: Option<PathBuf>,
     /// Launch mode of the single backend (`--launch-mode`): compat (upstream) or target.
     pub launch_mode: LaunchMode,
     /// Launches per tick at most in target mode (`--max-launches-per-tick`).
@@ -148,6 +152,7 @@ impl Default for Settings {
             insecure_skip_tls_verify: false,
             log_format: LogFormat::Text,
             listen: None,
+            record_dir: None,
             launch_mode: LaunchMode::Compat,
             max_launches_per_tick: 1,
             worker_checkin_timeout: crate::checkin::DEFAULT_CHECKIN_TIMEOUT.as_secs(),
@@ -160,6 +165,25 @@ impl Default for Settings {
             worker: WorkerSettings::default(),
         }
     }
+}
+
+impl Settings {
+    /// The directory of the launch records: `record_dir`, else `records` in
+    /// [`default_state_dir`].
+    pub fn record_dir(&self) -> PathBuf {
+        (self.record_dir.clone()).unwrap_or_else(|| default_state_dir().join("records"))
+    }
+}
+
+/// The manager's default state dir (launch records, the `local` backend's workers):
+/// `$XDG_STATE_HOME/codalab-wm`, else `~/.local/state/codalab-wm`, else
+/// `codalab-wm` in the temporary directory.
+pub fn default_state_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("codalab-wm")
 }
 
 /// One `[[pools]]` entry: its rules, and its backend's settings in the sub-table named like

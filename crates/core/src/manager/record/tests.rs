@@ -107,6 +107,6 @@ fn a_state_dir_that_cannot_be_made_is_refused_at_open() {
     let err = LaunchRecord::open(&file.join("state"), "pool")
         .unwrap_err()
         .to_string();
-    assert!(err.contains("cannot create state dir"), "{err}");
-    assert!(err.contains("--state-dir"), "{err}");
+    assert!(err.contains("cannot create the launch record dir"), "{err}");
+    assert!(err.contains("--record-dir"), "{err}");
 }
