@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
 
-/// The manager with `args`, alice's credentials, `NO_COLOR`, and no `CODALAB_WM_*` from the
-/// test's environment.
+/// The manager with `args`, alice's credentials, `NO_COLOR`, the test process's launch
+/// record dir, and no other `CODALAB_WM_*` from the test's environment.
 pub fn command(args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
     command
@@ -21,7 +21,14 @@ pub fn command(args: &[&str]) -> Command {
             command.env_remove(key);
         }
     }
+    command.env("CODALAB_WM_RECORD_DIR", record_dir());
     command
+}
+
+/// The launch records of this test process's managers (`--record-dir`): out of the home
+/// directory, shared by the managers one test starts one after the other.
+pub fn record_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("codalab-wm-test-records-{}", std::process::id()))
 }
 
 /// A running manager. Dropping it sends SIGTERM and waits for it (the manager's workers are
@@ -41,6 +48,7 @@ impl Manager {
             .env("CODALAB_USERNAME", user.0)
             .env("CODALAB_PASSWORD", user.1)
             .env("NO_COLOR", "1")
+            .env("CODALAB_WM_RECORD_DIR", record_dir())
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
