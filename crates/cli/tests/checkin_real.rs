@@ -97,12 +97,12 @@ fn a_real_worker_is_ready_idle_once_checked_in_then_busy_with_a_dispatched_bundl
     args.extend(backend.iter().cloned());
     let mut manager = Manager::start(&args, USER, &[("DOCKER_HOST", docker_host())]);
     manager.wait_until("the worker to check in", WITHIN, |m| {
-        m.count("workers: 0 starting, 1 ready idle, 0 busy, 0 lost") > 0
+        m.count("workers: 0 starting, 1 ready idle, 0 busy, 0 vanished, 0 lost") > 0
     });
     let server = Server::login(USER.0, USER.1);
     let uuids = stage(&tag, "sleep 15; echo checked > out.txt");
     manager.wait_until("the worker to be busy", WITHIN, |m| {
-        m.count("workers: 0 starting, 0 ready idle, 1 busy, 0 lost") > 0
+        m.count("workers: 0 starting, 0 ready idle, 1 busy, 0 vanished, 0 lost") > 0
     });
     server.wait_ready(&uuids, WITHIN, || manager.log());
     assert_eq!(server.cat(&uuids[0], "out.txt").trim(), "checked");

@@ -473,7 +473,8 @@ fn a_worker_that_never_checks_in_is_lost_stopped_replaced_and_the_pool_backs_off
         &format!("search = [\"tags={tag}\"]"),
         &pools,
     );
-    scratch.wait_for_log("pool broken workers: 1 starting, 0 ready idle, 0 busy, 0 lost");
+    scratch
+        .wait_for_log("pool broken workers: 1 starting, 0 ready idle, 0 busy, 0 vanished, 0 lost");
     scratch.wait_for_log("is lost and stopped; it never checked in after");
     let jobs = scratch.wait_for(
         "the lost job cancelled and a replacement on the spare pool",

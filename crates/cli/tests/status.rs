@@ -483,7 +483,7 @@ staged bundles: 4 (0 assigned and 0 unserved among those read)
 
 pool cpu (slurm-batch, target): 4 cpus, 0 gpus, 8 GiB per worker; min 0, max 2, cost 1
   workers   2 active, 0 pending, 0 failed, 0 stopping
-  check-in  0 starting, 0 ready idle, 2 busy, 0 lost
+  check-in  0 starting, 0 ready idle, 2 busy, 0 vanished, 0 lost
   backoff   none
   decision  none yet
   bundles   0 assigned

@@ -74,8 +74,12 @@ const POOL_COLUMNS: &[(&str, &str)] = &[
     ("Ready", "workers checked in and idle"),
     ("Busy", "workers checked in and running bundles"),
     (
+        "Vanished",
+        "workers that checked in, then left the server's list (a partition, a worker's nap): presumed busy, never stopped",
+    ),
+    (
         "Lost",
-        "jobs running without a check-in for longer than checkin_timeout",
+        "jobs running and never checked in for longer than checkin_timeout: stopped if this manager launched them",
     ),
     ("Pending", "jobs pending on the platform (queued)"),
     ("Active", "jobs running on the platform"),
@@ -94,7 +98,7 @@ const POOL_COLUMNS: &[(&str, &str)] = &[
 pub(super) fn pools(out: &mut String, status: &Status) {
     out.push_str(
         "<h2 id=\"pools-heading\">Pools</h2><table id=\"pools\"><tr><th colspan=\"3\"></th>\
-         <th colspan=\"4\" class=\"group\">Workers, as the server sees them</th>\
+         <th colspan=\"5\" class=\"group\">Workers, as the server sees them</th>\
          <th colspan=\"2\" class=\"group\">Jobs on the platform</th><th colspan=\"3\"></th></tr><tr>",
     );
     for (name, tip) in POOL_COLUMNS {
@@ -130,7 +134,7 @@ fn pool_row(out: &mut String, pool: &PoolStatus, status: &Status) {
     );
     for (state, field) in WorkerState::ALL
         .iter()
-        .zip(["starting", "ready", "busy", "lost"])
+        .zip(["starting", "ready", "busy", "vanished", "lost"])
     {
         // No check-in view of jobs that exist (the server's worker list unknown): a dash.
         let unknown = pool.workers.is_empty() && pool.active + pool.pending > 0;

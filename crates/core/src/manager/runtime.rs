@@ -379,10 +379,11 @@ impl PoolRuntime {
         }
         if states != self.worker_states && !states.is_empty() {
             let count = |s: WorkerState| states.get(&s).copied().unwrap_or(0);
-            let (starting, idle, busy, lost) = (
+            let (starting, idle, busy, vanished, lost) = (
                 count(WorkerState::Starting),
                 count(WorkerState::ReadyIdle),
                 count(WorkerState::Busy),
+                count(WorkerState::Vanished),
                 count(WorkerState::Lost),
             );
             tracing::info!(
@@ -390,8 +391,9 @@ impl PoolRuntime {
                 starting,
                 ready_idle = idle,
                 busy,
+                vanished,
                 lost,
-                "pool {} workers: {starting} starting, {idle} ready idle, {busy} busy, {lost} lost",
+                "pool {} workers: {starting} starting, {idle} ready idle, {busy} busy, {vanished} vanished, {lost} lost",
                 self.name()
             );
         }

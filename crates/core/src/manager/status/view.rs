@@ -71,7 +71,7 @@ struct PoolView {
     backing_off_until: Option<u64>,
     last_decision: Option<DecisionView>,
     assigned: Vec<String>,
-    /// Jobs by check-in state (`starting`, `ready_idle`, `busy`, `lost`).
+    /// Jobs by check-in state (`starting`, `ready_idle`, `busy`, `vanished`, `lost`).
     workers: std::collections::BTreeMap<String, usize>,
 }
 
@@ -246,10 +246,11 @@ fn render_pool(out: &mut String, pool: &PoolView, now: u64) {
         let count = |state: &str| pool.workers.get(state).copied().unwrap_or(0);
         let _ = writeln!(
             out,
-            "  check-in  {} starting, {} ready idle, {} busy, {} lost",
+            "  check-in  {} starting, {} ready idle, {} busy, {} vanished, {} lost",
             count("starting"),
             count("ready_idle"),
             count("busy"),
+            count("vanished"),
             count("lost")
         );
     }
