@@ -25,6 +25,11 @@ pub struct GlobalArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server: Option<String>,
 
+    /// URL the workers use to reach the server when it differs from --server (an address inside the cluster, a proxy) [default: --server]
+    #[arg(long = "worker-server", value_name = "URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_server: Option<String>,
+
     /// Accepted for compatibility with upstream (this manager never writes session state)
     #[arg(long = "temp-session")]
     #[serde(skip)]

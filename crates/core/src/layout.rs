@@ -54,6 +54,9 @@ pub struct PoolLayout {
 impl Layout {
     /// The layout `settings` describe, the single backend's table read from `layers`.
     pub fn new(settings: &Settings, layers: &Layers, catalogue: &Catalogue) -> Result<Self> {
+        if let Some(url) = &settings.worker_server {
+            crate::codalab::server_url("--worker-server", url)?;
+        }
         if settings.pools.is_empty() {
             let kind = single_kind(settings, layers, catalogue)?;
             let placement = single_placement(settings);
@@ -85,7 +88,7 @@ impl Layout {
                 ..flags.policy(kind.name(), table.shape)
             },
             table,
-            worker: settings.worker.for_server(&settings.server),
+            worker: settings.worker.for_server(settings.worker_server()),
         };
         Ok(Self {
             config: manager_config(settings),
@@ -239,7 +242,7 @@ fn pool(
     let table = kind
         .read(&tables, reading == Reading::Shapes)
         .map_err(|e| Error::InvalidConfig(format!("pool {name}: {}", strip(&e))))?;
-    let mut worker = settings.worker.for_server(&settings.server);
+    let mut worker = settings.worker.for_server(settings.worker_server());
     worker.tag = entry.rules.tag.clone();
     worker.tag_exclusive = entry.rules.tag_exclusive;
     let policy = entry.rules.policy(settings, table.shape);

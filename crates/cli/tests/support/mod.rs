@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod bundles;
+pub mod forwarder;
 pub mod manager;
 
 use std::path::{Path, PathBuf};

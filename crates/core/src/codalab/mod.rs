@@ -139,18 +139,7 @@ impl CodaLabClient {
         options: &ClientOptions,
     ) -> Result<Self> {
         let server = server.trim_end_matches('/').to_owned();
-        let url = reqwest::Url::parse(&server).map_err(|e| {
-            Error::InvalidConfig(format!(
-                "--server `{}` is not a URL: {e}",
-                crate::secret::redact_url(&server)
-            ))
-        })?;
-        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-            return Err(Error::InvalidConfig(format!(
-                "--server `{}` must look like http[s]://<host>[:<port>]",
-                crate::secret::redact_url(&server)
-            )));
-        }
+        server_url("--server", &server)?;
         let mut builder = reqwest::Client::builder()
             .timeout(options.timeout)
             .connect_timeout(options.timeout.min(Duration::from_secs(10)))
@@ -538,6 +527,19 @@ fn oauth_error(body: &str) -> String {
         .collect(),
         Err(_) => first_line(body),
     }
+}
+
+/// `server`, given by `flag`, as an http(s) URL with a host; the error names the flag.
+pub fn server_url(flag: &str, server: &str) -> Result<reqwest::Url> {
+    let shown = crate::secret::redact_url(server);
+    let url = reqwest::Url::parse(server)
+        .map_err(|e| Error::InvalidConfig(format!("{flag} `{shown}` is not a URL: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(Error::InvalidConfig(format!(
+            "{flag} `{shown}` must look like http[s]://<host>[:<port>]"
+        )));
+    }
+    Ok(url)
 }
 
 #[cfg(test)]

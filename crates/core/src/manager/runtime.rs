@@ -307,11 +307,10 @@ impl PoolRuntime {
             tracing::info!(pool = self.name(), job = %news.first_checkins[0], "a worker checked in; the pool's failure streak is forgotten");
             self.health.record_success();
         }
-        let timeout = self.pool.policy.checkin_timeout.as_secs();
         news.vanished
             .into_iter()
             .map(|job_id| {
-                tracing::warn!(pool = self.name(), job = %job_id, "the worker of job {job_id} checked in, then vanished from the server's list; it is lost if it does not check in again within {timeout} s");
+                tracing::warn!(pool = self.name(), job = %job_id, "the worker of job {job_id} checked in, then vanished from the server's list (a network partition, a worker's nap?); it is presumed busy and not stopped: its bundles resume when it checks in again");
                 TickEvent::WorkerVanished {
                     pool: self.name().to_owned(),
                     job_id,

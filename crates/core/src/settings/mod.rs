@@ -68,6 +68,8 @@ pub enum LogFormat {
 pub struct Settings {
     /// URL of the CodaLab server.
     pub server: String,
+    /// URL the workers use to reach the server, when it differs from `server`.
+    pub worker_server: Option<String>,
     /// Accepted for compatibility with upstream; this manager never writes session state.
     pub temp_session: bool,
     /// Minimum number of workers.
@@ -135,6 +137,7 @@ impl Default for Settings {
         let limits = crate::policy::PolicyConfig::default();
         Self {
             server: crate::DEFAULT_SERVER.to_owned(),
+            worker_server: None,
             temp_session: true,
             min_workers: limits.min_workers,
             max_workers: limits.max_workers,
@@ -168,6 +171,11 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// The URL the workers use to reach the server: `worker_server`, else `server`.
+    pub fn worker_server(&self) -> &str {
+        self.worker_server.as_deref().unwrap_or(&self.server)
+    }
+
     /// The directory of the launch records: `record_dir`, else `records` in
     /// [`default_state_dir`].
     pub fn record_dir(&self) -> PathBuf {
