@@ -4,9 +4,10 @@
 //!   docker`), started by the `local` backend, becomes ready-idle once it checks in and busy when
 //!   the server dispatches a bundle to it;
 //! - (in `pools_slurm.rs`, which has the Slurm scaffolding) on the REAL Slurm cluster, a
-//!   stand-in worker that runs but never checks in is lost after the (short, test-set)
-//!   `checkin_timeout`, stopped with `scancel`, its bundle goes to the next pool (the
-//!   replacement), and each pool backs off.
+//!   stand-in worker that runs but never checks in is kept past the (short, test-set)
+//!   `checkin_timeout` (no worker of its pool was ever seen: it may log in as another
+//!   account), its bundle goes to the next pool, and each pool backs off;
+//! - (in `partition.rs`) a busy real worker cut off from the server is never stopped.
 //!
 //! As bob, with this test's own queue and tag. No test sleeps to synchronise: each waits for
 //! the manager's log lines or the server's bundle states, with a deadline. Locally a missing
