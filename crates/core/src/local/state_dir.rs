@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -33,16 +33,12 @@ fn invalid(message: String) -> Error {
 
 /// Creates `dir` (0700) if needed, checks its permissions and takes its lock.
 pub(crate) fn prepare(dir: &Path) -> Result<Arc<StateLock>> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| {
-            invalid(format!(
-                "cannot create local state dir {}: {e}",
-                dir.display()
-            ))
-        })?;
+    crate::settings::create_private_dir(dir).map_err(|e| {
+        invalid(format!(
+            "cannot create local state dir {}: {e}",
+            dir.display()
+        ))
+    })?;
     check_permissions(dir)?;
     let key = dir.canonicalize().map_err(|e| {
         invalid(format!(

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -267,16 +267,12 @@ fn parse(bytes: &[u8], path: &Path) -> Result<Contents> {
 
 /// Creates `dir` private (0700) if it does not exist.
 fn create_private(dir: &Path) -> Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| {
-            invalid(format!(
-                "cannot create the launch record dir {} (--record-dir): {e}",
-                dir.display()
-            ))
-        })
+    crate::settings::create_private_dir(dir).map_err(|e| {
+        invalid(format!(
+            "cannot create the launch record dir {} (--record-dir): {e}",
+            dir.display()
+        ))
+    })
 }
 
 /// Takes the exclusive lock on `<path>.lock` for this process.

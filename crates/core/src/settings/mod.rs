@@ -194,6 +194,16 @@ pub fn default_state_dir() -> PathBuf {
     base.join("codalab-wm")
 }
 
+/// Creates `dir` and its missing parents, private (0700), if it does not exist (the state
+/// dirs: launch records, the `local` backend's workers).
+pub(crate) fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
 /// One `[[pools]]` entry: its rules, and its backend's settings in the sub-table named like
 /// the backend's top-level table (`[pools.slurm_batch]`, `[pools.local]` …).
 #[derive(Debug, Clone, Serialize, Deserialize)]
