@@ -282,16 +282,7 @@ impl fmt::Display for Reason {
                 f,
                 "stop job {job_id}: its worker never checked in for {unseen_seconds} s, longer than checkin_timeout {timeout_seconds} s"
             ),
-            Reason::NotStopped {
-                job_id,
-                rule,
-                seconds,
-                timeout_seconds,
-                why,
-            } => write!(
-                f,
-                "keep job {job_id}: {rule} would stop it ({seconds} s > {timeout_seconds} s), but {why}"
-            ),
+            Reason::NotStopped { .. } => not_stopped(f, self),
             Reason::Unobserved { error } => {
                 write!(f, "skipped: cannot list the pool's jobs: {error}")
             }
@@ -302,6 +293,24 @@ impl fmt::Display for Reason {
             Reason::Misfit { detail } => write!(f, "{detail}"),
         }
     }
+}
+
+/// The words of [`Reason::NotStopped`].
+fn not_stopped(f: &mut fmt::Formatter<'_>, reason: &Reason) -> fmt::Result {
+    let Reason::NotStopped {
+        job_id,
+        rule,
+        seconds,
+        timeout_seconds,
+        why,
+    } = reason
+    else {
+        return Ok(());
+    };
+    write!(
+        f,
+        "keep job {job_id}: {rule} would stop it ({seconds} s > {timeout_seconds} s), but {why}"
+    )
 }
 
 /// Why a job a rule would stop is kept ([`Reason::NotStopped`]).
