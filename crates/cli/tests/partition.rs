@@ -129,6 +129,9 @@ fn a_busy_worker_cut_off_from_the_server_is_not_stopped_and_its_bundle_ends_read
     let state_dir = dir.path().display().to_string();
     let args = manager_args(&tag, &path.url(), &state_dir);
     let env = [("DOCKER_HOST", docker_host())];
+    let local = args[args.iter().position(|a| a == "local").unwrap()..].to_vec();
+    // Stops the worker even when an assertion fails (dropped after the manager).
+    let _down = Down(local);
     let mut manager = Manager::start(&args, USER, &env);
 
     wait_state(&server, &bundle, &manager, |s| s == "running");
@@ -157,14 +160,20 @@ fn a_busy_worker_cut_off_from_the_server_is_not_stopped_and_its_bundle_ends_read
         "{}",
         manager.log()
     );
-    drop(manager);
-    let out = down(
-        &args[args.iter().position(|a| a == "local").unwrap()..],
-        USER,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+}
+
+/// `down` for the test's backend arguments when dropped.
+struct Down(Vec<String>);
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        let out = down(&self.0, USER);
+        if !std::thread::panicking() {
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
 }
