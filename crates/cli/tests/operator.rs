@@ -454,15 +454,20 @@ fn pods_pending_too_long_are_deleted_and_the_pool_backs_off() {
     cluster.wait("a BackoffStarted event", event("BackoffStarted"), |c| {
         above(c, "stuck", 2)
     });
-    let status = &cluster.fake.object(POOLS, NS, "stuck").unwrap()["status"];
-    assert!(status["failures"]["count"].as_u64() >= Some(1), "{status}");
-    let backing_off = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "BackingOff")
-        .unwrap();
-    assert_eq!(backing_off["status"], "True", "{status}");
+    // The operator publishes the Event before it writes the reconcile's status: wait for
+    // the status that records the streak (reading it right after the Event raced).
+    let backing_off = |c: &Cluster| {
+        let status = &c.fake.object(POOLS, NS, "stuck").unwrap()["status"];
+        status["failures"]["count"].as_u64() >= Some(1)
+            && status["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "BackingOff" && c["status"] == "True")
+    };
+    cluster.wait("the status backing off", backing_off, |c| {
+        above(c, "stuck", 2)
+    });
     // Backing off (5 minutes): the deleted pods are not replaced.
     cluster.wait(
         "the stuck pods gone",

@@ -167,6 +167,14 @@ pub struct CodaLabWorkerPoolStatus {
     /// pool backs off for; kept here so that a new leader backs off as the old one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failures: Option<FailureStreak>,
+    /// Worker pods whose worker has checked in with the server: never judged lost, whichever
+    /// replica leads (a pod the server stops listing is vanished, presumed busy).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checked_in: Vec<String>,
+    /// Some worker of the pool has checked in: the operator can see this pool's workers, so a
+    /// pod that never checks in may be judged lost.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub workers_seen: bool,
 }
 
 /// A pool's failure streak, as core's backoff counts it.

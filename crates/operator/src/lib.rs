@@ -3,7 +3,7 @@
 //! Kubernetes-native mode of codalab-wm (`cl-worker-manager operator`): the
 //! `CodaLabWorkerPool` custom resource ([`crd`]), how it maps onto core's pool rules and the
 //! Kubernetes backend's settings ([`spec`]), what a reconcile sees of a pool ([`observe`], from
-//! its pods alone), the status it writes ([`status`]), the reconcile itself ([`reconcile`]),
+//! its pods and what it remembers of their check-ins, [`memory`]), the status it writes ([`status`]), the reconcile itself ([`reconcile`]),
 //! leader election with a Lease ([`lease`]), its metrics ([`metrics`]) and the controller
 //! around them ([`controller`]).
 //!
@@ -16,6 +16,7 @@ pub mod command;
 pub mod controller;
 pub mod crd;
 pub mod lease;
+pub mod memory;
 pub mod metrics;
 pub mod observe;
 pub mod reconcile;

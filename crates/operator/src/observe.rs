@@ -2,7 +2,10 @@
 //! leader needs nothing from the old one). Pure: the wall clock comes in as `now`, and core's
 //! "manager clock" is the time since the Unix epoch.
 //!
-//! - pending / active for: since the pod's creation;
+//! - pending for: since the pod's creation; active for: since this process first saw the pod
+//!   running ([`crate::memory`]);
+//! - check-ins: the server's list, judged as core's manager judges them, with what is
+//!   remembered across reconciles ([`Checkins`]);
 //! - the last launch: the newest pod's creation;
 //! - pods being deleted count toward `max` (`stopping`);
 //! - the failure streak ([`PoolHealth`]): the one recorded in the pool's status (launches the
@@ -11,11 +14,13 @@
 //!   status and the pods live in the API server, so the backoff survives a change of leader.
 
 use crate::crd::FailureStreak;
+use crate::memory::Remembered;
 use codalab_wm_core::backend::{JobState, WorkerJob};
-use codalab_wm_core::checkin::{CheckinView, JobTimes, Sighting, job_checkin};
+use codalab_wm_core::checkin::{CheckinView, JobCheckin, JobTimes, Sighting, job_checkin};
 use codalab_wm_core::pools::{ObservedJob, PoolHealth, PoolObservation};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 /// The reason the backend gives a pod that is being deleted.
@@ -27,12 +32,25 @@ pub fn clock(time: SystemTime) -> Duration {
         .unwrap_or_default()
 }
 
-/// The pool's observation from its `jobs` (its pods as the backend reads them) and the
-/// server's worker list, if it was read.
+/// What a reconcile knows of the pool's check-ins: the server's worker list (when it was
+/// read) with when the current run of successful reads began, and what is remembered of
+/// earlier reconciles ([`crate::memory`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Checkins<'a> {
+    /// This reconcile's worker list and the start of the run of fresh reads it belongs to.
+    pub view: Option<(&'a CheckinView, Duration)>,
+    /// Pods whose worker checked in, and whether any worker of the pool ever did.
+    pub remembered: Option<&'a Remembered>,
+    /// When each running pod was first seen running (this process's clock).
+    pub running_since: Option<&'a HashMap<String, Duration>>,
+}
+
+/// The pool's observation from its `jobs` (its pods as the backend reads them) and what is
+/// known of their check-ins.
 pub fn pool_observation(
     jobs: &[WorkerJob],
     recorded: Option<&FailureStreak>,
-    checkins: Option<&CheckinView>,
+    checkins: Checkins<'_>,
     now: SystemTime,
 ) -> PoolObservation {
     let now_clock = clock(now);
@@ -41,27 +59,32 @@ pub fn pool_observation(
             .and_then(|t| now.duration_since(t).ok())
             .unwrap_or_default()
     };
-    // No memory of check-ins across reconciles yet: every reconcile starts the clock again,
-    // so no pod is ever judged lost (the safe side; the pods' memory comes next).
-    let sighting = checkins.map(|view| Sighting {
+    let sighting = checkins.view.map(|(view, fresh_since)| Sighting {
         view,
         fresh: true,
-        fresh_since: now_clock,
+        fresh_since,
     });
+    let remembered = checkins.remembered.cloned().unwrap_or_default();
     let live = jobs
         .iter()
         .filter(|j| j.reason.as_deref() != Some(TERMINATING));
     let observed = live
         .map(|job| {
+            // Running since this process first saw it run (never the pod's creation: a pod
+            // that pended for minutes has just started); unknown: just now.
+            let running_since = checkins
+                .running_since
+                .and_then(|m| m.get(&job.id).copied())
+                .unwrap_or(now_clock);
             let (pending_for, active_for) = match job.state {
                 JobState::Pending => (since(job), Duration::ZERO),
-                JobState::Active => (Duration::ZERO, since(job)),
+                JobState::Active => (Duration::ZERO, now_clock.saturating_sub(running_since)),
                 _ => (Duration::ZERO, Duration::ZERO),
             };
             let times = JobTimes {
-                active_since: job.submitted_at.map(clock),
+                active_since: Some(running_since),
                 last_seen: None,
-                checked_in: false,
+                checked_in: remembered.checked_in.contains(&job.id),
             };
             ObservedJob {
                 checkin: job_checkin(sighting, (&job.id, &job.name, job.state), times, now_clock),
@@ -70,7 +93,10 @@ pub fn pool_observation(
                     .launched_here()
             }
         })
-        .collect();
+        .collect::<Vec<_>>();
+    let seen_now = observed
+        .iter()
+        .any(|j| matches!(j.checkin, JobCheckin::CheckedIn { .. }));
     let newest = jobs.iter().filter_map(|j| j.submitted_at).max();
     PoolObservation {
         jobs: observed,
@@ -83,7 +109,7 @@ pub fn pool_observation(
         unobserved: None,
         // Budgets are the manager's (`max_worker_hours_per_day` …); a pool resource has none.
         budget_reached: None,
-        checkins_seen: false,
+        checkins_seen: remembered.workers_seen || seen_now,
     }
 }
 
@@ -140,7 +166,7 @@ fn from_streak(streak: &FailureStreak) -> PoolHealth {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use codalab_wm_core::checkin::CheckedInWorker;
+    use codalab_wm_core::checkin::{CheckedInWorker, WorkerState, worker_state};
 
     const T0: u64 = 1_800_000_000;
 
@@ -164,7 +190,12 @@ mod tests {
             job("b", JobState::Active, 40),
             terminating,
         ];
-        let observed = pool_observation(&jobs, None, None, at(100));
+        let running = HashMap::from([("b".to_owned(), clock(at(40)))]);
+        let checkins = Checkins {
+            running_since: Some(&running),
+            ..Checkins::default()
+        };
+        let observed = pool_observation(&jobs, None, checkins, at(100));
         assert_eq!(observed.jobs.len(), 2);
         assert_eq!(observed.jobs[0].pending_for, Duration::from_secs(90));
         assert_eq!(observed.jobs[1].active_for, Duration::from_secs(60));
@@ -182,8 +213,12 @@ mod tests {
             run_uuids: vec!["r1".into()],
             ..CheckedInWorker::default()
         }]);
-        let observed =
-            pool_observation(&[job(&id, JobState::Active, 0)], None, Some(&view), at(60));
+        let observed = pool_observation(
+            &[job(&id, JobState::Active, 0)],
+            None,
+            listed(&view, 0),
+            at(60),
+        );
         assert!(
             matches!(
                 observed.jobs[0].checkin,
@@ -192,6 +227,78 @@ mod tests {
             "{:?}",
             observed.jobs[0].checkin
         );
+    }
+
+    fn listed(view: &CheckinView, fresh_since: u64) -> Checkins<'_> {
+        Checkins {
+            view: Some((view, clock(at(fresh_since)))),
+            ..Checkins::default()
+        }
+    }
+
+    fn state(observed: &PoolObservation) -> Option<WorkerState> {
+        let job = &observed.jobs[0];
+        worker_state(job.state, job.checkin, Duration::from_secs(300))
+    }
+
+    /// The review's case (1.5): a pod created long ago that has just started running, or one
+    /// running for an hour that the operator just began to watch, is not lost on one list
+    /// that lacks it.
+    #[test]
+    fn a_pod_that_pended_long_or_ran_long_is_not_lost_on_one_list() {
+        let id = format!("cl-worker-{}", "ab".repeat(16));
+        let none = CheckinView::default();
+        for now in [400, 3600] {
+            let o = pool_observation(
+                &[job(&id, JobState::Active, 0)],
+                None,
+                // Every read since the pod's creation succeeded and listed nothing.
+                listed(&none, 0),
+                at(now),
+            );
+            assert_ne!(state(&o), Some(WorkerState::Lost), "at {now}");
+        }
+    }
+
+    /// Lost only when it never checked in, ran for longer than the timeout and every read
+    /// over that time succeeded; a pod remembered as checked in is vanished, never lost.
+    #[test]
+    fn lost_needs_running_unseen_over_fresh_reads_and_no_check_in_ever() {
+        let id = format!("cl-worker-{}", "cd".repeat(16));
+        let none = CheckinView::default();
+        let jobs = [job(&id, JobState::Active, 0)];
+        // (running since, fresh since, remembered checked in) → lost at 1000
+        let cases = [
+            (100, 100, false, Some(WorkerState::Lost)),
+            (800, 100, false, Some(WorkerState::Starting)),
+            (100, 800, false, Some(WorkerState::Starting)),
+            (100, 100, true, Some(WorkerState::Vanished)),
+        ];
+        for (running, fresh, checked_in, expected) in cases {
+            let running_since = HashMap::from([(id.clone(), clock(at(running)))]);
+            let remembered = Remembered {
+                checked_in: if checked_in {
+                    [id.clone()].into()
+                } else {
+                    Default::default()
+                },
+                workers_seen: true,
+            };
+            let checkins = Checkins {
+                remembered: Some(&remembered),
+                running_since: Some(&running_since),
+                ..listed(&none, fresh)
+            };
+            let o = pool_observation(&jobs, None, checkins, at(1000));
+            assert_eq!(state(&o), expected, "{running} {fresh} {checked_in}");
+            assert!(o.checkins_seen);
+        }
+        let unread = Checkins {
+            view: None,
+            ..Checkins::default()
+        };
+        let o = pool_observation(&jobs, None, unread, at(1000));
+        assert_eq!(state(&o), None, "no list read: nothing known");
     }
 
     #[test]

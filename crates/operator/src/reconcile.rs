@@ -5,7 +5,8 @@
 //! Only the lease holder reconciles ([`crate::lease`]).
 
 use crate::crd::{CodaLabWorkerPool, CodaLabWorkerPoolStatus, FINALIZER};
-use crate::observe::{clock, pool_observation};
+use crate::memory::{Clocks, Remembered};
+use crate::observe::{Checkins, clock, pool_observation};
 use crate::resources::{backend, codalab_client, credentials, resolved_worker};
 use crate::spec::{ResolvedPool, manager_id, resolve};
 use crate::status::{Outcome, Problem, next_status, turned_on};
@@ -43,6 +44,8 @@ pub struct Context {
     pub(crate) codalab: Mutex<HashMap<String, Arc<CodaLabClient>>>,
     /// What `/metrics` serves.
     pub metrics: Arc<crate::metrics::OperatorMetrics>,
+    /// Each pool's check-in clocks (`namespace/name`), this process's only.
+    pub(crate) clocks: std::sync::Mutex<HashMap<String, Clocks>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -68,6 +71,7 @@ impl Context {
             sync,
             codalab: Mutex::default(),
             metrics: Arc::default(),
+            clocks: std::sync::Mutex::default(),
         }
     }
 }
@@ -165,6 +169,7 @@ async fn finalize(
     .await
     .map_err(|e| err("remove the finalizer", e))?;
     ctx.metrics.forget_pool(&namespace, &pool.name_any());
+    ctx.forget_clocks(pool);
     Ok(Action::await_change())
 }
 
@@ -190,7 +195,7 @@ async fn run_policy(
             return next_status(&old, &outcome, &Time(k8s_openapi::jiff::Timestamp::now()));
         }
     };
-    let observed = match observe(pool, &prepared, now).await {
+    let (observed, remembered) = match observe(pool, &prepared, ctx, now).await {
         Ok(observed) => observed,
         Err(problem) => {
             outcome.problem = Some(problem);
@@ -225,6 +230,7 @@ async fn run_policy(
         health.record_failure(clock(now));
     }
     outcome.health = Some(health);
+    outcome.remembered = Some(remembered);
     outcome.observation = Some(&observed.pools[0]);
     outcome.decision = Some(pool_decision);
     outcome.unmet = &decision.unmet;
@@ -242,12 +248,14 @@ async fn run_policy(
     status
 }
 
-/// The pool's pods, the server's checked-in workers and the staged bundles it can take.
+/// The pool's pods, the server's checked-in workers and the staged bundles it can take, and
+/// what is remembered of check-ins after this reconcile.
 async fn observe(
     pool: &CodaLabWorkerPool,
     prepared: &Prepared,
+    ctx: &Context,
     now: SystemTime,
-) -> Result<PoolsObservation, Problem> {
+) -> Result<(PoolsObservation, Remembered), Problem> {
     let client = &prepared.client;
     let checkins = match client.workers_info().await {
         Ok(workers) => Some(CheckinView::new(workers)),
@@ -256,8 +264,20 @@ async fn observe(
             None
         }
     };
-    let recorded = pool.status.as_ref().and_then(|s| s.failures.as_ref());
-    let observation = pool_observation(&prepared.jobs, recorded, checkins.as_ref(), now);
+    let status = pool.status.clone().unwrap_or_default();
+    let remembered = Remembered {
+        checked_in: status.checked_in.iter().cloned().collect(),
+        workers_seen: status.workers_seen,
+    };
+    let (fresh_since, running_since) =
+        ctx.tick_clocks(pool, checkins.is_some(), &prepared.jobs, clock(now));
+    let memory = Checkins {
+        view: checkins.as_ref().zip(fresh_since),
+        remembered: Some(&remembered),
+        running_since: Some(&running_since),
+    };
+    let observation = pool_observation(&prepared.jobs, status.failures.as_ref(), memory, now);
+    let remembered = remembered.after(&prepared.jobs, &observation);
     let policy = &prepared.resolved.policy;
     let need = Need::new(
         std::slice::from_ref(policy),
@@ -278,10 +298,43 @@ async fn observe(
             reason: "CodaLabUnavailable",
             message: e.to_string(),
         })?;
-    Ok(PoolsObservation {
+    let observed = PoolsObservation {
         bundles: search.bundles,
         pools: vec![observation],
-    })
+    };
+    Ok((observed, remembered))
+}
+
+impl Context {
+    /// Notes this reconcile's worker-list read and pods in `pool`'s clocks: when the run of
+    /// fresh reads began (`None`: the read failed) and when each running pod was first seen
+    /// running. More than three sync periods without a read end the run.
+    fn tick_clocks(
+        &self,
+        pool: &CodaLabWorkerPool,
+        read: bool,
+        jobs: &[WorkerJob],
+        now: Duration,
+    ) -> (Option<Duration>, HashMap<String, Duration>) {
+        let mut all = self.clocks.lock().unwrap_or_else(|e| e.into_inner());
+        let clocks = all.entry(pool_key(pool)).or_default();
+        let fresh_since = clocks.read(read, now, self.sync * 3);
+        (fresh_since, clocks.running(jobs, now).clone())
+    }
+
+    /// Forgets `pool`'s clocks (the pool is deleted).
+    fn forget_clocks(&self, pool: &CodaLabWorkerPool) {
+        let mut all = self.clocks.lock().unwrap_or_else(|e| e.into_inner());
+        all.remove(&pool_key(pool));
+    }
+}
+
+fn pool_key(pool: &CodaLabWorkerPool) -> String {
+    format!(
+        "{}/{}",
+        pool.namespace().unwrap_or_default(),
+        pool.name_any()
+    )
 }
 
 fn condition_message(status: &CodaLabWorkerPoolStatus, kind: &str) -> String {
@@ -417,6 +470,8 @@ async fn write_status(
         "conditions",
         "unmet",
         "failures",
+        "checkedIn",
+        "workersSeen",
     ] {
         value
             .as_object_mut()

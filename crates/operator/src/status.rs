@@ -3,6 +3,7 @@
 //! `lastTransitionTime` while its status stays the same. Pure.
 
 use crate::crd::{CodaLabWorkerPoolStatus, UnmetStatus};
+use crate::memory::Remembered;
 use crate::observe::to_streak;
 use codalab_wm_core::checkin::JobCheckin;
 use codalab_wm_core::policy::Reason;
@@ -44,6 +45,8 @@ pub struct Outcome<'a> {
     pub problem: Option<Problem>,
     /// The failure streak after this reconcile (`None`: the recorded one stays).
     pub health: Option<PoolHealth>,
+    /// What is remembered of check-ins after this reconcile (`None`: the recorded one stays).
+    pub remembered: Option<Remembered>,
 }
 
 /// The next status after `old`, at `now`.
@@ -73,6 +76,10 @@ pub fn next_status(
     status.failures = match outcome.health {
         Some(health) => to_streak(&health),
         None => old.failures.clone(),
+    };
+    (status.checked_in, status.workers_seen) = match &outcome.remembered {
+        Some(r) => (r.checked_in.iter().cloned().collect(), r.workers_seen),
+        None => (old.checked_in.clone(), old.workers_seen),
     };
     status.conditions = conditions(outcome, &status)
         .into_iter()
