@@ -95,6 +95,8 @@ pub struct GceBackend {
     filter: String,
     memory: Mutex<Memory>,
     reaped: AtomicU64,
+    /// A dry run: stopped instances are listed, not reaped.
+    read_only: bool,
 }
 
 impl GceBackend {
@@ -120,7 +122,14 @@ impl GceBackend {
             client,
             memory: Mutex::default(),
             reaped: AtomicU64::new(0),
+            read_only: false,
         })
+    }
+
+    /// A backend that deletes nothing while listing (a dry run): it logs the stopped
+    /// instances it would reap instead.
+    pub fn read_only(self, read_only: bool) -> Self {
+        Self { read_only, ..self }
     }
 
     fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
@@ -238,6 +247,10 @@ impl GceBackend {
             due
         };
         for instance in due {
+            if self.read_only {
+                tracing::info!(instance = %instance.name, status = %instance.status, "dry run: would reap a stopped worker instance");
+                continue;
+            }
             match self.delete(instance.zone_name(), &instance.name).await {
                 Ok(_) => {
                     let total = self.reaped.fetch_add(1, Ordering::Relaxed) + 1;

@@ -73,7 +73,9 @@ impl BackendConfig for GceConfig {
     }
 
     async fn build(self, context: &BackendContext) -> Result<Arc<dyn WorkerBackend>> {
-        Ok(Arc::new(GceBackend::new(self, &context.credentials)?))
+        Ok(Arc::new(
+            GceBackend::new(self, &context.credentials)?.read_only(context.read_only),
+        ))
     }
 }
 

@@ -178,6 +178,27 @@ async fn stopped_and_terminated_instances_are_reaped_logged_and_counted() {
     assert_all_valid(&fake.requests());
 }
 
+/// A dry run lists with a read-only backend: a stopped instance is not reaped (against the
+/// discovery-validated fake).
+#[tokio::test]
+async fn a_read_only_backend_reaps_nothing() {
+    let fake = FakeCompute::start(PROJECT).await.unwrap();
+    let backend = backend(&config(&fake)).read_only(true);
+    let a = start(&backend, "aaaa").await.unwrap();
+    fake.set_status(&a.id, "STOPPED");
+    for _ in 0..3 {
+        backend.get_worker_jobs().await.unwrap();
+    }
+    assert_eq!(backend.reaped(), 0);
+    let deletes = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == "DELETE")
+        .count();
+    assert_eq!(deletes, 0);
+    assert_eq!(fake.instances().len(), 1);
+}
+
 #[tokio::test]
 async fn preempted_spot_vms_are_reported_as_preempted() {
     let fake = FakeCompute::start(PROJECT).await.unwrap();

@@ -28,6 +28,8 @@ pub struct KubernetesBackend {
     template: WorkerTemplate,
     shape: WorkerShape,
     keep_finished_pods: usize,
+    /// A dry run: finished pods past the limit are listed, not deleted.
+    read_only: bool,
     /// Pod uid by name, from the last list and the creates since: the precondition of a
     /// delete. Rebuilt on every list, so it holds only pods that still exist.
     uids: Mutex<HashMap<String, String>>,
@@ -91,9 +93,16 @@ impl KubernetesBackend {
             template,
             shape: config.worker_shape(),
             keep_finished_pods: config.keep_finished_pods,
+            read_only: false,
             uids: Mutex::default(),
             secret_ready: tokio::sync::Mutex::new(false),
         }
+    }
+
+    /// A backend that deletes nothing while listing (a dry run): it logs the finished pods
+    /// it would delete instead.
+    pub fn read_only(self, read_only: bool) -> Self {
+        Self { read_only, ..self }
     }
 
     /// The manifests this backend renders.
@@ -179,6 +188,10 @@ impl KubernetesBackend {
         let mut deleted = Vec::new();
         for pod in finished_beyond_limit(pods, self.keep_finished_pods) {
             let name = pod.metadata.name.clone().unwrap_or_default();
+            if self.read_only {
+                tracing::info!(pod = %name, keep = self.keep_finished_pods, "dry run: would delete finished worker pod");
+                continue;
+            }
             let phase = pod
                 .status
                 .as_ref()

@@ -41,6 +41,6 @@ impl BackendConfig for KubernetesConfig {
 
     async fn build(self, context: &BackendContext) -> Result<Arc<dyn WorkerBackend>> {
         let backend = KubernetesBackend::new(&self, &context.credentials, &context.worker).await?;
-        Ok(Arc::new(backend))
+        Ok(Arc::new(backend.read_only(context.read_only)))
     }
 }

@@ -533,6 +533,31 @@ async fn finished_pods_beyond_the_limit_are_deleted_oldest_first() {
     );
 }
 
+/// A dry run (`down --dry-run`, `status --dry-tick`, `--dry-run`) lists with a read-only
+/// backend: the finished pods past the limit are listed, none is deleted (review: a dry
+/// run deleted them). Against the in-repo fake API server.
+#[tokio::test]
+async fn a_read_only_backend_deletes_no_finished_pod() {
+    let fake = FakeApiServer::start().await;
+    let backend = backend(&fake, json!({"keep_finished_pods": 0}))
+        .await
+        .read_only(true);
+    let job = start(&backend).await;
+    fake.set_phase(NS, &job.id, "Succeeded");
+    let jobs = backend.get_worker_jobs().await.unwrap();
+    assert_eq!(state_of(&jobs, &job.id), Some(JobState::Ended));
+    assert!(
+        fake.pods(NS).contains_key(&job.id),
+        "the finished pod is kept"
+    );
+    let deletes = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.starts_with("DELETE"))
+        .count();
+    assert_eq!(deletes, 0);
+}
+
 #[tokio::test]
 async fn a_failing_cleanup_does_not_fail_the_listing() {
     let fake = FakeApiServer::start().await;

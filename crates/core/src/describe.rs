@@ -31,6 +31,10 @@ pub struct BackendContext {
     pub credentials: Credentials,
     /// The `cl-worker` settings (server, tag …) of the backend's workers.
     pub worker: WorkerOptions,
+    /// A dry run: the backend must change nothing on its platform, not even the housekeeping
+    /// it does while listing (deleting finished pods, reaping stopped instances); it says what
+    /// it would do instead.
+    pub read_only: bool,
 }
 
 /// Where a backend table is used: the single backend of the command line, or a pool. What a

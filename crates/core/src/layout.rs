@@ -49,6 +49,9 @@ pub struct PoolLayout {
     pub policy: PoolPolicy,
     /// The `cl-worker` settings of its workers.
     pub worker: WorkerOptions,
+    /// A dry run (`--dry-run`, `status --dry-tick`, `down --dry-run`): the backend changes
+    /// nothing on its platform ([`BackendContext::read_only`]).
+    pub read_only: bool,
 }
 
 impl Layout {
@@ -89,6 +92,7 @@ impl Layout {
             },
             table,
             worker: settings.worker.for_server(settings.worker_server()),
+            read_only: settings.dry_run,
         };
         Ok(Self {
             config: manager_config(settings),
@@ -121,7 +125,6 @@ impl Layout {
 }
 
 impl PoolLayout {
-    /// The pool with its backend built.
     /// The pool's identity on its platform, in words: its backend and the values of the keys
     /// that name its jobs (two pools of the same identity list the same jobs). Names the pool's
     /// launch record.
@@ -143,6 +146,7 @@ impl PoolLayout {
         let context = BackendContext {
             credentials: credentials.clone(),
             worker: self.worker.clone(),
+            read_only: self.read_only,
         };
         let backend = self.kind.build(self.table.clone(), &context).await?;
         Ok(Pool {
@@ -252,6 +256,7 @@ fn pool(
         table,
         policy,
         worker,
+        read_only: settings.dry_run,
     })
 }
 

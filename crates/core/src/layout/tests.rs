@@ -76,6 +76,20 @@ fn pools_each_get_their_own_state_dir_and_the_pool_rules() {
     );
 }
 
+/// A dry run reaches every pool's backend as read-only (a dry run's listing deleted
+/// finished pods and reaped instances).
+#[test]
+fn a_dry_run_builds_read_only_backends() {
+    for dry_run in [false, true] {
+        let settings = Settings {
+            dry_run,
+            ..settings(vec![pool("cpu", "local", serde_json::json!({}))])
+        };
+        let layout = Layout::pools(&settings, &catalogue(), Reading::Checked).unwrap();
+        assert_eq!(layout.pools[0].read_only, dry_run);
+    }
+}
+
 #[test]
 fn every_broken_combination_is_named() {
     let same_dir = serde_json::json!({"local": {"state_dir": "/tmp/x"}});
