@@ -4,8 +4,9 @@
 //! active, times the time between two ticks: [`UsageWindow::add`]) into hourly buckets of a
 //! rolling 24-hour window. When a pool's budget, or the overall one, is used up, the pool
 //! launches nothing (running workers finish their bundles; `min` is not kept up) with reason
-//! `budget_reached`, until enough of the window has rolled past. Everything here is pure: time
-//! is the manager's clock.
+//! `budget_reached`, until enough of the window has rolled past; before that, a tick launches
+//! no more workers than the budget has room for, each reserved its minimum life
+//! ([`launch_room`]). Everything here is pure: time is the manager's clock.
 //!
 //! The manager keeps each pool's window in its launch record (`--state-dir`), so a restart,
 //! a crash or `--restart-after-seconds` goes on with the same day ([`UsageWindow::to_unix`],
@@ -216,6 +217,71 @@ pub struct BudgetStatus {
 
 /// The overall scope's name.
 pub const ALL_POOLS: &str = "all pools";
+
+/// How many more workers a scope's budget lets a pool launch this tick: a budget is a launch
+/// gate, and each worker launched (and each one pending or running) is reserved its minimum
+/// life, `life` (a worker that finds no bundle exits after `idle_seconds`), so that one burst
+/// tick cannot commit many times the limit. Bundles that run longer can still take the
+/// scope past its limit: running workers are never stopped for a budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchRoom {
+    /// The pool, or `all pools`.
+    pub scope: String,
+    /// Workers that may still be launched.
+    pub workers: u32,
+    /// The figures, in words.
+    pub detail: String,
+}
+
+/// The room `limits` leave a pool with `committed` workers (pending or running, in the
+/// scope) of minimum life `life` each at `cost_per_hour`, after `used`; `None` without a
+/// limit. The tighter of the two limits wins.
+pub fn launch_room(
+    scope: &str,
+    limits: BudgetLimits,
+    used: Use,
+    (committed, life): (usize, Duration),
+    cost_per_hour: Option<f64>,
+) -> Option<LaunchRoom> {
+    let life_hours = life.as_secs_f64() / 3600.0;
+    let reserved = committed as f64 * life_hours;
+    let room = |left: f64, per_worker: f64| -> u32 {
+        match per_worker > 0.0 {
+            true => (left / per_worker).floor().clamp(0.0, f64::from(u32::MAX)) as u32,
+            false => u32::MAX,
+        }
+    };
+    let hours = limits.max_worker_hours_per_day.map(|max| {
+        let left = max - used.worker_hours - reserved;
+        let words = format!(
+            "{:.2} of {max} worker-hours used, {reserved:.2} reserved for {committed} workers' minimum life ({} s each)",
+            used.worker_hours,
+            life.as_secs()
+        );
+        (room(left, life_hours), words)
+    });
+    let cost = match (limits.max_cost_per_day, cost_per_hour) {
+        (Some(max), Some(per_hour)) => {
+            let left = max - used.cost.unwrap_or_default() - reserved * per_hour;
+            let words = format!(
+                "cost {:.2} of {max} used, {:.2} reserved for {committed} workers' minimum life",
+                used.cost.unwrap_or_default(),
+                reserved * per_hour
+            );
+            Some((room(left, life_hours * per_hour), words))
+        }
+        _ => None,
+    };
+    let (workers, detail) = [hours, cost]
+        .into_iter()
+        .flatten()
+        .min_by_key(|(w, _)| *w)?;
+    Some(LaunchRoom {
+        scope: scope.to_owned(),
+        workers,
+        detail,
+    })
+}
 
 /// What one scope used, for [`judge`].
 #[derive(Debug, Clone, Copy, PartialEq)]

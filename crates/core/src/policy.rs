@@ -185,6 +185,18 @@ pub enum Reason {
         /// When launching resumes (manager clock), if no more is used.
         resumes_at_seconds: Option<u64>,
     },
+    /// Pool policy: the pool's budget, or the overall one, has room for fewer launches than
+    /// wanted, each reserved its minimum life (see [`crate::budget::launch_room`]).
+    BudgetRoom {
+        /// The pool, or `all pools`.
+        scope: String,
+        /// Launches wanted.
+        wanted: u32,
+        /// Launches the budget has room for.
+        room: u32,
+        /// The figures.
+        detail: String,
+    },
     /// Pool policy: a bundle fits no pool (shape or queue).
     NoFittingPool,
     /// Pool policy: why one pool cannot take a bundle (shape or queue).
@@ -212,6 +224,7 @@ impl Reason {
             Reason::NotStopped { .. } => "not_stopped",
             Reason::Unobserved { .. } => "unobserved",
             Reason::BudgetReached { .. } => "budget_reached",
+            Reason::BudgetRoom { .. } => "budget_room",
             Reason::NoFittingPool => "no_fitting_pool",
             Reason::Misfit { .. } => "misfit",
         }
@@ -289,6 +302,15 @@ impl fmt::Display for Reason {
             Reason::BudgetReached { scope, detail, .. } => {
                 write!(f, "don't launch: budget of {scope} used up ({detail})")
             }
+            Reason::BudgetRoom {
+                scope,
+                wanted,
+                room,
+                detail,
+            } => write!(
+                f,
+                "launch {room}, not {wanted}: the budget of {scope} has room for {room} more workers ({detail})"
+            ),
             Reason::NoFittingPool => write!(f, "no pool can run this bundle"),
             Reason::Misfit { detail } => write!(f, "{detail}"),
         }

@@ -158,6 +158,36 @@ async fn a_pool_over_its_budget_launches_nothing_until_the_window_rolls_on() {
     assert!(reached < restored, "{events:?}");
 }
 
+/// A burst tick launches no more than the budget has room for (review 4.2: it launched up
+/// to `max_launches_per_tick` on an empty day): 0.5 worker-hours with 600 s of minimum life
+/// per worker (cl-worker's `--idle-seconds`) is room for 3, whatever 20 staged bundles want;
+/// once those 3 run, there is no room left though almost nothing is used yet.
+#[tokio::test]
+async fn a_burst_tick_launches_no_more_than_the_budget_has_room_for() {
+    let policy = PoolPolicy {
+        budget: BudgetLimits {
+            max_worker_hours_per_day: Some(0.5),
+            max_cost_per_day: None,
+        },
+        max_launches_per_tick: 20,
+        ..cpu(20)
+    };
+    let (_server, backend, mut manager) = manager(policy, BudgetLimits::default(), 20).await;
+    let report = manager.tick().await.unwrap();
+    assert_eq!(backend.launches().len(), 3);
+    let reasons = &report.pools.pools[0].reasons;
+    let room = reasons.iter().find(|r| r.code() == "budget_room").unwrap();
+    assert!(
+        room.to_string()
+            .starts_with("launch 3, not 20: the budget of cpu"),
+        "{room}"
+    );
+    activate_all(&backend);
+    manager.advance_clock(MIN);
+    manager.tick().await.unwrap();
+    assert_eq!(backend.launches().len(), 3, "the 3 running hold the room");
+}
+
 /// The overall budget stops every pool: with `max_cost_per_day` 2 and workers at 3 an hour,
 /// 4 workers for 15 minutes cost 3.
 #[tokio::test]

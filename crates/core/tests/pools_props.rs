@@ -2,6 +2,7 @@
 //! sequences of observations, no pool ever exceeds its `max` (jobs being stopped included),
 //! and no bundle that fits a pool is left without a worker when capacity and rate allow.
 
+use codalab_wm_core::budget::LaunchRoom;
 use codalab_wm_core::policy::Reason;
 use codalab_wm_core::pools::{
     Coverage, LaunchMode, ObservedJob, PoolHealth, PoolObservation, PoolPolicy, PoolsObservation,
@@ -79,6 +80,8 @@ struct Churn {
     fail_submit: bool,
     unobserved: bool,
     over_budget: bool,
+    /// The budget's room for launches this tick, when it has a limit.
+    budget_room: Option<u32>,
 }
 
 fn churn_strategy() -> impl Strategy<Value = Churn> {
@@ -89,15 +92,19 @@ fn churn_strategy() -> impl Strategy<Value = Churn> {
         prop::bool::weighted(0.1),
         prop::bool::weighted(0.05),
         prop::bool::weighted(0.1),
+        prop::option::weighted(0.3, 0u32..4),
     )
         .prop_map(
-            |(activate, end, gone_stopping, fail_submit, unobserved, over_budget)| Churn {
-                activate,
-                end,
-                gone_stopping,
-                fail_submit,
-                unobserved,
-                over_budget,
+            |(activate, end, gone_stopping, fail_submit, unobserved, over_budget, budget_room)| {
+                Churn {
+                    activate,
+                    end,
+                    gone_stopping,
+                    fail_submit,
+                    unobserved,
+                    over_budget,
+                    budget_room,
+                }
             },
         )
 }
@@ -163,6 +170,11 @@ impl SimPool {
                 detail: "10 of 10 worker-hours".into(),
                 resumes_at_seconds: None,
             }),
+            budget_room: churn.budget_room.map(|workers| LaunchRoom {
+                scope: "cpu".into(),
+                workers,
+                detail: "room".into(),
+            }),
             checkins_seen: true,
         }
     }
@@ -203,6 +215,9 @@ proptest! {
                     let unobserved = churns[i].unobserved;
                     // Said as the reason, unless an earlier one (unobserved, backing off) made the pool skip.
                     prop_assert!(unobserved || pool.reasons.iter().any(|r| matches!(r.code(), "budget_reached" | "backing_off")), "{:?}", pool);
+                }
+                if let Some(room) = churns[i].budget_room {
+                    prop_assert!(pool.launches <= room, "budget room {}: {:?}", room, pool);
                 }
                 if policy.launch_mode == LaunchMode::Target && sim.health.backing_off(now).is_some() {
                     prop_assert_eq!(pool.launches, 0, "backing off: {:?}", pool);

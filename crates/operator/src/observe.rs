@@ -109,6 +109,7 @@ pub fn pool_observation(
         unobserved: None,
         // Budgets are the manager's (`max_worker_hours_per_day` …); a pool resource has none.
         budget_reached: None,
+        budget_room: None,
         checkins_seen: remembered.workers_seen || seen_now,
     }
 }

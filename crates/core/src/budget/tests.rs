@@ -113,3 +113,50 @@ fn validate_names_the_bad_key() {
     assert!(nan_cost.unwrap_err().contains("cost_per_hour"));
     assert_eq!(BudgetLimits::default().validate(Some(2.5)), Ok(()));
 }
+
+/// The review's case (4.2): 10 worker-hours, 600 s of minimum life per worker: an empty day
+/// has room for 60 launches, 50 running workers leave room for 10, 60 for none; the cost
+/// limit and the tighter of the two.
+#[test]
+fn launch_room_reserves_each_workers_minimum_life() {
+    let life = s(600);
+    let hours = BudgetLimits {
+        max_worker_hours_per_day: Some(10.0),
+        max_cost_per_day: None,
+    };
+    let used = |worker_hours: f64, cost: Option<f64>| Use { worker_hours, cost };
+    let room = |limits, used, committed, per_hour| {
+        launch_room("cpu", limits, used, (committed, life), per_hour).map(|r| r.workers)
+    };
+    assert_eq!(room(hours, used(0.0, None), 0, None), Some(60));
+    assert_eq!(room(hours, used(0.0, None), 50, None), Some(10));
+    assert_eq!(room(hours, used(0.0, None), 60, None), Some(0));
+    assert_eq!(room(hours, used(9.0, None), 0, None), Some(6));
+    assert_eq!(room(hours, used(12.0, None), 0, None), Some(0), "over");
+    let cost = BudgetLimits {
+        max_worker_hours_per_day: None,
+        max_cost_per_day: Some(3.0),
+    };
+    // 600 s at 2.0 an hour: 0.33 a worker.
+    assert_eq!(room(cost, used(1.0, Some(2.0)), 0, Some(2.0)), Some(3));
+    assert_eq!(
+        room(cost, used(1.0, Some(2.0)), 0, None),
+        None,
+        "no price: no cost room"
+    );
+    let both = BudgetLimits {
+        max_worker_hours_per_day: Some(10.0),
+        max_cost_per_day: Some(3.0),
+    };
+    let tight = launch_room("cpu", both, used(0.0, Some(0.0)), (0, life), Some(2.0)).unwrap();
+    assert_eq!(tight.workers, 9);
+    assert!(
+        tight.detail.starts_with("cost 0.00 of 3"),
+        "{}",
+        tight.detail
+    );
+    assert_eq!(
+        room(BudgetLimits::default(), used(0.0, None), 0, None),
+        None
+    );
+}

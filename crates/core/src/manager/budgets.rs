@@ -5,7 +5,7 @@
 
 use super::Manager;
 use crate::backend::JobState;
-use crate::budget::{ALL_POOLS, BudgetStatus, UsageWindow, status};
+use crate::budget::{ALL_POOLS, BudgetStatus, LaunchRoom, UsageWindow, Use, launch_room, status};
 use crate::events::EventKind;
 use crate::policy::Reason;
 use crate::pools::PoolsObservation;
@@ -61,7 +61,51 @@ impl Manager {
                     resumes_at_seconds: s.resumes_at_seconds,
                 });
         }
+        let rooms = self.launch_rooms(&statuses);
+        for (pool, room) in observed.pools.iter_mut().zip(rooms) {
+            pool.budget_room = room;
+        }
         self.budgets = statuses;
+    }
+
+    /// Each pool's launch room: the tighter of its own budget's and the overall one's, each
+    /// pending or running job (of the scope) reserved the pool's minimum worker life.
+    fn launch_rooms(&self, statuses: &[BudgetStatus]) -> Vec<Option<LaunchRoom>> {
+        let committed = |runtime: &super::runtime::PoolRuntime| {
+            runtime
+                .listed
+                .iter()
+                .filter(|j| j.state.is_capacity())
+                .count()
+        };
+        let all: usize = self.pools.iter().map(committed).sum();
+        let used = |scope: &str| {
+            let s = statuses.iter().find(|s| s.scope == scope);
+            Use {
+                worker_hours: s.map_or(0.0, |s| s.worker_hours),
+                cost: s.and_then(|s| s.cost),
+            }
+        };
+        self.pools
+            .iter()
+            .map(|runtime| {
+                let policy = &runtime.pool.policy;
+                let life = Duration::from_secs(runtime.pool.worker.idle_seconds);
+                let own = (committed(runtime), life);
+                let name = runtime.name();
+                let rooms = [
+                    launch_room(name, policy.budget, used(name), own, policy.cost_per_hour),
+                    launch_room(
+                        ALL_POOLS,
+                        self.config.budget,
+                        used(ALL_POOLS),
+                        (all, life),
+                        policy.cost_per_hour,
+                    ),
+                ];
+                rooms.into_iter().flatten().min_by_key(|r| r.workers)
+            })
+            .collect()
     }
 
     fn previous_budget(&self, scope: &str) -> Option<&BudgetStatus> {

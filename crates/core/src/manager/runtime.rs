@@ -362,6 +362,7 @@ impl PoolRuntime {
             unobserved,
             // Set by the manager's budgets before the plan.
             budget_reached: None,
+            budget_room: None,
             checkins_seen: self.record.checkins_seen(),
         }
     }

@@ -283,6 +283,9 @@ pub struct PoolObservation {
     pub unobserved: Option<String>,
     /// The pool's budget (or the overall one) is used up: a [`Reason::BudgetReached`].
     pub budget_reached: Option<Reason>,
+    /// How many workers the pool's budgets let it launch this tick, when it has one
+    /// ([`crate::budget::launch_room`]).
+    pub budget_room: Option<crate::budget::LaunchRoom>,
     /// A worker this manager launched in the pool has been seen checking in with the server
     /// (now or before a restart): the manager's view shows the pool's workers, so one that
     /// never checks in is broken, not invisible.
@@ -556,6 +559,7 @@ fn decide(
         );
         decision.launches = upstream.launches;
         decision.reasons = upstream.reasons;
+        cap_to_budget(observed, &mut decision);
         return decision;
     }
     decision.stops = census.stuck_ids.clone();
@@ -577,7 +581,24 @@ fn decide(
         return decision;
     }
     decide_target(policy, observed, census, demand, &mut decision);
+    cap_to_budget(observed, &mut decision);
     decision
+}
+
+/// No more launches than the pool's budgets have room for.
+fn cap_to_budget(observed: &PoolObservation, decision: &mut PoolDecision) {
+    let Some(room) = &observed.budget_room else {
+        return;
+    };
+    if decision.launches > room.workers {
+        decision.reasons.push(Reason::BudgetRoom {
+            scope: room.scope.clone(),
+            wanted: decision.launches,
+            room: room.workers,
+            detail: room.detail.clone(),
+        });
+        decision.launches = room.workers;
+    }
 }
 
 fn decide_target(

@@ -253,6 +253,7 @@ fn random_observation(rng: &mut SplitMix64, max: u32) -> PoolObservation {
         health,
         unobserved: (rng.between(0, 11) == 0).then(|| "listing failed".to_owned()),
         budget_reached: None,
+        budget_room: None,
         checkins_seen: true,
     }
 }
