@@ -1,17 +1,26 @@
-//! The `/healthz` rule: a manager is healthy when its last successful tick is at most 3 ×
-//! `sleep_time` ago. [`Health`] follows the status snapshots and answers with the reason, in
-//! the words `/healthz` serves.
+//! The `/healthz` and `/livez` rules. A manager is healthy (ready) when its last successful
+//! tick is at most 3 × `sleep_time` ago: a CodaLab or platform outage makes it unhealthy, which
+//! is what an alert or a readiness probe wants. It is alive when its loop ended a tick,
+//! successful or not, within [`LIVE_LIMIT`] (or 3 × `sleep_time`, if longer): only a stuck
+//! process fails that, so a liveness probe on `/livez` never restarts the manager because the
+//! server is down (a restart fixes no outage and starts every backoff again). [`Health`]
+//! follows the status snapshots and answers with the reason, in the words the endpoints serve.
 
 use crate::manager::status::Status;
 use std::time::{Duration, Instant};
 
-/// When a tick last succeeded, and the limit it is held to.
+/// How long the loop may go without ending a tick before `/livez` fails: well past the error
+/// policy's longest delay (5 minutes) plus a slow tick's calls, each bounded by its timeout.
+pub const LIVE_LIMIT: Duration = Duration::from_secs(15 * 60);
+
+/// When a tick last succeeded and last ended, and the limits they are held to.
 #[derive(Debug, Clone)]
 pub struct Health {
     /// 3 × `sleep_time`.
     limit: Duration,
     started: Instant,
     last_success: Option<Instant>,
+    last_tick: Option<Instant>,
 }
 
 impl Health {
@@ -21,6 +30,7 @@ impl Health {
             limit: sleep_time * 3,
             started,
             last_success: None,
+            last_tick: None,
         }
     }
 
@@ -30,6 +40,31 @@ impl Health {
     pub fn observe(&mut self, new_tick: bool, status: &Status, now: Instant) {
         if new_tick && status.last_error.is_none() {
             self.last_success = Some(now);
+        }
+        if new_tick {
+            self.last_tick = Some(now);
+        }
+    }
+
+    /// `Ok` (alive) or `Err` (stuck), with the text `/livez` answers: whether the loop ended a
+    /// tick, successful or not, within [`LIVE_LIMIT`] (or 3 × `sleep_time`) of `now`.
+    pub fn live(&self, now: Instant) -> Result<String, String> {
+        let limit = LIVE_LIMIT.max(self.limit);
+        let (since, what) = match self.last_tick {
+            Some(at) => (now.duration_since(at), "last tick ended"),
+            None => (
+                now.duration_since(self.started),
+                "no tick ended yet; started",
+            ),
+        };
+        let words = format!(
+            "{what} {} s ago (limit {} s)\n",
+            since.as_secs(),
+            limit.as_secs()
+        );
+        match since <= limit {
+            true => Ok(format!("alive: {words}")),
+            false => Err(format!("stuck: {words}")),
         }
     }
 
@@ -90,6 +125,37 @@ mod tests {
         assert_eq!(
             health.check(Some("unreachable"), t0 + s(16)),
             Err("last successful tick 16 s ago (limit 15 s): unreachable\n".into())
+        );
+    }
+
+    /// A server outage makes the manager unhealthy, never dead: failed ticks keep it alive;
+    /// only a loop that ends no tick for 15 minutes is stuck.
+    #[test]
+    fn alive_while_ticks_end_even_failed_ones() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut health = Health::new(s(5), t0);
+        assert_eq!(
+            health.live(t0 + s(60)),
+            Ok("alive: no tick ended yet; started 60 s ago (limit 900 s)\n".into())
+        );
+        let failed = Status {
+            last_error: Some("codalab server unreachable".into()),
+            ..Status::default()
+        };
+        for minute in 1..=30 {
+            health.observe(true, &failed, t0 + s(60 * minute));
+            let now = t0 + s(60 * minute + 30);
+            assert!(health.check(failed.last_error.as_deref(), now).is_err());
+            assert!(health.live(now).is_ok(), "minute {minute}");
+        }
+        assert_eq!(
+            health.live(t0 + s(60 * 30 + 901)),
+            Err("stuck: last tick ended 901 s ago (limit 900 s)\n".into())
+        );
+        assert!(
+            Health::new(s(600), t0).live(t0 + s(1800)).is_ok(),
+            "3 × sleep_time"
         );
     }
 }
