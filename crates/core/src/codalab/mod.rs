@@ -359,12 +359,7 @@ impl CodaLabClient {
         offset: usize,
         limit: usize,
     ) -> Result<(Vec<StagedBundle>, Vec<SkippedBundle>)> {
-        let mut query: Vec<(&str, String)> = vec![("worksheet", "None".into())];
-        query.extend(keywords.iter().map(|k| ("keywords", k.clone())));
-        query.push(("keywords", format!(".limit={limit}")));
-        if offset > 0 {
-            query.push(("keywords", format!(".offset={offset}")));
-        }
+        let query = page_query(keywords, offset, limit);
         let response = self.search_request(&query).await?;
         let mut body = self.page_buffer.lock().await;
         let page = read_page(response, &mut body).await;
@@ -398,6 +393,19 @@ impl CodaLabClient {
         })
     }
 
+    /// Fails, as a configuration error, when the staged search of `keywords` would send a
+    /// request line longer than the server accepts ([`longest_search_line`]); `shorten` names
+    /// the settings that make it long.
+    pub fn check_search(&self, keywords: &[String], shorten: &str) -> Result<()> {
+        let line = longest_search_line(&self.base, keywords, self.page_size)?;
+        if line <= limits::MAX_REQUEST_LINE_BYTES {
+            return Ok(());
+        }
+        Err(Error::InvalidConfig(limits::request_line_too_long(
+            line, shorten,
+        )))
+    }
+
     /// Sends `GET /rest/bundles` with `query` and our token.
     async fn search_request(&self, query: &[(&str, String)]) -> Result<reqwest::Response> {
         let access = self.access_token().await?;
@@ -413,6 +421,33 @@ impl CodaLabClient {
             .await
             .map_err(|e| unreachable("staged bundle search", e))
     }
+}
+
+/// The query of one search page: `limit` bundles matching `keywords` after the first `offset`.
+fn page_query(keywords: &[String], offset: usize, limit: usize) -> Vec<(&'static str, String)> {
+    let mut query: Vec<(&str, String)> = vec![("worksheet", "None".into())];
+    query.extend(keywords.iter().map(|k| ("keywords", k.clone())));
+    query.push(("keywords", format!(".limit={limit}")));
+    if offset > 0 {
+        query.push(("keywords", format!(".offset={offset}")));
+    }
+    query
+}
+
+/// The longest request line (bytes) the staged search of `keywords` sends to `server` in pages
+/// of at most `page_size` ([`SEARCH_PAGE_SIZE`]): its largest page at the largest offset (the
+/// `.count` request is shorter). Compared
+/// with [`limits::MAX_REQUEST_LINE_BYTES`] when the settings are read, so that a search the
+/// server would refuse is refused at start, by `config check` and by a reload, not at a tick.
+pub fn longest_search_line(server: &str, keywords: &[String], page_size: usize) -> Result<usize> {
+    let mut url = server_url("--server", server.trim_end_matches('/'))?;
+    url.set_path(&format!(
+        "{}/rest/bundles",
+        url.path().trim_end_matches('/')
+    ));
+    url.query_pairs_mut()
+        .extend_pairs(page_query(keywords, usize::MAX, page_size));
+    Ok(limits::request_line_len(&url))
 }
 
 /// Reads one search page into `body` (cleared first) and parses it.
