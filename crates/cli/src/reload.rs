@@ -290,32 +290,15 @@ mod tests {
             "{err}"
         );
 
+        // A search longer than the server's request line (4,094 bytes) would stop the manager.
+        files.write(&format!("search = [\"{}\"]", "x".repeat(4000)), "");
+        let err = format!("{:#}", reloader.reload().await.unwrap_err());
+        assert!(err.contains("`search`") && err.contains("4094"), "{err}");
+
         std::fs::write(&files.config, "max_workers = \"many\"").unwrap();
         let err = reloader.reload().await.unwrap_err().to_string();
         assert!(err.contains(":1: wrong type: `max_workers`"), "{err}");
         files.write("", "");
         reloader.reload().await.unwrap();
-    }
-
-    /// A reload whose `search` would make a staged search longer than the server's request
-    /// line (4,094 bytes) is refused, naming `search`, and the old settings are kept (the
-    /// manager would otherwise stop with status 2 at its next tick); a shorter one then
-    /// applies. Against nothing but files: no server is contacted.
-    #[tokio::test]
-    async fn a_search_the_server_would_refuse_is_refused_at_reload() {
-        let files = Files::new();
-        files.write("", "");
-        let mut reloader = files.reloader().await;
-        let long = format!("search = [\"name={}\"]", "x".repeat(4000));
-        files.write(&long, "");
-        let err = format!("{:#}", reloader.reload().await.unwrap_err());
-        assert!(err.contains("`search`") && err.contains("4094"), "{err}");
-        assert!(
-            reloader.current.search.is_empty(),
-            "the old settings are kept"
-        );
-        files.write("search = [\"name=exp1\"]", "");
-        let reload = reloader.reload().await.unwrap();
-        assert_eq!(reload.config.search, ["name=exp1"]);
     }
 }
