@@ -50,6 +50,9 @@ pub struct ClientOptions {
     /// How often the staged total is counted ([`staged::CountEvery::ALWAYS`]: at every read
     /// that stops short of the end of the list).
     pub count_every: staged::CountEvery,
+    /// How often a page of the remembered run of bundles that fit no pool is read again
+    /// ([`staged::RECHECK_MISFITS_EVERY`]; zero: at every read).
+    pub recheck_misfits_every: Duration,
 }
 
 impl Default for ClientOptions {
@@ -60,6 +63,7 @@ impl Default for ClientOptions {
             insecure_skip_tls_verify: false,
             search_page_size: SEARCH_PAGE_SIZE,
             count_every: staged::CountEvery::default(),
+            recheck_misfits_every: staged::RECHECK_MISFITS_EVERY,
         }
     }
 }
@@ -124,6 +128,9 @@ pub struct CodaLabClient {
     page_buffer: Mutex<Vec<u8>>,
     /// The last `.count`, reused while the bundles read stay the same (see [`staged`]).
     last_count: Mutex<Option<staged::LastCount>>,
+    /// The run of bundles that fit no pool at the head of the list (see [`staged`]).
+    misfit_run: Mutex<Option<staged::run::MisfitRun>>,
+    recheck_misfits_every: Duration,
 }
 
 impl CodaLabClient {
@@ -166,6 +173,8 @@ impl CodaLabClient {
             established: std::sync::atomic::AtomicBool::new(false),
             page_buffer: Mutex::new(Vec::new()),
             last_count: Mutex::new(None),
+            misfit_run: Mutex::new(None),
+            recheck_misfits_every: options.recheck_misfits_every,
         })
     }
 
