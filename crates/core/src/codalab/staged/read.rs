@@ -42,34 +42,49 @@ pub(crate) struct Memory<'a> {
 }
 
 /// Reads what `need` misses, in pages of at most `max_page`, from `pages`; see the module doc.
+/// The run is kept for the next read even when this one fails (what it holds was read in
+/// order from the head of the list).
 pub(crate) async fn read(
     pages: &mut impl Pages,
     need: &impl StagedNeed,
     max_page: usize,
     memory: Memory<'_>,
 ) -> Result<Read> {
-    let mut read = Read::default();
     let mut run = memory
         .run
         .take()
         .filter(|run| run.is_for(memory.keywords))
         .unwrap_or_else(|| MisfitRun::new(memory.keywords));
     run.keep_misfits(need);
-    if run.checked_at.elapsed() >= memory.recheck_every
+    let read = read_after(pages, need, max_page, &mut run, memory.recheck_every).await;
+    *memory.run = (run.len() > 0).then_some(run);
+    read
+}
+
+/// The recheck of a page of `run` when it is due, then the pages after it.
+async fn read_after(
+    pages: &mut impl Pages,
+    need: &impl StagedNeed,
+    max_page: usize,
+    run: &mut MisfitRun,
+    recheck_every: Duration,
+) -> Result<Read> {
+    let mut read = Read::default();
+    let keywords = run.keywords();
+    if run.checked_at.elapsed() >= recheck_every
         && let Some(page) = run.recheck_page(max_page)
     {
         let entries = pages.page(page).await?;
         read.requests += 1;
         if !run.confirm(page, entries, need) {
-            run = MisfitRun::new(memory.keywords);
+            *run = MisfitRun::new(keywords);
         }
     }
-    if !read_on(pages, need, max_page, &mut run, &mut read).await? {
+    if !read_on(pages, need, max_page, run, &mut read).await? {
         // The anchor moved: something was added to or removed from the run.
-        run = MisfitRun::new(memory.keywords);
-        read_on(pages, need, max_page, &mut run, &mut read).await?;
+        *run = MisfitRun::new(keywords);
+        read_on(pages, need, max_page, run, &mut read).await?;
     }
-    *memory.run = (run.len() > 0).then_some(run);
     Ok(read)
 }
 

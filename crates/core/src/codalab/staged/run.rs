@@ -87,6 +87,11 @@ impl MisfitRun {
         }
     }
 
+    /// The hash of the keywords it was read with.
+    pub(crate) fn keywords(&self) -> u64 {
+        self.keywords
+    }
+
     /// Whether the run was read with `keywords`.
     pub(crate) fn is_for(&self, keywords: u64) -> bool {
         self.keywords == keywords

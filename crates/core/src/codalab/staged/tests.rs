@@ -25,7 +25,7 @@ impl Pages for List<'_> {
 }
 
 /// Runs `future`, which never waits (the list answers at once).
-fn at_once<F: std::future::Future>(future: F) -> F::Output {
+pub(crate) fn at_once<F: std::future::Future>(future: F) -> F::Output {
     let mut future = std::pin::pin!(future);
     let mut context = std::task::Context::from_waker(std::task::Waker::noop());
     match future.as_mut().poll(&mut context) {

@@ -4,8 +4,9 @@
 
 use super::*;
 use crate::codalab::staged::MAX_SEARCH_PAGES;
+use crate::codalab::staged::read::{Memory, Pages, read};
 use crate::codalab::staged::tests::{
-    COMPAT, TARGET, jobs, pool, queue, read_list, read_remembering,
+    COMPAT, TARGET, at_once, jobs, pool, queue, read_list, read_remembering,
 };
 use crate::pools::{Need, PoolObservation, PoolPolicy};
 use std::time::Duration;
@@ -211,4 +212,36 @@ fn skipped_bundles_keep_their_place() {
     assert_eq!(order, ["0xa", "0xb", "0xc", "0xd", "0xe"]);
     assert!(entries[0].is_misfit(&crate::codalab::everything));
     assert!(!entries[1].is_misfit(&crate::codalab::everything));
+}
+
+/// A server that answers no page (an outage).
+struct Down;
+
+impl Pages for Down {
+    async fn page(&mut self, _: Page) -> crate::error::Result<Vec<Entry>> {
+        Err(crate::error::Error::Server {
+            what: "staged bundle search",
+            status: 503,
+            message: "Service Unavailable".into(),
+        })
+    }
+}
+
+/// A read that fails (the server is down for a tick) keeps the run: the tick after it asks
+/// one page again, not the whole crossing.
+#[test]
+fn a_failed_read_keeps_the_run() {
+    let (pools, observed) = compat();
+    let need = Need::new(&pools, &observed, NOW);
+    let list = queue(&[(1500, 64, 0), (100, 1, 0)]);
+    let mut run = None;
+    read_remembering(&list, &need, 1000, &mut run, false);
+    let memory = Memory {
+        run: &mut run,
+        keywords: 0,
+        recheck_every: Duration::ZERO,
+    };
+    assert!(at_once(read(&mut Down, &need, 1000, memory)).is_err());
+    let (asked, _, _) = read_remembering(&list, &need, 1000, &mut run, false);
+    assert_eq!(asked, [page(1499, 11)]);
 }
