@@ -290,6 +290,11 @@ mod tests {
             "{err}"
         );
 
+        // A search longer than the server's request line (4,094 bytes) would stop the manager.
+        files.write(&format!("search = [\"{}\"]", "x".repeat(4000)), "");
+        let err = format!("{:#}", reloader.reload().await.unwrap_err());
+        assert!(err.contains("`search`") && err.contains("4094"), "{err}");
+
         std::fs::write(&files.config, "max_workers = \"many\"").unwrap();
         let err = reloader.reload().await.unwrap_err().to_string();
         assert!(err.contains(":1: wrong type: `max_workers`"), "{err}");

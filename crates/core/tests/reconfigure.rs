@@ -308,3 +308,34 @@ async fn run_applies_what_the_reload_channel_holds_before_its_tick() {
         "{changes:?}"
     );
 }
+
+/// A new `search` that would make the staged search longer than the request line the real
+/// server accepts (gunicorn's 4,094 bytes) is refused, naming the setting, and the old search
+/// keeps running: the next tick searches as before instead of stopping the manager. Against
+/// the in-process fake server.
+#[tokio::test]
+async fn a_search_longer_than_the_server_accepts_is_refused_and_the_old_one_keeps_running() {
+    let server = server(1).await;
+    let backend = FakeBackend::named("fake", shape());
+    let flags = single_flags(2);
+    let pool = single_pool(&server, &flags, Arc::new(backend.clone()));
+    let mut manager = Manager::new(config(), client(&server), pool);
+    manager.tick().await.unwrap();
+
+    let long = ManagerConfig {
+        search: vec![format!("name={}", "x".repeat(4000))],
+        ..config()
+    };
+    let pool = single_pool(&server, &flags, manager.backend().clone());
+    let err = manager.reconfigure(long, vec![pool]).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("`search`") && text.contains("4094"), "{text}");
+    manager.tick().await.expect("the old search keeps running");
+
+    let fine = ManagerConfig {
+        search: vec![format!("name={}", "x".repeat(100))],
+        ..config()
+    };
+    let pool = single_pool(&server, &flags, manager.backend().clone());
+    manager.reconfigure(fine, vec![pool]).unwrap();
+}

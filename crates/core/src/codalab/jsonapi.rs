@@ -12,6 +12,9 @@ pub struct SkippedBundle {
     pub uuid: String,
     /// What is wrong, naming the field.
     pub reason: String,
+    /// Its place among the results of its reply (0-based): where it stands between the
+    /// bundles read.
+    pub index: usize,
 }
 
 /// Parses a `/rest/bundles` search result. Bundles with a malformed field are returned in the
@@ -25,10 +28,14 @@ pub fn parse_bundles(document: &Value) -> Result<(Vec<StagedBundle>, Vec<Skipped
     let owners = owner_names(document);
     let mut bundles = Vec::with_capacity(data.len());
     let mut skipped = Vec::new();
-    for resource in data {
+    for (index, resource) in data.iter().enumerate() {
         match parse_bundle(resource, &owners) {
             Ok(bundle) => bundles.push(bundle),
-            Err((uuid, reason)) => skipped.push(SkippedBundle { uuid, reason }),
+            Err((uuid, reason)) => skipped.push(SkippedBundle {
+                uuid,
+                reason,
+                index,
+            }),
         }
     }
     Ok((bundles, skipped))
@@ -209,10 +216,14 @@ mod typed {
             }
             let mut bundles = Vec::with_capacity(self.data.len());
             let mut skipped = Vec::new();
-            for resource in &self.data {
+            for (index, resource) in self.data.iter().enumerate() {
                 match resource.bundle(&owners) {
                     Ok(bundle) => bundles.push(bundle),
-                    Err((uuid, reason)) => skipped.push(SkippedBundle { uuid, reason }),
+                    Err((uuid, reason)) => skipped.push(SkippedBundle {
+                        uuid,
+                        reason,
+                        index,
+                    }),
                 }
             }
             (bundles, skipped)

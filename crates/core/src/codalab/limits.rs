@@ -133,18 +133,32 @@ fn string_end(body: &[u8], mut from: usize) -> Option<usize> {
 /// Fails, as a fatal configuration error, when the request line of `url` (`GET <target>
 /// HTTP/1.1`) is longer than the server accepts: the search keywords (`--search`, and
 /// `--worker-tag` twice with `--worker-tag-exclusive`) are in the URL, and a server that
-/// refuses or drops the request would otherwise look like a server error or an outage.
+/// refuses or drops the request would otherwise look like a server error or an outage. The
+/// settings are checked against the longest search when they are read
+/// ([`super::longest_search_line`]), so this is the last guard, for library callers.
 pub(crate) fn check_request_line(url: &reqwest::Url) -> Result<()> {
-    let target = url.path().len() + url.query().map_or(0, |q| q.len() + 1);
-    let line = "GET ".len() + target + " HTTP/1.1".len();
+    let line = request_line_len(url);
     if line <= MAX_REQUEST_LINE_BYTES {
         return Ok(());
     }
-    Err(Error::InvalidConfig(format!(
-        "the staged bundle search would be a request line of {line} bytes, longer than the \
-         {MAX_REQUEST_LINE_BYTES} bytes CodaLab's server accepts: shorten --worker-tag (sent \
-         twice with --worker-tag-exclusive) or --search"
+    Err(Error::InvalidConfig(request_line_too_long(
+        line,
+        "--worker-tag (sent twice with --worker-tag-exclusive) or --search",
     )))
+}
+
+/// The length of `GET <target> HTTP/1.1` for `url`.
+pub(crate) fn request_line_len(url: &reqwest::Url) -> usize {
+    let target = url.path().len() + url.query().map_or(0, |q| q.len() + 1);
+    "GET ".len() + target + " HTTP/1.1".len()
+}
+
+/// What is wrong with a search whose request line is `line` bytes long, and what to shorten.
+pub fn request_line_too_long(line: usize, shorten: &str) -> String {
+    format!(
+        "the staged bundle search would be a request line of {line} bytes, longer than the \
+         {MAX_REQUEST_LINE_BYTES} bytes CodaLab's server accepts: shorten {shorten}"
+    )
 }
 
 /// Parses a small JSON reply (token, user) after the depth check.

@@ -50,6 +50,9 @@ pub struct ClientOptions {
     /// How often the staged total is counted ([`staged::CountEvery::ALWAYS`]: at every read
     /// that stops short of the end of the list).
     pub count_every: staged::CountEvery,
+    /// How often a page of the remembered run of bundles that fit no pool is read again
+    /// ([`staged::RECHECK_MISFITS_EVERY`]; zero: at every read).
+    pub recheck_misfits_every: Duration,
 }
 
 impl Default for ClientOptions {
@@ -60,6 +63,7 @@ impl Default for ClientOptions {
             insecure_skip_tls_verify: false,
             search_page_size: SEARCH_PAGE_SIZE,
             count_every: staged::CountEvery::default(),
+            recheck_misfits_every: staged::RECHECK_MISFITS_EVERY,
         }
     }
 }
@@ -124,6 +128,9 @@ pub struct CodaLabClient {
     page_buffer: Mutex<Vec<u8>>,
     /// The last `.count`, reused while the bundles read stay the same (see [`staged`]).
     last_count: Mutex<Option<staged::LastCount>>,
+    /// The run of bundles that fit no pool at the head of the list (see [`staged`]).
+    misfit_run: Mutex<Option<staged::run::MisfitRun>>,
+    recheck_misfits_every: Duration,
 }
 
 impl CodaLabClient {
@@ -166,6 +173,8 @@ impl CodaLabClient {
             established: std::sync::atomic::AtomicBool::new(false),
             page_buffer: Mutex::new(Vec::new()),
             last_count: Mutex::new(None),
+            misfit_run: Mutex::new(None),
+            recheck_misfits_every: options.recheck_misfits_every,
         })
     }
 
@@ -359,12 +368,7 @@ impl CodaLabClient {
         offset: usize,
         limit: usize,
     ) -> Result<(Vec<StagedBundle>, Vec<SkippedBundle>)> {
-        let mut query: Vec<(&str, String)> = vec![("worksheet", "None".into())];
-        query.extend(keywords.iter().map(|k| ("keywords", k.clone())));
-        query.push(("keywords", format!(".limit={limit}")));
-        if offset > 0 {
-            query.push(("keywords", format!(".offset={offset}")));
-        }
+        let query = page_query(keywords, offset, limit);
         let response = self.search_request(&query).await?;
         let mut body = self.page_buffer.lock().await;
         let page = read_page(response, &mut body).await;
@@ -398,6 +402,19 @@ impl CodaLabClient {
         })
     }
 
+    /// Fails, as a configuration error, when the staged search of `keywords` would send a
+    /// request line longer than the server accepts ([`longest_search_line`]); `shorten` names
+    /// the settings that make it long.
+    pub fn check_search(&self, keywords: &[String], shorten: &str) -> Result<()> {
+        let line = longest_search_line(&self.base, keywords, self.page_size)?;
+        if line <= limits::MAX_REQUEST_LINE_BYTES {
+            return Ok(());
+        }
+        Err(Error::InvalidConfig(limits::request_line_too_long(
+            line, shorten,
+        )))
+    }
+
     /// Sends `GET /rest/bundles` with `query` and our token.
     async fn search_request(&self, query: &[(&str, String)]) -> Result<reqwest::Response> {
         let access = self.access_token().await?;
@@ -413,6 +430,33 @@ impl CodaLabClient {
             .await
             .map_err(|e| unreachable("staged bundle search", e))
     }
+}
+
+/// The query of one search page: `limit` bundles matching `keywords` after the first `offset`.
+fn page_query(keywords: &[String], offset: usize, limit: usize) -> Vec<(&'static str, String)> {
+    let mut query: Vec<(&str, String)> = vec![("worksheet", "None".into())];
+    query.extend(keywords.iter().map(|k| ("keywords", k.clone())));
+    query.push(("keywords", format!(".limit={limit}")));
+    if offset > 0 {
+        query.push(("keywords", format!(".offset={offset}")));
+    }
+    query
+}
+
+/// The longest request line (bytes) the staged search of `keywords` sends to `server` in pages
+/// of at most `page_size` ([`SEARCH_PAGE_SIZE`]): its largest page at the largest offset (the
+/// `.count` request is shorter). Compared
+/// with [`limits::MAX_REQUEST_LINE_BYTES`] when the settings are read, so that a search the
+/// server would refuse is refused at start, by `config check` and by a reload, not at a tick.
+pub fn longest_search_line(server: &str, keywords: &[String], page_size: usize) -> Result<usize> {
+    let mut url = server_url("--server", server.trim_end_matches('/'))?;
+    url.set_path(&format!(
+        "{}/rest/bundles",
+        url.path().trim_end_matches('/')
+    ));
+    url.query_pairs_mut()
+        .extend_pairs(page_query(keywords, usize::MAX, page_size));
+    Ok(limits::request_line_len(&url))
 }
 
 /// Reads one search page into `body` (cleared first) and parses it.

@@ -10,6 +10,20 @@
 //! a few requests; the read stops at a short page (the end of the list), when nothing is missed
 //! any more, or after [`MAX_SEARCH_PAGES`].
 //!
+//! **Misfits.** A run of bundles that fit no pool at the head of the list is crossed once, then
+//! remembered ([`run`]): the next reads start at its last bundle, which must come back first
+//! (anything added to or removed from the run moves it, and the run is read again), so a
+//! steady tick with any number of misfits in front costs one page, as upstream's. The run grows
+//! by what each read crosses, so the page limit bounds a tick, not how far the reads reach:
+//! fitting bundles behind N misfits are found after about N / 94,000 ticks. Every
+//! [`RECHECK_MISFITS_EVERY`], one page of the run (at most [`super::SEARCH_PAGE_SIZE`]) is read
+//! again, in turn, for what the last bundle cannot show (a bundle added where another left, a
+//! request edited); a reload that makes remembered bundles fit cuts the run there at once. The
+//! run of one set of keywords only; misfits between fitting bundles are read at every tick, as
+//! long as the pools miss bundles behind them. (The server's search cannot leave misfits out:
+//! its keywords compare metadata for equality or `LIKE` only, and AND them, so "fits one of
+//! these pools" cannot be asked.)
+//!
 //! **Order.** Pages carry no sort keyword: the server then returns a user's staged bundles in
 //! the order of their permission rows, which is creation order (oldest first, the order in
 //! which its bundle manager dispatches a user's bundles; the real-server test
@@ -26,7 +40,7 @@
 //! tick costs the server one page, about what upstream's tick costs; the total is at most 15 s
 //! old while the queue moves, 60 s while only what lies past the bundles read changes.
 
-use super::{CodaLabClient, SearchResult, dedup_by_uuid};
+use super::{CodaLabClient, SearchResult};
 use crate::bundle::StagedBundle;
 use crate::error::{Error, Result};
 use std::hash::{Hash, Hasher};
@@ -36,6 +50,10 @@ use std::time::{Duration, Instant};
 pub const MIN_PAGE: usize = 10;
 /// Pages read at most per search, so a misbehaving server cannot keep the loop busy forever.
 pub const MAX_SEARCH_PAGES: usize = 100;
+
+/// How often one page of the remembered run of misfits is read again (see the module doc): a
+/// bundle hidden in the run is found within a minute per 1,000 misfits.
+pub const RECHECK_MISFITS_EVERY: Duration = Duration::from_secs(60);
 
 /// How often the staged total is counted (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +103,29 @@ impl LastCount {
     }
 }
 
+/// The search pages of one client and keywords.
+struct Server<'a> {
+    client: &'a CodaLabClient,
+    keywords: &'a [String],
+}
+
+impl read::Pages for Server<'_> {
+    async fn page(&mut self, page: Page) -> Result<Vec<run::Entry>> {
+        let (bundles, skipped) = self
+            .client
+            .search_page(self.keywords, page.offset, page.limit)
+            .await?;
+        Ok(run::in_order(bundles, skipped))
+    }
+}
+
+/// A hash of the search keywords.
+fn keywords_key(keywords: &[String]) -> u64 {
+    let mut hasher = rustc_hash::FxHasher::default();
+    keywords.hash(&mut hasher);
+    hasher.finish()
+}
+
 /// What a count is reused for: the same keywords and the same bundles read, in order.
 fn read_key(keywords: &[String], read: &[StagedBundle]) -> u64 {
     let mut hasher = rustc_hash::FxHasher::default();
@@ -99,11 +140,24 @@ fn read_key(keywords: &[String], read: &[StagedBundle]) -> u64 {
 pub trait StagedNeed {
     /// How many more bundles the pools miss after `read`; zero stops the read.
     fn missing(&self, read: &[StagedBundle]) -> usize;
+
+    /// Whether some pool could take `bundle` at all (its shape and queue). A bundle no pool
+    /// can take adds nothing to [`StagedNeed::missing`], and the run of them that opens the
+    /// list is remembered from one read to the next (see the module doc). Every bundle, unless
+    /// said otherwise.
+    fn fits(&self, bundle: &StagedBundle) -> bool {
+        let _ = bundle;
+        true
+    }
 }
 
 impl StagedNeed for crate::pools::Need<'_> {
     fn missing(&self, read: &[StagedBundle]) -> usize {
         crate::pools::Need::missing(self, read)
+    }
+
+    fn fits(&self, bundle: &StagedBundle) -> bool {
+        self.fits_some_pool(bundle)
     }
 }
 
@@ -148,6 +202,21 @@ impl Pager {
             page: Some(Page {
                 offset: 0,
                 limit: missing.max(MIN_PAGE).min(max_page),
+            }),
+            max_page,
+            pages: 0,
+            complete: false,
+        }
+    }
+
+    /// A read that starts at offset `anchor`, the last bundle already known, which the first
+    /// page must return first (so that page asks one more).
+    pub fn resume(anchor: usize, missing: usize, max_page: usize) -> Self {
+        let max_page = max_page.max(1);
+        Self {
+            page: Some(Page {
+                offset: anchor,
+                limit: (missing.max(MIN_PAGE) + 1).min(max_page),
             }),
             max_page,
             pages: 0,
@@ -246,24 +315,29 @@ impl CodaLabClient {
         Ok(result)
     }
 
-    /// The pages, then the count when the pages did not reach the end of the list.
+    /// The pages (after the remembered run of misfits: [`run`]), then the count when they did
+    /// not reach the end of the list.
     async fn read(&self, keywords: &[String], need: &impl StagedNeed) -> Result<SearchResult> {
-        let mut result = SearchResult::default();
-        let mut pager = Pager::new(need.missing(&[]), self.page_size);
-        let mut read = 0;
-        while let Some(page) = pager.page() {
-            let (bundles, skipped) = self.search_page(keywords, page.offset, page.limit).await?;
-            result.requests += 1;
-            let returned = bundles.len() + skipped.len();
-            read = page.offset + returned;
-            result.bundles.extend(bundles);
-            result.skipped.extend(skipped);
-            dedup_by_uuid(&mut result.bundles);
-            pager.advance(returned, need.missing(&result.bundles));
-        }
-        if pager.complete() {
-            result.complete = true;
-            result.total = read;
+        let mut run = self.misfit_run.lock().await;
+        let memory = read::Memory {
+            run: &mut run,
+            keywords: keywords_key(keywords),
+            recheck_every: self.recheck_misfits_every,
+        };
+        let mut server = Server {
+            client: self,
+            keywords,
+        };
+        let read = read::read(&mut server, need, self.page_size, memory).await?;
+        drop(run);
+        let result = SearchResult {
+            bundles: read.bundles,
+            skipped: read.skipped,
+            total: read.reached,
+            complete: read.complete,
+            requests: read.requests,
+        };
+        if result.complete {
             return Ok(result);
         }
         self.counted(keywords, result).await
@@ -288,6 +362,9 @@ impl CodaLabClient {
         Ok(result)
     }
 }
+
+pub(crate) mod read;
+pub(crate) mod run;
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -108,20 +108,10 @@ impl Manager {
         Ok(())
     }
 
-    /// The staged search: upstream's keywords, narrowed by the worker tag of the
-    /// single-backend pool (each of several pools matches `request_queue` itself).
+    /// The staged search of this manager ([`search_keywords`]).
     fn keywords(&self) -> Vec<String> {
-        let narrowed = self
-            .pools
-            .iter()
-            .find(|r| r.pool.policy.is_single_backend())
-            .map(|r| &r.pool.worker);
-        staged_keywords(
-            &self.config.search,
-            self.client.username(),
-            narrowed.and_then(|worker| worker.tag.as_deref()),
-            narrowed.is_some_and(|worker| worker.tag_exclusive),
-        )
+        let pools = self.pools.iter().map(|r| &r.pool);
+        search_keywords(&self.config.search, pools, self.client.username())
     }
 
     /// Logs each malformed bundle once (while it stays malformed); returns how many there are.
@@ -168,4 +158,22 @@ impl Manager {
             _ => Ok(listings),
         }
     }
+}
+
+/// The staged search: upstream's keywords, narrowed by the worker tag of the single-backend
+/// pool (each of several pools matches `request_queue` itself).
+pub(super) fn search_keywords<'a>(
+    search: &[String],
+    mut pools: impl Iterator<Item = &'a super::Pool>,
+    username: &str,
+) -> Vec<String> {
+    let narrowed = pools
+        .find(|pool| pool.policy.is_single_backend())
+        .map(|pool| &pool.worker);
+    staged_keywords(
+        search,
+        username,
+        narrowed.and_then(|worker| worker.tag.as_deref()),
+        narrowed.is_some_and(|worker| worker.tag_exclusive),
+    )
 }

@@ -83,9 +83,15 @@ impl Manager {
     /// Applies a new configuration at once, keeping every pool's memory, and returns what
     /// changed (empty when nothing did). On error nothing is applied: the pools must be the
     /// same ones (matched by name; their order may change), each pool's backend of the same
-    /// kind, and every policy valid.
+    /// kind, every policy valid, and the staged search within what the server accepts.
     pub fn reconfigure(&mut self, config: ManagerConfig, pools: Vec<Pool>) -> Result<Vec<Change>> {
         self.check_reconfiguration(&pools)?;
+        let keywords =
+            super::observe::search_keywords(&config.search, pools.iter(), self.client.username());
+        self.client.check_search(
+            &keywords,
+            "`search` (--search) or `worker.tag` (--worker-tag, sent twice with `tag_exclusive`)",
+        )?;
         let mut changes = Vec::new();
         config_changes(&self.config, &config, &mut changes);
         let mut old = std::mem::take(&mut self.pools);

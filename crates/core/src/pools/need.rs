@@ -21,7 +21,8 @@
 //! misses, never more than Σ caps, and bundles that fit no pool add nothing.
 
 use super::{
-    Census, LaunchMode, PoolObservation, PoolPolicy, assignment, census, per_policy, unavailable,
+    Census, LaunchMode, PoolObservation, PoolPolicy, assignment, census, misfit, per_policy,
+    unavailable,
 };
 use crate::bundle::StagedBundle;
 use std::time::Duration;
@@ -74,6 +75,13 @@ impl<'a> Need<'a> {
             .zip(demand)
             .map(|(cap, demand)| cap.saturating_sub(demand))
             .sum()
+    }
+
+    /// Whether some pool could take `bundle` ([`misfit`]: queue and shape), whatever its jobs:
+    /// a bundle no pool fits adds nothing to [`Need::missing`], now or at a later tick while
+    /// the pools keep their settings.
+    pub fn fits_some_pool(&self, bundle: &StagedBundle) -> bool {
+        self.policies.iter().any(|p| misfit(p, bundle).is_none())
     }
 }
 

@@ -1,4 +1,5 @@
-//! The range of every duration setting: the error names the flag and the config key.
+//! The range of every duration setting, and the size of the staged search the settings make:
+//! the error names the flag and the config key.
 
 use super::{PoolRules, Settings};
 
@@ -132,5 +133,119 @@ impl Settings {
             .iter()
             .enumerate()
             .try_for_each(|(index, hook)| hook.validate(index))
+    }
+}
+
+impl Settings {
+    /// The staged bundle search within the request line CodaLab's server accepts
+    /// ([`crate::codalab::limits::MAX_REQUEST_LINE_BYTES`]): `search` and, in the single-backend
+    /// mode with `tag_exclusive`, `worker.tag` (sent twice) are in its URL. The user is not known
+    /// here (the password file is read later), so the search is the longer one of a user other
+    /// than `codalab` (with `.mine`). A bad `server` is left to the check that names it.
+    pub fn check_search_request(&self) -> Result<(), String> {
+        use crate::codalab::{SEARCH_PAGE_SIZE, limits, longest_search_line, staged_keywords};
+        let single = self.pools.is_empty();
+        let exclusive = single && self.worker.tag_exclusive;
+        let tag = self.worker.tag.as_deref().filter(|_| single);
+        let keywords = staged_keywords(&self.search, "", tag, exclusive);
+        let Ok(line) = longest_search_line(&self.server, &keywords, SEARCH_PAGE_SIZE) else {
+            return Ok(());
+        };
+        if line <= limits::MAX_REQUEST_LINE_BYTES {
+            return Ok(());
+        }
+        let search = self.search.iter().map(String::len).sum::<usize>();
+        let mut shorten = vec![format!("`search` (--search, {search} bytes)")];
+        if let Some(tag) = tag.filter(|t| exclusive && !t.is_empty()) {
+            let tag = tag.len();
+            shorten.push(format!(
+                "`worker.tag` (--worker-tag, {tag} bytes, sent twice with `worker.tag_exclusive`)"
+            ));
+        }
+        Err(limits::request_line_too_long(line, &shorten.join(" or ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::describe::{BackendKind, Catalogue, Entry};
+    use crate::settings::check::{Kind, check};
+    use crate::settings::{Layers, schema::Program};
+    use std::collections::HashMap;
+
+    fn program() -> Program {
+        let local: &'static dyn BackendKind = &crate::local::KIND;
+        let entry = Entry {
+            name: local.name(),
+            table: local.table(),
+            feature: "",
+            kind: Some(local),
+        };
+        Program {
+            catalogue: Catalogue::new(vec![entry]),
+            top_docs: HashMap::new(),
+            worker_docs: HashMap::new(),
+        }
+    }
+
+    /// A config file whose `search` is `search_bytes` long, with `tail` after it.
+    fn file(search_bytes: usize, tail: &str) -> String {
+        let search = format!("name={}", "x".repeat(search_bytes - 5));
+        format!(
+            "server = \"http://127.0.0.1:2900\"\nbackend = \"local\"\nsearch = [\"{search}\"]\n{tail}"
+        )
+    }
+
+    /// What reading the file as at start and at a reload says.
+    fn read(text: &str) -> Result<(), String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wm.toml");
+        std::fs::write(&path, text).unwrap();
+        let layers = Layers {
+            file: Some(path),
+            flags: figment::Figment::new(),
+            backend: None,
+        };
+        layers
+            .settings(&program().catalogue)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    /// A search the server would refuse (gunicorn's 4,094-byte request line) is refused when
+    /// the settings are read (start, reload) and by `config check`, naming the setting; one
+    /// that fits, at the largest offset and page, passes. No server is contacted.
+    #[test]
+    fn a_search_longer_than_the_server_accepts_is_refused_when_read() {
+        let long = file(4000, "");
+        let error = read(&long).unwrap_err();
+        assert!(
+            error.contains("`search` (--search, 4000 bytes)") && error.contains("4094"),
+            "{error}"
+        );
+        let found = check(&long, &program());
+        assert!(
+            found
+                .iter()
+                .any(|d| d.kind == Kind::Invalid && d.line == 3 && d.message.contains("`search`")),
+            "{found:?}"
+        );
+        assert_eq!(read(&file(3800, "")), Ok(()));
+        assert!(check(&file(3800, ""), &program()).is_empty());
+
+        // The exclusive tag is sent twice.
+        let tagged = file(
+            2000,
+            &format!(
+                "[worker]\ntag = \"{}\"\ntag_exclusive = true\n",
+                "t".repeat(1000)
+            ),
+        );
+        let error = read(&tagged).unwrap_err();
+        assert!(
+            error.contains("`worker.tag` (--worker-tag, 1000 bytes"),
+            "{error}"
+        );
+        assert_eq!(read(&tagged.replace("true", "false")), Ok(()));
     }
 }

@@ -1,37 +1,76 @@
-//! The pages of a staged read, as a table over pools, their jobs and where the bundles that fit
-//! no pool stand in the queue: the same [`Pager`] the client drives, run over a list.
+//! The pages of a staged read, as tables over pools, their jobs and where the bundles that fit
+//! no pool stand in the queue: the client's own read ([`read::read`]) run over a list that
+//! stands in for the server, one read or several (ticks) with the run of misfits remembered.
 
+use super::read::{Memory, Pages, read};
+use super::run::{Entry, MisfitRun};
 use super::*;
 use crate::backend::JobState;
 use crate::bundle::WorkerShape;
 use crate::pools::{LaunchMode, Need, ObservedJob, PoolObservation, PoolPolicy};
 use std::time::Duration;
 
-/// What a read over `queue` (oldest first) asks and gets: its pages, the bundles read, and
-/// whether it reached the end of the queue. The client's loop, with the list as the server.
+/// A list as the server: the pages asked, and each page's results.
+struct List<'a> {
+    queue: &'a [StagedBundle],
+    asked: Vec<Page>,
+}
+
+impl Pages for List<'_> {
+    async fn page(&mut self, page: Page) -> Result<Vec<Entry>> {
+        self.asked.push(page);
+        let entries = self.queue.iter().skip(page.offset).take(page.limit);
+        Ok(entries.cloned().map(Entry::Bundle).collect())
+    }
+}
+
+/// Runs `future`, which never waits (the list answers at once).
+pub(crate) fn at_once<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(output) => output,
+        std::task::Poll::Pending => unreachable!("the list answers at once"),
+    }
+}
+
+/// One read over `queue` (oldest first) with the run `run` remembered from the last one,
+/// rechecking a page of it when `recheck`: the pages asked, the bundles read and whether the
+/// read reached the end of the queue.
+pub(crate) fn read_remembering(
+    queue: &[StagedBundle],
+    need: &impl StagedNeed,
+    max_page: usize,
+    run: &mut Option<MisfitRun>,
+    recheck: bool,
+) -> (Vec<Page>, Vec<StagedBundle>, bool) {
+    let mut list = List {
+        queue,
+        asked: Vec::new(),
+    };
+    let memory = Memory {
+        run,
+        keywords: 0,
+        recheck_every: if recheck {
+            Duration::ZERO
+        } else {
+            Duration::MAX
+        },
+    };
+    let found = at_once(read(&mut list, need, max_page, memory)).expect("a list never fails");
+    (list.asked, found.bundles, found.complete)
+}
+
+/// What a first read over `queue` asks and gets (nothing remembered).
 pub(crate) fn read_list(
     queue: &[StagedBundle],
     need: &impl StagedNeed,
     max_page: usize,
 ) -> (Vec<Page>, Vec<StagedBundle>, bool) {
-    let mut pager = Pager::new(need.missing(&[]), max_page);
-    let (mut pages, mut read) = (Vec::new(), Vec::new());
-    while let Some(page) = pager.page() {
-        let returned: Vec<StagedBundle> = queue
-            .iter()
-            .skip(page.offset)
-            .take(page.limit)
-            .cloned()
-            .collect();
-        let count = returned.len();
-        pages.push(page);
-        read.extend(returned);
-        pager.advance(count, need.missing(&read));
-    }
-    (pages, read, pager.complete())
+    read_remembering(queue, need, max_page, &mut None, false)
 }
 
-fn pool(name: &str, mode: LaunchMode, max: u32, cpus: u32, gpus: u32) -> PoolPolicy {
+pub(crate) fn pool(name: &str, mode: LaunchMode, max: u32, cpus: u32, gpus: u32) -> PoolPolicy {
     PoolPolicy {
         max,
         launch_mode: mode,
@@ -40,7 +79,7 @@ fn pool(name: &str, mode: LaunchMode, max: u32, cpus: u32, gpus: u32) -> PoolPol
 }
 
 /// `busy` jobs active for an hour (past the startup grace), `pending` pending.
-fn jobs(busy: usize, pending: usize) -> PoolObservation {
+pub(crate) fn jobs(busy: usize, pending: usize) -> PoolObservation {
     let job = |i: usize, state| ObservedJob {
         id: format!("j{i}"),
         state,
@@ -59,7 +98,7 @@ fn jobs(busy: usize, pending: usize) -> PoolObservation {
 }
 
 /// A queue of `(count, cpus, gpus)` runs, oldest first.
-fn queue(runs: &[(usize, u32, u32)]) -> Vec<StagedBundle> {
+pub(crate) fn queue(runs: &[(usize, u32, u32)]) -> Vec<StagedBundle> {
     let mut n = 0;
     let mut bundles = Vec::new();
     for &(count, cpus, gpus) in runs {
@@ -81,8 +120,8 @@ fn pages(list: &[(usize, usize)]) -> Vec<Page> {
         .collect()
 }
 
-const COMPAT: LaunchMode = LaunchMode::Compat;
-const TARGET: LaunchMode = LaunchMode::Target;
+pub(crate) const COMPAT: LaunchMode = LaunchMode::Compat;
+pub(crate) const TARGET: LaunchMode = LaunchMode::Target;
 
 struct Row {
     what: &'static str,
