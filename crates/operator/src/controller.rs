@@ -33,14 +33,14 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 args.health_listen
             ))
         })?;
-    let (leader_tx, leader) = tokio::sync::watch::channel(false);
+    let (leader_tx, leader) = crate::lease::Leadership::channel();
     let lease = LeaseConfig {
         name: args.lease_name.clone(),
         namespace: args.lease_namespace.clone(),
         identity: identity.clone(),
         duration: Duration::from_secs(args.lease_seconds.max(3)),
     };
-    tokio::spawn(lease::run(client.clone(), lease, leader_tx));
+    tokio::spawn(lease::run(client.clone(), lease, leader_tx, || {}));
     let reporter = Reporter {
         controller: CONTROLLER.to_owned(),
         instance: Some(identity.clone()),
@@ -85,6 +85,15 @@ async fn client(args: &RunArgs) -> Result<kube::Client> {
             ))
         })?,
     };
+    let mut config = config;
+    // kube leaves the read timeout unset (no timeout): a half-open connection would hang a
+    // call for good. Watches end on the server's side within 290 s (kube's watcher asks for
+    // that), so a read that waits longer is dead; counted from the request, not from when its
+    // pooled connection went idle. Lease calls have their own, shorter bound (`lease.rs`).
+    config.connect_timeout = Some(Duration::from_secs(10));
+    config.read_timeout = Some(Duration::from_secs(295));
+    config.reset_reader_on_write = true;
+    config.write_timeout = Some(Duration::from_secs(30));
     kube::Client::try_from(config).map_err(|e| {
         Error::InvalidConfig(format!("operator: cannot build the Kubernetes client: {e}"))
     })

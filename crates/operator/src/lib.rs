@@ -15,6 +15,7 @@
 pub mod command;
 pub mod controller;
 pub mod crd;
+mod fence;
 pub mod lease;
 pub mod metrics;
 pub mod observe;

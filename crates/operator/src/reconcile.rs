@@ -35,8 +35,8 @@ pub struct Context {
     pub client: kube::Client,
     /// Events on the pools.
     pub recorder: Recorder,
-    /// Whether this replica holds the lease.
-    pub leader: tokio::sync::watch::Receiver<bool>,
+    /// Whether this replica holds the lease (asked again before each pod create or delete).
+    pub leader: crate::lease::Leadership,
     /// Time between two reconciles of a pool.
     pub sync: Duration,
     /// One logged-in CodaLab client per (server, credentials Secret).
@@ -58,7 +58,7 @@ impl Context {
     pub fn new(
         client: kube::Client,
         recorder: Recorder,
-        leader: tokio::sync::watch::Receiver<bool>,
+        leader: crate::lease::Leadership,
         sync: Duration,
     ) -> Self {
         Self {
@@ -86,7 +86,7 @@ pub async fn reconcile(
     pool: Arc<CodaLabWorkerPool>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
-    let leader = *ctx.leader.borrow();
+    let leader = ctx.leader.is_leader();
     ctx.metrics.set_leader(leader);
     if !leader {
         ctx.metrics.reconciled("standby");
@@ -110,6 +110,11 @@ pub async fn reconcile(
         .map_err(|e| err("add the finalizer", e))?;
     }
     let status = run_policy(&pool, &namespace, &ctx).await;
+    if !ctx.leader.is_leader() {
+        // Lost the lease meanwhile: the new leader writes the status.
+        ctx.metrics.set_leader(false);
+        return Ok(Action::requeue(ctx.sync));
+    }
     let spec = (pool.spec.min, pool.spec.max);
     ctx.metrics
         .pool(&namespace, &pool.name_any(), spec, &status);
@@ -136,6 +141,12 @@ async fn finalize(
         .await
         .map_err(|e| err("list the pool's pods", e))?;
     for pod in &listed.items {
+        if !ctx.leader.is_leader() {
+            return Err(err(
+                "delete a worker pod",
+                "this replica no longer holds the lease",
+            ));
+        }
         match pods.delete(&pod.name_any(), &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {}

@@ -2,6 +2,7 @@
 //! runs its pods, the CodaLab credentials from its Secret, a logged-in CodaLab client.
 
 use crate::crd::CodaLabWorkerPool;
+use crate::fence::Fenced;
 use crate::reconcile::{Context, POOL_LABEL, ReconcileError, err};
 use crate::spec::ResolvedPool;
 use codalab_wm_core::codalab::{ClientOptions, CodaLabClient};
@@ -14,13 +15,14 @@ use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 
 /// The pool's pods as the Kubernetes backend runs them: its template plus the pod template
-/// overrides, the owner reference and the pool label.
+/// overrides, the owner reference and the pool label; it creates and deletes pods only while
+/// this replica is the leader ([`Fenced`]).
 pub(crate) fn backend(
     pool: &CodaLabWorkerPool,
     resolved: &ResolvedPool,
     credentials: &Credentials,
     ctx: &Context,
-) -> Result<KubernetesBackend, ReconcileError> {
+) -> Result<Fenced<KubernetesBackend>, ReconcileError> {
     let worker = resolved_worker(pool, resolved);
     let overrides = PodOverrides {
         node_selector: pool.spec.pod_template.node_selector.clone(),
@@ -36,11 +38,9 @@ pub(crate) fn backend(
     let template = WorkerTemplate::new(&resolved.kubernetes, credentials, &worker)
         .map_err(|e| err("render the worker pods", e))?
         .with_overrides(overrides);
-    Ok(KubernetesBackend::from_template(
-        ctx.client.clone(),
-        template,
-        &resolved.kubernetes,
-    ))
+    let backend =
+        KubernetesBackend::from_template(ctx.client.clone(), template, &resolved.kubernetes);
+    Ok(Fenced::new(backend, ctx.leader.clone()))
 }
 
 /// The CodaLab credentials in the pool's Secret.
