@@ -21,10 +21,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use tokio::sync::Mutex;
 
 /// The label every worker pod of a pool carries, with the pool's name.
 pub const POOL_LABEL: &str = "codalab.org/pool";
@@ -40,7 +38,7 @@ pub struct Context {
     /// Time between two reconciles of a pool.
     pub sync: Duration,
     /// One logged-in CodaLab client per (server, credentials Secret).
-    pub(crate) codalab: Mutex<HashMap<String, Arc<CodaLabClient>>>,
+    pub(crate) codalab: crate::resources::Clients,
     /// What `/metrics` serves.
     pub metrics: Arc<crate::metrics::OperatorMetrics>,
 }
@@ -66,7 +64,7 @@ impl Context {
             recorder,
             leader,
             sync,
-            codalab: Mutex::default(),
+            codalab: Default::default(),
             metrics: Arc::default(),
         }
     }
