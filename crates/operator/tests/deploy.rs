@@ -177,6 +177,9 @@ fn the_sample_pool_validates_against_the_crds_schema() {
             "an unknown launch mode",
         ),
         ("#", "credentialsSecret", "a missing required field"),
+        // The API server stores int64: without a maximum this pool would be stored, and no
+        // u32 reads it back (review §5.3).
+        ("max: 5000000000", "max: 4", "an integer beyond u32"),
     ];
     for (replacement, original, what) in breakages {
         let broken = sample.replacen(original, replacement, 1);
