@@ -2,6 +2,7 @@
 //! they own ([`crate::pools`]), the Lease loop that says whether this replica acts,
 //! `/healthz` and `/metrics` ([`crate::health_server`]).
 
+use crate::access::AllowedServers;
 use crate::command::RunArgs;
 use crate::health::{Health, Limits};
 use crate::health_server::{self, ServerLimits, Vitals};
@@ -27,6 +28,8 @@ const WATCH_LIMIT: Duration = Duration::from_secs(120);
 
 /// Runs the controller until SIGTERM or SIGINT.
 pub async fn run(args: RunArgs) -> Result<()> {
+    let allowed_servers = AllowedServers::parse(&args.allowed_servers)
+        .map_err(|e| Error::InvalidConfig(format!("operator: {e}")))?;
     let client = client(&args).await?;
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     let listener = tokio::net::TcpListener::bind(args.health_listen)
@@ -58,7 +61,9 @@ pub async fn run(args: RunArgs) -> Result<()> {
     };
     let recorder = Recorder::new(client.clone(), reporter);
     let sync = Duration::from_secs(args.sync_seconds.max(1));
-    let context = Arc::new(Context::new(client.clone(), recorder, leader, sync));
+    let mut context = Context::new(client.clone(), recorder, leader, sync);
+    context.allowed_servers = allowed_servers;
+    let context = Arc::new(context);
     let vitals = Vitals {
         health: health.clone(),
         metrics: context.metrics.clone(),

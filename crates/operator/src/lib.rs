@@ -13,6 +13,7 @@
 //! that crate) does not; and it keeps the binary's crate thin.
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod command;
 pub mod controller;
 pub mod crd;

@@ -41,6 +41,8 @@ pub struct Context {
     pub(crate) codalab: crate::resources::Clients,
     /// What `/metrics` serves.
     pub metrics: Arc<crate::metrics::OperatorMetrics>,
+    /// The servers pools may send credentials to (`--allowed-servers`; default: any).
+    pub allowed_servers: crate::access::AllowedServers,
 }
 
 impl std::fmt::Debug for Context {
@@ -66,6 +68,7 @@ impl Context {
             sync,
             codalab: Default::default(),
             metrics: Arc::default(),
+            allowed_servers: Default::default(),
         }
     }
 }
@@ -317,9 +320,7 @@ async fn prepare(
 ) -> Result<Prepared, Problem> {
     let problem = |reason: &'static str| move |e: String| Problem { reason, message: e };
     let resolved = resolve(pool, &pool.name_any(), namespace).map_err(problem("InvalidSpec"))?;
-    let credentials = credentials(ctx, namespace, &pool.spec.credentials_secret)
-        .await
-        .map_err(problem("CredentialsUnavailable"))?;
+    let credentials = credentials(ctx, pool, namespace).await?;
     let backend =
         backend(pool, &resolved, &credentials, ctx).map_err(|e| problem("InvalidSpec")(e.0))?;
     let jobs = backend

@@ -1,16 +1,20 @@
 //! What a reconcile builds for a pool from its spec: the Kubernetes backend that renders and
-//! runs its pods, the CodaLab credentials from its Secret, a logged-in CodaLab client.
+//! runs its pods, the CodaLab credentials from its Secret (when [`crate::access`] allows), a
+//! logged-in CodaLab client.
 
+use crate::access;
 use crate::crd::CodaLabWorkerPool;
 use crate::fence::Fenced;
 use crate::reconcile::{Context, POOL_LABEL, ReconcileError, err};
 use crate::spec::ResolvedPool;
+use crate::status::Problem;
 use codalab_wm_core::codalab::{ClientOptions, CodaLabClient};
 use codalab_wm_core::command::WorkerOptions;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_k8s::{KubernetesBackend, PodOverrides, WorkerTemplate};
 use k8s_openapi::api::core::v1::Secret as SecretObject;
 use kube::api::Api;
+use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -45,27 +49,62 @@ pub(crate) fn backend(
     Ok(Fenced::new(backend, ctx.leader.clone()))
 }
 
-/// The CodaLab credentials in the pool's Secret.
+/// The CodaLab credentials in the pool's Secret, when the operator and the Secret allow the
+/// pool to send them to its server ([`crate::access`]); a refusal is also an Event.
 pub(crate) async fn credentials(
     ctx: &Context,
+    pool: &CodaLabWorkerPool,
     namespace: &str,
-    name: &str,
-) -> Result<Credentials, String> {
+) -> Result<Credentials, Problem> {
+    let server = &pool.spec.server;
+    let name = &pool.spec.credentials_secret;
+    if let Err(why) = ctx.allowed_servers.check(server) {
+        return Err(refuse(ctx, pool, "ServerNotAllowed", why).await);
+    }
+    let unavailable = |message: String| Problem {
+        reason: "CredentialsUnavailable",
+        message,
+    };
     let secrets: Api<SecretObject> = Api::namespaced(ctx.client.clone(), namespace);
     let secret = secrets
         .get(name)
         .await
-        .map_err(|e| format!("credentials Secret `{name}`: {e}"))?;
+        .map_err(|e| unavailable(format!("credentials Secret `{name}`: {e}")))?;
+    if let Err(why) = access::secret_allows(&secret, name, server) {
+        return Err(refuse(ctx, pool, "CredentialsNotAllowed", why).await);
+    }
     let data = secret.data.unwrap_or_default();
     let value = |key: &str| {
         data.get(key)
             .and_then(|v| String::from_utf8(v.0.clone()).ok())
-            .ok_or_else(|| format!("credentials Secret `{name}` has no key `{key}`"))
+            .ok_or_else(|| unavailable(format!("credentials Secret `{name}` has no key `{key}`")))
     };
     Ok(Credentials {
         username: value(codalab_wm_k8s::manifest::keys::CODALAB_USERNAME)?,
         password: Secret::new(value(codalab_wm_k8s::manifest::keys::CODALAB_PASSWORD)?),
     })
+}
+
+/// A refusal to use the pool's credentials: a Warning Event on the pool, and the problem its
+/// Degraded condition shows.
+async fn refuse(
+    ctx: &Context,
+    pool: &CodaLabWorkerPool,
+    reason: &'static str,
+    message: String,
+) -> Problem {
+    ctx.metrics.event(reason);
+    let event = Event {
+        type_: EventType::Warning,
+        reason: reason.to_owned(),
+        note: Some(message.clone()),
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &pool.object_ref(&())).await {
+        tracing::warn!(pool = %pool.name_any(), %error, "cannot record an event");
+    }
+    Problem { reason, message }
 }
 
 /// A logged-in client per server and credentials (kept while they stay the same).
