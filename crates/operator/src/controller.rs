@@ -7,7 +7,7 @@ use crate::command::RunArgs;
 use crate::health::{Health, Limits};
 use crate::health_server::{self, ServerLimits, Vitals};
 use crate::lease::{self, Leadership, LeaseConfig};
-use crate::reconcile::{Context, error_policy, reconcile};
+use crate::reconcile::{Context, ReconcileError, error_policy, reconcile};
 use codalab_wm_core::error::{Error, Result};
 use codalab_wm_k8s::names::MANAGED_BY_LABEL;
 use futures_util::StreamExt;
@@ -40,21 +40,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 args.health_listen
             ))
         })?;
-    let lease = LeaseConfig {
-        name: args.lease_name.clone(),
-        namespace: args.lease_namespace.clone(),
-        identity: identity.clone(),
-        duration: Duration::from_secs(args.lease_seconds.max(3)),
-    };
-    let limits = Limits {
-        watch: WATCH_LIMIT,
-        lease: lease.duration * 2,
-    };
-    let health = Arc::new(Health::new(limits, tokio::time::Instant::now()));
-    let (leader_tx, leader) = Leadership::channel();
-    let beat = health.clone();
-    let alive = move || beat.lease_round(tokio::time::Instant::now());
-    tokio::spawn(lease::run(client.clone(), lease, leader_tx, alive));
+    let (leader, health) = start_lease(&client, &args, &identity);
     let reporter = Reporter {
         controller: CONTROLLER.to_owned(),
         instance: Some(identity.clone()),
@@ -85,20 +71,43 @@ pub async fn run(args: RunArgs) -> Result<()> {
         .owns(pods, watcher::Config::default().labels(&managed))
         .shutdown_on_signal()
         .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            match result {
-                // The pods' watcher (the pools' logs its own errors).
-                Err(ControllerError::QueueError(error)) => {
-                    tracing::warn!(%error, "cannot list or watch the worker pods")
-                }
-                // Failed reconciles are logged by `error_policy`.
-                Err(error) => tracing::debug!(%error, "reconcile"),
-                Ok(_) => {}
-            }
-        })
+        .for_each(|result| async move { log(result) })
         .await;
     tracing::info!("operator stopped");
     Ok(())
+}
+
+/// Starts the Lease loop; returns the leadership it moves and the health record it beats.
+fn start_lease(client: &kube::Client, args: &RunArgs, identity: &str) -> (Leadership, Arc<Health>) {
+    let lease = LeaseConfig {
+        name: args.lease_name.clone(),
+        namespace: args.lease_namespace.clone(),
+        identity: identity.to_owned(),
+        duration: Duration::from_secs(args.lease_seconds.max(3)),
+    };
+    let limits = Limits {
+        watch: WATCH_LIMIT,
+        lease: lease.duration * 2,
+    };
+    let health = Arc::new(Health::new(limits, tokio::time::Instant::now()));
+    let (leader_tx, leader) = Leadership::channel();
+    let beat = health.clone();
+    let alive = move || beat.lease_round(tokio::time::Instant::now());
+    tokio::spawn(lease::run(client.clone(), lease, leader_tx, alive));
+    (leader, health)
+}
+
+/// Logs what the controller's stream reports beyond the reconciles themselves.
+fn log<T>(result: std::result::Result<T, ControllerError<ReconcileError, watcher::Error>>) {
+    match result {
+        // The pods' watcher (the pools' logs its own errors, `pools.rs`).
+        Err(ControllerError::QueueError(error)) => {
+            tracing::warn!(%error, "cannot list or watch the worker pods")
+        }
+        // Failed reconciles are logged by `error_policy`.
+        Err(error) => tracing::debug!(%error, "reconcile"),
+        Ok(_) => {}
+    }
 }
 
 async fn client(args: &RunArgs) -> Result<kube::Client> {
