@@ -58,7 +58,9 @@ impl Cluster {
             "application/json",
             &crd,
         );
-        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "codalab-creds"},
+        // Opted in: the operator uses only Secrets labelled for worker credentials.
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "codalab-creds",
+                "labels": {"codalab.org/worker-credentials": "true"}},
             "stringData": {"codalab-username": USER.0, "codalab-password": USER.1}});
         cluster.send(
             "POST",

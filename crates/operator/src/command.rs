@@ -57,6 +57,11 @@ pub struct RunArgs {
     /// Seconds a leader holds the Lease without renewing it; a standby takes over after it
     #[arg(long, default_value_t = 15)]
     pub lease_seconds: u64,
+    /// CodaLab servers pools may use (`https://host[:port]`, repeated or comma-separated); a
+    /// pool naming another is refused (condition Degraded, Event ServerNotAllowed) before its
+    /// Secret is read [default: any server]
+    #[arg(long, value_name = "URL")]
+    pub allowed_servers: Vec<String>,
 }
 
 /// Runs `operator …`.

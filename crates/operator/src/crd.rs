@@ -50,9 +50,11 @@ pub struct CodaLabWorkerPoolSpec {
     pub credentials_secret: String,
     /// Workers kept at least.
     #[serde(default = "defaults::min")]
+    #[schemars(range(max = 4_294_967_295u32))]
     pub min: u32,
     /// Workers at most (pods being deleted count).
     #[serde(default = "defaults::max")]
+    #[schemars(range(max = 4_294_967_295u32))]
     pub max: u32,
     /// Tag put on the workers; bundles with `request_queue` = tag need this pool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -65,6 +67,7 @@ pub struct CodaLabWorkerPoolSpec {
     pub launch_mode: Option<LaunchModeSpec>,
     /// Launches per reconcile at most (target mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 4_294_967_295u32))]
     pub max_launches_per_tick: Option<u32>,
     /// Seconds a pod may stay pending before it is deleted and the pool backs off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -80,15 +83,18 @@ pub struct CodaLabWorkerPoolSpec {
     pub min_seconds_between_workers: Option<u64>,
     /// CPUs of one worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 4_294_967_295u32))]
     pub cpus: Option<u32>,
     /// GPUs (`nvidia.com/gpu`) of one worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 4_294_967_295u32))]
     pub gpus: Option<u32>,
     /// Memory of one worker, in MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mb: Option<u64>,
     /// Finished worker pods kept for inspection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 4_294_967_295u32))]
     pub keep_finished_pods: Option<u32>,
     /// What the worker pods look like beyond the worker itself.
     #[serde(default, skip_serializing_if = "PodTemplateSpec::is_empty")]
@@ -96,6 +102,21 @@ pub struct CodaLabWorkerPoolSpec {
     /// No launches while true (existing workers are left to finish).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+    /// Why the stored object could not be read as a pool (set by the operator's watcher, never
+    /// part of the object): the reconcile reports it as InvalidSpec and acts on nothing else.
+    #[serde(skip)]
+    pub invalid: Option<String>,
+}
+
+impl CodaLabWorkerPoolSpec {
+    /// The spec of a stored pool that does not read, with `why`.
+    pub fn invalid(why: String) -> Self {
+        let mut spec: Self =
+            serde_json::from_value(serde_json::json!({"server": "", "credentialsSecret": ""}))
+                .expect("a spec with its two required fields reads");
+        spec.invalid = Some(why);
+        spec
+    }
 }
 
 /// `compat` or `target`, as the config file's `launch_mode`.

@@ -25,7 +25,6 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use tokio::sync::Mutex;
 
 /// The label every worker pod of a pool carries, with the pool's name.
 pub const POOL_LABEL: &str = "codalab.org/pool";
@@ -36,16 +35,18 @@ pub struct Context {
     pub client: kube::Client,
     /// Events on the pools.
     pub recorder: Recorder,
-    /// Whether this replica holds the lease.
-    pub leader: tokio::sync::watch::Receiver<bool>,
+    /// Whether this replica holds the lease (asked again before each pod create or delete).
+    pub leader: crate::lease::Leadership,
     /// Time between two reconciles of a pool.
     pub sync: Duration,
     /// One logged-in CodaLab client per (server, credentials Secret).
-    pub(crate) codalab: Mutex<HashMap<String, Arc<CodaLabClient>>>,
+    pub(crate) codalab: crate::resources::Clients,
     /// What `/metrics` serves.
     pub metrics: Arc<crate::metrics::OperatorMetrics>,
     /// Each pool's check-in clocks (`namespace/name`), this process's only.
     pub(crate) clocks: std::sync::Mutex<HashMap<String, Clocks>>,
+    /// The servers pools may send credentials to (`--allowed-servers`; default: any).
+    pub allowed_servers: crate::access::AllowedServers,
 }
 
 impl std::fmt::Debug for Context {
@@ -61,7 +62,7 @@ impl Context {
     pub fn new(
         client: kube::Client,
         recorder: Recorder,
-        leader: tokio::sync::watch::Receiver<bool>,
+        leader: crate::lease::Leadership,
         sync: Duration,
     ) -> Self {
         Self {
@@ -69,9 +70,10 @@ impl Context {
             recorder,
             leader,
             sync,
-            codalab: Mutex::default(),
+            codalab: Default::default(),
             metrics: Arc::default(),
             clocks: std::sync::Mutex::default(),
+            allowed_servers: Default::default(),
         }
     }
 }
@@ -90,7 +92,7 @@ pub async fn reconcile(
     pool: Arc<CodaLabWorkerPool>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
-    let leader = *ctx.leader.borrow();
+    let leader = ctx.leader.is_leader();
     ctx.metrics.set_leader(leader);
     if !leader {
         ctx.metrics.reconciled("standby");
@@ -114,6 +116,11 @@ pub async fn reconcile(
         .map_err(|e| err("add the finalizer", e))?;
     }
     let status = run_policy(&pool, &namespace, &ctx).await;
+    if !ctx.leader.is_leader() {
+        // Lost the lease meanwhile: the new leader writes the status.
+        ctx.metrics.set_leader(false);
+        return Ok(Action::requeue(ctx.sync));
+    }
     let spec = (pool.spec.min, pool.spec.max);
     ctx.metrics
         .pool(&namespace, &pool.name_any(), spec, &status);
@@ -140,6 +147,12 @@ async fn finalize(
         .await
         .map_err(|e| err("list the pool's pods", e))?;
     for pod in &listed.items {
+        if !ctx.leader.is_leader() {
+            return Err(err(
+                "delete a worker pod",
+                "this replica no longer holds the lease",
+            ));
+        }
         match pods.delete(&pod.name_any(), &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {}
@@ -361,9 +374,7 @@ async fn prepare(
 ) -> Result<Prepared, Problem> {
     let problem = |reason: &'static str| move |e: String| Problem { reason, message: e };
     let resolved = resolve(pool, &pool.name_any(), namespace).map_err(problem("InvalidSpec"))?;
-    let credentials = credentials(ctx, namespace, &pool.spec.credentials_secret)
-        .await
-        .map_err(problem("CredentialsUnavailable"))?;
+    let credentials = credentials(ctx, pool, namespace).await?;
     let backend =
         backend(pool, &resolved, &credentials, ctx).map_err(|e| problem("InvalidSpec")(e.0))?;
     let jobs = backend

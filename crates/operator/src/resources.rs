@@ -1,26 +1,34 @@
 //! What a reconcile builds for a pool from its spec: the Kubernetes backend that renders and
-//! runs its pods, the CodaLab credentials from its Secret, a logged-in CodaLab client.
+//! runs its pods, the CodaLab credentials from its Secret (when [`crate::access`] allows), a
+//! logged-in CodaLab client.
 
+use crate::access;
 use crate::crd::CodaLabWorkerPool;
+use crate::fence::Fenced;
 use crate::reconcile::{Context, POOL_LABEL, ReconcileError, err};
 use crate::spec::ResolvedPool;
+use crate::status::Problem;
 use codalab_wm_core::codalab::{ClientOptions, CodaLabClient};
 use codalab_wm_core::command::WorkerOptions;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_k8s::{KubernetesBackend, PodOverrides, WorkerTemplate};
 use k8s_openapi::api::core::v1::Secret as SecretObject;
 use kube::api::Api;
+use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
+use std::collections::HashMap;
 use std::sync::Arc;
+use tokio::sync::{Mutex, OnceCell};
 
 /// The pool's pods as the Kubernetes backend runs them: its template plus the pod template
-/// overrides, the owner reference and the pool label.
+/// overrides, the owner reference and the pool label; it creates and deletes pods only while
+/// this replica is the leader ([`Fenced`]).
 pub(crate) fn backend(
     pool: &CodaLabWorkerPool,
     resolved: &ResolvedPool,
     credentials: &Credentials,
     ctx: &Context,
-) -> Result<KubernetesBackend, ReconcileError> {
+) -> Result<Fenced<KubernetesBackend>, ReconcileError> {
     let worker = resolved_worker(pool, resolved);
     let overrides = PodOverrides {
         node_selector: pool.spec.pod_template.node_selector.clone(),
@@ -36,34 +44,67 @@ pub(crate) fn backend(
     let template = WorkerTemplate::new(&resolved.kubernetes, credentials, &worker)
         .map_err(|e| err("render the worker pods", e))?
         .with_overrides(overrides);
-    Ok(KubernetesBackend::from_template(
-        ctx.client.clone(),
-        template,
-        &resolved.kubernetes,
-    ))
+    let backend =
+        KubernetesBackend::from_template(ctx.client.clone(), template, &resolved.kubernetes);
+    Ok(Fenced::new(backend, ctx.leader.clone()))
 }
 
-/// The CodaLab credentials in the pool's Secret.
+/// The CodaLab credentials in the pool's Secret, when the operator and the Secret allow the
+/// pool to send them to its server ([`crate::access`]); a refusal is also an Event.
 pub(crate) async fn credentials(
     ctx: &Context,
+    pool: &CodaLabWorkerPool,
     namespace: &str,
-    name: &str,
-) -> Result<Credentials, String> {
+) -> Result<Credentials, Problem> {
+    let server = &pool.spec.server;
+    let name = &pool.spec.credentials_secret;
+    if let Err(why) = ctx.allowed_servers.check(server) {
+        return Err(refuse(ctx, pool, "ServerNotAllowed", why).await);
+    }
+    let unavailable = |message: String| Problem {
+        reason: "CredentialsUnavailable",
+        message,
+    };
     let secrets: Api<SecretObject> = Api::namespaced(ctx.client.clone(), namespace);
     let secret = secrets
         .get(name)
         .await
-        .map_err(|e| format!("credentials Secret `{name}`: {e}"))?;
+        .map_err(|e| unavailable(format!("credentials Secret `{name}`: {e}")))?;
+    if let Err(why) = access::secret_allows(&secret, name, server) {
+        return Err(refuse(ctx, pool, "CredentialsNotAllowed", why).await);
+    }
     let data = secret.data.unwrap_or_default();
     let value = |key: &str| {
         data.get(key)
             .and_then(|v| String::from_utf8(v.0.clone()).ok())
-            .ok_or_else(|| format!("credentials Secret `{name}` has no key `{key}`"))
+            .ok_or_else(|| unavailable(format!("credentials Secret `{name}` has no key `{key}`")))
     };
     Ok(Credentials {
         username: value(codalab_wm_k8s::manifest::keys::CODALAB_USERNAME)?,
         password: Secret::new(value(codalab_wm_k8s::manifest::keys::CODALAB_PASSWORD)?),
     })
+}
+
+/// A refusal to use the pool's credentials: a Warning Event on the pool, and the problem its
+/// Degraded condition shows.
+async fn refuse(
+    ctx: &Context,
+    pool: &CodaLabWorkerPool,
+    reason: &'static str,
+    message: String,
+) -> Problem {
+    ctx.metrics.event(reason);
+    let event = Event {
+        type_: EventType::Warning,
+        reason: reason.to_owned(),
+        note: Some(message.clone()),
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &pool.object_ref(&())).await {
+        tracing::warn!(pool = %pool.name_any(), %error, "cannot record an event");
+    }
+    Problem { reason, message }
 }
 
 /// A logged-in client per server and credentials (kept while they stay the same).
@@ -85,17 +126,45 @@ pub(crate) async fn codalab_client(
         "{}|{namespace}/{}|{}|{password:x}",
         pool.spec.server, pool.spec.credentials_secret, credentials.username
     );
-    let mut clients = ctx.codalab.lock().await;
-    if let Some(client) = clients.get(&key) {
-        return Ok(client.clone());
+    let server = pool.spec.server.clone();
+    ctx.codalab
+        .get_or_login(key, async move {
+            let client =
+                CodaLabClient::with_options(&server, credentials, &ClientOptions::default())
+                    .map_err(|e| e.to_string())?;
+            client.login().await.map_err(|e| e.to_string())?;
+            Ok(Arc::new(client))
+        })
+        .await
+}
+
+/// The logged-in CodaLab clients by key (server, Secret, user, password hash). A login runs
+/// outside the map's lock, in the key's own cell: a server that does not answer stalls only
+/// the pools that use it (and them once at a time), never the other pools.
+#[derive(Debug)]
+pub(crate) struct Clients<T = Arc<CodaLabClient>> {
+    cells: Mutex<HashMap<String, Arc<OnceCell<T>>>>,
+}
+
+impl<T> Default for Clients<T> {
+    fn default() -> Self {
+        Self {
+            cells: Mutex::default(),
+        }
     }
-    let client =
-        CodaLabClient::with_options(&pool.spec.server, credentials, &ClientOptions::default())
-            .map_err(|e| e.to_string())?;
-    client.login().await.map_err(|e| e.to_string())?;
-    let client = Arc::new(client);
-    clients.insert(key, client.clone());
-    Ok(client)
+}
+
+impl<T: Clone> Clients<T> {
+    /// The client of `key`, made by `login` when there is none yet (a failed login is
+    /// retried at the next call).
+    pub(crate) async fn get_or_login(
+        &self,
+        key: String,
+        login: impl Future<Output = Result<T, String>>,
+    ) -> Result<T, String> {
+        let cell = self.cells.lock().await.entry(key).or_default().clone();
+        cell.get_or_try_init(|| login).await.cloned()
+    }
 }
 
 /// The `cl-worker` settings of the pool's workers: the defaults of `[worker]`, its server, its
@@ -105,4 +174,50 @@ pub(crate) fn resolved_worker(pool: &CodaLabWorkerPool, resolved: &ResolvedPool)
     worker.tag = resolved.policy.tag.clone();
     worker.tag_exclusive = resolved.policy.tag_exclusive;
     worker
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A login that never answers (an unreachable server) does not keep another pool's
+    /// login from going through. No server: the logins are futures standing in for them.
+    #[tokio::test]
+    async fn a_login_that_hangs_stalls_only_its_own_key() {
+        let clients: Arc<Clients<u32>> = Arc::default();
+        let (started, hanging) = tokio::sync::oneshot::channel();
+        let slow = clients.clone();
+        let stuck = tokio::spawn(async move {
+            slow.get_or_login("unreachable".into(), async move {
+                let _ = started.send(());
+                std::future::pending::<Result<u32, String>>().await
+            })
+            .await
+        });
+        hanging.await.unwrap();
+        // The bound only turns a stall into a failure; it is not what the test measures.
+        let other = tokio::time::timeout(
+            Duration::from_secs(30),
+            clients.get_or_login("reachable".into(), async { Ok(7) }),
+        )
+        .await
+        .expect("the other pool's login is not stalled by the hanging one");
+        assert_eq!(other, Ok(7));
+        // Kept: the next call does not log in again.
+        let again = clients
+            .get_or_login("reachable".into(), async { Err("logged in again".into()) })
+            .await;
+        assert_eq!(again, Ok(7));
+        // A failed login is not kept.
+        let failed = clients
+            .get_or_login("refused".into(), async { Err("wrong password".into()) })
+            .await;
+        assert_eq!(failed, Err("wrong password".into()));
+        let retried = clients
+            .get_or_login("refused".into(), async { Ok(8) })
+            .await;
+        assert_eq!(retried, Ok(8));
+        stuck.abort();
+    }
 }

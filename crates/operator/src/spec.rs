@@ -39,6 +39,9 @@ pub fn resolve(
     name: &str,
     namespace: &str,
 ) -> Result<ResolvedPool, String> {
+    if let Some(why) = &pool.spec.invalid {
+        return Err(why.clone());
+    }
     let rules = pool_rules(&pool.spec, name)?;
     let kubernetes = kubernetes_config(&pool.spec, name, namespace)?;
     kubernetes.validate().map_err(|e| e.to_string())?;

@@ -10,6 +10,9 @@
 //!   of that venv, unknown fields refused as the API server's strict field validation does), and
 //!   broken samples do not.
 //!
+//! - `deploy/kubernetes/operator-namespaced` (a Role and `--watch-namespace` instead of the
+//!   ClusterRole) renders and validates the same way.
+//!
 //! Without the validator or kubectl the tests skip, and fail under `CI=true`.
 
 use codalab_wm_core::testing::require_service;
@@ -59,16 +62,63 @@ fn the_checked_in_crd_is_the_generated_one() {
 
 #[test]
 fn every_rendered_object_validates_strictly() {
+    let common = [
+        "namespace/codalab-wm",
+        "customresourcedefinition/codalabworkerpools.codalab.org",
+        "serviceaccount/codalab-wm-operator",
+        "role/codalab-wm-operator-leader",
+        "rolebinding/codalab-wm-operator-leader",
+        "deployment/codalab-wm-operator",
+    ];
+    let cluster = [
+        "clusterrole/codalab-wm-operator",
+        "clusterrolebinding/codalab-wm-operator",
+    ];
+    let Some(rendered) = validate(&dir(), &[&common[..], &cluster[..]].concat()) else {
+        return;
+    };
+    // The namespaced variant: a Role instead of the ClusterRole, and --watch-namespace.
+    let namespaced = [
+        "role/codalab-wm-operator",
+        "rolebinding/codalab-wm-operator",
+    ];
+    let confined = repo().join("deploy/kubernetes/operator-namespaced");
+    let only = validate(&confined, &[&common[..], &namespaced[..]].concat()).unwrap();
+    assert!(!only.contains("kind: ClusterRole"), "{only}");
+    assert!(
+        only.contains("- --watch-namespace\n        - codalab-wm\n"),
+        "{only}"
+    );
+
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let broken = rendered.replace("replicas: 2", "replica: 2");
+    std::fs::write(file.path(), broken).unwrap();
+    let output = Command::new(venv().join("kubernetes-validate"))
+        .args(["--strict", "-k", "1.37.0"])
+        .arg(file.path())
+        .output()
+        .unwrap();
+    assert!(
+        !output.status.success(),
+        "an unknown field must fail: {}",
+        text(&output)
+    );
+}
+
+/// Renders the kustomization in `dir` and validates every object strictly; the objects that
+/// pass must be `expected` (plus the sample pool, which has no built-in schema). Returns the
+/// rendered YAML, or `None` when the tools are missing (skipped).
+fn validate(dir: &Path, expected: &[&str]) -> Option<String> {
     let kubectl = Path::new("/usr/bin/kubectl");
     let validator = venv().join("kubernetes-validate");
     if !require_service("kubectl", kubectl.exists())
         || !require_service("k8s-validate", validator.exists())
     {
-        return;
+        return None;
     }
     let rendered = Command::new(kubectl)
         .arg("kustomize")
-        .arg(dir())
+        .arg(dir)
         .output()
         .unwrap();
     assert!(rendered.status.success(), "{}", text(&rendered));
@@ -80,16 +130,6 @@ fn every_rendered_object_validates_strictly() {
         .output()
         .unwrap();
     let report = text(&output);
-    let expected = [
-        "namespace/codalab-wm",
-        "customresourcedefinition/codalabworkerpools.codalab.org",
-        "serviceaccount/codalab-wm-operator",
-        "clusterrole/codalab-wm-operator",
-        "clusterrolebinding/codalab-wm-operator",
-        "role/codalab-wm-operator-leader",
-        "rolebinding/codalab-wm-operator-leader",
-        "deployment/codalab-wm-operator",
-    ];
     for object in expected {
         assert!(
             report.contains(&format!("passed for resource {object} ")),
@@ -101,19 +141,7 @@ fn every_rendered_object_validates_strictly() {
     // The sample pool has no built-in schema: it is checked against the CRD below.
     assert!(report.contains("kind CodaLabWorkerPool"), "{report}");
     assert!(!report.contains("ERROR"), "{report}");
-
-    let broken = rendered_text(&rendered).replace("replicas: 2", "replica: 2");
-    std::fs::write(file.path(), broken).unwrap();
-    let output = Command::new(&validator)
-        .args(["--strict", "-k", "1.37.0"])
-        .arg(file.path())
-        .output()
-        .unwrap();
-    assert!(
-        !output.status.success(),
-        "an unknown field must fail: {}",
-        text(&output)
-    );
+    Some(rendered_text(&rendered))
 }
 
 fn rendered_text(output: &Output) -> String {
@@ -177,6 +205,9 @@ fn the_sample_pool_validates_against_the_crds_schema() {
             "an unknown launch mode",
         ),
         ("#", "credentialsSecret", "a missing required field"),
+        // The API server stores int64: without a maximum this pool would be stored, and no
+        // u32 reads it back (review §5.3).
+        ("max: 5000000000", "max: 4", "an integer beyond u32"),
     ];
     for (replacement, original, what) in breakages {
         let broken = sample.replacen(original, replacement, 1);

@@ -35,8 +35,7 @@ async fn setup(leader: bool) -> (FakeApiServer, Api<CodaLabWorkerPool>, Arc<Cont
             instance: None,
         },
     );
-    // The receiver keeps the value after the sender is gone.
-    let (_, rx) = tokio::sync::watch::channel(leader);
+    let rx = codalab_wm_operator::lease::Leadership::fixed(leader);
     let context = Arc::new(Context::new(
         client.clone(),
         recorder,

@@ -109,7 +109,7 @@ pub(crate) fn json_response<T: serde::Serialize>(code: StatusCode, value: &T) ->
     (code, axum::Json(value)).into_response()
 }
 
-/// Every request lands here: log, fault, delay, kubelet, then route.
+/// Every request lands here: log, fault, hang, delay, kubelet, then route.
 pub(super) async fn handle(
     State(world): State<Arc<Mutex<World>>>,
     method: Method,
@@ -126,8 +126,17 @@ pub(super) async fn handle(
         if let Some(fault) = w.take_fault(&method) {
             return fault_response(fault);
         }
-        w.kubelet_tick();
-        w.delay
+        if w.take_hang(&method, &body) {
+            None
+        } else {
+            w.kubelet_tick();
+            Some(w.delay)
+        }
+    };
+    // A held request is never answered: the client gives up (its timeout), which drops this
+    // future.
+    let Some(delay) = delay else {
+        return std::future::pending().await;
     };
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;

@@ -31,8 +31,8 @@
 //! - hooks playing other clients and the kubelet ([`FakeApiServer::insert_pod`],
 //!   [`FakeApiServer::add_pod`], [`FakeApiServer::set_phase`], [`FakeApiServer::remove_pod`],
 //!   or an automatic kubelet that runs pending pods one request later), injecting faults (any
-//!   status, throttling with `Retry-After`, a garbage body, a slow answer) and reading back
-//!   what was stored and every request served ([`FakeApiServer::requests`],
+//!   status, throttling with `Retry-After`, a garbage body, a slow answer, no answer at all)
+//!   and reading back what was stored and every request served ([`FakeApiServer::requests`],
 //!   [`FakeApiServer::request_count`]).
 //!
 //! The hooks neither go through HTTP nor count as requests.
@@ -251,6 +251,18 @@ impl FakeApiServer {
         self.world().faults.push_back(InjectedFault {
             fault,
             method,
+            remaining: times,
+        });
+    }
+
+    /// Holds the next `times` requests of `method` whose body contains `needle` unanswered,
+    /// as a half-open connection or an overloaded API server does: the request is logged and
+    /// then nothing comes back until the client gives up. E.g. a Lease renew by replica `a`:
+    /// `hang(Method::PUT, r#""holderIdentity":"a""#, usize::MAX)`.
+    pub fn hang(&self, method: Method, needle: &str, times: usize) {
+        self.world().hangs.push(world::Hang {
+            method,
+            needle: needle.to_owned(),
             remaining: times,
         });
     }

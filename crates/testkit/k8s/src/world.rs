@@ -20,6 +20,14 @@ pub(super) struct InjectedFault {
     pub(super) remaining: usize,
 }
 
+/// Requests held unanswered: `method` requests whose body contains `needle`.
+#[derive(Debug)]
+pub(super) struct Hang {
+    pub(super) method: Method,
+    pub(super) needle: String,
+    pub(super) remaining: usize,
+}
+
 /// `(namespace, name)`.
 pub(super) type Key = (String, String);
 
@@ -32,6 +40,7 @@ pub(super) struct World {
     pub(super) next_uid: u64,
     pub(super) faults: VecDeque<InjectedFault>,
     pub(super) delay: Option<Duration>,
+    pub(super) hangs: Vec<Hang>,
     /// Every request, as `METHOD /path?query`.
     pub(super) requests: Vec<String>,
     pub(super) auto_kubelet: bool,
@@ -115,6 +124,23 @@ impl World {
         pod.metadata.resource_version = Some(self.next_rv());
         self.record_pod("DELETED", &pod);
         Some(pod)
+    }
+
+    /// Whether a request of `method` with `body` is to be held unanswered (counting it).
+    pub(super) fn take_hang(&mut self, method: &Method, body: &[u8]) -> bool {
+        let body = String::from_utf8_lossy(body);
+        let Some(index) = self
+            .hangs
+            .iter()
+            .position(|h| h.method == method && body.contains(&h.needle))
+        else {
+            return false;
+        };
+        self.hangs[index].remaining -= 1;
+        if self.hangs[index].remaining == 0 {
+            self.hangs.remove(index);
+        }
+        true
     }
 
     /// Takes the first fault that applies to `method`.
