@@ -15,8 +15,6 @@ mod log_escape;
 mod reload;
 mod run;
 mod setup;
-#[cfg(all(test, feature = "slurm"))]
-mod upstream_slurm;
 
 use anyhow::Result;
 use cli::{Cli, Command};
