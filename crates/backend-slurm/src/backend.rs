@@ -95,6 +95,19 @@ impl SlurmBackend {
             .collect()
     }
 
+    /// The jobs with this manager's name prefix, in `partition` or in any.
+    async fn list(&self, partition: Option<&str>) -> Result<Vec<WorkerJob>> {
+        let mut invocation = Invocation::new(squeue::command(&self.settings.user, partition));
+        invocation.env.push(("TZ".into(), "UTC".into()));
+        let output = self.run("list worker jobs", invocation).await?;
+        let shape = Some(self.worker_shape());
+        let jobs = squeue::parse(&output.stdout, &self.settings.job_name_prefix())?;
+        Ok(jobs
+            .into_iter()
+            .map(|job| WorkerJob { shape, ..job })
+            .collect())
+    }
+
     fn submit_invocation(&self, script: &JobScript) -> Invocation {
         let argv = ["sh", "-c", SUBMIT, "sh", &script.dir, &script.path]
             .map(str::to_owned)
@@ -147,17 +160,12 @@ impl WorkerBackend for SlurmBackend {
         self.settings.worker_shape()
     }
 
+    /// The jobs of this pool: the job-name prefix in the pool's partition. The partition is
+    /// part of the identity: a pool of the same user and job name in another partition is
+    /// another pool, whose jobs are neither counted nor stopped here (`down --partition`).
     #[tracing::instrument(skip(self), fields(backend = BACKEND))]
     async fn get_worker_jobs(&self) -> Result<Vec<WorkerJob>> {
-        let mut invocation = Invocation::new(squeue::command(&self.settings.user));
-        invocation.env.push(("TZ".into(), "UTC".into()));
-        let output = self.run("list worker jobs", invocation).await?;
-        let shape = Some(self.worker_shape());
-        let jobs = squeue::parse(&output.stdout, &self.settings.job_name_prefix())?;
-        Ok(jobs
-            .into_iter()
-            .map(|job| WorkerJob { shape, ..job })
-            .collect())
+        self.list(Some(&self.settings.partition)).await
     }
 
     #[tracing::instrument(skip(self, request), fields(backend = BACKEND, unique = request.unique))]
@@ -212,13 +220,16 @@ impl WorkerBackend for SlurmBackend {
     /// login node).
     #[tracing::instrument(skip(self), fields(backend = BACKEND))]
     async fn cleanup(&self, dry_run: bool) -> Result<Vec<CleanupItem>> {
-        // A dry run lists what `down` removes once it has stopped every live job: the
-        // directories of the jobs running now too.
-        let jobs = if dry_run {
-            Vec::new()
-        } else {
-            self.get_worker_jobs().await?
-        };
+        // Every partition's jobs of this name: the directories are not per partition, and a
+        // job alive in another partition (another pool) keeps its own. A dry run lists what
+        // `down` removes once it has stopped this pool's jobs: their directories too.
+        let mut jobs = self.list(None).await?;
+        if dry_run {
+            let own: Vec<String> = (self.get_worker_jobs().await?.into_iter())
+                .map(|j| j.id)
+                .collect();
+            jobs.retain(|j| !own.contains(&j.id));
+        }
         let base = self.settings.config.slurm_work_dir.to_string_lossy();
         let base = base.trim_end_matches('/');
         let listing = self

@@ -4,6 +4,7 @@
 //! into; [`SlurmConfig::validate`] checks it once and resolves the defaults that depend on the
 //! machine (the current user), giving the [`Settings`] the backend runs with.
 
+use codalab_wm_core::command::{MAX_CHECKIN_ID_LEN, checkin_id};
 use codalab_wm_core::{Error, Result, WorkerShape};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -129,6 +130,29 @@ impl Settings {
         format!("{}-{}-", self.user, self.config.job_name)
     }
 
+    /// Refuses a user and job name whose workers' check-in ids (`host-<user>-<job_name>-<32
+    /// hex>`) the server cannot keep: such a worker never matches its job.
+    fn check_worker_id_length(&self) -> Result<()> {
+        let worker_id = format!(
+            "{}{}",
+            self.job_name_prefix(),
+            codalab_wm_core::backend::new_unique()
+        );
+        let len = checkin_id(&worker_id).len();
+        let Some(over) = len.checked_sub(MAX_CHECKIN_ID_LEN).filter(|o| *o > 0) else {
+            return Ok(());
+        };
+        let job_name = &self.config.job_name;
+        let why = format!(
+            "with user {:?} makes worker ids of {len} characters (`host-<user>-<job_name>-<32 \
+             hex>`), over the {MAX_CHECKIN_ID_LEN} the CodaLab server keeps (the worker would \
+             never be matched): shorten --job-name to at most {} characters",
+            self.user,
+            job_name.len().saturating_sub(over)
+        );
+        Err(invalid("job_name", job_name, &why))
+    }
+
     /// The resources of one worker job.
     pub fn worker_shape(&self) -> WorkerShape {
         WorkerShape::from_flags(self.config.cpus, self.config.gpus, self.config.memory_mb)
@@ -248,12 +272,14 @@ impl SlurmConfig {
             })?,
         };
         check_word("user", &user)?;
-        Ok(Settings {
+        let settings = Settings {
             config: self.clone(),
             partition,
             user,
             target,
-        })
+        };
+        settings.check_worker_id_length()?;
+        Ok(settings)
     }
 
     fn target(&self) -> Result<Target> {
@@ -367,6 +393,31 @@ mod tests {
         assert_eq!(settings.target, Target::Local);
         assert_eq!(settings.job_name_prefix(), "alice-codalab-slurm-worker-");
         assert_eq!(settings.worker_shape(), WorkerShape::from_flags(1, 1, 2048));
+    }
+
+    /// The server keeps worker ids of 127 characters (#28 item 5): `host-alice-` (11), the
+    /// job name, `-` and 32 hex digits; so 83 characters of job name fit and 84 do not.
+    #[test]
+    fn worker_ids_over_127_characters_are_refused() {
+        let named = |len: usize| SlurmConfig {
+            job_name: "j".repeat(len),
+            ..config()
+        };
+        assert!(named(83).validate().is_ok());
+        let err = named(84).validate().unwrap_err().to_string();
+        assert!(err.contains("slurm_batch `job_name` = \"jjj"), "{err}");
+        assert!(
+            err.contains("with user \"alice\" makes worker ids of 128 characters"),
+            "{err}"
+        );
+        assert!(
+            err.contains("over the 127 the CodaLab server keeps"),
+            "{err}"
+        );
+        assert!(
+            err.contains("shorten --job-name to at most 83 characters"),
+            "{err}"
+        );
     }
 
     #[test]

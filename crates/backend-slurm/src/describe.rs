@@ -131,6 +131,22 @@ mod tests {
         assert_eq!(value("slurm_work_dir"), "/scratch");
     }
 
+    /// The subcommand also carries the manager's `--password-file` (id `password_file`, the
+    /// name of a field that is no flag of ours): given, it is not this table's key, so that
+    /// its unset value cannot hide the global file the placement passes on (#28 item 14).
+    #[test]
+    fn the_managers_password_file_flag_is_not_a_table_key() {
+        let command = KIND
+            .command()
+            .arg(clap::Arg::new("password_file").long("password-file"));
+        let matches = command
+            .no_binary_name(true)
+            .try_get_matches_from(["--password-file", "/pw", "--cpus", "2"])
+            .unwrap();
+        let given = KIND.given_flags(&matches).unwrap();
+        assert_eq!(given, serde_json::json!({"cpus": 2}));
+    }
+
     #[test]
     fn partition_is_required_and_bad_keys_are_named() {
         let error = read("", &["--cpus", "2"]).unwrap_err().to_string();

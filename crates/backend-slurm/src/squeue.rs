@@ -1,8 +1,9 @@
 //! The one `squeue` call per tick and the parsing of its output.
 //!
-//! `squeue --noheader --states=all --user=USER --format=%i|%j|%T|%r|%V` lists every job of
-//! the user that the controller still knows (finished ones for `MinJobAge` seconds), one line
-//! each: id, name, state, reason, submit time. Whatever the number of jobs, one call.
+//! `squeue --noheader --states=all --user=USER [--partition=P] --format=%i|%j|%T|%r|%V` lists
+//! every job of the user (in the pool's partition) that the controller still knows (finished
+//! ones for `MinJobAge` seconds), one line each: id, name, state, reason, submit time.
+//! Whatever the number of jobs, one call.
 
 use codalab_wm_core::{Error, JobState, Result, WorkerJob};
 use std::time::{Duration, SystemTime};
@@ -10,18 +11,18 @@ use std::time::{Duration, SystemTime};
 /// The `--format` of the listing: id, name, state, reason, submit time.
 pub const FORMAT: &str = "%i|%j|%T|%r|%V";
 
-/// The `squeue` argv listing every job of `user`. Run it with `TZ=UTC` so that submit times
-/// (printed without an offset) are UTC.
-pub fn command(user: &str) -> Vec<String> {
-    [
-        "squeue",
-        "--noheader",
-        "--states=all",
-        &format!("--user={user}"),
-        &format!("--format={FORMAT}"),
-    ]
-    .map(str::to_owned)
-    .to_vec()
+/// The `squeue` argv listing every job of `user`, only those in `partition` when one is
+/// given. Run it with `TZ=UTC` so that submit times (printed without an offset) are UTC.
+pub fn command(user: &str, partition: Option<&str>) -> Vec<String> {
+    let mut argv: Vec<String> = ["squeue", "--noheader", "--states=all"]
+        .map(str::to_owned)
+        .to_vec();
+    argv.push(format!("--user={user}"));
+    if let Some(partition) = partition {
+        argv.push(format!("--partition={partition}"));
+    }
+    argv.push(format!("--format={FORMAT}"));
+    argv
 }
 
 /// What a Slurm job state means to the manager.
@@ -250,8 +251,12 @@ mod tests {
     #[test]
     fn one_command_for_all_jobs() {
         assert_eq!(
-            command("alice").join(" "),
+            command("alice", None).join(" "),
             "squeue --noheader --states=all --user=alice --format=%i|%j|%T|%r|%V"
+        );
+        assert_eq!(
+            command("alice", Some("cpu")).join(" "),
+            "squeue --noheader --states=all --user=alice --partition=cpu --format=%i|%j|%T|%r|%V"
         );
     }
 }

@@ -200,6 +200,15 @@ fn each_kind_of_problem_is_reported_at_its_line() {
             "missing: [slurm_batch]: slurm-batch needs --partition",
         ),
         (
+            "worker ids over the server's 127 characters",
+            &format!(
+                "backend = \"slurm-batch\"\n[slurm_batch]\npartition = \"cpu\"\nuser = \"alice\"\njob_name = \"{}\"\n",
+                "j".repeat(84)
+            ),
+            5,
+            "makes worker ids of 128 characters",
+        ),
+        (
             "missing azure keys",
             "[azure_batch]\naccount_name = \"a\"\n",
             1,

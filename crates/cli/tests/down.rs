@@ -73,11 +73,20 @@ impl Scratch {
     }
 
     fn backend(&self) -> SlurmBackend {
+        self.backend_in("cpu")
+    }
+
+    /// The backend with the same identity but for `partition`.
+    fn backend_in(&self, partition: &str) -> SlurmBackend {
         let credentials = Credentials {
             username: "codalab-test".into(),
             password: Secret::new("not-a-real-password"),
         };
-        SlurmBackend::new(&self.config, Some(credentials)).unwrap()
+        let config = SlurmConfig {
+            partition: Some(partition.into()),
+            ..self.config.clone()
+        };
+        SlurmBackend::new(&config, Some(credentials)).unwrap()
     }
 
     async fn launch(&self, backend: &SlurmBackend, executable: &str) -> WorkerJob {
@@ -291,6 +300,56 @@ async fn down_stops_every_owned_job_and_removes_finished_scratch_dirs() {
     assert!(
         stdout.contains("stopped 0 job(s), removed 0 resource(s)"),
         "{stdout}"
+    );
+}
+
+/// The state squeue shows for job `id` (empty once it is gone).
+fn squeue_state(id: &str) -> String {
+    let out = Command::new("squeue")
+        .args(["-h", "--states=all", "-o", "%T", "-j", id])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// `down slurm-batch --partition cpu` stops this identity's jobs in partition cpu only: the
+/// same user and job name in partition gpu is another pool's (#28 item 6), and its scratch
+/// directory stays while it runs. Real Slurm: partitions cpu and gpu of the test cluster.
+#[tokio::test(flavor = "multi_thread")]
+async fn down_with_a_partition_stops_only_that_partitions_jobs() {
+    if !slurm_available() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let (cpu, gpu) = (scratch.backend_in("cpu"), scratch.backend_in("gpu"));
+    let mine = scratch.launch(&cpu, "stand-in").await;
+    let other = scratch.launch(&gpu, "stand-in").await;
+    for (backend, job) in [(&cpu, &mine), (&gpu, &other)] {
+        wait_for_job(backend, &job.id, polling(), "submitted", |j| {
+            j.is_some_and(|j| j.state.is_capacity())
+        })
+        .await
+        .unwrap();
+    }
+    let out = down(&scratch.flags(), scratch.dir.path());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!("{} ({})", mine.id, mine.name)),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(&other.name), "{stdout}");
+    assert!(stdout.contains("stopped 1 job(s)"), "{stdout}");
+    let state = squeue_state(&other.id);
+    assert!(
+        state == "RUNNING" || state == "PENDING",
+        "the gpu partition's job is {state:?} after down --partition cpu\n{stdout}"
+    );
+    let other_dir = scratch.config.slurm_work_dir.join(&other.name);
+    assert!(
+        other_dir.is_dir(),
+        "the running job's scratch dir was removed"
     );
 }
 

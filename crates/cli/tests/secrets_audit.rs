@@ -418,29 +418,26 @@ async fn slurm_submission_keeps_secrets_out_of_script_and_logs() {
         let worker = stand_in(dir.path());
         let work = dir.path().join("slurm");
         let job_name = format!("audit{}{}", std::process::id(), u8::from(with_file));
-        let mut global = vec!["--worker-executable", worker.to_str().unwrap()];
+        let global = ["--worker-executable", worker.to_str().unwrap()];
+        let mut backend = vec![
+            "slurm-batch",
+            "--partition",
+            "cpu",
+            "--gpus",
+            "0",
+            "--memory-mb",
+            "64",
+            "--job-name",
+            &job_name,
+            "--slurm-work-dir",
+            work.to_str().unwrap(),
+        ];
         if with_file {
-            global.extend(["--password-file", file.to_str().unwrap()]);
+            // Where upstream documents it: after the backend name (#28 item 14).
+            backend.extend(["--password-file", file.to_str().unwrap()]);
         }
-        let output = run_manager(
-            &server,
-            &global,
-            &[
-                "slurm-batch",
-                "--partition",
-                "cpu",
-                "--gpus",
-                "0",
-                "--memory-mb",
-                "64",
-                "--job-name",
-                &job_name,
-                "--slurm-work-dir",
-                work.to_str().unwrap(),
-            ],
-            (!with_file).then_some(PASSWORD),
-        )
-        .await;
+        let output =
+            run_manager(&server, &global, &backend, (!with_file).then_some(PASSWORD)).await;
         cancel_slurm_jobs(&job_name);
         let all = text(&output);
         assert!(output.status.success(), "{all}");

@@ -65,6 +65,16 @@ impl Default for WorkerOptions {
     }
 }
 
+/// The longest worker id the server keeps: its `worker.worker_id` column is `String(127)`
+/// (CodaLab 1.7.5, `tables.py`). A longer id is refused (strict SQL) or cut (lax), so the
+/// worker never matches its job.
+pub const MAX_CHECKIN_ID_LEN: usize = 127;
+
+/// The id worker `worker_id` checks in with (`cl-worker --id`), as upstream: `host-<id>`.
+pub fn checkin_id(worker_id: &str) -> String {
+    format!("host-{worker_id}")
+}
+
 impl WorkerOptions {
     /// These options for workers of `server`.
     pub fn for_server(&self, server: &str) -> WorkerOptions {
@@ -89,7 +99,7 @@ impl WorkerOptions {
             "--work-dir".into(),
             work_dir.to_owned(),
             "--id".into(),
-            format!("host-{worker_id}"),
+            checkin_id(worker_id),
             "--network-prefix".into(),
             format!("cl_worker_{worker_id}_network"),
         ];

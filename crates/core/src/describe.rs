@@ -218,10 +218,15 @@ impl<C: BackendConfig> BackendKind for Kind<C> {
         let Value::Object(all) = serde_json::to_value(&config).unwrap_or_default() else {
             return Ok(Value::Object(Map::new()));
         };
+        // Only `C`'s own flags: the subcommand also carries the manager's process flags, and
+        // one of those may share a field's name (`--password-file` and a skipped
+        // `password_file`), whose unset value would then hide the placement's default.
+        let own = C::augment_args(clap::Command::new(C::NAME));
         let given: Map<String, Value> = all
             .into_iter()
             .filter(|(key, _)| {
-                matches.ids().any(|id| id.as_str() == key)
+                own.get_arguments().any(|arg| arg.get_id().as_str() == key)
+                    && matches.ids().any(|id| id.as_str() == key)
                     && matches!(
                         matches.value_source(key),
                         Some(ValueSource::CommandLine | ValueSource::EnvVariable)

@@ -84,6 +84,8 @@ pub(crate) struct PoolRuntime {
     pub usage_saved_at: Option<Duration>,
     /// Jobs a rule would stop but may not, already said (see `act.rs`).
     pub kept_noted: FxHashSet<String>,
+    /// Listed jobs this manager did not launch, already said (`note_foreign`).
+    pub foreign_noted: FxHashSet<String>,
 }
 
 /// What a new listing showed, besides the observation.
@@ -102,6 +104,7 @@ impl PoolRuntime {
             record,
             usage_saved_at: None,
             kept_noted: FxHashSet::default(),
+            foreign_noted: FxHashSet::default(),
             pool,
             last_launch: None,
             health: PoolHealth::default(),
@@ -184,6 +187,7 @@ impl PoolRuntime {
         self.checkins.retain(&listed);
         self.record.forget_gone(&jobs);
         self.kept_noted.retain(|id| live.contains(id.as_str()));
+        self.foreign_noted.retain(|id| live.contains(id.as_str()));
         self.pending_since
             .retain(|id, _| live.contains(id.as_str()));
         let mut news = ListingNews::default();
@@ -191,6 +195,7 @@ impl PoolRuntime {
             if job.state.is_capacity() && self.record.checked_in(job) {
                 self.checkins.note_checked_in_before(&job.id);
             }
+            self.note_foreign(job);
             match job.state {
                 JobState::Pending => {
                     if !self.pending_since.contains_key(&job.id) {
@@ -234,6 +239,31 @@ impl PoolRuntime {
         self.failed_listed = jobs.iter().filter(|j| j.state == JobState::Failed).count();
         self.listed = jobs;
         news
+    }
+
+    /// Says once per job that a pending or running job listed under this pool's identity
+    /// was not launched by this manager: it counts toward `max` (so this pool launches fewer)
+    /// and no rule stops it. Most often another deployment shares the identity (a staging
+    /// and a production manager with Slurm's default job name, say), or the job predates
+    /// the launch record.
+    fn note_foreign(&mut self, job: &WorkerJob) {
+        if !job.state.is_capacity()
+            || self.record.holds(job)
+            || !self.foreign_noted.insert(job.id.clone())
+        {
+            return;
+        }
+        tracing::warn!(
+            pool = self.name(),
+            job = %job.id,
+            name = %job.name,
+            "job {} ({}) is listed under this pool's identity but this manager did not launch \
+             it: it counts toward max and no rule stops it. If another deployment (another \
+             server or account) shares the identity, give each its own (Slurm: --job-name; \
+             else the backend's manager id)",
+            job.id,
+            job.name
+        );
     }
 
     /// Whether an ended job ended before its worker was ever ready: this manager launched it
