@@ -1,6 +1,7 @@
 """Captures what upstream's own `cl-worker-manager … slurm-batch` (codalab-worksheets v1.7.5,
 `codalab/worker_manager/{main,worker_manager,slurm_batch_worker_manager}.py`, unmodified)
-writes for a few command lines: the argv is parsed by upstream's `main()` and the job script
+writes for a few command lines (only the facts the test compares: the #SBATCH lines, the srun
+line and whether the credentials check is there): the argv is parsed by upstream's `main()` and the job script
 is built by its `SlurmBatchWorkerManager`; nothing is submitted.
 
     git -C <codalab-worksheets checkout> archive v1.7.5 codalab/worker_manager | tar -x -C SRC
@@ -79,6 +80,17 @@ def install_stubs():
         stub('codalab.worker_manager.' + module, **{cls: type(cls, (OtherBackend,), {'NAME': name})})
 
 
+def facts(script):
+    """What the test compares, and only that (the scripts themselves are not kept): the
+    #SBATCH lines, the srun line, whether the script checks the credentials' variables."""
+    lines = script.splitlines()
+    return {
+        'sbatch': [line for line in lines if line.startswith('#SBATCH')],
+        'srun': [line for line in lines if 'srun' in line][-1],
+        'checks_credentials': 'CODALAB_PASSWORD' in script,
+    }
+
+
 def capture(src):
     sys.path.insert(0, src)
     install_stubs()
@@ -113,7 +125,7 @@ def capture(src):
             sys.argv = ['cl-worker-manager'] + argv
             captured.clear()
             upstream_main.main()
-            out['captures'].append({'name': name, 'argv': argv, 'script': captured['script']})
+            out['captures'].append({'name': name, 'argv': argv, **facts(captured['script'])})
     # The stubs' password must not outlive this run.
     os.environ.pop('CODALAB_PASSWORD', None)
     return out
