@@ -43,6 +43,9 @@ impl Layers {
         settings
             .check_budgets_and_notify()
             .map_err(Error::InvalidConfig)?;
+        settings
+            .check_listen_hosts()
+            .map_err(Error::InvalidConfig)?;
         Ok(settings)
     }
 

@@ -300,6 +300,7 @@ impl<'t> Checker<'t> {
         for checked in [
             settings.check_durations(),
             settings.check_budgets_and_notify(),
+            settings.check_listen_hosts(),
         ] {
             if let Err(message) = checked {
                 let line = self.mentioned_line(place, &message);
