@@ -161,6 +161,11 @@ pub struct ProcessArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<std::net::SocketAddr>,
 
+    /// Host names the --listen server answers besides IP addresses and localhost (comma-separated, no port), against DNS rebinding [default: on a loopback address, none; on another, any]
+    #[arg(long = "listen-hosts", value_name = "HOST", value_delimiter = ',')]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen_hosts: Option<Vec<String>>,
+
     /// Directory of the launch records: which jobs this manager launched (it stops no other), which checked in, the budget's day; keep it across restarts [default: $XDG_STATE_HOME/codalab-wm/records or ~/.local/state/codalab-wm/records]
     #[arg(long = "record-dir", value_name = "DIR", value_hint = ValueHint::DirPath)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -179,6 +184,7 @@ impl ProcessArgs {
             insecure_skip_tls_verify,
             log_format,
             listen,
+            listen_hosts,
             verbose,
             record_dir,
         } = later;
@@ -190,6 +196,7 @@ impl ProcessArgs {
         self.insecure_skip_tls_verify |= insecure_skip_tls_verify;
         self.log_format = log_format.or(self.log_format);
         self.listen = listen.or(self.listen);
+        self.listen_hosts = listen_hosts.or(self.listen_hosts.take());
         self.record_dir = record_dir.or(self.record_dir.take());
         self.verbose |= verbose;
     }

@@ -11,11 +11,13 @@
 
 use anyhow::{Context, Result};
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use codalab_wm_core::dashboard::{self, History, Page};
+use codalab_wm_core::listen::{HostRule, Limits};
 use codalab_wm_core::manager::status::Status;
 use codalab_wm_core::metrics::health::Health;
 use codalab_wm_core::metrics::{Metrics, StatusExporter, enable_metrics};
@@ -24,6 +26,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+
+mod serve;
 
 /// What the server knows: the last snapshot, the health rule, what of the snapshots the
 /// metrics already have, and the dashboard's history of them.
@@ -98,9 +102,15 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
     Ok(listener)
 }
 
-/// Serves `/`, `/metrics`, `/healthz` and `/status` on `listener` and follows the manager's
-/// snapshots, until the runtime ends.
-pub fn spawn(listener: TcpListener, mut snapshots: watch::Receiver<Status>, sleep_time: Duration) {
+/// Serves `/`, `/metrics`, `/healthz` and `/status` on `listener` to requests that name a
+/// host `--listen-hosts` allows (`listen_hosts`), within [`Limits::DEFAULT`], and
+/// follows the manager's snapshots, until the runtime ends.
+pub fn spawn(
+    listener: TcpListener,
+    listen_hosts: &[String],
+    mut snapshots: watch::Receiver<Status>,
+    sleep_time: Duration,
+) {
     let shared = Arc::new(Shared::new(enable_metrics(), sleep_time));
     let follower = shared.clone();
     tokio::spawn(async move {
@@ -112,20 +122,37 @@ pub fn spawn(listener: TcpListener, mut snapshots: watch::Receiver<Status>, slee
             }
         }
     });
+    let bound = listener.local_addr().map(|addr| addr.ip());
+    let rule = HostRule::new(bound.unwrap_or([127, 0, 0, 1].into()), listen_hosts);
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "serving /metrics, /healthz, /status and the dashboard at /");
     }
-    let app = Router::new()
+    let app = router(shared, rule);
+    tokio::spawn(serve::serve(listener, app, Limits::DEFAULT));
+}
+
+/// The endpoints, behind the `Host` check.
+fn router(shared: Arc<Shared>, rule: HostRule) -> Router {
+    Router::new()
         .route("/", get(page))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/status", get(status))
-        .with_state(shared);
-    tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, app).await {
-            tracing::error!(%error, "the --listen server stopped");
-        }
-    });
+        .with_state(shared)
+        .layer(axum::middleware::from_fn_with_state(Arc::new(rule), hosts))
+}
+
+/// Answers 421 and one line to a request whose `Host` the rule refuses.
+async fn hosts(State(rule): State<Arc<HostRule>>, request: Request, next: Next) -> Response {
+    let host = (request.headers().get(header::HOST)).map(|v| v.to_str().unwrap_or("(not text)"));
+    if rule.allows(host) {
+        return next.run(request).await;
+    }
+    let shown: String = host.unwrap_or_default().chars().take(100).collect();
+    let text = format!(
+        "Host {shown:?} is not served here: name this server by an IP address, localhost or a name of --listen-hosts\n"
+    );
+    (StatusCode::MISDIRECTED_REQUEST, text).into_response()
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
@@ -160,92 +187,4 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use codalab_wm_core::manager::status::Counter as StatusCounter;
-
-    fn shared(metrics: &'static Metrics) -> Shared {
-        Shared::new(metrics, Duration::from_secs(5))
-    }
-
-    fn launches(value: u64) -> StatusCounter {
-        StatusCounter {
-            metric: "launches",
-            pool: "cpu".into(),
-            label: "started".into(),
-            value,
-        }
-    }
-
-    #[test]
-    fn counters_follow_the_running_totals_and_health_the_last_success() {
-        let metrics: &'static Metrics = Box::leak(Box::default());
-        let shared = shared(metrics);
-        let t0 = Instant::now();
-        assert_eq!(shared.health(t0).0, StatusCode::SERVICE_UNAVAILABLE);
-        let first = Status {
-            ticks: 1,
-            staged: 4,
-            counters: vec![launches(2)],
-            ..Status::default()
-        };
-        shared.observe(first.clone(), t0);
-        shared.observe(first, t0); // the same tick again: nothing counted twice
-        shared.observe(
-            Status {
-                ticks: 2,
-                staged: 3,
-                counters: vec![launches(3)],
-                ..Status::default()
-            },
-            t0,
-        );
-        let text = metrics.render().unwrap();
-        assert!(
-            text.contains(r#"codalab_wm_launches_total{pool="cpu",result="started"} 3"#),
-            "{text}"
-        );
-        assert!(text.contains("codalab_wm_staged_bundles 3"), "{text}");
-        assert!(
-            text.contains("codalab_wm_tick_duration_seconds_count 2"),
-            "{text}"
-        );
-        assert_eq!(shared.health(t0).0, StatusCode::OK);
-        shared.observe(
-            Status {
-                ticks: 3,
-                last_error: Some("codalab server unreachable".into()),
-                counters: vec![launches(3)],
-                ..Status::default()
-            },
-            t0,
-        );
-        let (code, body) = shared.health(t0 + Duration::from_secs(47));
-        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(
-            body,
-            "last successful tick 47 s ago (limit 15 s): codalab server unreachable\n"
-        );
-    }
-
-    #[tokio::test]
-    async fn the_dashboard_is_html_of_the_last_snapshot_and_its_history() {
-        let metrics: &'static Metrics = Box::leak(Box::default());
-        let shared = Arc::new(shared(metrics));
-        for ticks in 1..=2 {
-            let status = Status {
-                ticks,
-                uptime_seconds: 60 * ticks,
-                staged: 7,
-                counters: vec![launches(ticks)],
-                ..Status::default()
-            };
-            shared.observe(status, Instant::now());
-        }
-        let reply = page(State(shared.clone())).await;
-        assert_eq!(reply.headers()[header::CONTENT_TYPE], HTML);
-        let html = shared.dashboard(0);
-        assert!(html.contains(r#"<b data-field="staged">7</b>"#), "{html}");
-        assert_eq!(shared.view().history.buckets().len(), 2, "{html}");
-    }
-}
+mod tests;

@@ -177,6 +177,7 @@ fn fixed_settings(old: &Settings, new: &Settings) -> Result<()> {
         "once",
         "backend",
         "listen",
+        "listen_hosts",
     ] {
         let (was, is) = (a.get(key), b.get(key));
         if was != is {

@@ -21,6 +21,7 @@ pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<
     let layers = layers(&global, backend.as_ref());
     let settings = settings(&layers)?;
     init_logging(settings.verbose, settings.log_format);
+    crate::setup::raise_open_files_limit();
     let listener = match settings.listen {
         Some(addr) => Some(crate::http::bind(addr).await?),
         None => None,
@@ -37,7 +38,8 @@ pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<
     }
     if let Some(listener) = listener {
         let sleep_time = Duration::from_secs(settings.sleep_time);
-        crate::http::spawn(listener, manager.subscribe_status(), sleep_time);
+        let snapshots = manager.subscribe_status();
+        crate::http::spawn(listener, &settings.listen_hosts, snapshots, sleep_time);
     }
     let shutdown = shutdown_signal()?;
     let outcome = match manager.run(settings.once, shutdown).await {

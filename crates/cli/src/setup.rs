@@ -160,3 +160,26 @@ pub fn init_logging(verbose: bool, format: LogFormat) {
             .try_init(),
     };
 }
+
+/// Raises the soft limit of open files to the hard one (systemd and most shells start at
+/// 1024), so that the manager's own steps (the server, the state dir, the workers it starts)
+/// run out of descriptors only where the system would.
+pub fn raise_open_files_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current == limit.maximum {
+        return;
+    }
+    let raised = Rlimit {
+        current: limit.maximum,
+        ..limit
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => {
+            tracing::debug!(from = ?limit.current, to = ?limit.maximum, "raised the soft limit of open files to the hard one")
+        }
+        Err(error) => {
+            tracing::warn!(%error, soft = ?limit.current, hard = ?limit.maximum, "cannot raise the soft limit of open files")
+        }
+    }
+}

@@ -233,6 +233,12 @@ fn each_kind_of_problem_is_reported_at_its_line() {
             "invalid: `backend` = \"slurm\" is not a backend",
         ),
         (
+            "listen host with a port",
+            "backend = \"local\"\nlisten = \"0.0.0.0:9464\"\nlisten_hosts = [\"wm.example.org:9464\"]\n",
+            3,
+            "invalid: `listen_hosts` (--listen-hosts): \"wm.example.org:9464\" is not a host name",
+        ),
+        (
             "pool sub-table of another backend",
             "[[pools]]\nname = \"p\"\nbackend = \"local\"\n[pools.slurm_batch]\npartition = \"cpu\"\n",
             4,

@@ -21,6 +21,8 @@
 //! - [`metrics`]: the Prometheus metrics of the manager and its backends' calls;
 //! - [`dashboard`]: the page of `--listen`'s `/`, HTML and SVG rendered from the status
 //!   snapshots, and the bounded history of them it charts;
+//! - [`listen`]: what `--listen`'s server promises: the bounds of its connections and the
+//!   `Host` names it answers;
 //! - [`local`] (feature `local`): a backend that runs workers as local processes.
 //!
 //! ## Embedding the manager with your own backend
@@ -78,6 +80,7 @@ pub mod describe;
 pub mod error;
 pub mod events;
 pub mod layout;
+pub mod listen;
 #[cfg(feature = "local")]
 pub mod local;
 pub mod manager;

@@ -5,7 +5,7 @@
 //! [[notify]]
 //! url = "https://hooks.slack.com/services/T000/B000/XXXX"   # a secret: never logged
 //! events = ["launch_failed", "pool_backing_off", "budget_reached", "server_unreachable"]
-//! format = "slack"    # {"text": "..."}; "raw" posts the event itself
+//! format = "slack"    # {"text": "..."} (mrkdwn-escaped); "raw" posts the event itself
 //! ```
 //!
 //! Delivery never blocks the manager: [`spawn`] follows the manager's event stream, and each
@@ -34,8 +34,8 @@ pub struct NotifySettings {
     /// The event codes to send (`worker_launched`, `launch_failed` …); empty: every event.
     #[serde(default)]
     pub events: Vec<String>,
-    /// The body: `slack` (`{"text": "…"}`, also what Mattermost and Teams' Slack-compatible
-    /// hooks take) or `raw` (the event as `/status` shows it).
+    /// The body: `slack` (`{"text": "…"}`, mrkdwn-escaped, also what Mattermost and Teams'
+    /// Slack-compatible hooks take) or `raw` (the event as `/status` shows it).
     #[serde(default)]
     pub format: NotifyFormat,
 }
@@ -106,9 +106,26 @@ pub fn body(format: NotifyFormat, event: &Event) -> serde_json::Value {
                 Severity::Warning => ":warning: ",
                 Severity::Info => "",
             };
-            serde_json::json!({ "text": format!("{mark}codalab-wm: {}", event.message) })
+            let text = slack_escape(&event.message);
+            serde_json::json!({ "text": format!("{mark}codalab-wm: {text}") })
         }
     }
+}
+
+/// `text` as Slack mrkdwn shows it literally: `&`, `<` and `>` escaped as Slack documents
+/// ("Escaping text"), so that a message quoting a server's error line cannot ping a channel
+/// (`<!channel>`) or show a link under a text of its choice (`<https://a|b>`).
+fn slack_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => escaped.push_str("&amp;"),
+            '<' => escaped.push_str("&lt;"),
+            '>' => escaped.push_str("&gt;"),
+            c => escaped.push(c),
+        }
+    }
+    escaped
 }
 
 /// How often and how patiently a call is tried.

@@ -104,3 +104,40 @@ fn every_event_code_is_listed_once() {
         assert!(EventKind::CODES.contains(&kind.code()), "{}", kind.code());
     }
 }
+
+/// Pure: the body the webhook task would POST (no receiver needed), for the one event that
+/// quotes outside text, a server's error line.
+#[test]
+fn slack_text_escapes_what_slack_would_read_as_a_ping_or_a_link() {
+    let cases = [
+        (
+            "Error <!channel> re-login",
+            "Error &lt;!channel&gt; re-login",
+        ),
+        (
+            "re-login at <https://evil.example|https://worksheets.codalab.org>",
+            "re-login at &lt;https://evil.example|https://worksheets.codalab.org&gt;",
+        ),
+        (
+            "<@U024BE7LH> and <#C024BE7LR>",
+            "&lt;@U024BE7LH&gt; and &lt;#C024BE7LR&gt;",
+        ),
+        ("a && b; 1 < 2 > 0", "a &amp;&amp; b; 1 &lt; 2 &gt; 0"),
+        ("already &lt; escaped", "already &amp;lt; escaped"),
+        ("plain text", "plain text"),
+    ];
+    for (error, want) in cases {
+        let unreachable = event(EventKind::ServerUnreachable {
+            error: error.into(),
+        });
+        let text = body(NotifyFormat::Slack, &unreachable)["text"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(text.ends_with(want), "{error:?} became {text:?}");
+        assert!(!text.contains('<') && !text.contains('>'), "{text:?}");
+        // The raw format is JSON for programs, not Slack mrkdwn: the message as it is.
+        let raw = body(NotifyFormat::Raw, &unreachable);
+        assert!(raw["message"].as_str().unwrap().contains(error), "{raw}");
+    }
+}

@@ -46,6 +46,9 @@ impl Layers {
         settings
             .check_search_request()
             .map_err(Error::InvalidConfig)?;
+        settings
+            .check_listen_hosts()
+            .map_err(Error::InvalidConfig)?;
         Ok(settings)
     }
 

@@ -105,6 +105,11 @@ pub struct Settings {
     /// Serve `/metrics`, `/healthz`, `/status` and the dashboard at `/` on this address
     /// (`--listen`); off when unset.
     pub listen: Option<std::net::SocketAddr>,
+    /// Host names (no port) the `--listen` server answers besides IP addresses and
+    /// `localhost` (`--listen-hosts`), against DNS rebinding; empty: any name on a
+    /// non-loopback address, none on a loopback one ([`crate::listen::HostRule`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listen_hosts: Vec<String>,
     /// Where the manager keeps each pool's launch record (which jobs it launched, which
     /// checked in, the budget's day) across restarts (`--record-dir`); unset:
     /// `records` in [`default_state_dir`].
@@ -155,6 +160,7 @@ impl Default for Settings {
             insecure_skip_tls_verify: false,
             log_format: LogFormat::Text,
             listen: None,
+            listen_hosts: Vec::new(),
             record_dir: None,
             launch_mode: LaunchMode::Compat,
             max_launches_per_tick: 1,
@@ -180,6 +186,18 @@ impl Settings {
     /// [`default_state_dir`].
     pub fn record_dir(&self) -> PathBuf {
         (self.record_dir.clone()).unwrap_or_else(|| default_state_dir().join("records"))
+    }
+
+    /// Each of `listen_hosts` is a host name ([`crate::listen::is_host_name`]); the error
+    /// names the first that is not.
+    pub fn check_listen_hosts(&self) -> Result<(), String> {
+        let bad = |name: &&String| !crate::listen::is_host_name(name);
+        match self.listen_hosts.iter().find(bad) {
+            Some(name) => Err(format!(
+                "`listen_hosts` (--listen-hosts): {name:?} is not a host name; give names without port or scheme, e.g. wm.example.org"
+            )),
+            None => Ok(()),
+        }
     }
 }
 

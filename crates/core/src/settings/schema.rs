@@ -199,6 +199,7 @@ pub const EXAMPLES: &[(&str, &str, &str)] = &[
     ("", "exit_after_num_failed", "10"),
     ("", "ca_cert", "\"/etc/codalab-wm/ca.pem\""),
     ("", "listen", "\"127.0.0.1:9464\""),
+    ("", "listen_hosts", "[\"wm.example.org\"]"),
     ("", "worker_server", "\"http://codalab.internal:2900\""),
     ("", "record_dir", "\"/var/lib/codalab-wm/records\""),
     ("", "backend", "\"local\""),

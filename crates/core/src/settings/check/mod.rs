@@ -301,6 +301,7 @@ impl<'t> Checker<'t> {
             settings.check_durations(),
             settings.check_budgets_and_notify(),
             settings.check_search_request(),
+            settings.check_listen_hosts(),
         ] {
             if let Err(message) = checked {
                 let line = self.mentioned_line(place, &message);

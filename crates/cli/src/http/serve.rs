@@ -1,0 +1,34 @@
+//! How the `--listen` server takes connections: [`codalab_wm_core::listen::accept`] caps
+//! them and cuts each after [`Limits::connection`] (review 2026-11-24 §2.1: axum's own `serve`
+//! has neither, nor, without a timer, a header timeout); hyper serves one request on each,
+//! with tokio's timer for its `header_read_timeout`.
+
+use axum::Router;
+use codalab_wm_core::listen::{Limits, accept};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+
+/// Serves `app` on `listener` within `limits`, until the runtime ends.
+pub async fn serve(listener: TcpListener, app: Router, limits: Limits) {
+    accept(listener, limits, move |stream| {
+        serve_connection(stream, app.clone(), limits)
+    })
+    .await;
+}
+
+/// Serves one request on `stream` (closed after [`Limits::header_read`] without a request
+/// head).
+async fn serve_connection(stream: TcpStream, app: Router, limits: Limits) {
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read)
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+    if let Err(error) = connection.await {
+        tracing::debug!(%error, "--listen: a connection ended in error");
+    }
+}
+
+#[cfg(test)]
+mod tests;
