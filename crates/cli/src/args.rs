@@ -156,7 +156,7 @@ pub struct ProcessArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_format: Option<LogFormat>,
 
-    /// Serve the dashboard at /, /metrics (Prometheus), /healthz and /status on this address, e.g. 127.0.0.1:9464 [default: off]
+    /// Serve the dashboard at /, /metrics (Prometheus), /healthz (ready), /livez (alive) and /status on this address, e.g. 127.0.0.1:9464 [default: off]
     #[arg(long, value_name = "ADDR")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<std::net::SocketAddr>,

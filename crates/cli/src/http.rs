@@ -4,7 +4,7 @@
 //!   from the status snapshot the manager publishes after every tick ([`StatusExporter`]) and
 //!   from the backends' timed calls ([`codalab_wm_core::metrics::MeteredBackend`]).
 //! - `/healthz`: 200 when the last tick succeeded within 3 × `sleep_time`, 503 otherwise; the
-//!   body says why ([`codalab_wm_core::metrics::health`]).
+//!   body says why. `/livez`: 200 while ticks end, failed ones too ([`Health::live`]).
 //! - `/status`: the status snapshot ([`Status`]) as JSON; `cl-worker-manager status` reads it.
 //! - `/`: the dashboard, an HTML page for people ([`codalab_wm_core::dashboard`]), from the
 //!   last snapshot and the history of the snapshots followed.
@@ -82,10 +82,14 @@ impl Shared {
         dashboard::render(&view.status, &view.history, &page)
     }
 
-    /// The `/healthz` answer ([`Health::check`]).
-    fn health(&self, now: Instant) -> (StatusCode, String) {
+    /// The `/healthz` answer ([`Health::check`]), or with `live` the `/livez` one.
+    fn health(&self, now: Instant, live: bool) -> (StatusCode, String) {
         let view = self.view();
-        match view.health.check(view.status.last_error.as_deref(), now) {
+        let answer = match live {
+            true => view.health.live(now),
+            false => view.health.check(view.status.last_error.as_deref(), now),
+        };
+        match answer {
             Ok(text) => (StatusCode::OK, text),
             Err(text) => (StatusCode::SERVICE_UNAVAILABLE, text),
         }
@@ -125,7 +129,7 @@ pub fn spawn(
     let bound = listener.local_addr().map(|addr| addr.ip());
     let rule = HostRule::new(bound.unwrap_or([127, 0, 0, 1].into()), listen_hosts);
     if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "serving /metrics, /healthz, /status and the dashboard at /");
+        tracing::info!(%addr, "serving /metrics, /healthz, /livez, /status and the dashboard at /");
     }
     let app = router(shared, rule);
     tokio::spawn(serve::serve(listener, app, Limits::DEFAULT));
@@ -137,6 +141,7 @@ fn router(shared: Arc<Shared>, rule: HostRule) -> Router {
         .route("/", get(page))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
+        .route("/livez", get(livez))
         .route("/status", get(status))
         .with_state(shared)
         .layer(axum::middleware::from_fn_with_state(Arc::new(rule), hosts))
@@ -170,7 +175,11 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
-    shared.health(Instant::now()).into_response()
+    shared.health(Instant::now(), false).into_response()
+}
+
+async fn livez(State(shared): State<Arc<Shared>>) -> Response {
+    shared.health(Instant::now(), true).into_response()
 }
 
 /// The dashboard's content type.

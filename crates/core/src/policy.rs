@@ -302,19 +302,28 @@ impl fmt::Display for Reason {
             Reason::BudgetReached { scope, detail, .. } => {
                 write!(f, "don't launch: budget of {scope} used up ({detail})")
             }
-            Reason::BudgetRoom {
-                scope,
-                wanted,
-                room,
-                detail,
-            } => write!(
-                f,
-                "launch {room}, not {wanted}: the budget of {scope} has room for {room} more workers ({detail})"
-            ),
+            Reason::BudgetRoom { .. } => budget_room(f, self),
             Reason::NoFittingPool => write!(f, "no pool can run this bundle"),
             Reason::Misfit { detail } => write!(f, "{detail}"),
         }
     }
+}
+
+/// The words of [`Reason::BudgetRoom`].
+fn budget_room(f: &mut fmt::Formatter<'_>, reason: &Reason) -> fmt::Result {
+    let Reason::BudgetRoom {
+        scope,
+        wanted,
+        room,
+        detail,
+    } = reason
+    else {
+        return Ok(());
+    };
+    write!(
+        f,
+        "launch {room}, not {wanted}: the budget of {scope} has room for {room} more workers ({detail})"
+    )
 }
 
 /// The words of [`Reason::NotStopped`].

@@ -22,7 +22,7 @@ fn counters_follow_the_running_totals_and_health_the_last_success() {
     let metrics: &'static Metrics = Box::leak(Box::default());
     let shared = shared(metrics);
     let t0 = Instant::now();
-    assert_eq!(shared.health(t0).0, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(shared.health(t0, false).0, StatusCode::SERVICE_UNAVAILABLE);
     let first = Status {
         ticks: 1,
         staged: 4,
@@ -50,7 +50,7 @@ fn counters_follow_the_running_totals_and_health_the_last_success() {
         text.contains("codalab_wm_tick_duration_seconds_count 2"),
         "{text}"
     );
-    assert_eq!(shared.health(t0).0, StatusCode::OK);
+    assert_eq!(shared.health(t0, false).0, StatusCode::OK);
     shared.observe(
         Status {
             ticks: 3,
@@ -60,11 +60,21 @@ fn counters_follow_the_running_totals_and_health_the_last_success() {
         },
         t0,
     );
-    let (code, body) = shared.health(t0 + Duration::from_secs(47));
+    let (code, body) = shared.health(t0 + Duration::from_secs(47), false);
     assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
         body,
         "last successful tick 47 s ago (limit 15 s): codalab server unreachable\n"
+    );
+    // A server outage fails readiness, never liveness: the failed tick ended 47 s ago.
+    let (code, body) = shared.health(t0 + Duration::from_secs(47), true);
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert_eq!(body, "alive: last tick ended 47 s ago (limit 900 s)\n");
+    let (code, _) = shared.health(t0 + Duration::from_secs(901), true);
+    assert_eq!(
+        code,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "no tick for 15 minutes"
     );
 }
 
