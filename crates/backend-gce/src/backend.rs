@@ -113,6 +113,14 @@ impl GceBackend {
             None => TokenSource::metadata(&metadata_url(&config), http.clone()),
         };
         let client = ComputeClient::new(http, &config.api_endpoint, &config.project, auth);
+        if config.service_account == "default" {
+            tracing::warn!(
+                "gce: the instances run as the project's default compute service account, often \
+                 an Editor of the project: give them a dedicated --service-account with only \
+                 secretAccessor on the password secret (bundles cannot reach its token: the \
+                 startup script closes the metadata server to containers)"
+            );
+        }
         Ok(Self {
             filter: spec::ownership_filter(&config),
             username: credentials.username.clone(),

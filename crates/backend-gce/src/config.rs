@@ -76,7 +76,10 @@ pub struct GceConfig {
     /// No external IP (the subnetwork then needs Cloud NAT to reach CodaLab and the registry)
     #[arg(long)]
     pub no_external_ip: bool,
-    /// Service account of the instances: it reads the password secret
+    /// Service account of the instances: it reads the password secret. Give a dedicated one
+    /// with only `roles/secretmanager.secretAccessor` on that secret: `default` (the project's
+    /// default compute account, often Editor) is accepted with a warning. Bundles cannot use
+    /// it either way: the startup script closes the metadata server to containers
     #[arg(long, default_value = "default")]
     pub service_account: String,
     /// Spot or standard VMs

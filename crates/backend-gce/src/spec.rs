@@ -2,7 +2,9 @@
 //! config, and its startup script, which runs the `cl-worker` command core builds in the
 //! worker image with docker (as the AWS and Azure backends run it) and powers the instance
 //! off when the worker exits. The CodaLab password is not in the body: the script reads it
-//! from Secret Manager with the instance's service account, into the container's environment.
+//! from Secret Manager with the instance's service account, into the container's environment,
+//! then closes the metadata server to every container but the host-network worker
+//! ([`BLOCK_METADATA`]), so bundle code cannot take the instance's token and read the secret.
 
 use crate::config::{GceConfig, Provisioning};
 use crate::models::{
@@ -146,11 +148,13 @@ pub fn startup_script(
     run.push(shell_words::join(&argv));
     format!(
         "{HEADER}\
+         {BLOCK_METADATA}\
          secret={secret}\n\
          export CODALAB_USERNAME={username}\n\
          {READ_PASSWORD}\
          mkdir -p {work_dir}\n\
          {gpu_setup}\
+         block_metadata\n\
          {run}\n",
         secret = q(&config.password_secret_version()),
         username = q(username),
@@ -165,6 +169,27 @@ const HEADER: &str = "#!/bin/bash
 set -euo pipefail
 trap poweroff EXIT
 md=http://metadata.google.internal/computeMetadata/v1
+";
+
+/// The metadata server's address (`metadata.google.internal`).
+pub const METADATA_ADDRESS: &str = "169.254.169.254";
+
+/// A shell function, called after the password is read and the GPU driver installed and
+/// before the worker starts: containers on Docker bridges (every bundle `cl-worker` starts,
+/// `--request-network` or not) can no longer reach the metadata server, whose token reads the
+/// CodaLab password from Secret Manager. The worker runs with `--network host`: its packets
+/// leave through OUTPUT, not FORWARD, and it needs nothing from the metadata server anyway.
+/// The rule goes first in `DOCKER-USER`, which dockerd keeps across its restarts and jumps to
+/// before its own ACCEPT rules, and in `FORWARD`, in case dockerd had not made `DOCKER-USER`
+/// yet. REJECT, not DROP: a bundle that tries gets "connection refused" at once instead of
+/// hanging. A failing `iptables` fails the script, and the instance powers off.
+pub const BLOCK_METADATA: &str = "block_metadata() {
+  iptables -w -N DOCKER-USER 2>/dev/null || true
+  local chain
+  for chain in DOCKER-USER FORWARD; do
+    iptables -w -I \"$chain\" 1 -d 169.254.169.254/32 -j REJECT
+  done
+}
 ";
 
 /// The password never appears in the metadata, the command line or the script's output.
@@ -216,6 +241,12 @@ mod tests {
             "{script}"
         );
         assert!(!script.contains("cos-extensions"), "no GPU");
+        let order = ["CODALAB_PASSWORD=$(", "\nblock_metadata\n", "docker run"];
+        let at: Vec<usize> = order.iter().map(|s| script.find(s).unwrap()).collect();
+        assert!(
+            at.is_sorted(),
+            "metadata closed after the read, before the worker: {script}"
+        );
         let mut gpu = config();
         gpu.accelerator_type = Some("nvidia-tesla-t4".into());
         gpu.gpus = 1;
