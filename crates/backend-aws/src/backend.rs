@@ -11,6 +11,7 @@ use crate::client::{BatchClient, JobListing, LIVE_STATUSES};
 use crate::config::AwsBatchConfig;
 use crate::definition::{HostEnvironment, JobDefinitionSpec, Launch, work_root};
 use crate::error::BACKEND;
+use codalab_wm_core::backend::WorkerAccount;
 use codalab_wm_core::secret::Credentials;
 use codalab_wm_core::{
     CleanupItem, Error, JobState, LaunchRequest, Result, WorkerBackend, WorkerJob, WorkerOptions,
@@ -236,6 +237,19 @@ impl WorkerBackend for AwsBatchBackend {
 
     fn worker_shape(&self) -> WorkerShape {
         self.config.shape()
+    }
+
+    /// With `codalab_credentials_secret_arn` the jobs read their user name from Secrets
+    /// Manager, which this backend has no client for (nor, usually, the right to read): the
+    /// manager warns at start that it cannot compare the accounts.
+    async fn worker_account(&self) -> codalab_wm_core::Result<WorkerAccount> {
+        Ok(match &self.config.codalab_credentials_secret_arn {
+            None => WorkerAccount::Manager,
+            Some(arn) => WorkerAccount::Unknown(format!(
+                "the workers read their account from codalab_credentials_secret_arn `{arn}`, \
+                 which the manager does not read"
+            )),
+        })
     }
 
     async fn get_worker_jobs(&self) -> Result<Vec<WorkerJob>> {

@@ -3,10 +3,12 @@
 use crate::client;
 use crate::config::KubernetesConfig;
 use crate::error::{BACKEND, from_kube};
-use crate::manifest::WorkerTemplate;
+use crate::manifest::{WorkerTemplate, keys};
 use crate::names::{MANAGED_BY_LABEL, MANAGER_ID_LABEL};
 use crate::pods::{finished_beyond_limit, is_finished, job_from_pod};
-use codalab_wm_core::backend::{CleanupItem, JobState, LaunchRequest, WorkerBackend, WorkerJob};
+use codalab_wm_core::backend::{
+    CleanupItem, JobState, LaunchRequest, WorkerAccount, WorkerBackend, WorkerJob,
+};
 use codalab_wm_core::bundle::WorkerShape;
 use codalab_wm_core::command::WorkerOptions;
 use codalab_wm_core::error::{Error, Result};
@@ -124,10 +126,7 @@ impl KubernetesBackend {
         match self.template.secret() {
             None => {
                 self.secrets.get(name).await.map_err(|e| match e {
-                    kube::Error::Api(s) if s.code == 404 => Error::InvalidConfig(format!(
-                        "kubernetes: credentials_secret `{name}` does not exist in namespace `{}`",
-                        self.template.namespace()
-                    )),
+                    kube::Error::Api(s) if s.code == 404 => self.missing_secret(),
                     e => from_kube("read the credentials secret", e),
                 })?;
             }
@@ -145,6 +144,41 @@ impl KubernetesBackend {
         }
         *ready = true;
         Ok(())
+    }
+
+    fn missing_secret(&self) -> Error {
+        Error::InvalidConfig(format!(
+            "kubernetes: credentials_secret `{}` does not exist in namespace `{}`",
+            self.template.secret_name(),
+            self.template.namespace()
+        ))
+    }
+
+    /// The user name (`codalab-username`) of the Secret given by name, which the workers log
+    /// in as. Without the right to read it the manager cannot tell, and says so.
+    async fn given_secret_account(&self) -> Result<WorkerAccount> {
+        let name = self.template.secret_name();
+        let secret = match self.secrets.get(name).await {
+            Ok(secret) => secret,
+            Err(kube::Error::Api(s)) if s.code == 404 => return Err(self.missing_secret()),
+            Err(e) => {
+                let why = format!("cannot read credentials_secret `{name}`: {e}");
+                return Ok(WorkerAccount::Unknown(why));
+            }
+        };
+        match secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(keys::CODALAB_USERNAME))
+        {
+            Some(user) => Ok(WorkerAccount::Named(
+                String::from_utf8_lossy(&user.0).into_owned(),
+            )),
+            None => Err(Error::InvalidConfig(format!(
+                "kubernetes: credentials_secret `{name}` has no key `{}`",
+                keys::CODALAB_USERNAME
+            ))),
+        }
     }
 
     /// Deletes pod `name` if it is still the pod with `uid`. A pod already gone, or replaced
@@ -254,6 +288,13 @@ impl WorkerBackend for KubernetesBackend {
 
     fn worker_shape(&self) -> WorkerShape {
         self.shape
+    }
+
+    async fn worker_account(&self) -> Result<WorkerAccount> {
+        match self.template.secret() {
+            Some(_) => Ok(WorkerAccount::Manager),
+            None => self.given_secret_account().await,
+        }
     }
 
     #[tracing::instrument(skip(self), fields(backend = BACKEND))]

@@ -850,3 +850,49 @@ fn the_fake_names_the_worker_container_as_the_backend_does() {
         codalab_wm_k8s::manifest::CONTAINER_NAME
     );
 }
+
+// ---- the workers' account (review 1.3) ----
+
+async fn given_secret(fake: &FakeApiServer, name: &str, username: &str) {
+    let mut secret = k8s_openapi::api::core::v1::Secret::default();
+    secret.metadata.name = Some(name.into());
+    secret.data = Some(
+        [("codalab-username", username), ("codalab-password", "pw")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), k8s_openapi::ByteString(v.into())))
+            .collect(),
+    );
+    let client = kube::Client::try_from(kube::Config::new(fake.url().parse().unwrap())).unwrap();
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(client, NS);
+    secrets.create(&Default::default(), &secret).await.unwrap();
+}
+
+/// The manager (alice) refuses at start a Secret given by name whose workers log in as bob:
+/// her worker list would never show them. As `codalab` (root) it sees every worker.
+#[tokio::test]
+async fn workers_of_another_account_are_refused_at_start() {
+    use codalab_wm_core::backend::check_worker_account;
+    let fake = FakeApiServer::start().await;
+    let ours = backend(&fake, json!({})).await;
+    check_worker_account(&ours, "alice").await.unwrap();
+    let given = backend(&fake, json!({"credentials_secret": "team-creds"})).await;
+    let missing = check_worker_account(&given, "alice").await.unwrap_err();
+    assert!(
+        missing.to_string().contains("`team-creds` does not exist"),
+        "{missing}"
+    );
+
+    given_secret(&fake, "team-creds", "bob").await;
+    let err = check_worker_account(&given, "alice").await.unwrap_err();
+    assert!(err.is_fatal(), "{err}");
+    assert!(
+        err.to_string()
+            .contains("the workers log in as CodaLab user `bob` but the manager as `alice`"),
+        "{err}"
+    );
+    check_worker_account(&given, "codalab").await.unwrap();
+    given_secret(&fake, "alice-creds", "alice").await;
+    let same = backend(&fake, json!({"credentials_secret": "alice-creds"})).await;
+    check_worker_account(&same, "alice").await.unwrap();
+    assert!(fake.pods(NS).is_empty(), "nothing was launched");
+}

@@ -117,6 +117,45 @@ impl WorkerJob {
     }
 }
 
+/// The CodaLab account a backend's workers log in as ([`WorkerBackend::worker_account`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerAccount {
+    /// The manager's own credentials.
+    Manager,
+    /// Another source of credentials (a Secret given by name …) holding this user name.
+    Named(String),
+    /// Another source of credentials the backend cannot read: why.
+    Unknown(String),
+}
+
+/// The root account: its worker list holds every worker, whatever account it logs in as.
+pub const ROOT_USERNAME: &str = "codalab";
+
+/// Refuses workers that log in as another account than `manager` (the manager would never
+/// see their check-ins), unless the manager is [`ROOT_USERNAME`]; warns when the backend
+/// cannot tell. Called when the manager starts (not by `down`, which needs no account).
+pub async fn check_worker_account(backend: &dyn WorkerBackend, manager: &str) -> Result<()> {
+    match backend.worker_account().await? {
+        WorkerAccount::Named(user) if user != manager && manager != ROOT_USERNAME => {
+            Err(Error::InvalidConfig(format!(
+                "{}: the workers log in as CodaLab user `{user}` but the manager as `{manager}`, \
+                 whose worker list never shows theirs: give the workers the manager's account, \
+                 or run the manager as `{user}` (or as `{ROOT_USERNAME}`, which sees every worker)",
+                backend.name()
+            )))
+        }
+        WorkerAccount::Unknown(why) if manager != ROOT_USERNAME => {
+            tracing::warn!(
+                backend = backend.name(),
+                "cannot check that the workers log in as `{manager}`: {why}; if they do not, \
+                 the manager never sees their check-ins and backs the pool off"
+            );
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// What the manager asks a backend to start.
 #[derive(Debug, Clone, Copy)]
 pub struct LaunchRequest<'a> {
@@ -160,6 +199,12 @@ pub trait WorkerBackend: Send + Sync + Debug + 'static {
     /// Most platforms clean up themselves: none by default.
     fn take_reaped(&self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// The account the workers log in as, when it is not the manager's (a credentials Secret
+    /// given by name); read from the platform at start ([`check_worker_account`]).
+    async fn worker_account(&self) -> Result<WorkerAccount> {
+        Ok(WorkerAccount::Manager)
     }
 
     /// Stops a worker job (cancel, terminate, delete). The job may linger in a final state.
