@@ -73,7 +73,8 @@ impl BackendConfig for GceConfig {
     }
 
     async fn build(self, context: &BackendContext) -> Result<Arc<dyn WorkerBackend>> {
-        Ok(Arc::new(GceBackend::new(self, &context.credentials)?))
+        let backend = GceBackend::new(self, &context.credentials)?;
+        Ok(Arc::new(backend.for_server(&context.worker.server)))
     }
 }
 
