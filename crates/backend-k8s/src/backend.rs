@@ -133,6 +133,9 @@ impl KubernetesBackend {
             Some(secret) => match self.secrets.create(&PostParams::default(), &secret).await {
                 Ok(_) => tracing::info!(secret = name, "created the worker credentials secret"),
                 Err(kube::Error::Api(s)) if s.code == 409 => {
+                    let existing = (self.secrets.get(name).await)
+                        .map_err(|e| from_kube("read the credentials secret", e))?;
+                    self.refuse_anothers(&existing, &secret)?;
                     self.secrets
                         .replace(name, &PostParams::default(), &secret)
                         .await
@@ -144,6 +147,34 @@ impl KubernetesBackend {
         }
         *ready = true;
         Ok(())
+    }
+
+    /// The Secret this manager would write already holds another CodaLab user: another
+    /// deployment uses the same `manager_id` in this namespace (its pods, Secret and scratch
+    /// dir), and replacing the Secret would make its workers log in as this manager's user.
+    fn refuse_anothers(&self, existing: &SecretObject, ours: &SecretObject) -> Result<()> {
+        let user = |s: &SecretObject| {
+            let value = s.data.as_ref()?.get(keys::CODALAB_USERNAME)?;
+            Some(String::from_utf8_lossy(&value.0).into_owned())
+        };
+        match (user(existing), user(ours)) {
+            (Some(theirs), Some(ours)) if theirs != ours => Err(Error::InvalidConfig(format!(
+                "kubernetes: the credentials Secret `{}` in namespace `{}` holds CodaLab user \
+                 `{theirs}`, not `{ours}`: another deployment uses this manager_id here; give \
+                 this one a manager_id of its own",
+                self.template.secret_name(),
+                self.template.namespace()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// At start: the Secret this manager would create may already be another deployment's.
+    async fn created_secret_account(&self, ours: &SecretObject) -> Result<WorkerAccount> {
+        if let Ok(existing) = self.secrets.get(self.template.secret_name()).await {
+            self.refuse_anothers(&existing, ours)?;
+        }
+        Ok(WorkerAccount::Manager)
     }
 
     fn missing_secret(&self) -> Error {
@@ -292,7 +323,7 @@ impl WorkerBackend for KubernetesBackend {
 
     async fn worker_account(&self) -> Result<WorkerAccount> {
         match self.template.secret() {
-            Some(_) => Ok(WorkerAccount::Manager),
+            Some(ours) => self.created_secret_account(&ours).await,
             None => self.given_secret_account().await,
         }
     }

@@ -896,3 +896,49 @@ async fn workers_of_another_account_are_refused_at_start() {
     check_worker_account(&same, "alice").await.unwrap();
     assert!(fake.pods(NS).is_empty(), "nothing was launched");
 }
+
+/// Two deployments with the default `manager_id` in one namespace (review 1.4): the second,
+/// another CodaLab user, is refused at start and at launch instead of replacing the first's
+/// credentials Secret (whose workers would then log in as the second's user).
+#[tokio::test]
+async fn a_second_deployment_under_the_same_manager_id_is_refused() {
+    use codalab_wm_core::backend::check_worker_account;
+    let fake = FakeApiServer::start().await;
+    let first = backend(&fake, json!({"manager_id": "default"})).await;
+    check_worker_account(&first, "alice").await.unwrap();
+    start(&first).await;
+    let bob = Credentials {
+        username: "bob".into(),
+        password: Secret::new("bobpw"),
+    };
+    let config = config(&fake, json!({"manager_id": "default"}));
+    let second = KubernetesBackend::new(&config, &bob, &worker())
+        .await
+        .unwrap();
+    let err = check_worker_account(&second, "bob").await.unwrap_err();
+    assert!(err.is_fatal(), "{err}");
+    assert!(
+        err.to_string().contains(
+            "holds CodaLab user `alice`, not `bob`: another deployment uses this manager_id"
+        ),
+        "{err}"
+    );
+    let options = worker();
+    let request = LaunchRequest {
+        unique: &new_unique(),
+        worker: &options,
+        dry_run: false,
+    };
+    let err = second.start_worker_job(&request).await.unwrap_err();
+    assert!(err.to_string().contains("another deployment"), "{err}");
+    let data = fake
+        .secret(NS, "codalab-wm-default-credentials")
+        .unwrap()
+        .data
+        .unwrap();
+    assert_eq!(
+        data["codalab-username"].0, b"alice",
+        "the first's Secret is kept"
+    );
+    assert_eq!(fake.pods(NS).len(), 1);
+}
