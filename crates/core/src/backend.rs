@@ -260,4 +260,48 @@ mod tests {
         );
         assert_ne!(id, new_unique());
     }
+
+    /// A backend whose workers log in as `account` (nothing else is called).
+    #[derive(Debug)]
+    struct Account(WorkerAccount);
+
+    #[async_trait::async_trait]
+    impl WorkerBackend for Account {
+        fn name(&self) -> &str {
+            "test"
+        }
+        fn worker_shape(&self) -> WorkerShape {
+            WorkerShape::default()
+        }
+        async fn get_worker_jobs(&self) -> Result<Vec<WorkerJob>> {
+            Ok(Vec::new())
+        }
+        async fn start_worker_job(&self, _: &LaunchRequest<'_>) -> Result<WorkerJob> {
+            unreachable!("the check starts nothing")
+        }
+        async fn worker_account(&self) -> Result<WorkerAccount> {
+            Ok(self.0.clone())
+        }
+    }
+
+    #[tokio::test]
+    async fn only_a_named_other_account_is_refused_and_root_sees_every_worker() {
+        let check = |account, manager: &'static str| async move {
+            check_worker_account(&Account(account), manager).await
+        };
+        let bob = || WorkerAccount::Named("bob".into());
+        let err = check(bob(), "alice").await.unwrap_err();
+        assert!(err.is_fatal(), "{err}");
+        assert!(
+            err.to_string().contains("`bob` but the manager as `alice`"),
+            "{err}"
+        );
+        check(bob(), "bob").await.unwrap();
+        check(bob(), ROOT_USERNAME).await.unwrap();
+        check(WorkerAccount::Manager, "alice").await.unwrap();
+        let unknown = WorkerAccount::Unknown("no right to read it".into());
+        check(unknown, "alice")
+            .await
+            .expect("a warning, not a refusal");
+    }
 }
