@@ -240,14 +240,18 @@ impl WorkerBackend for AwsBatchBackend {
     }
 
     /// With `codalab_credentials_secret_arn` the jobs read their user name from Secrets
-    /// Manager, which this backend has no client for (nor, usually, the right to read): the
-    /// manager warns at start that it cannot compare the accounts.
+    /// Manager (the secret's `username`): read it too when this manager may, else say why not.
     async fn worker_account(&self) -> codalab_wm_core::Result<WorkerAccount> {
-        Ok(match &self.config.codalab_credentials_secret_arn {
-            None => WorkerAccount::Manager,
-            Some(arn) => WorkerAccount::Unknown(format!(
-                "the workers read their account from codalab_credentials_secret_arn `{arn}`, \
-                 which the manager does not read"
+        let Some(arn) = &self.config.codalab_credentials_secret_arn else {
+            return Ok(WorkerAccount::Manager);
+        };
+        Ok(match self.client.secret_json_key(arn, "username").await {
+            Ok(Some(user)) => WorkerAccount::Named(user),
+            Ok(None) => WorkerAccount::Unknown(format!(
+                "codalab_credentials_secret_arn `{arn}` holds no JSON key `username`"
+            )),
+            Err(error) => WorkerAccount::Unknown(format!(
+                "cannot read codalab_credentials_secret_arn `{arn}` ({error})"
             )),
         })
     }
