@@ -187,13 +187,11 @@ trap poweroff EXIT
 md=http://metadata.google.internal/computeMetadata/v1
 ";
 
-/// The metadata server's address (`metadata.google.internal`).
-pub const METADATA_ADDRESS: &str = "169.254.169.254";
-
 /// A shell function, called after the password is read and the GPU driver installed and
 /// before the worker starts: containers on Docker bridges (every bundle `cl-worker` starts,
 /// `--request-network` or not) can no longer reach the metadata server, whose token reads the
-/// CodaLab password from Secret Manager. The worker runs with `--network host`: its packets
+/// CodaLab password from Secret Manager (169.254.169.254 is `metadata.google.internal`, the
+/// address containers resolve it to as well). The worker runs with `--network host`: its packets
 /// leave through OUTPUT, not FORWARD, and it needs nothing from the metadata server anyway.
 /// The rule goes first in `DOCKER-USER`, which dockerd keeps across its restarts and jumps to
 /// before its own ACCEPT rules, and in `FORWARD`, in case dockerd had not made `DOCKER-USER`
