@@ -9,7 +9,7 @@
 //! 169.254.169.254), joined by a veth pair. The route from `vm` to 169.254.169.254 goes through
 //! `md`, so container packets are forwarded (FORWARD, DOCKER-USER) as on a GCE VM, where the
 //! metadata server is off the host. Nothing is routed in the machine's own namespace and its
-//! iptables are not touched.
+//! iptables are not touched. Afterwards the namespaces, the daemons and their mounts are gone.
 //!
 //! Needs root, `ip`, and what `cargo xtask services up docker` installs (dockerd, containerd,
 //! iptables, a static busybox for the probe image); it does not use that service's engine.
@@ -286,10 +286,27 @@ impl Drop for Sandbox {
             let _ = run("kill", &["-TERM", &pid]);
             let _ = child.wait();
         }
+        // dockerd leaves its namespace bound under the exec root: unbound, `vm` goes away.
+        for mount in mounts_under(&self.exec_root) {
+            let _ = run("umount", &["-l", &mount]);
+        }
         let _ = run("ip", &["netns", "del", &self.vm]);
         let _ = run("ip", &["netns", "del", &self.md]);
         let _ = std::fs::remove_dir_all(&self.exec_root);
     }
+}
+
+/// Mount points at or below `dir`, deepest first (from /proc/self/mountinfo).
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut mounts: Vec<String> = info
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .filter(|point| Path::new(point).starts_with(dir))
+        .map(str::to_owned)
+        .collect();
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    mounts
 }
 
 fn rendered_script() -> String {
@@ -336,4 +353,12 @@ fn containers_on_the_worker_docker_cannot_reach_the_metadata_server() {
         Ok(()),
         "the worker's own container (--network host) is not affected"
     );
+    let (exec_root, vm) = (sandbox.exec_root.clone(), sandbox.vm.clone());
+    drop(sandbox);
+    assert!(
+        mounts_under(&exec_root).is_empty(),
+        "dockerd's mounts are gone"
+    );
+    let namespaces = run("ip", &["netns", "list"]);
+    assert!(!String::from_utf8_lossy(&namespaces.stdout).contains(&vm));
 }
