@@ -11,6 +11,7 @@ use crate::client::{BatchClient, JobListing, LIVE_STATUSES};
 use crate::config::AwsBatchConfig;
 use crate::definition::{HostEnvironment, JobDefinitionSpec, Launch, work_root};
 use crate::error::BACKEND;
+use codalab_wm_core::backend::WorkerAccount;
 use codalab_wm_core::secret::Credentials;
 use codalab_wm_core::{
     CleanupItem, Error, JobState, LaunchRequest, Result, WorkerBackend, WorkerJob, WorkerOptions,
@@ -236,6 +237,23 @@ impl WorkerBackend for AwsBatchBackend {
 
     fn worker_shape(&self) -> WorkerShape {
         self.config.shape()
+    }
+
+    /// With `codalab_credentials_secret_arn` the jobs read their user name from Secrets
+    /// Manager (the secret's `username`): read it too when this manager may, else say why not.
+    async fn worker_account(&self) -> codalab_wm_core::Result<WorkerAccount> {
+        let Some(arn) = &self.config.codalab_credentials_secret_arn else {
+            return Ok(WorkerAccount::Manager);
+        };
+        Ok(match self.client.secret_json_key(arn, "username").await {
+            Ok(Some(user)) => WorkerAccount::Named(user),
+            Ok(None) => WorkerAccount::Unknown(format!(
+                "codalab_credentials_secret_arn `{arn}` holds no JSON key `username`"
+            )),
+            Err(error) => WorkerAccount::Unknown(format!(
+                "cannot read codalab_credentials_secret_arn `{arn}` ({error})"
+            )),
+        })
     }
 
     async fn get_worker_jobs(&self) -> Result<Vec<WorkerJob>> {

@@ -1,5 +1,6 @@
 //! The raw AWS Batch calls this backend makes, on the official SDK, each returning plain data
-//! and codalab-wm errors. No decisions here beyond paging: every list follows every page.
+//! and codalab-wm errors, and its one Secrets Manager read (the workers' account, at start).
+//! No decisions here beyond paging: every list follows every page.
 
 use crate::config::AwsBatchConfig;
 use crate::definition::{JobDefinitionSpec, MANAGER_ID_TAG, SPEC_HASH_TAG, SubmitSpec};
@@ -46,6 +47,7 @@ pub struct JobListing {
 #[derive(Debug, Clone)]
 pub struct BatchClient {
     client: aws_sdk_batch::Client,
+    secrets: aws_sdk_secretsmanager::Client,
 }
 
 /// The SDK configuration loader this backend uses: the standard credential chain, the
@@ -79,7 +81,19 @@ impl BatchClient {
     pub fn new(sdk_config: &aws_config::SdkConfig) -> Self {
         Self {
             client: aws_sdk_batch::Client::new(sdk_config),
+            secrets: aws_sdk_secretsmanager::Client::new(sdk_config),
         }
+    }
+
+    /// The string at `key` of the JSON secret `arn` (`None` when the secret is not a JSON
+    /// object holding a string there). The value is the caller's to keep out of logs.
+    pub async fn secret_json_key(&self, arn: &str, key: &str) -> Result<Option<String>> {
+        let reply = (self.secrets.get_secret_value().secret_id(arn).send().await)
+            .map_err(|e| from_sdk("read the workers' credentials secret", e))?;
+        let json: Option<serde_json::Value> = reply
+            .secret_string()
+            .and_then(|s| serde_json::from_str(s).ok());
+        Ok(json.and_then(|j| j.get(key)?.as_str().map(str::to_owned)))
     }
 
     /// A client configured by [`sdk_loader`].

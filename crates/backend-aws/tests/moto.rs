@@ -453,3 +453,42 @@ fn the_endpoint_comes_from_the_environment() {
         "a dead endpoint must fail the child"
     );
 }
+
+/// The workers' secret names another CodaLab user than the manager's (review 1.3): refused at
+/// start; the same user, or `codalab` (root), is fine; a secret it cannot read is a warning.
+#[tokio::test]
+async fn workers_of_another_account_in_the_secret_are_refused_at_start() {
+    use codalab_wm_core::backend::check_worker_account;
+    if !require_service("moto", moto_available()) {
+        return;
+    }
+    let config = fresh_config();
+    let secrets = aws_sdk_secretsmanager::Client::new(&sdk_config(&config).await);
+    let created = secrets
+        .create_secret()
+        .name(format!("{}-creds", config.job_definition_name))
+        .secret_string(r#"{"username": "bob", "password": "bobpw"}"#)
+        .send()
+        .await
+        .unwrap();
+    let with_secret = |arn: &str| AwsBatchConfig {
+        codalab_credentials_secret_arn: Some(arn.to_owned()),
+        execution_role_arn: Some(ROLE_ARN.into()),
+        ..config.clone()
+    };
+    let bobs = backend(&with_secret(created.arn().unwrap())).await;
+    let err = check_worker_account(&bobs, "alice").await.unwrap_err();
+    assert!(err.is_fatal(), "{err}");
+    assert!(
+        err.to_string()
+            .contains("the workers log in as CodaLab user `bob` but the manager as `alice`"),
+        "{err}"
+    );
+    assert!(!err.to_string().contains("bobpw"), "{err}");
+    check_worker_account(&bobs, "bob").await.unwrap();
+    check_worker_account(&bobs, "codalab").await.unwrap();
+    let unreadable = backend(&with_secret(SECRET_ARN)).await;
+    check_worker_account(&unreadable, "alice")
+        .await
+        .expect("a secret it cannot read is a warning, not a refusal");
+}

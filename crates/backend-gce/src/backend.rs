@@ -91,6 +91,8 @@ impl Memory {
 pub struct GceBackend {
     config: GceConfig,
     username: String,
+    /// The origin label of this deployment's instances ([`spec::origin`]): only those are reaped.
+    origin: String,
     client: ComputeClient,
     filter: String,
     memory: Mutex<Memory>,
@@ -115,9 +117,18 @@ impl GceBackend {
             None => TokenSource::metadata(&metadata_url(&config), http.clone()),
         };
         let client = ComputeClient::new(http, &config.api_endpoint, &config.project, auth);
+        if config.service_account == "default" {
+            tracing::warn!(
+                "gce: the instances run as the project's default compute service account, often \
+                 an Editor of the project: give them a dedicated --service-account with only \
+                 secretAccessor on the password secret (bundles cannot reach its token: the \
+                 startup script closes the metadata server to containers)"
+            );
+        }
         Ok(Self {
             filter: spec::ownership_filter(&config),
             username: credentials.username.clone(),
+            origin: spec::origin("", &credentials.username),
             config,
             client,
             memory: Mutex::default(),
@@ -130,6 +141,13 @@ impl GceBackend {
     /// instances it would reap instead.
     pub fn read_only(self, read_only: bool) -> Self {
         Self { read_only, ..self }
+    }
+
+    /// This backend for workers that use `server`: its origin label says so, and it reaps
+    /// only instances of that origin (not another deployment's under the same labels).
+    pub fn for_server(mut self, server: &str) -> Self {
+        self.origin = spec::origin(server, &self.username);
+        self
     }
 
     fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
@@ -154,7 +172,9 @@ impl GceBackend {
     ) -> crate::models::InstanceResource {
         let script =
             spec::startup_script(&self.config, &self.username, request.worker, request.unique);
-        spec::instance_resource(&self.config, zone, request.unique, script)
+        let mut instance = spec::instance_resource(&self.config, zone, request.unique, script);
+        (instance.labels).insert(spec::ORIGIN_LABEL.to_owned(), self.origin.clone());
+        instance
     }
 
     /// Own instances, by the labels (the filter) and the name prefix.
@@ -228,9 +248,14 @@ impl GceBackend {
     }
 
     /// Deletes own STOPPED/TERMINATED instances an earlier listing reported and not being
-    /// deleted yet; logs and counts them.
+    /// deleted yet; logs and counts them. Own: of this deployment's origin, so another
+    /// deployment sharing `manager_id` and pool (or an instance made before origins existed)
+    /// is never deleted by this one; `down` still removes every instance under the labels.
     async fn reap(&self, instances: &[Instance]) {
-        let stopped = |i: &&Instance| matches!(i.status.as_str(), "STOPPED" | "TERMINATED");
+        let stopped = |i: &&Instance| {
+            matches!(i.status.as_str(), "STOPPED" | "TERMINATED")
+                && i.labels.get(spec::ORIGIN_LABEL) == Some(&self.origin)
+        };
         let due: Vec<&Instance> = {
             let mut memory = self.memory();
             let due = instances

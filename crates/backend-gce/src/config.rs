@@ -76,7 +76,10 @@ pub struct GceConfig {
     /// No external IP (the subnetwork then needs Cloud NAT to reach CodaLab and the registry)
     #[arg(long)]
     pub no_external_ip: bool,
-    /// Service account of the instances: it reads the password secret
+    /// Service account of the instances: it reads the password secret. Give a dedicated one
+    /// with only `roles/secretmanager.secretAccessor` on that secret: `default` (the project's
+    /// default compute account, often Editor) is accepted with a warning. Bundles cannot use
+    /// it either way: the startup script closes the metadata server to containers
     #[arg(long, default_value = "default")]
     pub service_account: String,
     /// Spot or standard VMs
@@ -86,7 +89,10 @@ pub struct GceConfig {
     /// service account (`name`, `projects/<p>/secrets/<name>` or a version) (required)
     #[arg(long, default_value = "", hide_default_value = true)]
     pub password_secret: String,
-    /// What labels this manager's instances (`codalab-wm-manager=<id>`)
+    /// What labels this manager's instances (`codalab-wm-manager=<id>`). Give each deployment
+    /// in a project its own: instances under the same id and pool count toward each other's
+    /// `max`. Stopped instances are reaped only by the deployment (worker server and CodaLab
+    /// user, the `codalab-wm-origin` label) that launched them
     #[arg(long, default_value = "codalab-wm")]
     pub manager_id: String,
     /// The pool label of the instances (`codalab-wm-pool=<pool>`); a pool's name by default

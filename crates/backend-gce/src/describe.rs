@@ -73,8 +73,11 @@ impl BackendConfig for GceConfig {
     }
 
     async fn build(self, context: &BackendContext) -> Result<Arc<dyn WorkerBackend>> {
+        let backend = GceBackend::new(self, &context.credentials)?;
         Ok(Arc::new(
-            GceBackend::new(self, &context.credentials)?.read_only(context.read_only),
+            backend
+                .for_server(&context.worker.server)
+                .read_only(context.read_only),
         ))
     }
 }

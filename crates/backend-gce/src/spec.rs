@@ -2,7 +2,9 @@
 //! config, and its startup script, which runs the `cl-worker` command core builds in the
 //! worker image with docker (as the AWS and Azure backends run it) and powers the instance
 //! off when the worker exits. The CodaLab password is not in the body: the script reads it
-//! from Secret Manager with the instance's service account, into the container's environment.
+//! from Secret Manager with the instance's service account, into the container's environment,
+//! then closes the metadata server to every container but the host-network worker
+//! ([`BLOCK_METADATA`]), so bundle code cannot take the instance's token and read the secret.
 
 use crate::config::{GceConfig, Provisioning};
 use crate::models::{
@@ -16,6 +18,8 @@ use std::collections::BTreeMap;
 pub const MANAGER_LABEL: &str = "codalab-wm-manager";
 /// The label holding the pool.
 pub const POOL_LABEL: &str = "codalab-wm-pool";
+/// The label holding the deployment's origin ([`origin`]): which manager may reap an instance.
+pub const ORIGIN_LABEL: &str = "codalab-wm-origin";
 /// The name prefix of worker instances.
 pub const NAME_PREFIX: &str = "cl-worker-";
 /// The metadata key of the startup script.
@@ -29,6 +33,20 @@ pub const DEFAULT_WORK_DIR: &str = "/var/lib/codalab-worker/";
 /// The instance name of launch `unique`.
 pub fn instance_name(unique: &str) -> String {
     format!("{NAME_PREFIX}{unique}")
+}
+
+/// The origin label of a deployment whose workers use `server` and log in as `username`:
+/// 16 hex digits of their SHA-256, the same after every restart. Two deployments that share
+/// `manager_id` and pool (the defaults) but not server and account have different origins.
+pub fn origin(server: &str, username: &str) -> String {
+    let digest = ring::digest::digest(
+        &ring::digest::SHA256,
+        format!("{server}\n{username}").as_bytes(),
+    );
+    digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The `instances.list` filter of this manager's and pool's instances.
@@ -146,11 +164,13 @@ pub fn startup_script(
     run.push(shell_words::join(&argv));
     format!(
         "{HEADER}\
+         {BLOCK_METADATA}\
          secret={secret}\n\
          export CODALAB_USERNAME={username}\n\
          {READ_PASSWORD}\
          mkdir -p {work_dir}\n\
          {gpu_setup}\
+         block_metadata\n\
          {run}\n",
         secret = q(&config.password_secret_version()),
         username = q(username),
@@ -165,6 +185,25 @@ const HEADER: &str = "#!/bin/bash
 set -euo pipefail
 trap poweroff EXIT
 md=http://metadata.google.internal/computeMetadata/v1
+";
+
+/// A shell function, called after the password is read and the GPU driver installed and
+/// before the worker starts: containers on Docker bridges (every bundle `cl-worker` starts,
+/// `--request-network` or not) can no longer reach the metadata server, whose token reads the
+/// CodaLab password from Secret Manager (169.254.169.254 is `metadata.google.internal`, the
+/// address containers resolve it to as well). The worker runs with `--network host`: its packets
+/// leave through OUTPUT, not FORWARD, and it needs nothing from the metadata server anyway.
+/// The rule goes first in `DOCKER-USER`, which dockerd keeps across its restarts and jumps to
+/// before its own ACCEPT rules, and in `FORWARD`, in case dockerd had not made `DOCKER-USER`
+/// yet. REJECT, not DROP: a bundle that tries gets "connection refused" at once instead of
+/// hanging. A failing `iptables` fails the script, and the instance powers off.
+pub const BLOCK_METADATA: &str = "block_metadata() {
+  iptables -w -N DOCKER-USER 2>/dev/null || true
+  local chain
+  for chain in DOCKER-USER FORWARD; do
+    iptables -w -I \"$chain\" 1 -d 169.254.169.254/32 -j REJECT
+  done
+}
 ";
 
 /// The password never appears in the metadata, the command line or the script's output.
@@ -216,6 +255,12 @@ mod tests {
             "{script}"
         );
         assert!(!script.contains("cos-extensions"), "no GPU");
+        let order = ["CODALAB_PASSWORD=$(", "\nblock_metadata\n", "docker run"];
+        let at: Vec<usize> = order.iter().map(|s| script.find(s).unwrap()).collect();
+        assert!(
+            at.is_sorted(),
+            "metadata closed after the read, before the worker: {script}"
+        );
         let mut gpu = config();
         gpu.accelerator_type = Some("nvidia-tesla-t4".into());
         gpu.gpus = 1;

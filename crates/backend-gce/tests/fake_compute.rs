@@ -139,6 +139,32 @@ async fn passes_the_conformance_suite_with_a_key_file_paging_and_foreign_instanc
     );
 }
 
+/// Two deployments with the default `manager_id` and pool against two servers (review 6.3):
+/// each lists the other's instances, but reaps only its own stopped ones.
+#[tokio::test]
+async fn another_deployments_stopped_instances_are_not_reaped() {
+    let fake = FakeCompute::start(PROJECT).await.unwrap();
+    let ours = backend(&config(&fake)).for_server("https://a.example");
+    let theirs = backend(&config(&fake)).for_server("https://b.example");
+    let mine = start(&ours, "aaaa").await.unwrap();
+    let other = start(&theirs, "bbbb").await.unwrap();
+    let origin = |name: &str| {
+        let instance = fake.instances().into_iter().find(|i| i.name == name);
+        instance.unwrap().labels[codalab_wm_gce::spec::ORIGIN_LABEL].clone()
+    };
+    assert_ne!(origin(&mine.id), origin(&other.id));
+    fake.set_status(&mine.id, "STOPPED");
+    fake.set_status(&other.id, "STOPPED");
+    let listed = ours.get_worker_jobs().await.unwrap();
+    assert_eq!(listed.len(), 2, "both listed (both count toward max)");
+    for _ in 0..2 {
+        ours.get_worker_jobs().await.unwrap();
+    }
+    assert_eq!(ours.take_reaped(), [mine.id.as_str()]);
+    let left: Vec<String> = fake.instances().into_iter().map(|i| i.name).collect();
+    assert_eq!(left, [other.id.as_str()], "theirs is left to them");
+}
+
 #[tokio::test]
 async fn stopped_and_terminated_instances_are_reaped_logged_and_counted() {
     let fake = FakeCompute::start(PROJECT).await.unwrap();

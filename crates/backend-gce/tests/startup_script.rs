@@ -1,9 +1,10 @@
 //! The instance's startup script, run for real by bash with stand-ins for what a Compute Engine
 //! VM provides (no VM here: `curl` answers as the metadata server and Secret Manager do, and
-//! `docker` and `poweroff` record how they were called). Checks that the password reaches the
-//! container's environment from Secret Manager and nowhere else, that `cl-worker` gets core's
-//! argv in the worker image, and that the VM powers off after the worker exits or when
-//! reading the secret fails.
+//! `docker`, `iptables` and `poweroff` record how they were called). Checks that the password
+//! reaches the container's environment from Secret Manager and nowhere else, that the metadata
+//! server is closed to containers before the worker starts (`metadata_firewall.rs` proves the
+//! rule works on a real Docker), that `cl-worker` gets core's argv in the worker image, and that
+//! the VM powers off after the worker exits or when reading the secret fails.
 
 use codalab_wm_core::WorkerOptions;
 use codalab_wm_gce::GceConfig;
@@ -26,10 +27,16 @@ case "$url" in
 esac
 "#;
 const DOCKER: &str = "#!/bin/sh\necho \"docker $* | password=$CODALAB_PASSWORD user=$CODALAB_USERNAME\" >> \"$LOG\"\n";
+const IPTABLES: &str = "#!/bin/sh\necho \"iptables $*\" >> \"$LOG\"\n";
 const POWEROFF: &str = "#!/bin/sh\necho poweroff >> \"$LOG\"\n";
 
 fn stand_ins(dir: &Path) {
-    for (name, text) in [("curl", CURL), ("docker", DOCKER), ("poweroff", POWEROFF)] {
+    for (name, text) in [
+        ("curl", CURL),
+        ("docker", DOCKER),
+        ("iptables", IPTABLES),
+        ("poweroff", POWEROFF),
+    ] {
         let path = dir.join(name);
         std::fs::write(&path, text).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -83,7 +90,7 @@ fn the_worker_runs_with_the_secret_and_the_vm_powers_off() {
     let (ok, log, stderr) = run(false);
     assert!(ok, "{stderr}\n{log}");
     let lines: Vec<&str> = log.lines().collect();
-    assert_eq!(lines.len(), 4, "{log}");
+    assert_eq!(lines.len(), 7, "{log}");
     assert!(
         lines[0].starts_with("curl http://metadata.google.internal/computeMetadata/v1/"),
         "{log}"
@@ -92,7 +99,16 @@ fn the_worker_runs_with_the_secret_and_the_vm_powers_off() {
         lines[1].starts_with("curl https://secretmanager.googleapis.com/"),
         "{log}"
     );
-    let docker = lines[2];
+    assert_eq!(
+        &lines[2..5],
+        [
+            "iptables -w -N DOCKER-USER",
+            "iptables -w -I DOCKER-USER 1 -d 169.254.169.254/32 -j REJECT",
+            "iptables -w -I FORWARD 1 -d 169.254.169.254/32 -j REJECT",
+        ],
+        "the metadata server is closed to containers before the worker starts: {log}"
+    );
+    let docker = lines[5];
     assert!(
         docker.starts_with(
             "docker run --rm --network host --env CODALAB_USERNAME --env CODALAB_PASSWORD"
@@ -107,7 +123,7 @@ fn the_worker_runs_with_the_secret_and_the_vm_powers_off() {
         docker.ends_with("| password=s3cret pw user=alice"),
         "{docker}"
     );
-    assert_eq!(lines[3], "poweroff");
+    assert_eq!(lines[6], "poweroff");
 }
 
 #[test]

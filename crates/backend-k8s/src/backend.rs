@@ -3,10 +3,12 @@
 use crate::client;
 use crate::config::KubernetesConfig;
 use crate::error::{BACKEND, from_kube};
-use crate::manifest::WorkerTemplate;
+use crate::manifest::{WorkerTemplate, keys};
 use crate::names::{MANAGED_BY_LABEL, MANAGER_ID_LABEL};
 use crate::pods::{finished_beyond_limit, is_finished, job_from_pod};
-use codalab_wm_core::backend::{CleanupItem, JobState, LaunchRequest, WorkerBackend, WorkerJob};
+use codalab_wm_core::backend::{
+    CleanupItem, JobState, LaunchRequest, WorkerAccount, WorkerBackend, WorkerJob,
+};
 use codalab_wm_core::bundle::WorkerShape;
 use codalab_wm_core::command::WorkerOptions;
 use codalab_wm_core::error::{Error, Result};
@@ -133,16 +135,16 @@ impl KubernetesBackend {
         match self.template.secret() {
             None => {
                 self.secrets.get(name).await.map_err(|e| match e {
-                    kube::Error::Api(s) if s.code == 404 => Error::InvalidConfig(format!(
-                        "kubernetes: credentials_secret `{name}` does not exist in namespace `{}`",
-                        self.template.namespace()
-                    )),
+                    kube::Error::Api(s) if s.code == 404 => self.missing_secret(),
                     e => from_kube("read the credentials secret", e),
                 })?;
             }
             Some(secret) => match self.secrets.create(&PostParams::default(), &secret).await {
                 Ok(_) => tracing::info!(secret = name, "created the worker credentials secret"),
                 Err(kube::Error::Api(s)) if s.code == 409 => {
+                    let existing = (self.secrets.get(name).await)
+                        .map_err(|e| from_kube("read the credentials secret", e))?;
+                    self.refuse_anothers(&existing, &secret)?;
                     self.secrets
                         .replace(name, &PostParams::default(), &secret)
                         .await
@@ -154,6 +156,69 @@ impl KubernetesBackend {
         }
         *ready = true;
         Ok(())
+    }
+
+    /// The Secret this manager would write already holds another CodaLab user: another
+    /// deployment uses the same `manager_id` in this namespace (its pods, Secret and scratch
+    /// dir), and replacing the Secret would make its workers log in as this manager's user.
+    fn refuse_anothers(&self, existing: &SecretObject, ours: &SecretObject) -> Result<()> {
+        let user = |s: &SecretObject| {
+            let value = s.data.as_ref()?.get(keys::CODALAB_USERNAME)?;
+            Some(String::from_utf8_lossy(&value.0).into_owned())
+        };
+        match (user(existing), user(ours)) {
+            (Some(theirs), Some(ours)) if theirs != ours => Err(Error::InvalidConfig(format!(
+                "kubernetes: the credentials Secret `{}` in namespace `{}` holds CodaLab user \
+                 `{theirs}`, not `{ours}`: another deployment uses this manager_id here; give \
+                 this one a manager_id of its own",
+                self.template.secret_name(),
+                self.template.namespace()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// At start: the Secret this manager would create may already be another deployment's.
+    async fn created_secret_account(&self, ours: &SecretObject) -> Result<WorkerAccount> {
+        if let Ok(existing) = self.secrets.get(self.template.secret_name()).await {
+            self.refuse_anothers(&existing, ours)?;
+        }
+        Ok(WorkerAccount::Manager)
+    }
+
+    fn missing_secret(&self) -> Error {
+        Error::InvalidConfig(format!(
+            "kubernetes: credentials_secret `{}` does not exist in namespace `{}`",
+            self.template.secret_name(),
+            self.template.namespace()
+        ))
+    }
+
+    /// The user name (`codalab-username`) of the Secret given by name, which the workers log
+    /// in as. Without the right to read it the manager cannot tell, and says so.
+    async fn given_secret_account(&self) -> Result<WorkerAccount> {
+        let name = self.template.secret_name();
+        let secret = match self.secrets.get(name).await {
+            Ok(secret) => secret,
+            Err(kube::Error::Api(s)) if s.code == 404 => return Err(self.missing_secret()),
+            Err(e) => {
+                let why = format!("cannot read credentials_secret `{name}`: {e}");
+                return Ok(WorkerAccount::Unknown(why));
+            }
+        };
+        match secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(keys::CODALAB_USERNAME))
+        {
+            Some(user) => Ok(WorkerAccount::Named(
+                String::from_utf8_lossy(&user.0).into_owned(),
+            )),
+            None => Err(Error::InvalidConfig(format!(
+                "kubernetes: credentials_secret `{name}` has no key `{}`",
+                keys::CODALAB_USERNAME
+            ))),
+        }
     }
 
     /// Deletes pod `name` if it is still the pod with `uid`. A pod already gone, or replaced
@@ -267,6 +332,13 @@ impl WorkerBackend for KubernetesBackend {
 
     fn worker_shape(&self) -> WorkerShape {
         self.shape
+    }
+
+    async fn worker_account(&self) -> Result<WorkerAccount> {
+        match self.template.secret() {
+            Some(ours) => self.created_secret_account(&ours).await,
+            None => self.given_secret_account().await,
+        }
     }
 
     #[tracing::instrument(skip(self), fields(backend = BACKEND))]

@@ -86,7 +86,9 @@ pub struct KubernetesConfig {
     /// Finished worker pods kept for inspection; older ones are deleted
     #[arg(long, default_value_t = 10)]
     pub keep_finished_pods: usize,
-    /// Marks this manager's pods (label codalab-wm/manager-id); keep it across restarts
+    /// Marks this manager's pods (label codalab-wm/manager-id), its credentials Secret and
+    /// scratch dir; keep it across restarts. Give each deployment in a namespace its own: a
+    /// manager whose Secret already holds another CodaLab user refuses to start
     #[arg(long, default_value = "default")]
     pub manager_id: String,
     /// Worker image [default: codalab/worker:$CODALAB_VERSION, else codalab/worker:latest]

@@ -155,16 +155,24 @@ impl WorkerTemplate {
         .collect()
     }
 
-    /// The worker's work directory: `<--worker-work-dir-prefix or /tmp>/codalab-worker-scratch`.
+    /// The worker's work directory, a hostPath (bundle containers started through the node's
+    /// docker socket mount paths of the node):
+    /// `<--worker-work-dir-prefix or /tmp>/codalab-worker-scratch/<namespace>/<manager_id>`.
+    /// Each namespace and manager (each operator pool) has its own, so a worker never finds
+    /// another tenant's bundles or state left on the node.
     pub fn work_dir(&self) -> String {
+        let own = format!(
+            "codalab-worker-scratch/{}/{}",
+            self.namespace, self.manager_id
+        );
         match self
             .worker
             .work_dir_prefix
             .as_deref()
             .filter(|p| !p.is_empty())
         {
-            Some(_) => self.worker.work_dir("codalab-worker-scratch"),
-            None => "/tmp/codalab-worker-scratch".to_owned(),
+            Some(_) => self.worker.work_dir(&own),
+            None => format!("/tmp/{own}"),
         }
     }
 
@@ -220,6 +228,9 @@ impl WorkerTemplate {
                 affinity: Some(one_worker_per_node()),
                 volumes: Some(self.volumes()),
                 restart_policy: Some("Never".to_owned()),
+                // The worker needs no Kubernetes API token from its service account (the
+                // kubernetes runtime gets its own by flag); bundles must not find one.
+                automount_service_account_token: Some(false),
                 ..PodSpec::default()
             }),
             status: None,

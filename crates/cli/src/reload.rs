@@ -153,6 +153,9 @@ impl Reloader {
             .build(credentials)
             .await
             .with_context(|| format!("cannot set up the {is} backend"))?;
+        codalab_wm_core::backend::check_worker_account(&*built.backend, &credentials.username)
+            .await
+            .with_context(|| format!("pool {name}"))?;
         Ok(codalab_wm_core::metrics::metered(built.backend, name))
     }
 }

@@ -38,6 +38,11 @@ pub async fn build_manager(
     credentials: Credentials,
 ) -> Result<Manager> {
     let pools = build_pools(&layout, &credentials).await?;
+    for pool in &pools {
+        codalab_wm_core::backend::check_worker_account(&*pool.backend, &credentials.username)
+            .await
+            .with_context(|| format!("pool {}", pool.policy.name))?;
+    }
     let identities: Vec<(String, String)> = (layout.pools.iter())
         .map(|p| (p.policy.name.clone(), p.identity()))
         .collect();

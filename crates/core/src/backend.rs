@@ -117,6 +117,45 @@ impl WorkerJob {
     }
 }
 
+/// The CodaLab account a backend's workers log in as ([`WorkerBackend::worker_account`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerAccount {
+    /// The manager's own credentials.
+    Manager,
+    /// Another source of credentials (a Secret given by name …) holding this user name.
+    Named(String),
+    /// Another source of credentials the backend cannot read: why.
+    Unknown(String),
+}
+
+/// The root account: its worker list holds every worker, whatever account it logs in as.
+pub const ROOT_USERNAME: &str = "codalab";
+
+/// Refuses workers that log in as another account than `manager` (the manager would never
+/// see their check-ins), unless the manager is [`ROOT_USERNAME`]; warns when the backend
+/// cannot tell. Called when the manager starts (not by `down`, which needs no account).
+pub async fn check_worker_account(backend: &dyn WorkerBackend, manager: &str) -> Result<()> {
+    match backend.worker_account().await? {
+        WorkerAccount::Named(user) if user != manager && manager != ROOT_USERNAME => {
+            Err(Error::InvalidConfig(format!(
+                "{}: the workers log in as CodaLab user `{user}` but the manager as `{manager}`, \
+                 whose worker list never shows theirs: give the workers the manager's account, \
+                 or run the manager as `{user}` (or as `{ROOT_USERNAME}`, which sees every worker)",
+                backend.name()
+            )))
+        }
+        WorkerAccount::Unknown(why) if manager != ROOT_USERNAME => {
+            tracing::warn!(
+                backend = backend.name(),
+                "cannot check that the workers log in as `{manager}`: {why}; if they do not, \
+                 the manager never sees their check-ins and backs the pool off"
+            );
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// What the manager asks a backend to start.
 #[derive(Debug, Clone, Copy)]
 pub struct LaunchRequest<'a> {
@@ -160,6 +199,12 @@ pub trait WorkerBackend: Send + Sync + Debug + 'static {
     /// Most platforms clean up themselves: none by default.
     fn take_reaped(&self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// The account the workers log in as, when it is not the manager's (a credentials Secret
+    /// given by name); read from the platform at start ([`check_worker_account`]).
+    async fn worker_account(&self) -> Result<WorkerAccount> {
+        Ok(WorkerAccount::Manager)
     }
 
     /// Stops a worker job (cancel, terminate, delete). The job may linger in a final state.
@@ -214,5 +259,49 @@ mod tests {
                 .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
         );
         assert_ne!(id, new_unique());
+    }
+
+    /// A backend whose workers log in as `account` (nothing else is called).
+    #[derive(Debug)]
+    struct Account(WorkerAccount);
+
+    #[async_trait::async_trait]
+    impl WorkerBackend for Account {
+        fn name(&self) -> &str {
+            "test"
+        }
+        fn worker_shape(&self) -> WorkerShape {
+            WorkerShape::default()
+        }
+        async fn get_worker_jobs(&self) -> Result<Vec<WorkerJob>> {
+            Ok(Vec::new())
+        }
+        async fn start_worker_job(&self, _: &LaunchRequest<'_>) -> Result<WorkerJob> {
+            unreachable!("the check starts nothing")
+        }
+        async fn worker_account(&self) -> Result<WorkerAccount> {
+            Ok(self.0.clone())
+        }
+    }
+
+    #[tokio::test]
+    async fn only_a_named_other_account_is_refused_and_root_sees_every_worker() {
+        let check = |account, manager: &'static str| async move {
+            check_worker_account(&Account(account), manager).await
+        };
+        let bob = || WorkerAccount::Named("bob".into());
+        let err = check(bob(), "alice").await.unwrap_err();
+        assert!(err.is_fatal(), "{err}");
+        assert!(
+            err.to_string().contains("`bob` but the manager as `alice`"),
+            "{err}"
+        );
+        check(bob(), "bob").await.unwrap();
+        check(bob(), ROOT_USERNAME).await.unwrap();
+        check(WorkerAccount::Manager, "alice").await.unwrap();
+        let unknown = WorkerAccount::Unknown("no right to read it".into());
+        check(unknown, "alice")
+            .await
+            .expect("a warning, not a refusal");
     }
 }

@@ -435,6 +435,10 @@ impl WorkerBackend for MeteredBackend {
         self.inner.take_reaped()
     }
 
+    async fn worker_account(&self) -> Result<crate::backend::WorkerAccount> {
+        self.inner.worker_account().await
+    }
+
     async fn stop_worker_job(&self, job: &WorkerJob) -> Result<()> {
         let started = Instant::now();
         let result = self.inner.stop_worker_job(job).await;

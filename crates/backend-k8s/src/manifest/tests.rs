@@ -45,6 +45,7 @@ fn the_default_pod_is_upstreams_with_the_fixes() {
     );
     let spec = &pod["spec"];
     assert_eq!(spec["restartPolicy"], "Never");
+    assert_eq!(spec["automountServiceAccountToken"], false);
     let term =
         &spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0];
     assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
@@ -65,11 +66,11 @@ fn the_default_pod_is_upstreams_with_the_fixes() {
     );
     assert_eq!(
         container["volumeMounts"],
-        json!([{"name": "workdir", "mountPath": "/tmp/codalab-worker-scratch"}])
+        json!([{"name": "workdir", "mountPath": "/tmp/codalab-worker-scratch/default/default"}])
     );
     assert_eq!(
         spec["volumes"],
-        json!([{"name": "workdir", "hostPath": {"path": "/tmp/codalab-worker-scratch", "type": "DirectoryOrCreate"}}])
+        json!([{"name": "workdir", "hostPath": {"path": "/tmp/codalab-worker-scratch/default/default", "type": "DirectoryOrCreate"}}])
     );
 }
 
@@ -80,7 +81,7 @@ fn the_command_is_the_worker_command_plus_the_runtime() {
         server: "https://cl.example".into(),
         ..WorkerOptions::default()
     }
-    .build_command(UNIQUE, "/tmp/codalab-worker-scratch");
+    .build_command(UNIQUE, "/tmp/codalab-worker-scratch/default/default");
     assert_eq!(argv[..base.len()], base[..]);
     assert_eq!(argv[base.len()..], ["--bundle-runtime", "docker"]);
 }
@@ -256,13 +257,36 @@ fn the_work_dir_prefix_is_honoured() {
         ..WorkerOptions::default()
     };
     let template = WorkerTemplate::new(&config, &credentials(), &worker).unwrap();
-    assert_eq!(template.work_dir(), "/scratch/codalab-worker-scratch");
+    assert_eq!(
+        template.work_dir(),
+        "/scratch/codalab-worker-scratch/default/default"
+    );
     assert!(
         template
             .command(UNIQUE)
             .join(" ")
-            .contains("--work-dir /scratch/codalab-worker-scratch")
+            .contains("--work-dir /scratch/codalab-worker-scratch/default/default")
     );
+}
+
+#[test]
+fn each_namespace_and_manager_has_its_own_scratch_dir_on_the_node() {
+    let host_path = |config: Value| {
+        let pod = pod_json(&template(config));
+        let path = &pod["spec"]["volumes"][0]["hostPath"]["path"];
+        assert_eq!(
+            pod["spec"]["containers"][0]["volumeMounts"][0]["mountPath"], *path,
+            "the same path inside, for the bundle containers"
+        );
+        path.as_str().unwrap().to_owned()
+    };
+    let a = host_path(json!({"namespace": "team-a", "manager_id": "gpu"}));
+    assert_eq!(a, "/tmp/codalab-worker-scratch/team-a/gpu");
+    let others = [
+        host_path(json!({"namespace": "team-b", "manager_id": "gpu"})),
+        host_path(json!({"namespace": "team-a", "manager_id": "cpu"})),
+    ];
+    assert!(!others.contains(&a), "{a} {others:?}");
 }
 
 #[test]
