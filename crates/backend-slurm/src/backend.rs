@@ -11,12 +11,39 @@ use codalab_wm_core::{
     CleanupItem, Error, JobState, LaunchRequest, Result, WorkerBackend, WorkerJob, WorkerShape,
     async_trait,
 };
+use codalab_wm_core::backend::WorkerAccount;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 /// Saves the script (read from stdin) in its per-worker directory and submits it, in one
 /// command: `sh -c SUBMIT sh DIR FILE`.
 const SUBMIT: &str = r#"mkdir -p -- "$1" && cat > "$2" && exec sbatch --parsable "$2""#;
+
+/// The account [`WorkerBackend::worker_account`] reports, reading the password file with `read`.
+fn password_file_account(
+    settings: &Settings,
+    read: impl Fn(&std::path::Path) -> std::io::Result<String>,
+) -> WorkerAccount {
+    let Some(file) = &settings.config.password_file else {
+        return WorkerAccount::Manager;
+    };
+    let shown = file.display();
+    if let Target::Ssh(_) = settings.target {
+        return WorkerAccount::Unknown(format!("--password-file {shown} is on the login node"));
+    }
+    if file.is_relative() {
+        return WorkerAccount::Unknown(format!(
+            "--password-file {shown} is relative: each job reads it in its own directory"
+        ));
+    }
+    match read(file) {
+        Ok(text) => match text.lines().next().map(str::trim) {
+            Some(user) if !user.is_empty() => WorkerAccount::Named(user.to_owned()),
+            _ => WorkerAccount::Unknown(format!("--password-file {shown} names no user")),
+        },
+        Err(e) => WorkerAccount::Unknown(format!("cannot read --password-file {shown}: {e}")),
+    }
+}
 
 /// Submits CodaLab workers as Slurm batch jobs, locally or on a login node over SSH.
 #[derive(Debug)]
@@ -160,6 +187,15 @@ impl WorkerBackend for SlurmBackend {
         self.settings.worker_shape()
     }
 
+    /// Without a password file, the manager's own account (handed to the job); with one, the
+    /// user on its first line, as `cl-worker` reads it, when the manager can read the same
+    /// file: an absolute path on this machine. Over SSH, or with a relative path (read in
+    /// the job's own directory on a compute node), it cannot tell.
+    async fn worker_account(&self) -> Result<WorkerAccount> {
+        let read = |path: &std::path::Path| std::fs::read_to_string(path);
+        Ok(password_file_account(&self.settings, read))
+    }
+
     /// The jobs of this pool: the job-name prefix in the pool's partition. The partition is
     /// part of the identity: a pool of the same user and job name in another partition is
     /// another pool, whose jobs are neither counted nor stopped here (`down --partition`).
@@ -287,6 +323,43 @@ mod tests {
             password: Secret::new("hunter2"),
         };
         SlurmBackend::new(&config, Some(credentials)).unwrap()
+    }
+
+    /// The workers' account, as the manager can tell it (refused at start when another named
+    /// user: `codalab_wm_core::backend::check_worker_account`).
+    #[test]
+    fn the_workers_account_is_the_password_files_first_line_when_the_manager_can_read_it() {
+        use std::path::{Path, PathBuf};
+        let with = |file: Option<&str>, ssh: bool| {
+            let config = SlurmConfig {
+                password_file: file.map(PathBuf::from),
+                ssh_host: ssh.then(|| "login".to_owned()),
+                ..SlurmConfig::default()
+            };
+            backend(config).settings.clone()
+        };
+        let read = |path: &Path| match path.to_str() {
+            Some("/etc/codalab/pw") => Ok("codalab\nsecret\n".to_owned()),
+            Some("/etc/codalab/empty") => Ok(String::new()),
+            _ => Err(std::io::Error::from(std::io::ErrorKind::NotFound)),
+        };
+        let account = |file, ssh| password_file_account(&with(file, ssh), read);
+        assert_eq!(account(None, false), WorkerAccount::Manager);
+        assert_eq!(
+            account(Some("/etc/codalab/pw"), false),
+            WorkerAccount::Named("codalab".into())
+        );
+        for (file, ssh, why) in [
+            ("/etc/codalab/pw", true, "is on the login node"),
+            ("pw", false, "is relative"),
+            ("/etc/codalab/empty", false, "names no user"),
+            ("/missing", false, "cannot read --password-file /missing"),
+        ] {
+            let WorkerAccount::Unknown(text) = account(Some(file), ssh) else {
+                panic!("{file} {ssh}: not unknown");
+            };
+            assert!(text.contains(why), "{text}");
+        }
     }
 
     #[test]

@@ -97,6 +97,10 @@ async fn a_worker_tag_too_long_for_the_search_url_is_a_clear_error_not_unreachab
     command.args(local(&dir.path().join("state")));
     let (output, text) = run(command).await;
     assert_eq!(output.status.code(), Some(2), "{text}");
-    assert!(text.contains("shorten --worker-tag"), "{text}");
+    // Refused when the settings are read, naming the setting and its size.
+    assert!(
+        text.contains("or `worker.tag` (--worker-tag, 100000 bytes"),
+        "{text}"
+    );
     assert!(!text.contains("unreachable"), "{text}");
 }
