@@ -153,7 +153,7 @@ impl Reloader {
             .build(credentials)
             .await
             .with_context(|| format!("cannot set up the {is} backend"))?;
-        Ok(codalab_wm_core::metrics::metered(built.backend, name))
+        Ok(codalab_wm_app::metrics::metered(built.backend, name))
     }
 }
 

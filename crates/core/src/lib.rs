@@ -18,9 +18,6 @@
 //! - [`manager`]: the loop that observes, plans, acts and reports, with one error policy for
 //!   retry and backoff; what it remembers per pool, its log lines and its status snapshot
 //!   ([`manager::status`]);
-//! - [`metrics`]: the Prometheus metrics of the manager and its backends' calls;
-//! - [`dashboard`]: the page of `--listen`'s `/`, HTML and SVG rendered from the status
-//!   snapshots, and the bounded history of them it charts;
 //! - [`local`] (feature `local`): a backend that runs workers as local processes.
 //!
 //! ## Embedding the manager with your own backend
@@ -73,7 +70,6 @@ pub mod bundle;
 pub mod checkin;
 pub mod codalab;
 pub mod command;
-pub mod dashboard;
 pub mod describe;
 pub mod error;
 pub mod events;
@@ -81,7 +77,6 @@ pub mod layout;
 #[cfg(feature = "local")]
 pub mod local;
 pub mod manager;
-pub mod metrics;
 pub mod notify;
 pub mod policy;
 pub mod pools;

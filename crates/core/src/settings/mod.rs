@@ -44,10 +44,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 mod bounds;
-pub mod check;
 mod load;
-pub mod schema;
-pub mod template;
 pub use bounds::MAX_SECONDS;
 pub use load::{ENV_PREFIX, Layers, invalid, suggestion};
 

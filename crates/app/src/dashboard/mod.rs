@@ -17,7 +17,7 @@ pub use history::History;
 pub use page::{Page, render};
 
 #[cfg(doc)]
-use crate::manager::status::Status;
+use codalab_wm_core::manager::status::Status;
 
 /// `text` with `&`, `<`, `>`, `"` and `'` escaped, for HTML text and attribute values.
 pub fn escape(text: &str) -> String {

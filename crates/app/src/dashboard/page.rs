@@ -3,8 +3,8 @@
 use super::history::{BUCKET_SECONDS, Bucket, History};
 use super::svg::{self, Series};
 use super::{escape, sections, utc};
-use crate::manager::status::Status;
-use crate::manager::status::view::duration;
+use crate::view::duration;
+use codalab_wm_core::manager::status::Status;
 use std::fmt::Write as _;
 use std::time::Duration;
 

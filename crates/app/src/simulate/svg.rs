@@ -4,7 +4,8 @@
 //! workers panel the jobs (pending + active) are a shaded area with a wide outline under the
 //! active workers' line: where both are equal (nothing pending) the outline still shows.
 
-use super::report::{SimReport, human};
+use super::text::human;
+use codalab_wm_core::simulate::SimReport;
 use std::fmt::Write as _;
 
 const WIDTH: f64 = 960.0;
@@ -66,9 +67,23 @@ impl TimeAxis {
     }
 }
 
-impl SimReport {
-    /// The plot as a standalone SVG document.
-    pub fn to_svg(&self) -> String {
+/// The plot of `report` as a standalone SVG document.
+pub fn svg(report: &SimReport) -> String {
+    Plot(report).svg()
+}
+
+/// A report being drawn (its fields read through `Deref`).
+struct Plot<'a>(&'a SimReport);
+
+impl std::ops::Deref for Plot<'_> {
+    type Target = SimReport;
+    fn deref(&self) -> &SimReport {
+        self.0
+    }
+}
+
+impl Plot<'_> {
+    fn svg(&self) -> String {
         let pools = self.pools.len().max(1);
         let height = TOP + pools as f64 * (POOL + GAP) - GAP + BOTTOM;
         let end_ms = self

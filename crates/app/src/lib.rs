@@ -1,0 +1,23 @@
+//! # codalab-wm-app
+//!
+//! What `cl-worker-manager` shows people, and the tools around its configuration. Nothing here
+//! is needed to embed the manager loop: that is `codalab-wm-core` (policy, pools, the CodaLab
+//! client, the backend trait, the loop with its status snapshot and events), which this crate
+//! only reads.
+//!
+//! - [`dashboard`]: the page of `--listen`'s `/`, HTML rendered from the status snapshots, and
+//!   the bounded history of them it charts;
+//! - [`view`]: the terminal rendering of `/status` (`cl-worker-manager status`);
+//! - [`config`]: `config check` (with the file's line numbers), `config init`'s template, and
+//!   the schema both read from the settings types;
+//! - [`metrics`]: the Prometheus registry, fed from the status snapshots, and a metering
+//!   [`WorkerBackend`](codalab_wm_core::WorkerBackend) wrapper (as OpenDAL's Prometheus layer
+//!   wraps its core trait); [`metrics::health`], the `/healthz` and `/livez` rules;
+//! - [`simulate`]: the simulator's text table and SVG plot.
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod dashboard;
+pub mod metrics;
+pub mod simulate;
+pub mod view;
