@@ -13,9 +13,12 @@
 //! - [`metrics`]: the Prometheus registry, fed from the status snapshots, and a metering
 //!   [`WorkerBackend`](codalab_wm_core::WorkerBackend) wrapper (as OpenDAL's Prometheus layer
 //!   wraps its core trait); [`metrics::health`], the `/healthz` and `/livez` rules;
-//! - [`simulate`]: the simulator's text table and SVG plot.
+//! - [`simulate`]: the simulator's text table and SVG plot;
+//! - [`chart`]: what the page's charts and the simulator's plot share (one y scale, one legend,
+//!   one escape).
 #![warn(missing_docs)]
 
+pub mod chart;
 pub mod config;
 pub mod dashboard;
 pub mod metrics;

@@ -3,7 +3,8 @@
 
 use super::history::{DecisionRecord, History};
 use super::page::Page;
-use super::{escape, utc};
+use super::utc;
+use crate::chart::escape;
 use crate::view::{duration, memory, reason_text};
 use codalab_wm_core::budget::BudgetStatus;
 use codalab_wm_core::checkin::WorkerState;

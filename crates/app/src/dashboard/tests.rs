@@ -1,6 +1,6 @@
 use super::history::{BUCKET_SECONDS, BUCKETS, Bucket, DECISIONS, MAX_REASONS, MAX_TEXT};
-use super::svg::{self, HEIGHT, Series, WIDTH};
 use super::*;
+use crate::chart::{self, HEIGHT, Series, WIDTH, escape};
 use codalab_wm_core::budget::{BudgetLimits, BudgetStatus};
 use codalab_wm_core::checkin::WorkerState;
 use codalab_wm_core::events::{Event, EventKind};
@@ -413,7 +413,7 @@ fn a_chart_has_one_line_per_series_inside_its_view_box() {
             points: vec![(-30.0, 1.0), (120.0, 0.0)],
         },
     ];
-    let svg = svg::chart("c", "t", &series, (0.0, 120.0), &|x| format!("{x}"));
+    let svg = chart::line_chart("c", "t", &series, (0.0, 120.0), &|x| format!("{x}"));
     assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
     assert!(svg.contains(&format!("viewBox=\"0 0 {WIDTH} {HEIGHT}\"")));
     for line in svg.split("<polyline").skip(1) {

@@ -94,3 +94,20 @@ fn with_a_large_backlog_workers_get_their_own_scale_and_both_lines_show() {
     };
     assert!(width(jobs_line) >= 2.0 * width(active_line));
 }
+
+#[test]
+fn names_are_escaped_quotes_too() {
+    let mut report = simulate(
+        &trace(&[(0.0, 60.0)]),
+        &[pool("cpu", 2)],
+        &SimConfig::default(),
+    )
+    .unwrap();
+    report.pools[0].name = "<a \"b\" & 'c'>".into();
+    let svg = super::svg(&report);
+    assert!(
+        svg.contains("&lt;a &quot;b&quot; &amp; &#39;c&#39;&gt;"),
+        "{svg}"
+    );
+    assert!(!svg.contains("\"b\""), "{svg}");
+}
