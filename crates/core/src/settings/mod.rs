@@ -45,8 +45,9 @@ use std::path::PathBuf;
 
 mod bounds;
 mod load;
+pub use crate::error::{ENV_PREFIX, invalid, suggestion};
 pub use bounds::MAX_SECONDS;
-pub use load::{ENV_PREFIX, Layers, invalid, suggestion};
+pub use load::Layers;
 
 /// Output format of the logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, Default)]
