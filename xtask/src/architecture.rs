@@ -1,7 +1,11 @@
 //! `cargo xtask architecture`: the shape ARCHITECTURE.md promises, checked on the source: the
-//! binary stays thin (`crates/cli/src` at most [`CLI_MAX_LINES`] lines, its modules import one
-//! another without a cycle), and no non-test source file of a crate is over [`MAX_FILE_LINES`]
-//! lines nor any function over [`MAX_FN_LINES`] (test modules and `tests/` excluded).
+//! binary stays thin (`crates/cli/src` at most [`CLI_MAX_LINES`] lines); the modules of the
+//! binary, of core and of the application crate import one another without a cycle
+//! ([`CYCLE_FREE`]); core is what an embedder wants and nothing it renders for people: no
+//! `<svg`/`<html` in its sources, and none of [`NOT_IN_CORE`] among its normal dependencies
+//! (`cargo tree`, as object_store's CI guards its base build); and no non-test source file of a
+//! crate is over [`MAX_FILE_LINES`] lines nor any function over [`MAX_FN_LINES`] (test modules
+//! and `tests/` excluded).
 
 use anyhow::{Result, bail};
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,6 +17,13 @@ pub const CLI_MAX_LINES: usize = 2_500;
 pub const MAX_FILE_LINES: usize = 600;
 /// Lines a function outside tests may have.
 pub const MAX_FN_LINES: usize = 80;
+/// The crates whose modules must not import each other in a cycle.
+pub const CYCLE_FREE: [&str; 3] = ["cli", "core", "app"];
+/// Packages core's normal dependencies must not include: the metrics registry, the HTTP server
+/// and the shell completions belong to the application (`crates/app`, `crates/cli`).
+pub const NOT_IN_CORE: [&str; 3] = ["prometheus-client", "axum", "clap_complete"];
+/// What core's sources must not contain: pages and charts are the application's.
+const MARKUP: [&str; 2] = ["<svg", "<html"];
 
 /// Runs every check on the workspace; fails listing every breach.
 pub fn run(_args: &[String]) -> Result<()> {
@@ -25,16 +36,19 @@ pub fn run(_args: &[String]) -> Result<()> {
             "crates/cli/src has {total} lines (at most {CLI_MAX_LINES})"
         ));
     }
-    let modules: BTreeMap<String, String> = cli
-        .iter()
-        .map(|(path, text)| (module_name(path), text.clone()))
-        .collect();
-    if let Some(cycle) = cycle(&imports(&modules)) {
-        breaches.push(format!(
-            "crates/cli modules import each other: {}",
-            cycle.join(" → ")
-        ));
+    for name in CYCLE_FREE {
+        let modules: BTreeMap<String, String> = sources(&root.join(format!("crates/{name}/src")))?
+            .iter()
+            .map(|(path, text)| (module_name(path), text.clone()))
+            .collect();
+        if let Some(cycle) = cycle(&imports(&modules)) {
+            breaches.push(format!(
+                "crates/{name} modules import each other: {}",
+                cycle.join(" → ")
+            ));
+        }
     }
+    breaches.extend(core_is_lean(&root)?);
     for (path, text) in sources(&root.join("crates"))? {
         breaches.extend(
             sizes(&text)
@@ -49,8 +63,65 @@ pub fn run(_args: &[String]) -> Result<()> {
             breaches.join("\n  ")
         );
     }
-    eprintln!("architecture: crates/cli/src {total} lines, no import cycle, sizes within limits");
+    eprintln!(
+        "architecture: crates/cli/src {total} lines, no import cycle, core without markup or \
+         {NOT_IN_CORE:?}, sizes within limits"
+    );
     Ok(())
+}
+
+/// Core's sources with markup, and the packages of [`NOT_IN_CORE`] among its normal
+/// dependencies (`cargo tree -p codalab-wm-core -e normal`, its default features).
+fn core_is_lean(root: &Path) -> Result<Vec<String>> {
+    let mut breaches: Vec<String> = sources(&root.join("crates/core/src"))?
+        .iter()
+        .flat_map(|(path, text)| {
+            markup(text).into_iter().map(move |m| {
+                format!(
+                    "{}: `{m}` (pages and charts belong in crates/app)",
+                    path.display()
+                )
+            })
+        })
+        .collect();
+    let args = [
+        "tree",
+        "-p",
+        "codalab-wm-core",
+        "-e",
+        "normal",
+        "--prefix",
+        "none",
+    ];
+    let output = std::process::Command::new(env!("CARGO"))
+        .args(args)
+        .current_dir(root)
+        .output()?;
+    if !output.status.success() {
+        bail!("cargo {} failed ({})", args.join(" "), output.status);
+    }
+    breaches.extend(
+        forbidden(&String::from_utf8_lossy(&output.stdout))
+            .into_iter()
+            .map(|p| {
+                format!("codalab-wm-core depends on {p} (it belongs in crates/app or crates/cli)")
+            }),
+    );
+    Ok(breaches)
+}
+
+/// Which of [`MARKUP`] the production part of `text` (before its test module) contains.
+fn markup(text: &str) -> Vec<&'static str> {
+    let code = production(text).join("\n");
+    MARKUP.into_iter().filter(|m| code.contains(m)).collect()
+}
+
+/// The packages of [`NOT_IN_CORE`] a `cargo tree --prefix none` listing names.
+fn forbidden(tree: &str) -> BTreeSet<&str> {
+    tree.lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|package| NOT_IN_CORE.contains(package))
+        .collect()
 }
 
 /// Every `.rs` file under `dir` outside `tests/`, `target/` and `fuzz/`, by path.
@@ -262,6 +333,17 @@ mod tests {
             module_name(Path::new("/w/crates/cli/src/commands/config/mod.rs")),
             "commands::config"
         );
+    }
+
+    #[test]
+    fn markup_and_application_dependencies_are_found_in_core() {
+        assert_eq!(markup("let s = \"<svg x>\";\n"), ["<svg"]);
+        assert!(
+            markup("// <html> in a comment\n#[cfg(test)]\nconst T: &str = \"<svg\";\n").is_empty()
+        );
+        let tree = "codalab-wm-core v0.1.0 (/r/crates/core)\ntokio v1.54.0\nprometheus-client v0.24.0\naxum-core v0.5.0\n";
+        assert_eq!(forbidden(tree), ["prometheus-client"].into());
+        assert!(forbidden("codalab-wm-core v0.1.0\nclap v4.6.0\n").is_empty());
     }
 
     #[test]

@@ -6,12 +6,12 @@ use crate::script::{JobScript, redact};
 use crate::ssh::SshTransport;
 use crate::transport::{CallCounter, Invocation, Output, Transport};
 use crate::{scratch, squeue};
+use codalab_wm_core::backend::WorkerAccount;
 use codalab_wm_core::secret::Credentials;
 use codalab_wm_core::{
     CleanupItem, Error, JobState, LaunchRequest, Result, WorkerBackend, WorkerJob, WorkerShape,
     async_trait,
 };
-use codalab_wm_core::backend::WorkerAccount;
 use std::sync::Arc;
 use std::time::SystemTime;
 

@@ -2,7 +2,7 @@
 //! file with its `FILE:LINE` and a did-you-mean ([`file_problems`]). The other layers
 //! (`CODALAB_WM_*`, flags) are named by `codalab_wm_core::settings::invalid`.
 
-use codalab_wm_core::settings::check::{self, Kind};
+use codalab_wm_app::config::check::{self, Kind};
 use std::path::Path;
 
 /// The problems of the config file at `path` that no other layer can mend: syntax, unknown

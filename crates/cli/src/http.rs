@@ -1,12 +1,12 @@
 //! `--listen ADDR`: a small HTTP server beside the manager loop, in the same runtime.
 //!
-//! - `/metrics`: the Prometheus metrics of [`codalab_wm_core::metrics`] (OpenMetrics text), fed
+//! - `/metrics`: the Prometheus metrics of [`codalab_wm_app::metrics`] (OpenMetrics text), fed
 //!   from the status snapshot the manager publishes after every tick ([`StatusExporter`]) and
-//!   from the backends' timed calls ([`codalab_wm_core::metrics::MeteredBackend`]).
+//!   from the backends' timed calls ([`codalab_wm_app::metrics::MeteredBackend`]).
 //! - `/healthz`: 200 when the last tick succeeded within 3 × `sleep_time`, 503 otherwise; the
 //!   body says why. `/livez`: 200 while ticks end, failed ones too ([`Health::live`]).
 //! - `/status`: the status snapshot ([`Status`]) as JSON; `cl-worker-manager status` reads it.
-//! - `/`: the dashboard, an HTML page for people ([`codalab_wm_core::dashboard`]), from the
+//! - `/`: the dashboard, an HTML page for people ([`codalab_wm_app::dashboard`]), from the
 //!   last snapshot and the history of the snapshots followed.
 
 use anyhow::{Context, Result};
@@ -16,11 +16,11 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use codalab_wm_core::dashboard::{self, History, Page};
-use codalab_wm_core::listen::{HostRule, Limits};
+use codalab_wm_app::dashboard::{self, History, Page};
+use codalab_wm_app::listen::{HostRule, Limits};
+use codalab_wm_app::metrics::health::Health;
+use codalab_wm_app::metrics::{Metrics, StatusExporter, enable_metrics};
 use codalab_wm_core::manager::status::Status;
-use codalab_wm_core::metrics::health::Health;
-use codalab_wm_core::metrics::{Metrics, StatusExporter, enable_metrics};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};

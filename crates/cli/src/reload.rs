@@ -156,7 +156,7 @@ impl Reloader {
         codalab_wm_core::backend::check_worker_account(&*built.backend, &credentials.username)
             .await
             .with_context(|| format!("pool {name}"))?;
-        Ok(codalab_wm_core::metrics::metered(built.backend, name))
+        Ok(codalab_wm_app::metrics::metered(built.backend, name))
     }
 }
 

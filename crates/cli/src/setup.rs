@@ -78,7 +78,7 @@ pub async fn build_pools(layout: &Layout, credentials: &Credentials) -> Result<V
                 true => format!("cannot set up the {backend} backend"),
                 false => format!("cannot set up pool {name} ({backend})"),
             })?;
-        let backend = codalab_wm_core::metrics::metered(built.backend, name);
+        let backend = codalab_wm_app::metrics::metered(built.backend, name);
         if !layout.single {
             log_pool(&built.policy, &*backend);
         }

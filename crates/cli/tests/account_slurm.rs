@@ -148,7 +148,8 @@ fn a_busy_worker_of_the_root_account_is_kept_and_its_bundle_ends_ready() {
     let server = Server::login(MANAGER.0, MANAGER.1);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         manager.wait_until("the account warning", WITHIN, |m| {
-            m.log().contains("cannot check that the workers log in as `bob`")
+            m.log()
+                .contains("cannot check that the workers log in as `bob`")
         });
         manager.wait_until("the job kept past checkin_timeout", WITHIN, |m| {
             m.log().contains("worker_lost would stop it")
@@ -163,7 +164,11 @@ fn a_busy_worker_of_the_root_account_is_kept_and_its_bundle_ends_ready() {
         let log = manager.log();
         assert!(log.contains("(worker_unconfirmed)"), "{log}");
         assert_eq!(log.matches("is lost and stopped").count(), 0, "{log}");
-        assert_eq!(log.matches("stopped a stuck pending job").count(), 0, "{log}");
+        assert_eq!(
+            log.matches("stopped a stuck pending job").count(),
+            0,
+            "{log}"
+        );
     }));
     drop(manager);
     let out = down(&backend, MANAGER);

@@ -239,6 +239,15 @@ fn each_kind_of_problem_is_reported_at_its_line() {
             "invalid: `listen_hosts` (--listen-hosts): \"wm.example.org:9464\" is not a host name",
         ),
         (
+            "a search longer than the server's request line",
+            &format!(
+                "server = \"http://127.0.0.1:2900\"\nbackend = \"local\"\nsearch = [\"name={}\"]\n",
+                "x".repeat(3995)
+            ),
+            3,
+            "`search` (--search, 4000 bytes)",
+        ),
+        (
             "pool sub-table of another backend",
             "[[pools]]\nname = \"p\"\nbackend = \"local\"\n[pools.slurm_batch]\npartition = \"cpu\"\n",
             4,

@@ -4,11 +4,12 @@
 //! backend tables checked by each backend) exactly as `run` would. Templates come from the
 //! real binary; the tables' keys from the backend crates.
 
+use codalab_wm_app::config::check::{self, Kind};
+use codalab_wm_app::config::schema::{self, Program};
+use codalab_wm_app::config::template;
 use codalab_wm_core::describe::{BackendKind, Catalogue, Entry, PLACEHOLDER};
 use codalab_wm_core::layout::Layout;
-use codalab_wm_core::settings::check::{self, Kind};
-use codalab_wm_core::settings::schema::{self, Program};
-use codalab_wm_core::settings::{Layers, template};
+use codalab_wm_core::settings::Layers;
 use std::collections::HashMap;
 use std::process::Command;
 

@@ -295,7 +295,7 @@ impl<C: BackendConfig> BackendKind for Kind<C> {
         let config: C = figment
             .focus(C::TABLE)
             .extract()
-            .map_err(|e| crate::settings::invalid(e, Some(C::TABLE)))?;
+            .map_err(|e| crate::error::invalid(e, Some(C::TABLE)))?;
         if !types_only {
             config.validate().map_err(|e| {
                 Error::InvalidConfig(e.trim_start_matches("invalid configuration: ").to_owned())

@@ -5,10 +5,10 @@
 //! One typed stream ([`Event`]) feeds the log (target `codalab_wm::event`), the status
 //! snapshot ([`crate::manager::status::Status::events`], the last [`RECENT_EVENTS`]), the
 //! dashboard, and the webhooks of `[[notify]]` ([`crate::notify`]). Events are derived from
-//! what a tick saw and did ([`from_tick`]) and from the changes between ticks the manager
-//! notices (the server unreachable / back, a reload); that derivation is pure.
+//! what a tick saw and did (`from_tick`, in `manager/tick.rs` beside its caller: this module
+//! knows nothing of the manager) and from the changes between ticks the manager notices (the
+//! server unreachable / back, a reload); that derivation is pure.
 
-use crate::manager::status::TickEvent;
 use serde::Serialize;
 use std::fmt;
 
@@ -282,88 +282,4 @@ impl fmt::Display for EventKind {
             }
         }
     }
-}
-
-/// The events of one tick's [`TickEvent`]s, in their order: launches started or refused (a
-/// temporary error, retried next tick, and a dry run are not events), stuck jobs stopped, lost
-/// workers stopped, jobs failed before they became active, preempted jobs, pools backing off.
-/// `now_seconds` is the manager clock at the end of the tick.
-pub fn from_tick(tick_events: &[TickEvent], now_seconds: u64) -> Vec<EventKind> {
-    tick_events
-        .iter()
-        .filter_map(|e| from_tick_event(e, now_seconds))
-        .collect()
-}
-
-fn from_tick_event(event: &TickEvent, now_seconds: u64) -> Option<EventKind> {
-    use crate::manager::status::LaunchResult;
-    let kind = match event {
-        TickEvent::Launch {
-            pool,
-            result: LaunchResult::Started,
-            detail,
-        } => EventKind::WorkerLaunched {
-            pool: pool.clone(),
-            job_id: detail.clone(),
-        },
-        TickEvent::Launch {
-            pool,
-            result: LaunchResult::Failed,
-            detail,
-        } => EventKind::LaunchFailed {
-            pool: pool.clone(),
-            error: detail.clone(),
-        },
-        TickEvent::Stop {
-            pool,
-            job_id,
-            reason: "pending_timeout",
-            ..
-        } => EventKind::StuckPendingStopped {
-            pool: pool.clone(),
-            job_id: job_id.clone(),
-        },
-        TickEvent::Stop {
-            pool,
-            job_id,
-            reason: "worker_lost",
-            ..
-        } => EventKind::WorkerLost {
-            pool: pool.clone(),
-            job_id: job_id.clone(),
-        },
-        TickEvent::JobFailed {
-            pool,
-            job_id,
-            before_active: true,
-        } => EventKind::LaunchFailed {
-            pool: pool.clone(),
-            error: format!("job {job_id} failed before it became active"),
-        },
-        TickEvent::JobPreempted {
-            pool,
-            job_id,
-            reason,
-        } => EventKind::WorkerPreempted {
-            pool: pool.clone(),
-            job_id: job_id.clone(),
-            reason: reason.clone(),
-        },
-        TickEvent::JobReaped { pool, job_id } => EventKind::WorkerReaped {
-            pool: pool.clone(),
-            job_id: job_id.clone(),
-        },
-        TickEvent::BackoffStarted {
-            pool,
-            failures,
-            until_seconds,
-        } => EventKind::PoolBackingOff {
-            pool: pool.clone(),
-            failures: *failures,
-            until_seconds: *until_seconds,
-            for_seconds: until_seconds.saturating_sub(now_seconds),
-        },
-        _ => return None,
-    };
-    Some(kind)
 }

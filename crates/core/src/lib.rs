@@ -1,14 +1,25 @@
 //! # codalab-wm-core
 //!
-//! The core of codalab-wm, a worker manager for [CodaLab Worksheets]: it watches the run
-//! bundles a CodaLab server holds in state *staged* and starts `cl-worker` jobs on a compute
-//! backend, keeping the number of workers between a minimum and a maximum.
+//! The library to embed a worker manager for [CodaLab Worksheets]: the scaling policy, the
+//! CodaLab client, the worker backend trait and the manager loop with its status snapshot and
+//! events. It watches the run bundles a CodaLab server holds in state *staged* and starts
+//! `cl-worker` jobs on a compute backend, keeping the number of workers between a minimum and
+//! a maximum.
 //!
-//! The crate holds everything that is not platform-specific:
+//! What is **not** here: no compute platform but `local` (each is a crate of its own,
+//! `codalab-wm-slurm`, `-aws`, …); nothing that renders for people — no HTML page, SVG chart,
+//! terminal view, Prometheus registry or `config check`/`init` tooling (those are
+//! `codalab-wm-app`'s, the application `cl-worker-manager` shows); no HTTP server and no
+//! command line (`codalab-wm`, the binary). `cargo xtask architecture` holds that line: core's
+//! normal dependencies carry no prometheus-client, axum or clap_complete.
+//!
+//! What is here:
 //! - [`policy`]: the scaling policy, a pure function with reasons ([`policy::plan`]);
 //! - [`pools`]: several pools (shapes, backends, tags), burst targets, stuck-pending
 //!   replacement and failure backoff, also pure ([`pools::plan_pools`]); upstream's
 //!   single-backend mode is one pool ([`pools::SingleBackendFlags`]);
+//! - [`checkin`] and [`budget`]: matching jobs to the workers that checked in, the rolling-day
+//!   budgets (pure);
 //! - [`codalab`]: the CodaLab REST client (login, token refresh, identity check, staged search);
 //! - [`backend`]: the [`WorkerBackend`] trait every compute platform implements;
 //! - [`command`]: the `cl-worker` command line, as upstream builds it;
@@ -17,13 +28,15 @@
 //!   pools with their backend tables, every rule about a combination of settings checked once;
 //! - [`manager`]: the loop that observes, plans, acts and reports, with one error policy for
 //!   retry and backoff; what it remembers per pool, its log lines and its status snapshot
-//!   ([`manager::status`]);
-//! - [`metrics`]: the Prometheus metrics of the manager and its backends' calls;
-//! - [`dashboard`]: the page of `--listen`'s `/`, HTML and SVG rendered from the status
-//!   snapshots, and the bounded history of them it charts;
-//! - [`listen`]: what `--listen`'s server promises: the bounds of its connections and the
-//!   `Host` names it answers;
-//! - [`local`] (feature `local`): a backend that runs workers as local processes.
+//!   ([`manager::status`]); [`events`], the typed event stream, and [`notify`], its webhooks;
+//! - [`simulate`]: the same policy against a simulated backend (the engine and its numbers);
+//! - [`local`] (feature `local`, on by default): a backend that runs workers as local
+//!   processes;
+//! - `testing` (feature `testing`): the backend conformance suite and an in-memory fake
+//!   backend, for backend crates' tests; it is not a stable part of the public API.
+//!
+//! `examples/embed_with_status.rs` plugs a custom backend into the loop and serves its own
+//! status from the snapshot and the event stream, with this crate alone.
 //!
 //! ## Embedding the manager with your own backend
 //!
@@ -75,16 +88,13 @@ pub mod bundle;
 pub mod checkin;
 pub mod codalab;
 pub mod command;
-pub mod dashboard;
 pub mod describe;
 pub mod error;
 pub mod events;
 pub mod layout;
-pub mod listen;
 #[cfg(feature = "local")]
 pub mod local;
 pub mod manager;
-pub mod metrics;
 pub mod notify;
 pub mod policy;
 pub mod pools;

@@ -4,9 +4,9 @@
 
 use crate::args::{GlobalArgs, WorkerArgs};
 use anyhow::{Context, Result};
+use codalab_wm_app::config::schema::{PLACEHOLDER, Program};
+use codalab_wm_app::config::{check, template};
 use codalab_wm_core::describe::flag_docs;
-use codalab_wm_core::settings::schema::{PLACEHOLDER, Program};
-use codalab_wm_core::settings::{check, template};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;

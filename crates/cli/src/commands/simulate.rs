@@ -154,13 +154,13 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     let report = simulate(&workload, &policies, &config)?;
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), "simulated");
     if let Some(path) = &args.svg {
-        std::fs::write(path, report.to_svg())
+        std::fs::write(path, codalab_wm_app::simulate::svg(&report))
             .with_context(|| format!("cannot write the plot to {}", path.display()))?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", report.to_text());
+        print!("{}", codalab_wm_app::simulate::text(&report));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -5,13 +5,13 @@
 //! exactly as a run would, runs one tick with `--dry-run` forced (nothing is submitted), and
 //! shows that tick. Both print the same compact view, or with `--json` the `/status` document.
 //!
-//! The view is [`codalab_wm_core::manager::status::view`], rendered from the JSON document.
+//! The view is [`codalab_wm_app::view`], rendered from the JSON document.
 
 use crate::args::GlobalArgs;
 use crate::backends::{BackendCommand, catalogue};
 use anyhow::{Context, Result, anyhow, bail};
+use codalab_wm_app::view::{StatusView, render};
 use codalab_wm_core::layout::Layout;
-use codalab_wm_core::manager::status::view::{StatusView, render};
 use codalab_wm_core::settings::Settings;
 use serde_json::Value;
 use std::process::ExitCode;

@@ -1,10 +1,10 @@
-//! How the `--listen` server takes connections: [`codalab_wm_core::listen::accept`] caps
+//! How the `--listen` server takes connections: [`codalab_wm_app::listen::accept`] caps
 //! them and cuts each after [`Limits::connection`] (review 2026-11-24 §2.1: axum's own `serve`
 //! has neither, nor, without a timer, a header timeout); hyper serves one request on each,
 //! with tokio's timer for its `header_read_timeout`.
 
 use axum::Router;
-use codalab_wm_core::listen::{Limits, accept};
+use codalab_wm_app::listen::{Limits, accept};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};

@@ -3,7 +3,7 @@
 //! subscriber ([`Manager::subscribe_events`]: the webhooks, tests). A subscriber that falls
 //! behind loses the oldest events (a broadcast channel); it never slows the loop.
 //!
-//! Besides the tick's own events ([`crate::events::from_tick`]), the journal notices the
+//! Besides the tick's own events (`from_tick` in `manager/tick.rs`), the journal notices the
 //! server becoming unreachable and coming back: once per streak of failed ticks.
 
 use super::Manager;

@@ -1,9 +1,7 @@
 //! The status snapshot ([`Status`], from [`crate::Manager::status`]) and the per-tick events
 //! ([`TickEvent`], in [`crate::manager::TickReport::events`]) that the status view and the
-//! metrics of the manager are built from. Everything serialises to JSON in snake_case; [`view`]
-//! renders that JSON as `cl-worker-manager status` prints it.
-
-pub mod view;
+//! metrics of the manager are built from. Everything serialises to JSON in snake_case (the
+//! terminal view of that JSON, as `cl-worker-manager status` prints it, is `codalab-wm-app`'s).
 
 use crate::bundle::WorkerShape;
 use crate::checkin::WorkerState;

@@ -3,10 +3,11 @@
 //! (also after a failed tick, with its error).
 
 use super::observe::Observed;
-use super::status::{Status, TickEvent};
+use super::status::{LaunchResult, Status, TickEvent};
 use super::{Manager, logs};
 use crate::backend::WorkerJob;
 use crate::error::Result;
+use crate::events::EventKind;
 use crate::policy::Decision;
 use crate::pools::{PoolDecision, PoolPolicy, PoolsDecision, plan_pools};
 use tokio::time::Instant;
@@ -129,7 +130,7 @@ impl Manager {
         self.counters.add(&report.events);
         self.journal.tick_succeeded(now);
         self.note_recoveries(now);
-        for kind in crate::events::from_tick(&report.events, now.as_secs()) {
+        for kind in from_tick(&report.events, now.as_secs()) {
             self.journal.record(now, kind);
         }
         let status = Status {
@@ -175,4 +176,87 @@ fn upstream_decision(policies: &[PoolPolicy], decision: &PoolsDecision) -> Decis
             reasons: Vec::new(),
         },
     }
+}
+
+/// The events of one tick's [`TickEvent`]s, in their order: launches started or refused (a
+/// temporary error, retried next tick, and a dry run are not events), stuck jobs stopped, lost
+/// workers stopped, jobs failed before they became active, preempted jobs, pools backing off.
+/// `now_seconds` is the manager clock at the end of the tick.
+pub(super) fn from_tick(tick_events: &[TickEvent], now_seconds: u64) -> Vec<EventKind> {
+    tick_events
+        .iter()
+        .filter_map(|e| from_tick_event(e, now_seconds))
+        .collect()
+}
+
+fn from_tick_event(event: &TickEvent, now_seconds: u64) -> Option<EventKind> {
+    let kind = match event {
+        TickEvent::Launch {
+            pool,
+            result: LaunchResult::Started,
+            detail,
+        } => EventKind::WorkerLaunched {
+            pool: pool.clone(),
+            job_id: detail.clone(),
+        },
+        TickEvent::Launch {
+            pool,
+            result: LaunchResult::Failed,
+            detail,
+        } => EventKind::LaunchFailed {
+            pool: pool.clone(),
+            error: detail.clone(),
+        },
+        TickEvent::Stop {
+            pool,
+            job_id,
+            reason: "pending_timeout",
+            ..
+        } => EventKind::StuckPendingStopped {
+            pool: pool.clone(),
+            job_id: job_id.clone(),
+        },
+        TickEvent::Stop {
+            pool,
+            job_id,
+            reason: "worker_lost",
+            ..
+        } => EventKind::WorkerLost {
+            pool: pool.clone(),
+            job_id: job_id.clone(),
+        },
+        TickEvent::JobFailed {
+            pool,
+            job_id,
+            before_active: true,
+        } => EventKind::LaunchFailed {
+            pool: pool.clone(),
+            error: format!("job {job_id} failed before it became active"),
+        },
+        TickEvent::JobPreempted {
+            pool,
+            job_id,
+            reason,
+        } => EventKind::WorkerPreempted {
+            pool: pool.clone(),
+            job_id: job_id.clone(),
+            reason: reason.clone(),
+        },
+        TickEvent::JobReaped { pool, job_id } => EventKind::WorkerReaped {
+            pool: pool.clone(),
+            job_id: job_id.clone(),
+        },
+        TickEvent::BackoffStarted {
+            pool,
+            failures,
+            until_seconds,
+        } => EventKind::PoolBackingOff {
+            pool: pool.clone(),
+            failures: *failures,
+            until_seconds: *until_seconds,
+            for_seconds: until_seconds.saturating_sub(now_seconds),
+        },
+        _ => return None,
+    };
+    Some(kind)
 }

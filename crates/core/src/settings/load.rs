@@ -2,18 +2,15 @@
 //! environment variables (`__` separates tables), then flags. The global settings and the
 //! backend tables are read apart: [`Settings`] knows no backend, and each backend reads its own
 //! table ([`BackendKind::read`]) from [`Layers::tables`]. Errors name the key as the file
-//! spells it and where it came from ([`invalid`]).
+//! spells it and where it came from ([`invalid`](crate::error::invalid)).
 
 use super::Settings;
 use crate::describe::{BackendKind, Catalogue};
-use crate::error::{Error, Result};
+use crate::error::{ENV_PREFIX, Error, Result, invalid};
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::value::{Dict, Map};
 use figment::{Figment, Metadata, Profile, Provider};
 use std::path::PathBuf;
-
-/// Prefix of the environment variables that set configuration keys (`__` separates tables).
-pub const ENV_PREFIX: &str = "CODALAB_WM_";
 
 /// The layers a manager's settings come from, kept so that a reload reads them again.
 #[derive(Debug, Clone)]
@@ -120,84 +117,4 @@ impl<P: Provider> Provider for Without<P> {
         }
         Ok(data)
     }
-}
-
-/// Every error of a figment extraction, one a line, each naming the key under `table` (the
-/// backend table being read, or `None` for the top level) and its source.
-pub fn invalid(error: figment::Error, table: Option<&str>) -> Error {
-    let lines: Vec<String> = error.into_iter().map(|e| one(&e, table)).collect();
-    let what = table.map_or_else(String::new, |t| format!("[{t}] settings: "));
-    match lines.as_slice() {
-        [line] => Error::InvalidConfig(format!("{what}{line}")),
-        _ => Error::InvalidConfig(format!(
-            "{what}{} errors:\n  {}",
-            lines.len(),
-            lines.join("\n  ")
-        )),
-    }
-}
-
-fn one(error: &figment::Error, table: Option<&str>) -> String {
-    let mut path: Vec<&str> = table.into_iter().collect();
-    path.extend(error.path.iter().map(String::as_str));
-    let key = path.join(".");
-    let what = match &error.kind {
-        figment::error::Kind::UnknownField(field, expected) => {
-            let mut key = path.clone();
-            if key.last() != Some(&field.as_str()) {
-                key.push(field);
-            }
-            format!(
-                "`{}` is not a setting{}",
-                key.join("."),
-                suggestion(field, expected)
-            )
-        }
-        kind if key.is_empty() => kind.to_string(),
-        kind => format!("`{key}`: {kind}"),
-    };
-    format!("{what}{}", source(error, &path))
-}
-
-/// ` (in FILE)`, ` (from CODALAB_WM_X__Y)` for the key at `path`, or nothing (flags, defaults).
-fn source(error: &figment::Error, path: &[&str]) -> String {
-    let Some(metadata) = &error.metadata else {
-        return String::new();
-    };
-    if let Some(figment::Source::File(path)) = &metadata.source {
-        return format!(" (in {})", path.display());
-    }
-    if metadata.name.contains("environment") {
-        let name: Vec<String> = path.iter().map(|k| k.to_ascii_uppercase()).collect();
-        return format!(" (from {ENV_PREFIX}{})", name.join("__"));
-    }
-    String::new()
-}
-
-/// ` (did you mean `FIELD`?)` for the field of `fields` nearest to `key`, or nothing.
-pub fn suggestion(key: &str, fields: &[&str]) -> String {
-    fields
-        .iter()
-        .map(|f| (distance(key, f), f))
-        .filter(|(d, f)| *d <= 2.max(f.len() / 4) || f.starts_with(key) || key.starts_with(*f))
-        .min()
-        .map_or_else(String::new, |(_, f)| format!(" (did you mean `{f}`?)"))
-}
-
-/// Levenshtein distance.
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut previous = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let current = row[j + 1];
-            row[j + 1] = (previous + usize::from(ca != *cb))
-                .min(row[j] + 1)
-                .min(current + 1);
-            previous = current;
-        }
-    }
-    row[b.len()]
 }

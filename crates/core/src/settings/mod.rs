@@ -44,12 +44,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 mod bounds;
-pub mod check;
 mod load;
-pub mod schema;
-pub mod template;
+pub use crate::error::{ENV_PREFIX, invalid, suggestion};
 pub use bounds::MAX_SECONDS;
-pub use load::{ENV_PREFIX, Layers, invalid, suggestion};
+pub use load::Layers;
 
 /// Output format of the logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, Default)]
@@ -107,7 +105,7 @@ pub struct Settings {
     pub listen: Option<std::net::SocketAddr>,
     /// Host names (no port) the `--listen` server answers besides IP addresses and
     /// `localhost` (`--listen-hosts`), against DNS rebinding; empty: any name on a
-    /// non-loopback address, none on a loopback one ([`crate::listen::HostRule`]).
+    /// non-loopback address, none on a loopback one (`codalab_wm_app::listen::HostRule`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listen_hosts: Vec<String>,
     /// Where the manager keeps each pool's launch record (which jobs it launched, which
@@ -188,10 +186,10 @@ impl Settings {
         (self.record_dir.clone()).unwrap_or_else(|| default_state_dir().join("records"))
     }
 
-    /// Each of `listen_hosts` is a host name ([`crate::listen::is_host_name`]); the error
+    /// Each of `listen_hosts` is a host name ([`is_host_name`]); the error
     /// names the first that is not.
     pub fn check_listen_hosts(&self) -> Result<(), String> {
-        let bad = |name: &&String| !crate::listen::is_host_name(name);
+        let bad = |name: &&String| !is_host_name(name);
         match self.listen_hosts.iter().find(bad) {
             Some(name) => Err(format!(
                 "`listen_hosts` (--listen-hosts): {name:?} is not a host name; give names without port or scheme, e.g. wm.example.org"
@@ -329,3 +327,10 @@ impl PoolRules {
 /// The `[worker]` table: the `--worker-*` flags. Its server is always the global `server`
 /// ([`WorkerOptions::for_server`]).
 pub type WorkerSettings = WorkerOptions;
+
+/// Whether `name` may be given to `--listen-hosts`: letters, digits, `.`, `-` and `_`, no
+/// port or scheme (the `Host` of a request is compared without its port).
+pub fn is_host_name(name: &str) -> bool {
+    !name.is_empty()
+        && (name.chars()).all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+}

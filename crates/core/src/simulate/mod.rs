@@ -33,7 +33,6 @@
 mod engine;
 pub mod report;
 pub mod rng;
-mod svg;
 #[cfg(test)]
 mod tests;
 pub mod what_if;

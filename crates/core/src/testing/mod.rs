@@ -1,5 +1,7 @@
 //! Test support shared by every backend crate: the backend conformance suite and an in-memory
-//! fake backend. Enabled with the `testing` feature.
+//! fake backend. Enabled with the `testing` feature. Like object_store's `integration`
+//! module, it is public for the backend crates' tests, but it is not a stable part of the
+//! public API: it changes with what the manager relies on.
 //!
 //! A backend's service test implements [`Harness`] for its real (or faithfully faked) platform
 //! and calls [`run_conformance`]. The suite checks the behaviour the manager relies on:

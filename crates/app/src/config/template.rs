@@ -2,7 +2,7 @@
 //! required values set to [`PLACEHOLDER`], all generated from [`super::schema`].
 
 use super::schema::{self, PLACEHOLDER, Program};
-use crate::describe::{BackendKind, Placement, TableSchema};
+use codalab_wm_core::describe::{BackendKind, Placement, TableSchema};
 use serde_json::Value;
 use std::fmt::Write;
 
@@ -142,9 +142,9 @@ pub fn render(backend: &dyn BackendKind, pools: bool, program: &Program) -> Stri
     out
 }
 
-/// A commented-out `[[notify]]` entry (see [`crate::notify`]).
+/// A commented-out `[[notify]]` entry (see [`codalab_wm_core::notify`]).
 fn notify_example(out: &mut String) {
-    let codes = crate::events::EventKind::CODES.join(", ");
+    let codes = codalab_wm_core::events::EventKind::CODES.join(", ");
     let _ = writeln!(
         out,
         "\n# ---- webhooks: events POSTed as JSON, in order, retried; never blocking the loop ----\n\

@@ -1,7 +1,7 @@
 //! The dashboard the `--listen` server shows at `/`: one server-rendered HTML page (no script,
 //! no external file: works offline and refreshes itself) with the pools, the demand no worker
 //! is coming for and why, the last decisions with their reasons, charts of the last hours
-//! drawn as inline SVG, the budgets, the recent events and the server's health.
+//! drawn as inline SVG ([`crate::chart`]), the budgets, the recent events and the server's health.
 //!
 //! Pure: the page is a function of a status snapshot ([`Status`]), the [`History`] built from
 //! the snapshots, and the time ([`render`]). It shows nothing the `/status` JSON does not (no
@@ -11,29 +11,12 @@
 pub mod history;
 mod page;
 mod sections;
-pub mod svg;
 
 pub use history::History;
 pub use page::{Page, render};
 
 #[cfg(doc)]
-use crate::manager::status::Status;
-
-/// `text` with `&`, `<`, `>`, `"` and `'` escaped, for HTML text and attribute values.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(c),
-        }
-    }
-    out
-}
+use codalab_wm_core::manager::status::Status;
 
 /// `2026-11-23 17:05:09 UTC` for seconds since the Unix epoch.
 pub fn utc(unix_seconds: u64) -> String {

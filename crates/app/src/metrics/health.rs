@@ -6,7 +6,7 @@
 //! server is down (a restart fixes no outage and starts every backoff again). [`Health`]
 //! follows the status snapshots and answers with the reason, in the words the endpoints serve.
 
-use crate::manager::status::Status;
+use codalab_wm_core::manager::status::Status;
 use std::time::{Duration, Instant};
 
 /// How long the loop may go without ending a tick before `/livez` fails: well past the error

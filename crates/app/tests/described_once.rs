@@ -1,9 +1,13 @@
 //! `backends_are_described_once`: a backend the binary has never heard of, described here
 //! in one place (its config type and a `BackendConfig` impl, as a backend crate would), gets
 //! its flags, its config table, `config init`'s template, `config check`, the layout `run`
-//! builds, a simulation and `down`, through core's generic code only. The backend itself is
-//! core's in-memory `FakeBackend` (no platform: this test is about the description).
+//! builds, a simulation and `down`, through core's generic code and this crate's config tools
+//! only. The backend itself is core's in-memory `FakeBackend` (no platform: this test is about
+//! the description).
 
+use codalab_wm_app::config::check::{Kind as Problem, check};
+use codalab_wm_app::config::schema::Program;
+use codalab_wm_app::config::template;
 use codalab_wm_core::LaunchRequest;
 use codalab_wm_core::describe::{
     BackendConfig, BackendContext, BackendKind, Catalogue, Entry, Kind, PLACEHOLDER,
@@ -11,9 +15,7 @@ use codalab_wm_core::describe::{
 use codalab_wm_core::layout::Layout;
 use codalab_wm_core::manager::down::down_pool;
 use codalab_wm_core::secret::{Credentials, Secret};
-use codalab_wm_core::settings::check::{Kind as Problem, check};
-use codalab_wm_core::settings::schema::Program;
-use codalab_wm_core::settings::{Layers, template};
+use codalab_wm_core::settings::Layers;
 use codalab_wm_core::simulate::{SimConfig, Workload, simulate};
 use codalab_wm_core::testing::FakeBackend;
 use codalab_wm_core::{Result, WorkerBackend, WorkerShape, async_trait};

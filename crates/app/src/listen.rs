@@ -11,6 +11,7 @@
 //! a scraper that uses the pod's IP or name) accepts any. A request without `Host` (HTTP/1.0
 //! probes) is accepted: browsers always send one.
 
+pub use codalab_wm_core::settings::is_host_name;
 use std::future::Future;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
@@ -77,13 +78,6 @@ where
             }
         }
     }
-}
-
-/// Whether `name` may be given to `--listen-hosts`: letters, digits, `.`, `-` and `_`, no
-/// port or scheme (the `Host` of a request is compared without its port).
-pub fn is_host_name(name: &str) -> bool {
-    !name.is_empty()
-        && (name.chars()).all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
 }
 
 /// The names a server accepts besides IP addresses and `localhost`.

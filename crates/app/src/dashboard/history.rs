@@ -9,9 +9,9 @@
 //! [`MAX_TEXT`] bytes: at most ≈ 37 KB, typically ~ 3 KB (a few reasons of ~ 60 bytes). Nothing
 //! else grows with uptime.
 
-use crate::checkin::WorkerState;
-use crate::manager::status::{Counter, Status};
-use crate::pools::PoolDecision;
+use codalab_wm_core::checkin::WorkerState;
+use codalab_wm_core::manager::status::{Counter, Status};
+use codalab_wm_core::pools::PoolDecision;
 use std::collections::VecDeque;
 
 /// Seconds summarised by one bucket.

@@ -2,9 +2,12 @@
 //! two panels with their own vertical scale: its staged bundles, then its workers, so that a
 //! backlog of thousands does not flatten a max of 20 workers against the time axis. In the
 //! workers panel the jobs (pending + active) are a shaded area with a wide outline under the
-//! active workers' line: where both are equal (nothing pending) the outline still shows.
+//! active workers' line: where both are equal (nothing pending) the outline still shows. The
+//! scale, the legend and the escaping are the dashboard's ([`crate::chart`]).
 
-use super::report::{SimReport, human};
+use super::text::human;
+use crate::chart::{Key, LegendSize, YScale, escape, legend, number};
+use codalab_wm_core::simulate::SimReport;
 use std::fmt::Write as _;
 
 const WIDTH: f64 = 960.0;
@@ -30,23 +33,20 @@ const MAX: &str = "#777777";
 struct Panel {
     top: f64,
     height: f64,
-    step: f64,
-    y_max: f64,
+    scale: YScale,
 }
 
 impl Panel {
     fn new(top: f64, height: f64, peak: u32) -> Self {
-        let (step, y_max) = y_scale(peak);
         Self {
             top,
             height,
-            step,
-            y_max,
+            scale: YScale::new(f64::from(peak)),
         }
     }
 
     fn y_of(&self, v: u32) -> f64 {
-        self.top + self.height - f64::from(v) / self.y_max * self.height
+        self.top + self.height - f64::from(v) / self.scale.max * self.height
     }
 
     fn bottom(&self) -> f64 {
@@ -66,9 +66,23 @@ impl TimeAxis {
     }
 }
 
-impl SimReport {
-    /// The plot as a standalone SVG document.
-    pub fn to_svg(&self) -> String {
+/// The plot of `report` as a standalone SVG document.
+pub fn svg(report: &SimReport) -> String {
+    Plot(report).svg()
+}
+
+/// A report being drawn (its fields read through `Deref`).
+struct Plot<'a>(&'a SimReport);
+
+impl std::ops::Deref for Plot<'_> {
+    type Target = SimReport;
+    fn deref(&self) -> &SimReport {
+        self.0
+    }
+}
+
+impl Plot<'_> {
+    fn svg(&self) -> String {
         let pools = self.pools.len().max(1);
         let height = TOP + pools as f64 * (POOL + GAP) - GAP + BOTTOM;
         let end_ms = self
@@ -96,7 +110,7 @@ impl SimReport {
             human(self.simulated_seconds),
             self.seed
         );
-        legend(&mut svg);
+        keys(&mut svg);
         for p in 0..self.pools.len() {
             self.pool_panels(&mut svg, p, &axis);
         }
@@ -204,17 +218,16 @@ fn frame(svg: &mut String, panel: &Panel, axis: &TimeAxis, name: &str, time_labe
         r##"<rect data-panel="{name}" x="{LEFT}" y="{top:.1}" width="{plot_width:.1}" height="{}" fill="#fafafa" stroke="#ccc"/>"##,
         panel.height
     );
-    let mut value = 0.0;
-    while value <= panel.y_max + 1e-9 {
-        let y = panel.bottom() - value / panel.y_max * panel.height;
+    for value in panel.scale.ticks() {
+        let y = panel.bottom() - value / panel.scale.max * panel.height;
         let _ = writeln!(
             svg,
-            r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#e4e4e4"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#555">{value}</text>"##,
+            r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#e4e4e4"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#555">{}</text>"##,
             LEFT + plot_width,
             LEFT - 6.0,
-            y + 4.0
+            y + 4.0,
+            number(value)
         );
-        value += panel.step;
     }
     let mut t = 0.0;
     while t * 1000.0 <= axis.end_ms as f64 + 1e-6 {
@@ -241,39 +254,22 @@ fn frame(svg: &mut String, panel: &Panel, axis: &TimeAxis, name: &str, time_labe
     );
 }
 
-fn legend(svg: &mut String) {
-    let items = [
+/// What the lines are, above the panels.
+fn keys(svg: &mut String) {
+    let keys = [
         (STAGED, "", "staged bundles (this pool preferred)"),
         (JOBS, "", "jobs (pending + active, shaded)"),
         (ACTIVE, "", "active workers"),
         (MAX, "6 4", "max"),
-    ];
-    let mut x = LEFT;
-    for (colour, dash, label) in items {
-        let _ = writeln!(
-            svg,
-            r#"<line x1="{x:.1}" y1="38" x2="{:.1}" y2="38" stroke="{colour}" stroke-width="2.5" stroke-dasharray="{dash}"/><text x="{:.1}" y="42">{label}</text>"#,
-            x + 22.0,
-            x + 28.0
-        );
-        x += 48.0 + 6.6 * label.len() as f64;
-    }
-}
-
-/// A tick step (1, 2 or 5 times a power of ten) giving at most 5 ticks, and the axis top.
-fn y_scale(peak: u32) -> (f64, f64) {
-    let peak = f64::from(peak.max(1));
-    let mut step = 1.0;
-    'outer: loop {
-        for factor in [1.0, 2.0, 5.0] {
-            if peak / (step * factor) <= 5.0 {
-                step *= factor;
-                break 'outer;
-            }
-        }
-        step *= 10.0;
-    }
-    (step, (peak / step).ceil() * step)
+    ]
+    .map(|(color, dash, label)| Key { color, dash, label });
+    let size = LegendSize {
+        line: 22.0,
+        pad: 6.0,
+        space: 20.0,
+        char_width: 6.6,
+    };
+    legend(svg, (LEFT, 42.0), size, &keys);
 }
 
 /// A time step (seconds) giving at most 10 ticks over `seconds`.
@@ -316,22 +312,12 @@ fn axis_label(seconds: f64) -> String {
     label
 }
 
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn scales_are_round() {
-        assert_eq!(y_scale(0), (1.0, 1.0));
-        assert_eq!(y_scale(7), (2.0, 8.0));
-        assert_eq!(y_scale(20), (5.0, 20.0));
-        assert_eq!(y_scale(130), (50.0, 150.0));
+    fn time_scales_are_round() {
         assert_eq!(time_step(3000.0), 300.0);
         assert_eq!(time_step(7.0 * 86400.0), 86400.0);
         assert_eq!(axis_label(0.0), "0");

@@ -1,12 +1,14 @@
 use super::history::{BUCKET_SECONDS, BUCKETS, Bucket, DECISIONS, MAX_REASONS, MAX_TEXT};
-use super::svg::{self, HEIGHT, Series, WIDTH};
 use super::*;
-use crate::budget::{BudgetLimits, BudgetStatus};
-use crate::checkin::WorkerState;
-use crate::events::{Event, EventKind};
-use crate::manager::status::{Counter, PoolStatus, ShapeStatus, Status};
-use crate::policy::Reason;
-use crate::pools::{BundleClass, LaunchMode, PoolDecision, PoolHealth, UnmetDemand, UnmetReason};
+use crate::chart::{self, HEIGHT, Series, WIDTH, escape};
+use codalab_wm_core::budget::{BudgetLimits, BudgetStatus};
+use codalab_wm_core::checkin::WorkerState;
+use codalab_wm_core::events::{Event, EventKind};
+use codalab_wm_core::manager::status::{Counter, PoolStatus, ShapeStatus, Status};
+use codalab_wm_core::policy::Reason;
+use codalab_wm_core::pools::{
+    BundleClass, LaunchMode, PoolDecision, PoolHealth, UnmetDemand, UnmetReason,
+};
 use std::time::Duration;
 
 fn decision(pool: &str, launches: u32, reasons: Vec<Reason>) -> PoolDecision {
@@ -344,10 +346,10 @@ fn everything_from_outside_is_escaped() {
     let mut status = fixture();
     status.last_error = Some("server said <script>alert('x')</script> & more".into());
     status.pools[0].name = "<img src=x onerror=alert(1)>".into();
-    status.unserved = vec![crate::pools::UnservedBundle {
+    status.unserved = vec![codalab_wm_core::pools::UnservedBundle {
         uuid: "0x<b>".into(),
         reason: Reason::NoFittingPool,
-        pools: vec![crate::pools::PoolVerdict {
+        pools: vec![codalab_wm_core::pools::PoolVerdict {
             pool: "cpu".into(),
             reason: Reason::Misfit {
                 detail: "request_cpus=64 > worker cpus=4 <i>".into(),
@@ -411,7 +413,7 @@ fn a_chart_has_one_line_per_series_inside_its_view_box() {
             points: vec![(-30.0, 1.0), (120.0, 0.0)],
         },
     ];
-    let svg = svg::chart("c", "t", &series, (0.0, 120.0), &|x| format!("{x}"));
+    let svg = chart::line_chart("c", "t", &series, (0.0, 120.0), &|x| format!("{x}"));
     assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
     assert!(svg.contains(&format!("viewBox=\"0 0 {WIDTH} {HEIGHT}\"")));
     for line in svg.split("<polyline").skip(1) {

@@ -1,10 +1,10 @@
 //! The page: its head (title, refresh, inline CSS), the sections in order, and the charts.
 
 use super::history::{BUCKET_SECONDS, Bucket, History};
-use super::svg::{self, Series};
-use super::{escape, sections, utc};
-use crate::manager::status::Status;
-use crate::manager::status::view::duration;
+use super::{sections, utc};
+use crate::chart::{self, Series, escape};
+use crate::view::duration;
+use codalab_wm_core::manager::status::Status;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -37,7 +37,7 @@ th{background:#f3f3f3;font-weight:600}td.n{text-align:right;font-variant-numeric
 .charts{display:flex;flex-wrap:wrap;gap:16px}.charts figure{margin:0;width:400px;max-width:100%}
 th.group{text-align:center;font-weight:normal;color:#555;background:#fafafa}
 figcaption{font-weight:600;margin:4px 0}summary{cursor:pointer;color:#444;margin:6px 0}.chart{width:100%;height:auto}
-.chart .axis,.chart .legend{font:11px system-ui,sans-serif;fill:#555}code{font-size:12px}
+.chart text{font:11px system-ui,sans-serif;fill:#555}code{font-size:12px}
 ";
 
 /// The dashboard page for `status` and `history` (see the [module](super) doc).
@@ -130,7 +130,7 @@ fn charts(out: &mut String, status: &Status, history: &History) {
         let _ = write!(
             out,
             "<figure><figcaption>{title}</figcaption>{}</figure>",
-            svg::chart(id, title, series, x_range, &label)
+            chart::line_chart(id, title, series, x_range, &label)
         );
     }
     out.push_str("</div>");

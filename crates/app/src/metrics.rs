@@ -12,16 +12,16 @@
 //!
 //! [`health`] holds the `/healthz` rule.
 //!
-//! [`TickEvent::counter`]: crate::manager::status::TickEvent::counter
+//! [`TickEvent::counter`]: codalab_wm_core::manager::status::TickEvent::counter
 
 pub mod health;
 
-use crate::backend::{CleanupItem, LaunchRequest, WorkerBackend, WorkerJob};
-use crate::bundle::WorkerShape;
-use crate::checkin::WorkerState;
-use crate::error::Result;
-use crate::manager::status::Status;
 use async_trait::async_trait;
+use codalab_wm_core::backend::{CleanupItem, LaunchRequest, WorkerBackend, WorkerJob};
+use codalab_wm_core::bundle::WorkerShape;
+use codalab_wm_core::checkin::WorkerState;
+use codalab_wm_core::error::Result;
+use codalab_wm_core::manager::status::Status;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -310,7 +310,7 @@ impl Metrics {
     }
 }
 
-/// Follows the manager's status snapshots ([`crate::Manager::subscribe_status`]) into
+/// Follows the manager's status snapshots ([`codalab_wm_core::Manager::subscribe_status`]) into
 /// [`Metrics`]: the tick's duration, the gauges of a successful tick, and the counters, which
 /// get the growth of the snapshot's running totals.
 #[derive(Debug)]
@@ -435,7 +435,7 @@ impl WorkerBackend for MeteredBackend {
         self.inner.take_reaped()
     }
 
-    async fn worker_account(&self) -> Result<crate::backend::WorkerAccount> {
+    async fn worker_account(&self) -> Result<codalab_wm_core::backend::WorkerAccount> {
         self.inner.worker_account().await
     }
 
@@ -454,8 +454,8 @@ impl WorkerBackend for MeteredBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manager::status::{Counter as StatusCounter, PoolStatus, ShapeStatus};
-    use crate::pools::{LaunchMode, PoolHealth};
+    use codalab_wm_core::manager::status::{Counter as StatusCounter, PoolStatus, ShapeStatus};
+    use codalab_wm_core::pools::{LaunchMode, PoolHealth};
 
     fn counter(metric: &'static str, label: &str, value: u64) -> StatusCounter {
         StatusCounter {
@@ -506,7 +506,7 @@ mod tests {
                 counter("launches", "started", 2),
                 counter("job_failures", "before_active", 1),
             ],
-            budgets: vec![crate::budget::BudgetStatus {
+            budgets: vec![codalab_wm_core::budget::BudgetStatus {
                 scope: "all pools".into(),
                 worker_hours: 12.5,
                 cost: Some(6.25),

@@ -3,13 +3,14 @@
 
 use super::history::{DecisionRecord, History};
 use super::page::Page;
-use super::{escape, utc};
-use crate::budget::BudgetStatus;
-use crate::checkin::WorkerState;
-use crate::events::Severity;
-use crate::manager::status::view::{duration, memory, reason_text};
-use crate::manager::status::{PoolStatus, Status};
-use crate::pools::UnmetReason;
+use super::utc;
+use crate::chart::escape;
+use crate::view::{duration, memory, reason_text};
+use codalab_wm_core::budget::BudgetStatus;
+use codalab_wm_core::checkin::WorkerState;
+use codalab_wm_core::events::Severity;
+use codalab_wm_core::manager::status::{PoolStatus, Status};
+use codalab_wm_core::pools::UnmetReason;
 use std::fmt::Write as _;
 
 /// Unserved bundles listed at most (the rest are counted).

@@ -5,13 +5,13 @@
 //! keys without a flag, a line in [`EXTRA_DOCS`]). The program supplies the help of its global
 //! flags and its backends ([`Program`]).
 
-use super::{PoolRules, Settings, WorkerSettings};
-use crate::describe::{BackendKind, Catalogue, TableSchema, fields_of};
+use codalab_wm_core::describe::{BackendKind, Catalogue, TableSchema, fields_of};
+use codalab_wm_core::settings::{PoolRules, Settings, WorkerSettings};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
-pub use crate::describe::PLACEHOLDER;
+pub use codalab_wm_core::describe::PLACEHOLDER;
 
 /// What the config file tooling needs from the program that reads the file: its backends and
 /// the help of its global and `--worker-*` flags (by config key).

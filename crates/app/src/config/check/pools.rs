@@ -3,11 +3,11 @@
 
 use super::toml::{line_of, to_json};
 use super::{Checker, Kind, Place};
-use crate::WorkerShape;
-use crate::describe::{BackendKind, Placement};
-use crate::layout;
-use crate::settings::schema;
-use crate::settings::{PoolRules, PoolSettings, Settings};
+use crate::config::schema;
+use codalab_wm_core::WorkerShape;
+use codalab_wm_core::describe::{BackendKind, Placement};
+use codalab_wm_core::layout;
+use codalab_wm_core::settings::{PoolRules, PoolSettings, Settings};
 use serde_json::{Map, Value};
 use toml_edit::{Item, TableLike};
 

@@ -11,9 +11,9 @@ use toml::line_of;
 pub use toml::to_json;
 
 use super::schema::{self, PLACEHOLDER, Program};
-use super::{Settings, WorkerSettings, suggestion};
-use crate::describe::{BackendKind, Catalogue, TableSchema};
-use crate::layout;
+use codalab_wm_core::describe::{BackendKind, Catalogue, TableSchema};
+use codalab_wm_core::layout;
+use codalab_wm_core::settings::{Settings, WorkerSettings, suggestion};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use std::fmt;

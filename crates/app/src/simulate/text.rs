@@ -1,0 +1,144 @@
+//! A simulation's report as an aligned text table: the run, then one row per pool and a total.
+
+use codalab_wm_core::simulate::{PoolReport, SimReport};
+use std::fmt::Write as _;
+
+/// The report as an aligned text table (`simulate`'s output).
+pub fn text(report: &SimReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "simulated {} ({} ticks of {}s), seed {}",
+        human(report.simulated_seconds),
+        report.ticks,
+        report.sleep_seconds,
+        report.seed
+    );
+    let _ = writeln!(
+        out,
+        "bundles: {} arrived, {} started, {} finished, {} unfinished, {} no pool can run{}",
+        report.bundles,
+        report.started,
+        report.finished,
+        report.unfinished,
+        report.unrunnable,
+        if report.drained {
+            " (stopped at the drain limit)"
+        } else {
+            ""
+        }
+    );
+    out.push('\n');
+    let header = [
+        "pool", "mode", "min", "max", "launches", "failed", "stuck", "peak", "worker-h", "busy",
+        "ran", "wait p50", "p90", "p99", "max",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for pool in &report.pools {
+        rows.push(vec![
+            pool.name.clone(),
+            pool.launch_mode.to_string(),
+            pool.min.to_string(),
+            pool.max.to_string(),
+            pool.launches.to_string(),
+            pool.failures.to_string(),
+            pool.stuck_stops.to_string(),
+            pool.peak_workers.to_string(),
+            format!("{:.1}", pool.worker_hours),
+            percent(pool.busy_hours, pool.worker_hours),
+            pool.bundles_run.to_string(),
+            wait(pool.wait.p50_seconds),
+            wait(pool.wait.p90_seconds),
+            wait(pool.wait.p99_seconds),
+            wait(pool.wait.max_seconds),
+        ]);
+    }
+    let sum = |f: fn(&PoolReport) -> f64| report.pools.iter().map(f).sum::<f64>();
+    let (worker_h, busy_h) = (sum(|p| p.worker_hours), sum(|p| p.busy_hours));
+    rows.push(vec![
+        "total".into(),
+        String::new(),
+        String::new(),
+        String::new(),
+        (sum(|p| p.launches as f64) as u64).to_string(),
+        (sum(|p| p.failures as f64) as u64).to_string(),
+        (sum(|p| p.stuck_stops as f64) as u64).to_string(),
+        String::new(),
+        format!("{worker_h:.1}"),
+        percent(busy_h, worker_h),
+        report.started.to_string(),
+        wait(report.total_wait.p50_seconds),
+        wait(report.total_wait.p90_seconds),
+        wait(report.total_wait.p99_seconds),
+        wait(report.total_wait.max_seconds),
+    ]);
+    out.push_str(&table(&rows));
+    for pool in &report.pools {
+        let _ = writeln!(out, "  {}: {}", pool.name, pool.shape);
+    }
+    out
+}
+
+fn percent(part: f64, whole: f64) -> String {
+    if whole > 0.0 {
+        format!("{:.0}%", part / whole * 100.0)
+    } else {
+        "-".into()
+    }
+}
+
+fn wait(seconds: Option<f64>) -> String {
+    seconds.map_or_else(|| "-".into(), human)
+}
+
+/// `45s`, `12m05s`, `3h07m`, `2d04h`.
+pub(crate) fn human(seconds: f64) -> String {
+    let s = seconds.round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// Columns separated by two spaces; the first left-aligned, the others right-aligned.
+fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c == 0 {
+                let _ = write!(line, "{cell:<w$}", w = widths[c]);
+            } else {
+                let _ = write!(line, "  {cell:>w$}", w = widths[c]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_durations() {
+        assert_eq!(human(0.4), "0s");
+        assert_eq!(human(725.0), "12m05s");
+        assert_eq!(human(3.0 * 3600.0 + 420.0), "3h07m");
+        assert_eq!(human(2.0 * 86400.0 + 4.0 * 3600.0), "2d04h");
+    }
+}
