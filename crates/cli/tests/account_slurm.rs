@@ -3,8 +3,9 @@
 //! `bob`, a non-root user whose `GET /rest/workers/info` lists only bob's own workers, and
 //! starts the REAL `cl-worker` 1.7.5 (running bundles in Docker: `services up docker`)
 //! through the REAL Slurm cluster (`services up slurm`). The workers log in as the root
-//! account `codalab` (a public server's shared workers, which run bob's bundles) from a
-//! `--password-file`:
+//! account `codalab` (a public server's shared workers, which run bob's bundles) from the
+//! backend's own `password_file` (`CODALAB_WM_SLURM_BATCH__PASSWORD_FILE`; the global
+//! `--password-file` would be the manager's login too):
 //! - given by a relative path (each job reads it in its own directory, so the manager cannot
 //!   vouch for it and only warns): the manager never sees the workers check in, so it must
 //!   keep the running job past `checkin_timeout` (no worker of the pool was ever seen), back
@@ -60,9 +61,16 @@ fn relative(path: &Path) -> PathBuf {
     relative
 }
 
-fn slurm_args(tag: &str, dir: &Path, password_file: &Path) -> Vec<String> {
+/// The workers' password file: the slurm-batch table's own key, not the manager's login.
+fn workers_file(file: &Path) -> (&'static str, String) {
+    (
+        "CODALAB_WM_SLURM_BATCH__PASSWORD_FILE",
+        file.display().to_string(),
+    )
+}
+
+fn slurm_args(tag: &str, dir: &Path) -> Vec<String> {
     let slurm_dir = dir.join("slurm").display().to_string();
-    let file = password_file.display().to_string();
     [
         "slurm-batch",
         "--partition",
@@ -77,8 +85,6 @@ fn slurm_args(tag: &str, dir: &Path, password_file: &Path) -> Vec<String> {
         tag,
         "--slurm-work-dir",
         &slurm_dir,
-        "--password-file",
-        &file,
     ]
     .iter()
     .map(|s| s.to_string())
@@ -141,10 +147,11 @@ fn a_busy_worker_of_the_root_account_is_kept_and_its_bundle_ends_ready() {
     ];
     let command = "sleep 45; echo done > out.txt";
     let uuids = stage_as(MANAGER.0, 1, &flags, &[("STAGE_COMMAND", command)]);
-    let backend = slurm_args(&tag, dir.path(), &file);
+    let backend = slurm_args(&tag, dir.path());
     let mut args = manager_args(&tag, dir.path());
     args.extend(backend.iter().cloned());
-    let mut manager = Manager::start(&args, MANAGER, &[("DOCKER_HOST", docker_host())]);
+    let env = [("DOCKER_HOST", docker_host()), workers_file(&file)];
+    let mut manager = Manager::start(&args, MANAGER, &env);
     let server = Server::login(MANAGER.0, MANAGER.1);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         manager.wait_until("the account warning", WITHIN, |m| {
@@ -187,9 +194,11 @@ fn a_readable_password_file_of_another_account_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let file = password_file(dir.path());
     let mut args = manager_args(&tag, dir.path());
-    args.extend(slurm_args(&tag, dir.path(), &file));
+    args.extend(slurm_args(&tag, dir.path()));
     args.push("--once".into());
+    let (key, value) = workers_file(&file);
     let out = Command::new(BIN)
+        .env(key, value)
         .args(&args)
         .env("CODALAB_USERNAME", MANAGER.0)
         .env("CODALAB_PASSWORD", MANAGER.1)

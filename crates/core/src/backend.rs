@@ -137,10 +137,14 @@ pub const ROOT_USERNAME: &str = "codalab";
 pub async fn check_worker_account(backend: &dyn WorkerBackend, manager: &str) -> Result<()> {
     match backend.worker_account().await? {
         WorkerAccount::Named(user) if user != manager && manager != ROOT_USERNAME => {
+            let root = match user == ROOT_USERNAME {
+                true => String::new(),
+                false => format!(" (or as `{ROOT_USERNAME}`, which sees every worker)"),
+            };
             Err(Error::InvalidConfig(format!(
                 "{}: the workers log in as CodaLab user `{user}` but the manager as `{manager}`, \
                  whose worker list never shows theirs: give the workers the manager's account, \
-                 or run the manager as `{user}` (or as `{ROOT_USERNAME}`, which sees every worker)",
+                 or run the manager as `{user}`{root}",
                 backend.name()
             )))
         }
