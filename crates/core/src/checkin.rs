@@ -44,6 +44,81 @@ pub struct CheckedInWorker {
     /// Its last check-in, in seconds on the server's clock (shown, never compared).
     #[serde(default)]
     pub checkin_time: Option<f64>,
+    /// The id of the user who runs it (`codalab`'s id: a shared worker). The fields below are
+    /// read for [`crate::dispatch`]; each is `None` when the server left it out or sent a value
+    /// of another type, so that an odd field never costs the check-ins.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub user_id: Option<String>,
+    /// Its `--tag`, when it has one.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tag: Option<String>,
+    /// It runs only bundles that ask for its tag (`--tag-exclusive`).
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tag_exclusive: Option<bool>,
+    /// The CPUs it may use (cl-worker reports its cpuset: a Slurm job's allocation).
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cpus: Option<u32>,
+    /// The GPUs it may use.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub gpus: Option<u32>,
+    /// The memory it may give its runs, in bytes.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub memory_bytes: Option<u64>,
+    /// The sum of its runs' `request_cpus`, as the server computes it for this reply.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cpus_in_use: Option<u32>,
+    /// The sum of its runs' `request_gpus`.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub gpus_in_use: Option<u32>,
+    /// Runs it will still start before it exits (`--exit-after-num-runs` less those started).
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub exit_after_num_runs: Option<i64>,
+}
+
+/// A field read as `T` when it is one, `None` when it is anything else (`null`, a string …).
+fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let value = serde_json::Value::deserialize(deserializer)?;
+    Ok(serde_json::from_value(value).ok())
 }
 
 /// The unique id of the launch a worker id or job id/name ends with, if it does: its last 32

@@ -20,6 +20,9 @@
 //!   single-backend mode is one pool ([`pools::SingleBackendFlags`]);
 //! - [`checkin`] and [`budget`]: matching jobs to the workers that checked in, the rolling-day
 //!   budgets (pure);
+//! - [`dispatch`]: a model of how the CodaLab server dispatches staged bundles to the workers
+//!   (owners, quotas, resources, packing) and what is left for new workers (pure; not used by
+//!   the policy yet);
 //! - [`codalab`]: the CodaLab REST client (login, token refresh, identity check, staged search);
 //! - [`backend`]: the [`WorkerBackend`] trait every compute platform implements;
 //! - [`command`]: the `cl-worker` command line, as upstream builds it;
@@ -89,6 +92,7 @@ pub mod checkin;
 pub mod codalab;
 pub mod command;
 pub mod describe;
+pub mod dispatch;
 pub mod error;
 pub mod events;
 pub mod layout;

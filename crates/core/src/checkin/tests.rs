@@ -12,6 +12,7 @@ fn worker(id: &str, runs: usize, terminating: bool, checkin_time: f64) -> Checke
         run_uuids: (0..runs).map(|i| format!("0xrun{i}")).collect(),
         is_terminating: terminating,
         checkin_time: Some(checkin_time),
+        ..CheckedInWorker::default()
     }
 }
 

@@ -68,10 +68,28 @@ mod tests {
         assert_eq!(workers.len(), 2);
         assert_eq!(workers[0].run_uuids, ["0xe5a98b06fdc7463faf560b56bf7783c3"]);
         assert!(workers[1].is_terminating && workers[1].run_uuids.is_empty());
+        let w = &workers[0];
+        assert_eq!(w.user_id.as_deref(), Some("0"));
+        assert_eq!(w.tag.as_deref(), Some("dispatchq3"));
+        assert_eq!(w.tag_exclusive, Some(true));
+        assert_eq!(
+            (w.cpus, w.gpus, w.memory_bytes),
+            (Some(2), Some(0), Some(4 << 30))
+        );
+        assert_eq!((w.cpus_in_use, w.gpus_in_use), (Some(1), Some(0)));
+        assert_eq!(w.exit_after_num_runs, Some(999_999_999));
         assert!(parse_workers_reply(r#"{"meta": {}}"#).is_err(), "no data");
         assert!(
             parse_workers_reply(r#"{"data": [{"run_uuids": []}]}"#).is_err(),
             "no worker_id"
+        );
+        // The fields the dispatch model reads are optional: an older reply without them, or
+        // with a value of another type, still gives the check-ins.
+        let odd = r#"{"data": [{"worker_id": "w", "cpus": "two", "user_id": 0, "tag": null}]}"#;
+        let odd = &parse_workers_reply(odd).unwrap()[0];
+        assert_eq!(
+            (odd.cpus, odd.user_id.as_deref(), odd.tag.as_deref()),
+            (None, None, None)
         );
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
         assert!(parse_workers_reply(&format!(r#"{{"data": {deep}}}"#)).is_err());
