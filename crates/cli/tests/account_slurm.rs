@@ -194,8 +194,8 @@ fn a_readable_password_file_of_another_account_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let file = password_file(dir.path());
     let mut args = manager_args(&tag, dir.path());
-    args.extend(slurm_args(&tag, dir.path()));
     args.push("--once".into());
+    args.extend(slurm_args(&tag, dir.path()));
     let (key, value) = workers_file(&file);
     let out = Command::new(BIN)
         .env(key, value)
