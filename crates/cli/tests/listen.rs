@@ -6,17 +6,15 @@
 //! answer), bounded so that a hang fails instead of blocking.
 
 use codalab_wm_fake_codalab::FakeCodaLab;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 mod support;
-use support::manager::{BIN, record_dir};
+use support::manager::{BIN, Manager, record_dir};
 
 /// Soft limit of open files the manager is started with.
 const SOFT_LIMIT: usize = 128;
@@ -28,13 +26,10 @@ const IDLE: usize = 160;
 /// A failure, not a measurement.
 const HANG: Duration = Duration::from_secs(120);
 
-/// The manager under `ulimit -Sn` [`SOFT_LIMIT`], its stderr collected; killed when dropped.
-struct Manager {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-}
+/// The manager under `ulimit -Sn` [`SOFT_LIMIT`], its stderr collected.
+struct Limited(Manager);
 
-impl Manager {
+impl Limited {
     fn start(server: &str, state: &str) -> Self {
         let args = [
             "--server",
@@ -49,7 +44,8 @@ impl Manager {
             "--state-dir",
             state,
         ];
-        let mut child = Command::new("sh")
+        let mut command = Command::new("sh");
+        command
             .arg("-c")
             .arg(format!(r#"ulimit -Sn {SOFT_LIMIT} && exec "$0" "$@""#))
             .arg(BIN)
@@ -57,29 +53,16 @@ impl Manager {
             .env("CODALAB_USERNAME", "alice")
             .env("CODALAB_PASSWORD", "alicepw")
             .env("NO_COLOR", "1")
-            .env("CODALAB_WM_RECORD_DIR", record_dir())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Self { child, lines }
+            .env("CODALAB_WM_RECORD_DIR", record_dir());
+        Self(Manager::spawn(command))
     }
 
     fn log(&self) -> String {
-        self.lines.lock().unwrap().join("\n")
+        self.0.log()
     }
 
     fn count(&self, needle: &str) -> usize {
-        let lines = self.lines.lock().unwrap();
-        lines.iter().filter(|l| l.contains(needle)).count()
+        self.0.count(needle)
     }
 
     /// Waits (polling its log, bounded) until `done`.
@@ -88,8 +71,7 @@ impl Manager {
             if done(self) {
                 return;
             }
-            let exited = self.child.try_wait().unwrap();
-            assert!(exited.is_none(), "manager exited:\n{}", self.log());
+            assert!(!self.0.exited(), "manager exited:\n{}", self.log());
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!("timed out waiting for {what}:\n{}", self.log());
@@ -99,25 +81,18 @@ impl Manager {
     async fn addr(&mut self) -> SocketAddr {
         self.wait_for("the --listen address", |m| m.count("serving /metrics") > 0)
             .await;
-        let lines = self.lines.lock().unwrap();
-        let line = lines.iter().find(|l| l.contains("serving /metrics"));
+        let log = self.log();
+        let line = log.lines().find(|l| l.contains("serving /metrics"));
         let addr = line.and_then(|l| l.split("addr=").nth(1)?.split_whitespace().next());
         addr.unwrap().parse().unwrap()
     }
 
     /// The soft and hard limits of open files of the running manager.
     fn open_files_limits(&self) -> String {
-        let limits = std::fs::read_to_string(format!("/proc/{}/limits", self.child.id()));
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", self.0.id()));
         let limits = limits.unwrap();
         let line = limits.lines().find(|l| l.starts_with("Max open files"));
         line.unwrap().to_owned()
-    }
-}
-
-impl Drop for Manager {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -137,7 +112,7 @@ async fn idle_connections_neither_starve_the_ticks_nor_stay_open() {
     let server = FakeCodaLab::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let mut manager = Manager::start(&server.url(), state.to_str().unwrap());
+    let mut manager = Limited::start(&server.url(), state.to_str().unwrap());
     let addr = manager.addr().await;
     // Started under a soft limit of 128, it raised it to the hard limit.
     let limits = manager.open_files_limits();
@@ -189,7 +164,7 @@ async fn a_name_other_than_loopback_gets_421_on_a_loopback_listener() {
     let server = FakeCodaLab::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let mut manager = Manager::start(&server.url(), state.to_str().unwrap());
+    let mut manager = Limited::start(&server.url(), state.to_str().unwrap());
     let addr = manager.addr().await;
     let port = addr.port();
     let refused = get(addr, "/status", &format!("rebind.attacker.example:{port}")).await;

@@ -43,13 +43,20 @@ impl Manager {
     /// Starts the manager with `args`, logging in as `user`; `env` adds variables (e.g.
     /// `DOCKER_HOST`, which the local and Slurm backends hand down to the workers).
     pub fn start(args: &[String], user: (&str, &str), env: &[(&str, String)]) -> Self {
-        let mut child = Command::new(BIN)
+        let mut command = Command::new(BIN);
+        command
             .args(args)
             .env("CODALAB_USERNAME", user.0)
             .env("CODALAB_PASSWORD", user.1)
             .env("NO_COLOR", "1")
             .env("CODALAB_WM_RECORD_DIR", record_dir())
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+        Self::spawn(command)
+    }
+
+    /// Runs `command` (the binary, or a shell that `exec`s it), its stderr collected.
+    pub fn spawn(mut command: Command) -> Self {
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -63,6 +70,16 @@ impl Manager {
             }
         });
         Self { child, lines }
+    }
+
+    /// Its process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it has exited.
+    pub fn exited(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
     }
 
     pub fn log(&self) -> String {
