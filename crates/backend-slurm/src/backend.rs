@@ -228,7 +228,8 @@ impl WorkerBackend for SlurmBackend {
         let script = JobScript::new(&self.settings, request.unique, request.worker);
         if request.dry_run {
             let text = self.render_script(request);
-            tracing::info!(worker_id = %script.worker_id, path = %script.path, "dry run: would submit\n{text}");
+            let comment = self.origin.as_deref().map(squeue::comment_option);
+            tracing::info!(worker_id = %script.worker_id, path = %script.path, sbatch_option = comment, "dry run: would submit\n{text}");
             let job = WorkerJob::new(format!("dry-run-{}", request.unique), JobState::Ended);
             return Ok(WorkerJob {
                 name: script.worker_id,
