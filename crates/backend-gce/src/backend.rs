@@ -1,6 +1,8 @@
 //! [`GceBackend`]: each worker is one Compute Engine instance `cl-worker-<unique>`, labelled
-//! with the manager id and pool; one filtered `instances.aggregatedList` per tick (every
-//! page) finds them in every zone, so a restarted manager adopts them.
+//! with the manager id, pool and origin; one filtered `instances.aggregatedList` per tick
+//! (every page) finds them in every zone, so a restarted manager adopts them. An instance
+//! labelled with another deployment's origin ([`codalab_wm_core::backend::origin`]) is not
+//! listed: neither counted, stopped, reaped nor deleted by `down`.
 //!
 //! - States: PROVISIONING/STAGING/PENDING → pending, RUNNING → active, anything else
 //!   (STOPPING, SUSPENDED, TERMINATED …) → ended; a Spot VM that ended by preemption →
@@ -20,6 +22,7 @@ use crate::config::{DEFAULT_METADATA_URL, GceConfig};
 use crate::error::BACKEND;
 use crate::models::{Instance, Operation};
 use crate::spec;
+use codalab_wm_core::backend;
 use codalab_wm_core::bundle::WorkerShape;
 use codalab_wm_core::secret::Credentials;
 use codalab_wm_core::{
@@ -91,8 +94,10 @@ impl Memory {
 pub struct GceBackend {
     config: GceConfig,
     username: String,
-    /// The origin label of this deployment's instances ([`spec::origin`]): only those are reaped.
-    origin: String,
+    /// The origin label of this deployment's instances: only those and unlabelled ones are
+    /// listed, only those reaped. `None`: every origin is listed, none reaped (`down` without
+    /// the workers' user).
+    origin: Option<String>,
     client: ComputeClient,
     filter: String,
     memory: Mutex<Memory>,
@@ -128,7 +133,7 @@ impl GceBackend {
         Ok(Self {
             filter: spec::ownership_filter(&config),
             username: credentials.username.clone(),
-            origin: spec::origin("", &credentials.username),
+            origin: Some(backend::origin("", &credentials.username)),
             config,
             client,
             memory: Mutex::default(),
@@ -143,11 +148,16 @@ impl GceBackend {
         Self { read_only, ..self }
     }
 
-    /// This backend for workers that use `server`: its origin label says so, and it reaps
-    /// only instances of that origin (not another deployment's under the same labels).
-    pub fn for_server(mut self, server: &str) -> Self {
-        self.origin = spec::origin(server, &self.username);
-        self
+    /// This backend for workers that use `server`: its origin label says so, and it lists
+    /// no instance of another origin (another deployment's under the same labels).
+    pub fn for_server(self, server: &str) -> Self {
+        let origin = backend::origin(server, &self.username);
+        self.with_origin(Some(origin))
+    }
+
+    /// This backend with the deployment's `origin` (`None`: list every origin, reap none).
+    pub fn with_origin(self, origin: Option<String>) -> Self {
+        Self { origin, ..self }
     }
 
     fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
@@ -173,11 +183,14 @@ impl GceBackend {
         let script =
             spec::startup_script(&self.config, &self.username, request.worker, request.unique);
         let mut instance = spec::instance_resource(&self.config, zone, request.unique, script);
-        (instance.labels).insert(spec::ORIGIN_LABEL.to_owned(), self.origin.clone());
+        if let Some(origin) = &self.origin {
+            (instance.labels).insert(spec::ORIGIN_LABEL.to_owned(), origin.clone());
+        }
         instance
     }
 
-    /// Own instances, by the labels (the filter) and the name prefix.
+    /// Own instances, by the labels (the filter), the name prefix and the origin label (none,
+    /// or this deployment's).
     async fn own_instances(&self) -> Result<Vec<Instance>> {
         let instances = self.client.list_instances(&self.filter).await?;
         let own: Vec<Instance> = instances
@@ -185,6 +198,10 @@ impl GceBackend {
             .filter(|i| i.name.starts_with(spec::NAME_PREFIX))
             .filter(|i| i.labels.get(spec::MANAGER_LABEL) == Some(&self.config.manager_id))
             .filter(|i| i.labels.get(spec::POOL_LABEL) == Some(&self.config.pool))
+            .filter(|i| {
+                let marked = i.labels.get(spec::ORIGIN_LABEL).map(String::as_str);
+                backend::is_listed(self.origin.as_deref(), marked)
+            })
             .collect();
         self.memory().forget_all_but(&own);
         Ok(own)
@@ -248,13 +265,14 @@ impl GceBackend {
     }
 
     /// Deletes own STOPPED/TERMINATED instances an earlier listing reported and not being
-    /// deleted yet; logs and counts them. Own: of this deployment's origin, so another
-    /// deployment sharing `manager_id` and pool (or an instance made before origins existed)
-    /// is never deleted by this one; `down` still removes every instance under the labels.
+    /// deleted yet; logs and counts them. Own: of this deployment's origin, so an instance
+    /// made before origins existed (listed, counted) is never deleted by the reaper; `down`
+    /// still removes it.
     async fn reap(&self, instances: &[Instance]) {
         let stopped = |i: &&Instance| {
             matches!(i.status.as_str(), "STOPPED" | "TERMINATED")
-                && i.labels.get(spec::ORIGIN_LABEL) == Some(&self.origin)
+                && self.origin.is_some()
+                && i.labels.get(spec::ORIGIN_LABEL) == self.origin.as_ref()
         };
         let due: Vec<&Instance> = {
             let mut memory = self.memory();

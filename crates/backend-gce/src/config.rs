@@ -89,10 +89,10 @@ pub struct GceConfig {
     /// service account (`name`, `projects/<p>/secrets/<name>` or a version) (required)
     #[arg(long, default_value = "", hide_default_value = true)]
     pub password_secret: String,
-    /// What labels this manager's instances (`codalab-wm-manager=<id>`). Give each deployment
-    /// in a project its own: instances under the same id and pool count toward each other's
-    /// `max`. Stopped instances are reaped only by the deployment (worker server and CodaLab
-    /// user, the `codalab-wm-origin` label) that launched them
+    /// What labels this manager's instances (`codalab-wm-manager=<id>`). Instances of another
+    /// deployment (worker server and CodaLab user: the `codalab-wm-origin` label) under the
+    /// same id and pool are neither counted, stopped nor reaped; give each deployment in a
+    /// project its own id all the same
     #[arg(long, default_value = "codalab-wm")]
     pub manager_id: String,
     /// The pool label of the instances (`codalab-wm-pool=<pool>`); a pool's name by default

@@ -76,7 +76,7 @@ impl BackendConfig for GceConfig {
         let backend = GceBackend::new(self, &context.credentials)?;
         Ok(Arc::new(
             backend
-                .for_server(&context.worker.server)
+                .with_origin(context.origin.clone())
                 .read_only(context.read_only),
         ))
     }

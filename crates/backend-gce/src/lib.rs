@@ -2,7 +2,8 @@
 //!
 //! The Google Compute Engine backend of codalab-wm (`cl-worker-manager gce`): each worker is
 //! one instance `cl-worker-<unique>` (a Spot VM by default, deleted by Compute Engine when
-//! preempted), labelled `codalab-wm-manager=<id>` and `codalab-wm-pool=<pool>`, whose startup
+//! preempted), labelled `codalab-wm-manager=<id>`, `codalab-wm-pool=<pool>` and
+//! `codalab-wm-origin=<origin>` (instances of another origin are not listed), whose startup
 //! script runs `cl-worker` in the worker image with docker and powers off when it exits.
 //! Stopped and terminated instances are reaped (deleted) by the manager.
 //!

@@ -18,7 +18,8 @@ use std::collections::BTreeMap;
 pub const MANAGER_LABEL: &str = "codalab-wm-manager";
 /// The label holding the pool.
 pub const POOL_LABEL: &str = "codalab-wm-pool";
-/// The label holding the deployment's origin ([`origin`]): which manager may reap an instance.
+/// The label holding the deployment's origin ([`codalab_wm_core::backend::origin`]): which
+/// deployment lists and reaps an instance.
 pub const ORIGIN_LABEL: &str = "codalab-wm-origin";
 /// The name prefix of worker instances.
 pub const NAME_PREFIX: &str = "cl-worker-";
@@ -33,20 +34,6 @@ pub const DEFAULT_WORK_DIR: &str = "/var/lib/codalab-worker/";
 /// The instance name of launch `unique`.
 pub fn instance_name(unique: &str) -> String {
     format!("{NAME_PREFIX}{unique}")
-}
-
-/// The origin label of a deployment whose workers use `server` and log in as `username`:
-/// 16 hex digits of their SHA-256, the same after every restart. Two deployments that share
-/// `manager_id` and pool (the defaults) but not server and account have different origins.
-pub fn origin(server: &str, username: &str) -> String {
-    let digest = ring::digest::digest(
-        &ring::digest::SHA256,
-        format!("{server}\n{username}").as_bytes(),
-    );
-    digest.as_ref()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// The `instances.list` filter of this manager's and pool's instances.

@@ -139,30 +139,52 @@ async fn passes_the_conformance_suite_with_a_key_file_paging_and_foreign_instanc
     );
 }
 
-/// Two deployments with the default `manager_id` and pool against two servers (review 6.3):
-/// each lists the other's instances, but reaps only its own stopped ones.
+/// Two deployments with the default `manager_id` and pool against two servers (review 6.3,
+/// #28 item 4), on the fake Compute Engine API: neither lists (counts toward max, stops,
+/// reaps, deletes in `down`) the other's instances; an instance without an origin label (an
+/// older version's) is listed by both and reaped by neither.
 #[tokio::test]
-async fn another_deployments_stopped_instances_are_not_reaped() {
+async fn another_deployments_instances_are_not_listed_and_unlabelled_ones_are() {
     let fake = FakeCompute::start(PROJECT).await.unwrap();
     let ours = backend(&config(&fake)).for_server("https://a.example");
     let theirs = backend(&config(&fake)).for_server("https://b.example");
     let mine = start(&ours, "aaaa").await.unwrap();
     let other = start(&theirs, "bbbb").await.unwrap();
+    let owned = [
+        ("codalab-wm-manager", "codalab-wm"),
+        ("codalab-wm-pool", "default"),
+    ];
+    fake.insert_instance(ZONE_A, "cl-worker-older", &owned, "RUNNING");
     let origin = |name: &str| {
         let instance = fake.instances().into_iter().find(|i| i.name == name);
         instance.unwrap().labels[codalab_wm_gce::spec::ORIGIN_LABEL].clone()
     };
     assert_ne!(origin(&mine.id), origin(&other.id));
+    let names = |jobs: Vec<WorkerJob>| {
+        let mut names: Vec<String> = jobs.into_iter().map(|j| j.id).collect();
+        names.sort();
+        names
+    };
+    let listed = names(ours.get_worker_jobs().await.unwrap());
+    assert_eq!(listed, ["cl-worker-aaaa", "cl-worker-older"]);
+    let listed = names(theirs.get_worker_jobs().await.unwrap());
+    assert_eq!(listed, ["cl-worker-bbbb", "cl-worker-older"]);
+
     fake.set_status(&mine.id, "STOPPED");
     fake.set_status(&other.id, "STOPPED");
-    let listed = ours.get_worker_jobs().await.unwrap();
-    assert_eq!(listed.len(), 2, "both listed (both count toward max)");
-    for _ in 0..2 {
+    fake.set_status("cl-worker-older", "STOPPED");
+    for _ in 0..3 {
         ours.get_worker_jobs().await.unwrap();
     }
     assert_eq!(ours.take_reaped(), [mine.id.as_str()]);
+    let rows = down_pool("default", &ours, false, Duration::from_secs(5)).await;
+    assert!(rows.iter().all(|r| !r.failed), "{rows:?}");
     let left: Vec<String> = fake.instances().into_iter().map(|i| i.name).collect();
-    assert_eq!(left, [other.id.as_str()], "theirs is left to them");
+    assert_eq!(
+        left,
+        [other.id.as_str()],
+        "theirs is left to them by down too"
+    );
 }
 
 #[tokio::test]

@@ -4,10 +4,10 @@ use crate::client;
 use crate::config::KubernetesConfig;
 use crate::error::{BACKEND, from_kube};
 use crate::manifest::{WorkerTemplate, keys};
-use crate::names::{MANAGED_BY_LABEL, MANAGER_ID_LABEL};
+use crate::names::{MANAGED_BY_LABEL, MANAGER_ID_LABEL, ORIGIN_LABEL};
 use crate::pods::{finished_beyond_limit, is_finished, job_from_pod};
 use codalab_wm_core::backend::{
-    CleanupItem, JobState, LaunchRequest, WorkerAccount, WorkerBackend, WorkerJob,
+    self, CleanupItem, JobState, LaunchRequest, WorkerAccount, WorkerBackend, WorkerJob,
 };
 use codalab_wm_core::bundle::WorkerShape;
 use codalab_wm_core::command::WorkerOptions;
@@ -23,7 +23,9 @@ use std::sync::Mutex;
 ///
 /// Its pods are the ones carrying its labels (`app=cl-worker`,
 /// `app.kubernetes.io/managed-by=codalab-wm`, `codalab-wm/manager-id=<id>`), so a restarted
-/// manager with the same id finds them again. The workers' credentials live in a Secret.
+/// manager with the same id finds them again, but for those whose `codalab-wm/origin` label
+/// names another deployment (another server or CodaLab user): those are neither counted,
+/// stopped nor cleaned up. The workers' credentials live in a Secret.
 pub struct KubernetesBackend {
     pods: Api<Pod>,
     secrets: Api<SecretObject>,
@@ -105,6 +107,14 @@ impl KubernetesBackend {
     /// it would delete instead.
     pub fn read_only(self, read_only: bool) -> Self {
         Self { read_only, ..self }
+    }
+
+    /// This backend for the deployment of `origin` (its pods' label; no pod of another origin
+    /// is listed); `None`: pods get no origin and every origin is listed (`down` without the
+    /// workers' user).
+    pub fn with_origin(self, origin: Option<String>) -> Self {
+        let template = self.template.clone().with_origin(origin);
+        Self { template, ..self }
     }
 
     /// The manifests this backend renders.
@@ -219,6 +229,21 @@ impl KubernetesBackend {
                 keys::CODALAB_USERNAME
             ))),
         }
+    }
+
+    /// The pods of the selector, but for those of another origin.
+    async fn list_pods(&self) -> Result<Vec<Pod>> {
+        let params = ListParams::default().labels(&self.template.selector());
+        let pods = self
+            .pods
+            .list(&params)
+            .await
+            .map_err(|e| from_kube("list worker pods", e))?
+            .items;
+        let own = self.template.origin();
+        let marked = |p: &Pod| p.metadata.labels.as_ref()?.get(ORIGIN_LABEL).cloned();
+        let listed = |p: &Pod| backend::is_listed(own, marked(p).as_deref());
+        Ok(pods.into_iter().filter(listed).collect())
     }
 
     /// Deletes pod `name` if it is still the pod with `uid`. A pod already gone, or replaced
@@ -343,13 +368,7 @@ impl WorkerBackend for KubernetesBackend {
 
     #[tracing::instrument(skip(self), fields(backend = BACKEND))]
     async fn get_worker_jobs(&self) -> Result<Vec<WorkerJob>> {
-        let params = ListParams::default().labels(&self.template.selector());
-        let pods = self
-            .pods
-            .list(&params)
-            .await
-            .map_err(|e| from_kube("list worker pods", e))?
-            .items;
+        let pods = self.list_pods().await?;
         let uids = pods
             .iter()
             .filter_map(|p| Some((p.metadata.name.clone()?, p.metadata.uid.clone()?)));
@@ -417,13 +436,7 @@ impl WorkerBackend for KubernetesBackend {
     /// created; a Secret given by name (`credentials_secret`) is never touched.
     #[tracing::instrument(skip(self), fields(backend = BACKEND))]
     async fn cleanup(&self, dry_run: bool) -> Result<Vec<CleanupItem>> {
-        let params = ListParams::default().labels(&self.template.selector());
-        let pods = self
-            .pods
-            .list(&params)
-            .await
-            .map_err(|e| from_kube("list worker pods", e))?
-            .items;
+        let pods = self.list_pods().await?;
         let mut items = Vec::new();
         for pod in pods.iter().filter(|p| is_finished(p)) {
             let name = pod.metadata.name.clone().unwrap_or_default();

@@ -41,6 +41,7 @@ impl BackendConfig for KubernetesConfig {
 
     async fn build(self, context: &BackendContext) -> Result<Arc<dyn WorkerBackend>> {
         let backend = KubernetesBackend::new(&self, &context.credentials, &context.worker).await?;
+        let backend = backend.with_origin(context.origin.clone());
         Ok(Arc::new(backend.read_only(context.read_only)))
     }
 }

@@ -11,7 +11,9 @@
 //!   logged (`--dry-run`);
 //! - one worker per node through pod anti-affinity on the standard `kubernetes.io/hostname`;
 //! - pods carry `app=cl-worker`, `app.kubernetes.io/managed-by=codalab-wm` and
-//!   `codalab-wm/manager-id=<id>`, and a restarted manager finds them by these labels;
+//!   `codalab-wm/manager-id=<id>`, and a restarted manager finds them by these labels; their
+//!   `codalab-wm/origin` (the workers' server and user) keeps another deployment's pods under
+//!   the same labels out of the listing;
 //! - `stop` deletes a pod (uid precondition), and finished pods beyond
 //!   [`KubernetesConfig::keep_finished_pods`] are deleted, oldest first.
 //!

@@ -8,6 +8,7 @@
 use crate::config::{BundleRuntime, CertSource, KubernetesConfig};
 use crate::names;
 use crate::overrides::PodOverrides;
+use codalab_wm_core::backend;
 use codalab_wm_core::command::WorkerOptions;
 use codalab_wm_core::error::Result;
 use codalab_wm_core::secret::{Credentials, Secret};
@@ -69,6 +70,8 @@ pub struct WorkerTemplate {
     secret_values: Option<BTreeMap<&'static str, Secret>>,
     /// What the caller adds to every Pod (none by default).
     overrides: PodOverrides,
+    /// The deployment's origin, the pods' `codalab-wm/origin` label (`None`: no label).
+    origin: Option<String>,
 }
 
 impl WorkerTemplate {
@@ -114,7 +117,19 @@ impl WorkerTemplate {
             secret_name: config.secret_name(),
             secret_values,
             overrides: PodOverrides::default(),
+            origin: Some(backend::origin(&worker.server, &credentials.username)),
         })
+    }
+
+    /// This template for the deployment of `origin` (by default the workers' server and
+    /// user's): its pods carry it; `None` renders pods without it.
+    pub fn with_origin(self, origin: Option<String>) -> Self {
+        Self { origin, ..self }
+    }
+
+    /// The deployment's origin, which the pods carry in [`names::ORIGIN_LABEL`].
+    pub fn origin(&self) -> Option<&str> {
+        self.origin.as_deref()
     }
 
     /// This template with `overrides` added to every Pod.
@@ -216,11 +231,15 @@ impl WorkerTemplate {
 
     /// The worker Pod for launch `unique`.
     pub fn pod(&self, unique: &str) -> Pod {
+        let mut labels = self.labels();
+        if let Some(origin) = &self.origin {
+            labels.insert(names::ORIGIN_LABEL.to_owned(), origin.clone());
+        }
         let mut pod = Pod {
             metadata: ObjectMeta {
                 name: Some(names::pod_name(unique)),
                 namespace: Some(self.namespace.clone()),
-                labels: Some(self.labels()),
+                labels: Some(labels),
                 ..ObjectMeta::default()
             },
             spec: Some(PodSpec {

@@ -16,8 +16,11 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 /// Saves the script (read from stdin) in its per-worker directory and submits it, in one
-/// command: `sh -c SUBMIT sh DIR FILE`.
-const SUBMIT: &str = r#"mkdir -p -- "$1" && cat > "$2" && exec sbatch --parsable "$2""#;
+/// command: `sh -c SUBMIT sh DIR FILE [SBATCH-OPTION…]`. The options (the origin's
+/// `--comment`) go on the command line, not into the script, whose `#SBATCH` lines are
+/// upstream's.
+const SUBMIT: &str =
+    r#"mkdir -p -- "$1" && cat > "$2" && f=$2 && shift 2 && exec sbatch --parsable "$@" "$f""#;
 
 /// The account [`WorkerBackend::worker_account`] reports, reading the password file with `read`.
 fn password_file_account(
@@ -51,6 +54,9 @@ pub struct SlurmBackend {
     settings: Settings,
     transport: Transport,
     credentials: Option<Credentials>,
+    /// The deployment's origin: the `--comment` of the jobs it submits; jobs of another
+    /// origin are not listed. `None`: no comment, every origin listed.
+    origin: Option<String>,
     calls: CallCounter,
 }
 
@@ -67,8 +73,15 @@ impl SlurmBackend {
             settings,
             transport,
             credentials,
+            origin: None,
             calls: CallCounter::default(),
         })
+    }
+
+    /// This backend for the deployment of `origin` ([`codalab_wm_core::backend::origin`]):
+    /// it marks its jobs with it (`sbatch --comment`) and lists no job of another origin.
+    pub fn with_origin(self, origin: Option<String>) -> Self {
+        Self { origin, ..self }
     }
 
     /// The validated settings.
@@ -122,13 +135,15 @@ impl SlurmBackend {
             .collect()
     }
 
-    /// The jobs with this manager's name prefix, in `partition` or in any.
-    async fn list(&self, partition: Option<&str>) -> Result<Vec<WorkerJob>> {
+    /// The jobs with this manager's name prefix, in `partition` or in any, of the origin
+    /// `own` (and of none) or, `None`, of every origin.
+    async fn list(&self, partition: Option<&str>, own: Option<&str>) -> Result<Vec<WorkerJob>> {
         let mut invocation = Invocation::new(squeue::command(&self.settings.user, partition));
         invocation.env.push(("TZ".into(), "UTC".into()));
         let output = self.run("list worker jobs", invocation).await?;
         let shape = Some(self.worker_shape());
-        let jobs = squeue::parse(&output.stdout, &self.settings.job_name_prefix())?;
+        let prefix = self.settings.job_name_prefix();
+        let jobs = squeue::parse_own(&output.stdout, &prefix, own)?;
         Ok(jobs
             .into_iter()
             .map(|job| WorkerJob { shape, ..job })
@@ -136,9 +151,10 @@ impl SlurmBackend {
     }
 
     fn submit_invocation(&self, script: &JobScript) -> Invocation {
-        let argv = ["sh", "-c", SUBMIT, "sh", &script.dir, &script.path]
+        let mut argv = ["sh", "-c", SUBMIT, "sh", &script.dir, &script.path]
             .map(str::to_owned)
             .to_vec();
+        argv.extend(self.origin.as_deref().map(squeue::comment_option));
         let mut invocation = Invocation {
             stdin: Some(script.text.clone().into_bytes()),
             ..Invocation::new(argv)
@@ -199,9 +215,12 @@ impl WorkerBackend for SlurmBackend {
     /// The jobs of this pool: the job-name prefix in the pool's partition. The partition is
     /// part of the identity: a pool of the same user and job name in another partition is
     /// another pool, whose jobs are neither counted nor stopped here (`down --partition`).
+    /// So is the origin: another deployment's jobs (another server or CodaLab user) under the
+    /// same name are not listed; jobs without one (upstream's, older versions') are.
     #[tracing::instrument(skip(self), fields(backend = BACKEND))]
     async fn get_worker_jobs(&self) -> Result<Vec<WorkerJob>> {
-        self.list(Some(&self.settings.partition)).await
+        let partition = Some(self.settings.partition.as_str());
+        self.list(partition, self.origin.as_deref()).await
     }
 
     #[tracing::instrument(skip(self, request), fields(backend = BACKEND, unique = request.unique))]
@@ -209,7 +228,8 @@ impl WorkerBackend for SlurmBackend {
         let script = JobScript::new(&self.settings, request.unique, request.worker);
         if request.dry_run {
             let text = self.render_script(request);
-            tracing::info!(worker_id = %script.worker_id, path = %script.path, "dry run: would submit\n{text}");
+            let comment = self.origin.as_deref().map(squeue::comment_option);
+            tracing::info!(worker_id = %script.worker_id, path = %script.path, sbatch_option = comment, "dry run: would submit\n{text}");
             let job = WorkerJob::new(format!("dry-run-{}", request.unique), JobState::Ended);
             return Ok(WorkerJob {
                 name: script.worker_id,
@@ -256,10 +276,11 @@ impl WorkerBackend for SlurmBackend {
     /// login node).
     #[tracing::instrument(skip(self), fields(backend = BACKEND))]
     async fn cleanup(&self, dry_run: bool) -> Result<Vec<CleanupItem>> {
-        // Every partition's jobs of this name: the directories are not per partition, and a
-        // job alive in another partition (another pool) keeps its own. A dry run lists what
-        // `down` removes once it has stopped this pool's jobs: their directories too.
-        let mut jobs = self.list(None).await?;
+        // Every partition's and origin's jobs of this name: the directories are not per
+        // partition nor origin, and a job alive in another partition (another pool) or of
+        // another deployment keeps its own. A dry run lists what `down` removes once it has
+        // stopped this pool's jobs: their directories too.
+        let mut jobs = self.list(None, None).await?;
         if dry_run {
             let own: Vec<String> = (self.get_worker_jobs().await?.into_iter())
                 .map(|j| j.id)
@@ -395,6 +416,28 @@ mod tests {
             ..SlurmConfig::default()
         });
         assert!(with_file.submit_invocation(&script).secret_env.is_empty());
+    }
+
+    /// The origin goes on sbatch's command line (after the script's `#SBATCH` lines, which
+    /// stay upstream's), and the script is still the last word.
+    #[test]
+    fn the_origin_is_a_comment_on_the_command_line() {
+        let worker = WorkerOptions::default();
+        let plain = backend(SlurmConfig::default());
+        let script = JobScript::new(plain.settings(), "u", &worker);
+        let argv = plain.submit_invocation(&script).argv;
+        assert_eq!(argv[4..], [script.dir.clone(), script.path.clone()]);
+        let marked = plain.with_origin(Some("00000000000000aa".into()));
+        let argv = marked.submit_invocation(&script).argv;
+        assert_eq!(
+            argv[4..],
+            [
+                script.dir.clone(),
+                script.path.clone(),
+                "--comment=codalab-wm-origin=00000000000000aa".into()
+            ]
+        );
+        assert!(!script.text.contains("comment"), "{}", script.text);
     }
 
     #[tokio::test]

@@ -87,7 +87,7 @@ impl BackendConfig for SlurmConfig {
 
     async fn build(self, context: &BackendContext) -> Result<Arc<dyn WorkerBackend>> {
         let backend = SlurmBackend::new(&self, Some(context.credentials.clone()))?;
-        Ok(Arc::new(backend))
+        Ok(Arc::new(backend.with_origin(context.origin.clone())))
     }
 }
 

@@ -12,7 +12,10 @@
 //! - [`error`]: which Slurm failures are temporary.
 //!
 //! Jobs belong to this manager when their name starts with `<user>-<job-name>-`, so a restarted
-//! manager finds the jobs an earlier one submitted.
+//! manager finds the jobs an earlier one submitted, and their `--comment` carries no origin or
+//! this deployment's ([`codalab_wm_core::backend::origin`]): another server's or CodaLab
+//! user's jobs under the same name are not listed. The comment is passed on `sbatch`'s command
+//! line; the script's `#SBATCH` lines stay upstream's.
 //!
 //! ## Credentials
 //! With `password_file`, workers get `--password-file` and read the file on the compute node.

@@ -1,15 +1,32 @@
 //! The one `squeue` call per tick and the parsing of its output.
 //!
-//! `squeue --noheader --states=all --user=USER [--partition=P] --format=%i|%j|%T|%r|%V` lists
-//! every job of the user (in the pool's partition) that the controller still knows (finished
-//! ones for `MinJobAge` seconds), one line each: id, name, state, reason, submit time.
-//! Whatever the number of jobs, one call.
+//! `squeue --noheader --states=all --user=USER [--partition=P] --format=%i|%j|%T|%r|%V|%k`
+//! lists every job of the user (in the pool's partition) that the controller still knows
+//! (finished ones for `MinJobAge` seconds), one line each: id, name, state, reason, submit
+//! time, comment. Whatever the number of jobs, one call. The comment carries the origin of
+//! the deployment that submitted the job ([`ORIGIN_COMMENT`]).
 
+use codalab_wm_core::backend::is_listed;
 use codalab_wm_core::{Error, JobState, Result, WorkerJob};
 use std::time::{Duration, SystemTime};
 
-/// The `--format` of the listing: id, name, state, reason, submit time.
-pub const FORMAT: &str = "%i|%j|%T|%r|%V";
+/// The `--format` of the listing: id, name, state, reason, submit time, comment.
+pub const FORMAT: &str = "%i|%j|%T|%r|%V|%k";
+
+/// What precedes the origin ([`codalab_wm_core::backend::origin`]) in the `--comment` of the
+/// jobs this manager submits: `codalab-wm-origin=<16 hex>`.
+pub const ORIGIN_COMMENT: &str = "codalab-wm-origin=";
+
+/// The `sbatch` option that marks a job with `origin`.
+pub fn comment_option(origin: &str) -> String {
+    format!("--comment={ORIGIN_COMMENT}{origin}")
+}
+
+/// The origin a job's comment carries; `None` for any other comment (`(null)`: none).
+fn origin_of(comment: &str) -> Option<&str> {
+    let origin = comment.strip_prefix(ORIGIN_COMMENT)?;
+    (!origin.is_empty() && origin.bytes().all(|b| b.is_ascii_hexdigit())).then_some(origin)
+}
 
 /// The `squeue` argv listing every job of `user`, only those in `partition` when one is
 /// given. Run it with `TZ=UTC` so that submit times (printed without an offset) are UTC.
@@ -47,31 +64,42 @@ pub fn job_state(state: &str) -> JobState {
     }
 }
 
-/// Parses the listing and keeps the jobs whose name starts with `prefix`.
+/// Parses the listing and keeps the jobs whose name starts with `prefix`, of every origin.
 pub fn parse(output: &str, prefix: &str) -> Result<Vec<WorkerJob>> {
+    parse_own(output, prefix, None)
+}
+
+/// Parses the listing and keeps the jobs whose name starts with `prefix` and that carry no
+/// origin or `own` ([`is_listed`]): another deployment's jobs under the same name are left out.
+pub fn parse_own(output: &str, prefix: &str, own: Option<&str>) -> Result<Vec<WorkerJob>> {
     let mut jobs = Vec::new();
     for line in output.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        let job = parse_line(line)?;
-        if job.name.starts_with(prefix) {
+        let (job, comment) = parse_line(line)?;
+        if job.name.starts_with(prefix) && is_listed(own, origin_of(comment)) {
             jobs.push(job);
         }
     }
     Ok(jobs)
 }
 
-fn parse_line(line: &str) -> Result<WorkerJob> {
+/// One line: the job and its comment. The name may contain `|` (the fields after it cannot,
+/// but for the comment, which must then hold none: this manager's never does).
+fn parse_line(line: &str) -> Result<(WorkerJob, &str)> {
     let bad = |why: &str| Error::InvalidReply {
         from: "squeue".into(),
         what: "list worker jobs".into(),
         message: format!("{why} in line {line:?}"),
     };
     let (id, rest) = line.split_once('|').ok_or_else(|| bad("no `|`"))?;
-    // The name may contain `|` (other users' jobs); the last three fields cannot.
-    let mut tail = rest.rsplitn(4, '|');
-    let (Some(submitted), Some(reason), Some(state), Some(name)) =
-        (tail.next(), tail.next(), tail.next(), tail.next())
-    else {
-        return Err(bad("fewer than 5 fields"));
+    let mut tail = rest.rsplitn(5, '|');
+    let (Some(comment), Some(submitted), Some(reason), Some(state), Some(name)) = (
+        tail.next(),
+        tail.next(),
+        tail.next(),
+        tail.next(),
+        tail.next(),
+    ) else {
+        return Err(bad("fewer than 6 fields"));
     };
     if id.is_empty()
         || !id
@@ -80,14 +108,15 @@ fn parse_line(line: &str) -> Result<WorkerJob> {
     {
         return Err(bad("bad job id"));
     }
-    Ok(WorkerJob {
+    let job = WorkerJob {
         id: id.to_owned(),
         name: name.to_owned(),
         state: job_state(state),
         submitted_at: parse_time(submitted),
         shape: None,
         reason: Some(reason.to_owned()).filter(|r| !r.is_empty() && r != "None"),
-    })
+    };
+    Ok((job, comment))
 }
 
 /// `2026-11-21T20:44:46` (UTC) as a [`SystemTime`]; `None` for `N/A`, `Unknown` or garbage.
@@ -153,15 +182,15 @@ mod tests {
     #[test]
     fn parses_recorded_output() {
         let output = "\
-32|root-codalab-slurm-worker-aa|PENDING|Resources|2026-11-21T20:45:01
-33|root-codalab-slurm-worker-bb|PENDING|Priority|2026-11-21T20:45:02
-1|root-codalab-slurm-worker-cc|RUNNING|None|2026-11-21T20:44:36
-6|root-codalab-slurm-worker-dd|CANCELLED|None|2026-11-21T20:44:40
-5|root-codalab-slurm-worker-ee|COMPLETED|None|2026-11-21T20:44:41
-4|root-codalab-slurm-worker-ff|FAILED|NonZeroExitCode|2026-11-21T20:44:42
-3|root-codalab-slurm-worker-gg|TIMEOUT|TimeLimit|2026-11-21T20:44:43
-7|sleeper|RUNNING|None|2026-11-21T20:44:36
-8|root-other-job-hh|RUNNING|None|N/A
+32|root-codalab-slurm-worker-aa|PENDING|Resources|2026-11-21T20:45:01|(null)
+33|root-codalab-slurm-worker-bb|PENDING|Priority|2026-11-21T20:45:02|(null)
+1|root-codalab-slurm-worker-cc|RUNNING|None|2026-11-21T20:44:36|(null)
+6|root-codalab-slurm-worker-dd|CANCELLED|None|2026-11-21T20:44:40|(null)
+5|root-codalab-slurm-worker-ee|COMPLETED|None|2026-11-21T20:44:41|(null)
+4|root-codalab-slurm-worker-ff|FAILED|NonZeroExitCode|2026-11-21T20:44:42|(null)
+3|root-codalab-slurm-worker-gg|TIMEOUT|TimeLimit|2026-11-21T20:44:43|(null)
+7|sleeper|RUNNING|None|2026-11-21T20:44:36|(null)
+8|root-other-job-hh|RUNNING|None|N/A|(null)
 ";
         let jobs = parse(output, PREFIX).unwrap();
         let seen: Vec<_> = jobs
@@ -192,9 +221,9 @@ mod tests {
     #[test]
     fn preempted_and_node_failed_jobs_are_preempted() {
         let output = "\
-40|root-codalab-slurm-worker-pp|PREEMPTED|None|2026-11-21T20:45:01
-41|root-codalab-slurm-worker-nf|NODE_FAIL|NodeDown|2026-11-21T20:45:02
-42|root-codalab-slurm-worker-bf|BOOT_FAIL|None|2026-11-21T20:45:03
+40|root-codalab-slurm-worker-pp|PREEMPTED|None|2026-11-21T20:45:01|(null)
+41|root-codalab-slurm-worker-nf|NODE_FAIL|NodeDown|2026-11-21T20:45:02|(null)
+42|root-codalab-slurm-worker-bf|BOOT_FAIL|None|2026-11-21T20:45:03|(null)
 ";
         let jobs = parse(output, PREFIX).unwrap();
         let seen: Vec<_> = jobs
@@ -215,7 +244,11 @@ mod tests {
     fn names_with_bars_and_empty_output() {
         assert!(parse("", PREFIX).unwrap().is_empty());
         assert!(parse("\n  \n", PREFIX).unwrap().is_empty());
-        let jobs = parse("9|root-codalab-slurm-worker-x|y|RUNNING|None|N/A\n", PREFIX).unwrap();
+        let jobs = parse(
+            "9|root-codalab-slurm-worker-x|y|RUNNING|None|N/A|(null)\n",
+            PREFIX,
+        )
+        .unwrap();
         assert_eq!(jobs[0].name, "root-codalab-slurm-worker-x|y");
         assert_eq!(jobs[0].submitted_at, None);
     }
@@ -224,13 +257,37 @@ mod tests {
     fn garbage_is_an_invalid_reply() {
         for bad in [
             "slurm_load_jobs error: Unable to contact slurm controller",
-            "x|a|RUNNING|None|N/A",
+            "x|a|RUNNING|None|N/A|(null)",
             "1|a|b",
         ] {
             let err = parse(bad, PREFIX).unwrap_err();
             assert!(err.is_temporary(), "{err}");
             assert!(err.to_string().contains("squeue"), "{err}");
         }
+    }
+
+    /// Lines as the real squeue prints them (`%k`: `(null)` without a comment), #28 item 4:
+    /// a job of another origin is left out, one without an origin is kept, and a job marked
+    /// with no origin of ours (another comment) counts as without.
+    #[test]
+    fn jobs_of_another_origin_are_left_out() {
+        let output = "\
+1|root-codalab-slurm-worker-aa|RUNNING|None|2026-11-21T20:44:36|codalab-wm-origin=00000000000000aa
+2|root-codalab-slurm-worker-bb|RUNNING|None|2026-11-21T20:44:36|codalab-wm-origin=00000000000000bb
+3|root-codalab-slurm-worker-cc|RUNNING|None|2026-11-21T20:44:36|(null)
+4|root-codalab-slurm-worker-dd|RUNNING|None|2026-11-21T20:44:36|a note
+";
+        let ids = |own| -> Vec<String> {
+            let jobs = parse_own(output, PREFIX, own).unwrap();
+            jobs.into_iter().map(|j| j.id).collect()
+        };
+        assert_eq!(ids(Some("00000000000000aa")), ["1", "3", "4"]);
+        assert_eq!(ids(Some("00000000000000bb")), ["2", "3", "4"]);
+        assert_eq!(ids(None), ["1", "2", "3", "4"], "every origin");
+        assert_eq!(
+            comment_option("00000000000000aa"),
+            "--comment=codalab-wm-origin=00000000000000aa"
+        );
     }
 
     #[test]
@@ -252,11 +309,11 @@ mod tests {
     fn one_command_for_all_jobs() {
         assert_eq!(
             command("alice", None).join(" "),
-            "squeue --noheader --states=all --user=alice --format=%i|%j|%T|%r|%V"
+            "squeue --noheader --states=all --user=alice --format=%i|%j|%T|%r|%V|%k"
         );
         assert_eq!(
             command("alice", Some("cpu")).join(" "),
-            "squeue --noheader --states=all --user=alice --partition=cpu --format=%i|%j|%T|%r|%V"
+            "squeue --noheader --states=all --user=alice --partition=cpu --format=%i|%j|%T|%r|%V|%k"
         );
     }
 }

@@ -82,9 +82,9 @@ fn random_text(rng: &mut Rng) -> String {
     text
 }
 
-/// A squeue line whose five fields are each drawn from the pieces.
+/// A squeue line whose six fields are each drawn from the pieces.
 fn random_line(rng: &mut Rng) -> String {
-    let fields: Vec<String> = (0..5)
+    let fields: Vec<String> = (0..6)
         .map(|_| {
             (0..rng.below(3))
                 .map(|_| rng.pick(PIECES))
@@ -143,7 +143,7 @@ fn well_formed_owned_lines_are_all_kept() {
                 let state = rng.pick(&["PENDING", "RUNNING", "COMPLETED", "FAILED", "WHATEVER"]);
                 let reason = rng.pick(&["None", "Priority", "", "a|b"]);
                 format!(
-                    "{}|{PREFIX}{i}|{state}|{reason}|2026-11-21T20:44:46",
+                    "{}|{PREFIX}{i}|{state}|{reason}|2026-11-21T20:44:46|(null)",
                     100 + i
                 )
             })

@@ -270,3 +270,73 @@ async fn one_squeue_per_tick_whatever_the_number_of_jobs() {
     scancel.extend(submitted.iter().map(String::as_str));
     common::run(scancel[0], &scancel[1..]);
 }
+
+/// Two deployments (another server, or another CodaLab user) under the same Slurm user, job
+/// name and partition, on the real cluster (#28 item 4): each submits with its origin in
+/// `--comment` (read back by the one `squeue` call, `%k`) and lists only its own jobs and
+/// those without an origin (plain `sbatch`, as upstream's manager submits them).
+#[tokio::test(flavor = "multi_thread")]
+async fn another_deployments_jobs_are_not_listed_and_unmarked_ones_are() {
+    use codalab_wm_core::backend::origin;
+    if !slurm_available() {
+        return;
+    }
+    let _node = NODE.lock().await;
+    let scratch = Scratch::new();
+    let config = scratch.config();
+    // Cancels whatever a failed assertion leaves under this job name.
+    let _cleanup = SlurmHarness::new(Scratch::new(), config.clone());
+    let production = SlurmBackend::new(&config, Some(credentials()))
+        .unwrap()
+        .with_origin(Some(origin("http://127.0.0.1:1", "codalab-test")));
+    let staging = SlurmBackend::new(&config, Some(credentials()))
+        .unwrap()
+        .with_origin(Some(origin("http://127.0.0.1:2", "codalab-test")));
+    let worker = scratch.worker("stand-in");
+    let mut ids = Vec::new();
+    for backend in [&production, &staging] {
+        let unique = new_unique();
+        let request = LaunchRequest {
+            unique: &unique,
+            worker: &worker,
+            dry_run: false,
+        };
+        ids.push(backend.start_worker_job(&request).await.unwrap().id);
+    }
+    let prefix = production.settings().job_name_prefix();
+    let unmarked = common::run(
+        "sbatch",
+        &[
+            "--parsable",
+            "--hold",
+            "--partition=cpu",
+            "--mem=16",
+            "-J",
+            &format!("{prefix}{}", new_unique()),
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "true",
+        ],
+    );
+    let comment = common::run("squeue", &["-h", "-o", "%k", "-j", &ids[0]]);
+    let expected = origin("http://127.0.0.1:1", "codalab-test");
+    assert_eq!(comment, format!("codalab-wm-origin={expected}"));
+    let listed = |jobs: Vec<codalab_wm_core::WorkerJob>| {
+        let mut ids: Vec<String> = jobs.into_iter().map(|j| j.id).collect();
+        ids.sort();
+        ids
+    };
+    let sorted = |mut v: Vec<&String>| {
+        v.sort();
+        v.into_iter().cloned().collect::<Vec<String>>()
+    };
+    let seen = listed(production.get_worker_jobs().await.unwrap());
+    assert_eq!(seen, sorted(vec![&ids[0], &unmarked]), "production");
+    let seen = listed(staging.get_worker_jobs().await.unwrap());
+    assert_eq!(seen, sorted(vec![&ids[1], &unmarked]), "staging");
+    let every = SlurmBackend::new(&config, Some(credentials())).unwrap();
+    let seen = listed(every.get_worker_jobs().await.unwrap());
+    assert_eq!(seen, sorted(vec![&ids[0], &ids[1], &unmarked]), "no origin");
+    common::run("scancel", &[&ids[0], &ids[1], &unmarked]);
+}

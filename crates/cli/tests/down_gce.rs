@@ -12,11 +12,21 @@ use std::process::Output;
 const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
 
 async fn down(args: &[&str], cwd: &Path) -> Output {
-    tokio::process::Command::new(BIN)
+    down_as(None, args, cwd).await
+}
+
+/// `down` with `CODALAB_USERNAME` set to `user` (the password is not needed).
+async fn down_as(user: Option<&str>, args: &[&str], cwd: &Path) -> Output {
+    let mut command = tokio::process::Command::new(BIN);
+    if let Some(user) = user {
+        command.env("CODALAB_USERNAME", user);
+    } else {
+        command.env_remove("CODALAB_USERNAME");
+    }
+    command
         .arg("down")
         .args(args)
         .current_dir(cwd)
-        .env_remove("CODALAB_USERNAME")
         .env_remove("CODALAB_PASSWORD")
         .env_remove("CODALAB_WM_LOG")
         .env_remove("GOOGLE_APPLICATION_CREDENTIALS")
@@ -98,4 +108,60 @@ async fn down_lists_then_deletes_every_own_instance() {
         "down waited for the delete operations"
     );
     assert!(fake.requests().iter().all(|r| r.rejection.is_none()));
+}
+
+/// Two deployments under the default `manager_id` and pool with two servers (#28 item 4):
+/// `down` of the one whose workers' user it knows (`CODALAB_USERNAME`, no password) deletes
+/// its instance and the one without an origin label (an older version's), not the other
+/// server's; without the user it cannot tell, says so, and deletes all three.
+#[tokio::test(flavor = "multi_thread")]
+async fn down_leaves_another_deployments_instances_when_it_knows_the_user() {
+    use codalab_wm_core::backend::origin;
+    let fake = FakeCompute::start("test-project").await.unwrap();
+    fn labels(origin: &str) -> Vec<(&str, &str)> {
+        let mut labels = vec![
+            ("codalab-wm-manager", "codalab-wm"),
+            ("codalab-wm-pool", "default"),
+        ];
+        if !origin.is_empty() {
+            labels.push(("codalab-wm-origin", origin));
+        }
+        labels
+    }
+    let ours = origin("http://127.0.0.1:1", "alice");
+    let theirs = origin("http://127.0.0.1:2", "alice");
+    fake.insert_instance("us-central1-a", "cl-worker-ours", &labels(&ours), "RUNNING");
+    fake.insert_instance(
+        "us-central1-a",
+        "cl-worker-theirs",
+        &labels(&theirs),
+        "RUNNING",
+    );
+    fake.insert_instance("us-central1-a", "cl-worker-older", &labels(""), "RUNNING");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("wm.toml");
+    let text = format!(
+        "backend = \"gce\"\nserver = \"http://127.0.0.1:1\"\n[gce]\nproject = \"test-project\"\n\
+         zones = [\"us-central1-a\"]\npassword_secret = \"codalab-password\"\n\
+         api_endpoint = \"{}\"\nmetadata_url = \"{}\"\n",
+        fake.api_url(),
+        fake.url()
+    );
+    std::fs::write(&config, text).unwrap();
+    let config = config.display().to_string();
+
+    let out = down_as(Some("alice"), &["--config", &config], dir.path()).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let left: Vec<String> = fake.instances().into_iter().map(|i| i.name).collect();
+    assert_eq!(left, ["cl-worker-theirs"], "{stdout}");
+
+    let out = down(&["--config", &config], dir.path()).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the workers' CodaLab user is not known"),
+        "{stderr}"
+    );
+    assert!(fake.instances().is_empty(), "every origin without the user");
 }

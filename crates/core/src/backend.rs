@@ -4,7 +4,11 @@
 //! in which state, since when) and starts or stops jobs when told; the [`policy`](crate::policy)
 //! decides. Ownership comes from the platform (a job name prefix, labels, tags), so a backend
 //! created after a restart lists the jobs an earlier process started: there is no local state
-//! to lose.
+//! to lose. Jobs another deployment started under the same names carry another
+//! [`origin`] and are not listed.
+
+mod origin;
+pub use origin::{is_listed, origin};
 
 use crate::bundle::WorkerShape;
 use crate::command::WorkerOptions;

@@ -35,6 +35,10 @@ pub struct BackendContext {
     /// it does while listing (deleting finished pods, reaping stopped instances); it says what
     /// it would do instead.
     pub read_only: bool,
+    /// This deployment's [`origin`](crate::backend::origin) (the workers' server and user):
+    /// the backend marks the jobs it starts with it and lists no job marked with another.
+    /// `None` when the user is not known (`down` without credentials): every origin is listed.
+    pub origin: Option<String>,
 }
 
 /// Where a backend table is used: the single backend of the command line, or a pool. What a

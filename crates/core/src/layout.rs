@@ -52,6 +52,9 @@ pub struct PoolLayout {
     /// A dry run (`--dry-run`, `status --dry-tick`, `down --dry-run`): the backend changes
     /// nothing on its platform ([`BackendContext::read_only`]).
     pub read_only: bool,
+    /// The backend lists the jobs of every [`origin`](crate::backend::origin), not only of the
+    /// workers' server and user (`down` when it does not know the user).
+    pub every_origin: bool,
 }
 
 impl Layout {
@@ -93,6 +96,7 @@ impl Layout {
             table,
             worker: settings.worker.for_server(settings.worker_server()),
             read_only: settings.dry_run,
+            every_origin: false,
         };
         Ok(Self {
             config: manager_config(settings),
@@ -147,6 +151,8 @@ impl PoolLayout {
             credentials: credentials.clone(),
             worker: self.worker.clone(),
             read_only: self.read_only,
+            origin: (!self.every_origin)
+                .then(|| crate::backend::origin(&self.worker.server, &credentials.username)),
         };
         let backend = self.kind.build(self.table.clone(), &context).await?;
         Ok(Pool {
@@ -257,6 +263,7 @@ fn pool(
         policy,
         worker,
         read_only: settings.dry_run,
+        every_origin: false,
     })
 }
 

@@ -41,7 +41,8 @@ fn the_default_pod_is_upstreams_with_the_fixes() {
     assert_eq!(pod["metadata"]["namespace"], "default");
     assert_eq!(
         pod["metadata"]["labels"],
-        json!({"app": "cl-worker", "app.kubernetes.io/managed-by": "codalab-wm", "codalab-wm/manager-id": "default"})
+        json!({"app": "cl-worker", "app.kubernetes.io/managed-by": "codalab-wm", "codalab-wm/manager-id": "default",
+               "codalab-wm/origin": codalab_wm_core::backend::origin("https://cl.example", "alice")})
     );
     let spec = &pod["spec"];
     assert_eq!(spec["restartPolicy"], "Never");

@@ -192,8 +192,12 @@ impl SlurmHarness {
         }
     }
 
+    /// The backend, with an origin: its jobs carry a `--comment`.
     pub fn build(&self) -> SlurmBackend {
-        SlurmBackend::new(&self.config, Some(credentials())).unwrap()
+        let origin = codalab_wm_core::backend::origin("http://127.0.0.1:9", "codalab-test");
+        SlurmBackend::new(&self.config, Some(credentials()))
+            .unwrap()
+            .with_origin(Some(origin))
     }
 
     fn cancel_filler(&self) {

@@ -5,15 +5,15 @@
 //!
 //! No running manager is needed: the backends are built from the same configuration as the
 //! manager (`--config FILE`, `CODALAB_WM_*`, a backend subcommand with its flags), and find
-//! their jobs and resources by the names, labels and tags they always use.
+//! their jobs and resources by the names, labels and tags they always use, and the origin
+//! when they know the workers' user ([`codalab_wm_core::manager::down::credentials`]).
 
 use crate::args::GlobalArgs;
 use crate::backends::{BackendCommand, catalogue};
 use anyhow::Result;
 use codalab_wm_core::WorkerBackend;
 use codalab_wm_core::layout::Layout;
-use codalab_wm_core::manager::down::{down_pool, render};
-use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_core::manager::down::{credentials, down_pool, render};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,8 +55,9 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     let layers = crate::setup::layers(&global, args.backend.as_ref());
     let settings = crate::setup::settings(&layers)?;
     crate::setup::init_logging(settings.verbose, settings.log_format);
-    let layout = Layout::new(&settings, &layers, &catalogue())?;
-    let pools = crate::setup::build_pools(&layout, &placeholder_credentials()).await?;
+    let mut layout = Layout::new(&settings, &layers, &catalogue())?;
+    let credentials = credentials(&mut layout, settings.password_file.as_deref());
+    let pools = crate::setup::build_pools(&layout, &credentials).await?;
     let pools: Vec<(String, Arc<dyn WorkerBackend>)> = pools
         .into_iter()
         .map(|p| (p.policy.name, p.backend))
@@ -72,18 +73,6 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-/// Backends take the workers' CodaLab credentials when they are built, to hand them to the
-/// workers they start. `down` starts nothing (it lists, stops and removes), so it never reads
-/// the real ones: the backends get this placeholder, which only `start_worker_job` (never
-/// called here: no job submitted, no job definition registered, no Secret written) would
-/// send anywhere.
-fn placeholder_credentials() -> Credentials {
-    Credentials {
-        username: "cl-worker-manager-down".into(),
-        password: Secret::new("unused-by-down"),
-    }
 }
 
 #[cfg(test)]

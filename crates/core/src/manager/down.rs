@@ -5,8 +5,42 @@
 
 use crate::backend::{CleanupItem, WorkerBackend, WorkerJob};
 use crate::error::Error;
+use crate::layout::Layout;
+use crate::secret::{Credentials, Secret};
 use std::collections::HashSet;
+use std::path::Path;
 use std::time::Duration;
+
+/// The credentials `down` builds the backends with, and its pools told whose jobs to list.
+/// Backends take the workers' CodaLab credentials when they are built, to hand them to the
+/// workers they start. `down` starts nothing (it lists, stops and removes), so it never uses
+/// the password: the backends get a placeholder, which only `start_worker_job` (never called
+/// by `down`: no job submitted, no job definition registered, no Secret written) would send
+/// anywhere. The user name is the real one when known (`password_file`'s first line, else
+/// `CODALAB_USERNAME`): with the server, it is the [origin](crate::backend::origin) that tells
+/// this deployment's jobs from another's. Without it, every pool lists every origin (said in
+/// a warning).
+pub fn credentials(layout: &mut Layout, password_file: Option<&Path>) -> Credentials {
+    let username = match Credentials::load(password_file) {
+        Ok(credentials) => Some(credentials.username),
+        Err(_) => std::env::var("CODALAB_USERNAME").ok(),
+    };
+    let username = username.map(|u| u.trim().to_owned()).unwrap_or_default();
+    if username.is_empty() {
+        tracing::warn!(
+            "the workers' CodaLab user is not known (no --password-file, no CODALAB_USERNAME): \
+             jobs of every deployment under this configuration's names are listed, other \
+             servers' and users' too"
+        );
+        layout.pools.iter_mut().for_each(|p| p.every_origin = true);
+    }
+    Credentials {
+        username: Some(username)
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "cl-worker-manager-down".into()),
+        password: Secret::new("unused-by-down"),
+    }
+}
 
 /// How often [`down_pool`] looks whether the stopped jobs have ended.
 const POLL_INTERVAL: Duration = Duration::from_secs(1);
