@@ -392,3 +392,37 @@ fn start_up_names_a_bad_environment_key_as_the_file_would_spell_it() {
     );
     assert!(!said.contains("default."), "{said}");
 }
+
+/// A Slurm table whose own `password_file` names another CodaLab user than the manager's
+/// login (the global `password_file`) is said at its line, as the start refuses it; the same
+/// user is not. The files are read as `cl-worker` reads them (user on line 1, mode 600).
+#[cfg(feature = "slurm")]
+#[test]
+fn workers_of_another_account_in_a_readable_password_file_are_said() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, user: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("{user}\npw\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        path.display().to_string()
+    };
+    let manager = file("manager", "bob");
+    for (workers, said) in [(file("root", "codalab"), true), (file("bob", "bob"), false)] {
+        let text = format!(
+            "backend = \"slurm-batch\"\npassword_file = \"{manager}\"\n[slurm_batch]\npartition = \"cpu\"\npassword_file = \"{workers}\"\n"
+        );
+        let (_, found) = check(&text);
+        let line = found
+            .iter()
+            .find(|(_, m)| m.contains("the workers log in as"));
+        assert_eq!(line.is_some(), said, "{found:?}");
+        if let Some((number, message)) = line {
+            assert_eq!(*number, 5, "{message}");
+            assert!(
+                message.contains("`codalab` but the manager as `bob`"),
+                "{message}"
+            );
+        }
+    }
+}

@@ -140,18 +140,10 @@ pub const ROOT_USERNAME: &str = "codalab";
 /// cannot tell. Called when the manager starts (not by `down`, which needs no account).
 pub async fn check_worker_account(backend: &dyn WorkerBackend, manager: &str) -> Result<()> {
     match backend.worker_account().await? {
-        WorkerAccount::Named(user) if user != manager && manager != ROOT_USERNAME => {
-            let root = match user == ROOT_USERNAME {
-                true => String::new(),
-                false => format!(" (or as `{ROOT_USERNAME}`, which sees every worker)"),
-            };
-            Err(Error::InvalidConfig(format!(
-                "{}: the workers log in as CodaLab user `{user}` but the manager as `{manager}`, \
-                 whose worker list never shows theirs: give the workers the manager's account, \
-                 or run the manager as `{user}`{root}",
-                backend.name()
-            )))
-        }
+        WorkerAccount::Named(user) => match account_mismatch(&user, manager) {
+            Some(why) => Err(Error::InvalidConfig(format!("{}: {why}", backend.name()))),
+            None => Ok(()),
+        },
         WorkerAccount::Unknown(why) if manager != ROOT_USERNAME => {
             tracing::warn!(
                 backend = backend.name(),
@@ -162,6 +154,23 @@ pub async fn check_worker_account(backend: &dyn WorkerBackend, manager: &str) ->
         }
         _ => Ok(()),
     }
+}
+
+/// Why workers that log in as `workers` cannot be seen by a manager logged in as `manager`,
+/// if they cannot (the root account sees every worker). Said at start and by `config check`.
+pub fn account_mismatch(workers: &str, manager: &str) -> Option<String> {
+    if workers == manager || manager == ROOT_USERNAME {
+        return None;
+    }
+    let root = match workers == ROOT_USERNAME {
+        true => String::new(),
+        false => format!(" (or as `{ROOT_USERNAME}`, which sees every worker)"),
+    };
+    Some(format!(
+        "the workers log in as CodaLab user `{workers}` but the manager as `{manager}`, whose \
+         worker list never shows theirs: give the workers the manager's account, or run the \
+         manager as `{workers}`{root}"
+    ))
 }
 
 /// What the manager asks a backend to start.

@@ -4,6 +4,7 @@
 //! one wrong key does not hide the next), each backend table with the backend's own config
 //! type and `validate()`, then the combinations no manager could run with.
 
+mod accounts;
 mod pools;
 mod toml;
 
@@ -89,6 +90,7 @@ pub fn check(text: &str, program: &Program) -> Vec<Diagnostic> {
         text,
         program,
         found: Vec::new(),
+        manager_user: None,
     };
     checker.placeholders(document.as_item(), "");
     checker.file(document.as_table());
@@ -121,6 +123,8 @@ struct Checker<'t> {
     program: &'t Program,
     text: &'t str,
     found: Vec<Diagnostic>,
+    /// The manager's CodaLab user, when the settings and environment tell it.
+    manager_user: Option<String>,
 }
 
 impl<'t> Checker<'t> {
@@ -270,6 +274,7 @@ impl<'t> Checker<'t> {
         let settings: Settings =
             serde_json::from_value(Value::Object(merged.clone())).unwrap_or_default();
         self.globals(&place, &settings);
+        self.manager_user = accounts::manager_user(settings.password_file.as_deref());
         if let Some(item) = root.get("worker") {
             self.worker(item, &settings);
         }
@@ -445,6 +450,10 @@ impl<'t> Checker<'t> {
                 let line = self.mentioned_line(&place, message);
                 self.push(line, kind, format!("[{}]: {message}", place.path));
             }
+        }
+        if let Some(why) = accounts::workers_file_problem(&given, self.manager_user.as_deref()) {
+            let line = self.key_line(&place, "password_file");
+            self.push(line, Kind::Invalid, format!("[{}]: {why}", place.path));
         }
         Some(with_defaults)
     }
