@@ -56,7 +56,8 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     let settings = crate::setup::settings(&layers)?;
     crate::setup::init_logging(settings.verbose, settings.log_format);
     let mut layout = Layout::new(&settings, &layers, &catalogue())?;
-    let credentials = credentials(&mut layout, settings.password_file.as_deref());
+    let server_known = settings.server != codalab_wm_core::DEFAULT_SERVER;
+    let credentials = credentials(&mut layout, settings.password_file.as_deref(), server_known);
     let pools = crate::setup::build_pools(&layout, &credentials).await?;
     let pools: Vec<(String, Arc<dyn WorkerBackend>)> = pools
         .into_iter()

@@ -18,9 +18,23 @@ use std::time::Duration;
 /// by `down`: no job submitted, no job definition registered, no Secret written) would send
 /// anywhere. The user name is the real one when known (`password_file`'s first line, else
 /// `CODALAB_USERNAME`): with the server, it is the [origin](crate::backend::origin) that tells
-/// this deployment's jobs from another's. Without it, every pool lists every origin (said in
-/// a warning).
-pub fn credentials(layout: &mut Layout, password_file: Option<&Path>) -> Credentials {
+/// this deployment's jobs from another's. Without it, or when `server_known` is false (no
+/// config or environment named the manager's server: `down` takes no `--server` flag, and a
+/// default server would give another origin than the manager's), every pool lists every
+/// origin, as `down` did before origins existed (said in a warning).
+pub fn credentials(
+    layout: &mut Layout,
+    password_file: Option<&Path>,
+    server_known: bool,
+) -> Credentials {
+    if !server_known {
+        tracing::warn!(
+            "the manager's server is not known (give down the manager's --config or \
+             CODALAB_WM_SERVER): jobs of every deployment under this configuration's names are \
+             listed"
+        );
+        layout.pools.iter_mut().for_each(|p| p.every_origin = true);
+    }
     let username = match Credentials::load(password_file) {
         Ok(credentials) => Some(credentials.username),
         Err(_) => std::env::var("CODALAB_USERNAME").ok(),
