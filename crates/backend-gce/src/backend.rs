@@ -12,7 +12,11 @@
 //!   stopped by hand, or powered off by its worker) is deleted, logged and counted, by the
 //!   listing after the one that reported it ended.
 //! - Launch: the zones in order; an insert whose operation fails with
-//!   `ZONE_RESOURCE_POOL_EXHAUSTED` moves to the next zone.
+//!   `ZONE_RESOURCE_POOL_EXHAUSTED` moves to the next zone. A stockout in every zone is a
+//!   launch failure, not a temporary error, so the pool backs off instead of retrying every
+//!   zone at every tick. The tick waits for an insert at most `insert_wait`: an insert still
+//!   running then counts as launched (if it fails later, the instance never appears in a
+//!   listing, and the next tick launches again if the demand is still there).
 //! - Stop deletes the instance; `down`'s clean-up deletes what is left and waits for every
 //!   delete operation.
 
@@ -327,7 +331,7 @@ impl GceBackend {
             let operation = self.client.insert(zone, &instance).await?;
             let operation = self
                 .client
-                .wait(&operation, self.config.operation_timeout())
+                .wait(&operation, self.config.insert_wait())
                 .await?;
             match operation.first_error() {
                 None => return Ok(zone.clone()),
@@ -344,7 +348,9 @@ impl GceBackend {
                 }
             }
         }
-        Err(Error::backend_temporary(
+        // Not temporary: a temporary error is retried at the next tick without backoff, and
+        // a stockout usually lasts longer than a tick.
+        Err(Error::backend(
             BACKEND,
             "insert an instance",
             format!(

@@ -122,6 +122,10 @@ pub struct GceConfig {
     /// Seconds to wait for an insert or delete operation.
     #[arg(skip = 300u64)]
     pub operation_timeout_seconds: u64,
+    /// Seconds a tick waits for one insert to finish (at most `operation_timeout_seconds`):
+    /// long enough to see a stockout, short enough that a burst does not stall the loop.
+    #[arg(skip = 60u64)]
+    pub insert_wait_seconds: u64,
 }
 
 impl Default for GceConfig {
@@ -181,6 +185,11 @@ impl GceConfig {
     /// How long to wait for an operation.
     pub fn operation_timeout(&self) -> Duration {
         Duration::from_secs(self.operation_timeout_seconds.max(1))
+    }
+
+    /// How long a tick waits for one insert.
+    pub fn insert_wait(&self) -> Duration {
+        Duration::from_secs(self.insert_wait_seconds.max(1)).min(self.operation_timeout())
     }
 
     /// Checks everything that can be checked without the network; the error names the key.

@@ -43,6 +43,10 @@ impl BackendConfig for GceConfig {
             "operation_timeout_seconds",
             "Seconds to wait for an insert or delete operation",
         ),
+        (
+            "insert_wait_seconds",
+            "Seconds a tick waits for one insert to finish (at most operation_timeout_seconds)",
+        ),
     ];
     const EXAMPLES: &'static [(&'static str, &'static str)] = &[
         ("accelerator_type", "\"nvidia-tesla-t4\""),
