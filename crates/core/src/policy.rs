@@ -97,7 +97,8 @@ pub enum Reason {
         /// Staged bundles.
         staged: usize,
     },
-    /// `--max-workers` reached.
+    /// `--max-workers` reached, or (target mode) the target capped at it: the words say
+    /// which, from the figures.
     MaxReached {
         /// Jobs now.
         jobs: usize,
@@ -252,12 +253,18 @@ impl fmt::Display for Reason {
                 f,
                 "don't launch because still more pending workers than staged bundles ({pending} >= {staged})"
             ),
-            Reason::MaxReached { jobs, max } => {
+            Reason::MaxReached { jobs, max } if *jobs >= *max as usize => {
                 write!(
                     f,
                     "don't launch because too many workers already ({jobs} >= {max})"
                 )
             }
+            // Target mode: max caps the target or the launches before the pool is full.
+            Reason::MaxReached { jobs, max } => write!(
+                f,
+                "capped by max {max}: room for {} more ({jobs} jobs < {max})",
+                *max as usize - jobs
+            ),
             Reason::BelowMin { jobs, min } => {
                 write!(
                     f,
@@ -561,5 +568,25 @@ mod tests {
         );
         let json = serde_json::to_string(&MaxReached { jobs: 3, max: 3 }).unwrap();
         assert_eq!(json, r#"{"reason":"max_reached","jobs":3,"max":3}"#);
+    }
+
+    /// `max_reached` says "already" only at the max; below it (target mode, the target or
+    /// the launches capped) it says how much room is left.
+    #[test]
+    fn max_reached_says_what_its_figures_say() {
+        let table = [
+            (
+                (4, 4),
+                "don't launch because too many workers already (4 >= 4)",
+            ),
+            (
+                (5, 4),
+                "don't launch because too many workers already (5 >= 4)",
+            ),
+            ((2, 4), "capped by max 4: room for 2 more (2 jobs < 4)"),
+        ];
+        for ((jobs, max), words) in table {
+            assert_eq!(MaxReached { jobs, max }.to_string(), words);
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Property tests of the pure pool policy (`pools::plan_pools`): over random pools and random
 //! sequences of observations, no pool ever exceeds its `max` (jobs being stopped included),
-//! and no bundle that fits a pool is left without a worker when capacity and rate allow.
+//! every reason is true of its figures, and no bundle that fits a pool is left without a
+//! worker when capacity and rate allow.
 
 use codalab_wm_core::budget::LaunchRoom;
 use codalab_wm_core::policy::Reason;
@@ -180,6 +181,43 @@ impl SimPool {
     }
 }
 
+/// Every inequality a reason prints (`2 >= 4`, `30 < 60`) holds, and the figures are the
+/// pool's: `max_reached` names the jobs the pool holds and says "already" only at its max.
+fn reasons_are_true_of_their_figures(
+    pool: &codalab_wm_core::pools::PoolDecision,
+    jobs: usize,
+) -> Result<(), TestCaseError> {
+    for reason in &pool.reasons {
+        let text = reason.to_string();
+        for (a, op, b) in inequalities(&text) {
+            let holds = match op {
+                ">=" => a >= b,
+                ">" => a > b,
+                _ => a < b,
+            };
+            prop_assert!(holds, "`{}` is false ({:?})", text, pool);
+        }
+        if let Reason::MaxReached { jobs: said, max } = reason {
+            prop_assert_eq!(*said, jobs, "{}", text);
+            prop_assert_eq!(text.contains("already"), jobs >= *max as usize, "{}", text);
+        }
+    }
+    Ok(())
+}
+
+/// The `a OP b` comparisons of integers in `text`.
+fn inequalities(text: &str) -> Vec<(u64, &str, u64)> {
+    let words: Vec<&str> = text
+        .split(|c: char| c.is_whitespace() || "(),:;".contains(c))
+        .filter(|w| !w.is_empty())
+        .collect();
+    words
+        .windows(3)
+        .filter(|w| matches!(w[1], ">=" | ">" | "<"))
+        .filter_map(|w| Some((w[0].parse().ok()?, w[1], w[2].parse().ok()?)))
+        .collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
 
@@ -216,6 +254,7 @@ proptest! {
                     // Said as the reason, unless an earlier one (unobserved, backing off) made the pool skip.
                     prop_assert!(unobserved || pool.reasons.iter().any(|r| matches!(r.code(), "budget_reached" | "backing_off")), "{:?}", pool);
                 }
+                reasons_are_true_of_their_figures(pool, sim.counted())?;
                 if let Some(room) = churns[i].budget_room {
                     prop_assert!(pool.launches <= room, "budget room {}: {:?}", room, pool);
                 }

@@ -250,12 +250,16 @@ pub(super) fn waiting(out: &mut String, status: &Status) {
 }
 
 /// Why bundles wait, in words (the code is the row's `data-reason`).
-fn unmet_words(reason: &UnmetReason) -> String {
+pub(super) fn unmet_words(reason: &UnmetReason) -> String {
     match reason {
         UnmetReason::NoFittingPool { detail } => format!("no pool fits them ({detail})"),
-        UnmetReason::MaxReached { jobs, max } => {
+        UnmetReason::MaxReached { jobs, max } if *jobs >= *max as usize => {
             format!("the pool is at its max ({jobs} jobs, max {max})")
         }
+        UnmetReason::MaxReached { jobs, max } => format!(
+            "beyond the pool's max: the {} more it may launch ({jobs} jobs, max {max}) go to bundles ahead",
+            *max as usize - jobs
+        ),
         UnmetReason::BackingOff { failures, .. } => {
             format!("the pool backs off after {failures} failed launches")
         }

@@ -446,3 +446,14 @@ fn dates_are_utc() {
     assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
     assert_eq!(utc(1_795_000_100), "2026-11-18 11:08:20 UTC");
 }
+
+/// "At its max" only when the jobs are at the max; below it, the room that bundles ahead took.
+#[test]
+fn unmet_max_reached_says_at_its_max_only_at_the_max() {
+    let words = |jobs, max| super::sections::unmet_words(&UnmetReason::MaxReached { jobs, max });
+    assert_eq!(words(3, 3), "the pool is at its max (3 jobs, max 3)");
+    assert_eq!(
+        words(2, 4),
+        "beyond the pool's max: the 2 more it may launch (2 jobs, max 4) go to bundles ahead"
+    );
+}

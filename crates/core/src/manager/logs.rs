@@ -189,6 +189,7 @@ pub(crate) fn log_decisions(
 /// bundles`, `Don't launch because …`, `Launch a worker because we are under the minimum …`.
 fn upstream_line(reason: &Reason) -> Option<String> {
     match reason {
+        Reason::MaxReached { jobs, max } if *jobs < *max as usize => None,
         Reason::WantWorkers { .. }
         | Reason::RateLimited { .. }
         | Reason::PendingCoversDemand { .. }
