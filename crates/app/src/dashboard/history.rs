@@ -2,7 +2,7 @@
 //! last decisions with their reasons, built from the status snapshots the manager publishes.
 //!
 //! ## What it costs
-//! A bucket is a fixed-size [`Bucket`] (48 bytes: its minute and nine counts, whatever the
+//! A bucket is a fixed-size [`Bucket`] (48 bytes: its minute and ten counts, whatever the
 //! number of pools), so an hour of history is 60 × 48 B ≈ 2.9 KB and the whole window of
 //! [`BUCKETS`] buckets (6 hours) at most ≈ 17 KB, allocated once. The decisions are at most
 //! [`DECISIONS`] records of a pool name and at most [`MAX_REASONS`] reason texts, each cut at
@@ -41,6 +41,8 @@ pub struct Bucket {
     pub ready: u32,
     /// Workers running bundles.
     pub busy: u32,
+    /// Workers that checked in, then left the server's list (presumed busy, never stopped).
+    pub vanished: u32,
     /// Workers lost (running, no check-in).
     pub lost: u32,
     /// Active jobs on the platform.
@@ -257,6 +259,7 @@ fn levels(status: &Status, minute: u64) -> Bucket {
         bucket.starting = bucket.starting.saturating_add(state(WorkerState::Starting));
         bucket.ready = bucket.ready.saturating_add(state(WorkerState::ReadyIdle));
         bucket.busy = bucket.busy.saturating_add(state(WorkerState::Busy));
+        bucket.vanished = bucket.vanished.saturating_add(state(WorkerState::Vanished));
         bucket.lost = bucket.lost.saturating_add(state(WorkerState::Lost));
     }
     bucket

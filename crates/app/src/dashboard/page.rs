@@ -93,6 +93,7 @@ fn charts(out: &mut String, status: &Status, history: &History) {
         line("starting", "#e69f00", |b| b.starting),
         line("ready", "#009e73", |b| b.ready),
         line("busy", "#0072b2", |b| b.busy),
+        line("vanished", "#56b4e9", |b| b.vanished),
         line("lost", "#d55e00", |b| b.lost),
         line("pending", "#999999", |b| b.pending),
     ];

@@ -188,6 +188,9 @@ fn buckets_sum_launches_and_failures_and_keep_the_last_levels() {
             counter("launches", "failed", failed),
         ];
         status.pools[0].workers.insert(WorkerState::Busy, busy);
+        status.pools[0]
+            .workers
+            .insert(WorkerState::Vanished, busy / 2);
         history.observe(&status);
     }
     let buckets: Vec<Bucket> = history.buckets().copied().collect();
@@ -197,6 +200,7 @@ fn buckets_sum_launches_and_failures_and_keep_the_last_levels() {
     assert_eq!((buckets[0].launches, buckets[0].failures), (10, 3));
     assert_eq!((buckets[1].launches, buckets[1].failures), (1, 0));
     assert_eq!((buckets[0].busy, buckets[1].busy), (1, 4));
+    assert_eq!((buckets[0].vanished, buckets[1].vanished), (0, 2));
     assert_eq!(
         (buckets[0].staged, buckets[0].pending, buckets[0].starting),
         (4, 1, 1)
