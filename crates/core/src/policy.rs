@@ -262,7 +262,7 @@ impl fmt::Display for Reason {
             // Target mode: max caps the target or the launches before the pool is full.
             Reason::MaxReached { jobs, max } => write!(
                 f,
-                "capped by max {max}: room for {} more ({jobs} jobs < {max})",
+                "capped by max {max}: room for {} more (jobs: {jobs} < {max})",
                 *max as usize - jobs
             ),
             Reason::BelowMin { jobs, min } => {
@@ -583,7 +583,7 @@ mod tests {
                 (5, 4),
                 "don't launch because too many workers already (5 >= 4)",
             ),
-            ((2, 4), "capped by max 4: room for 2 more (2 jobs < 4)"),
+            ((2, 4), "capped by max 4: room for 2 more (jobs: 2 < 4)"),
         ];
         for ((jobs, max), words) in table {
             assert_eq!(MaxReached { jobs, max }.to_string(), words);

@@ -257,7 +257,7 @@ pub(super) fn unmet_words(reason: &UnmetReason) -> String {
             format!("the pool is at its max ({jobs} jobs, max {max})")
         }
         UnmetReason::MaxReached { jobs, max } => format!(
-            "beyond the pool's max: the {} more it may launch ({jobs} jobs, max {max}) go to bundles ahead",
+            "beyond the pool's max: its room for {} more (jobs: {jobs}, max {max}) goes to bundles ahead",
             *max as usize - jobs
         ),
         UnmetReason::BackingOff { failures, .. } => {

@@ -458,6 +458,6 @@ fn unmet_max_reached_says_at_its_max_only_at_the_max() {
     assert_eq!(words(3, 3), "the pool is at its max (3 jobs, max 3)");
     assert_eq!(
         words(2, 4),
-        "beyond the pool's max: the 2 more it may launch (2 jobs, max 4) go to bundles ahead"
+        "beyond the pool's max: its room for 2 more (jobs: 2, max 4) goes to bundles ahead"
     );
 }
