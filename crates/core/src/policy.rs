@@ -253,18 +253,7 @@ impl fmt::Display for Reason {
                 f,
                 "don't launch because still more pending workers than staged bundles ({pending} >= {staged})"
             ),
-            Reason::MaxReached { jobs, max } if *jobs >= *max as usize => {
-                write!(
-                    f,
-                    "don't launch because too many workers already ({jobs} >= {max})"
-                )
-            }
-            // Target mode: max caps the target or the launches before the pool is full.
-            Reason::MaxReached { jobs, max } => write!(
-                f,
-                "capped by max {max}: room for {} more (jobs: {jobs} < {max})",
-                *max as usize - jobs
-            ),
+            Reason::MaxReached { jobs, max } => max_reached(f, *jobs, *max),
             Reason::BelowMin { jobs, min } => {
                 write!(
                     f,
@@ -313,6 +302,22 @@ impl fmt::Display for Reason {
             Reason::NoFittingPool => write!(f, "no pool can run this bundle"),
             Reason::Misfit { detail } => write!(f, "{detail}"),
         }
+    }
+}
+
+/// The words of [`Reason::MaxReached`]: upstream's at the max; below it (target mode, where max
+/// caps the target or the launches before the pool is full), the room left.
+fn max_reached(f: &mut fmt::Formatter<'_>, jobs: usize, max: u32) -> fmt::Result {
+    match jobs.checked_sub(max as usize) {
+        Some(_) => write!(
+            f,
+            "don't launch because too many workers already ({jobs} >= {max})"
+        ),
+        None => write!(
+            f,
+            "capped by max {max}: room for {} more (jobs: {jobs} < {max})",
+            max as usize - jobs
+        ),
     }
 }
 
