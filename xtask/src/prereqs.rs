@@ -1,7 +1,8 @@
 //! What `cargo xtask ci` needs beyond a Rust toolchain, installed when missing, so that the
 //! README's test command works by itself on a fresh machine: the Debian packages the build
 //! links against (ssh2 builds libssh2 against the system OpenSSL), the headless browser the
-//! dashboard's test loads the page in (Debian's `chromium`), and cargo-fuzz. The services'
+//! dashboard's test loads the page in (Debian's `chromium`), Debian's `prometheus` for
+//! `promtool`, and cargo-fuzz. The services'
 //! own packages (MariaDB, Slurm, docker.io, …) are installed by their `up.sh` scripts.
 
 use anyhow::{Context, Result, bail};
@@ -16,6 +17,8 @@ const PACKAGES: &[&str] = &[
     "ca-certificates",
     // crates/cli/tests/dashboard_slurm.rs loads the dashboard in headless Chromium.
     "chromium",
+    // crates/app/tests/promtool.rs lints /metrics with `promtool check metrics`.
+    "prometheus",
 ];
 
 pub fn ensure() -> Result<()> {

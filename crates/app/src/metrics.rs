@@ -102,7 +102,7 @@ pub struct Metrics {
     server_errors: Family<ErrorKind, Counter>,
     tick_duration: Histogram,
     backend_requests: HistogramFamily<PoolOp>,
-    budget_worker_hours: Family<Scope, FloatGauge>,
+    budget_worker_seconds: Family<Scope, FloatGauge>,
     budget_cost: Family<Scope, FloatGauge>,
     budget_reached: Family<Scope, Gauge>,
 }
@@ -123,7 +123,7 @@ impl Default for Metrics {
             server_errors: Family::default(),
             tick_duration: duration_histogram(),
             backend_requests: Family::new_with_constructor(duration_histogram),
-            budget_worker_hours: Family::default(),
+            budget_worker_seconds: Family::default(),
             budget_cost: Family::default(),
             budget_reached: Family::default(),
         };
@@ -150,7 +150,7 @@ impl Metrics {
         );
         registry.register(
             "codalab_wm_workers",
-            "Worker jobs per pool at the last successful tick, by state seen from the platform and the server (starting, ready_idle, busy, lost)",
+            "Worker jobs per pool at the last successful tick, by state seen from the platform and the server (starting, ready_idle, busy, vanished, lost)",
             self.workers.clone(),
         );
         registry.register(
@@ -183,10 +183,12 @@ impl Metrics {
             "Failed ticks, by kind of error (unreachable, server_error, rate_limited, backend ...)",
             self.server_errors.clone(),
         );
-        registry.register(
-            "codalab_wm_budget_worker_hours",
-            "Worker-hours used in the last 24 hours, by scope (a pool, or all pools)",
-            self.budget_worker_hours.clone(),
+        // In the base unit (promtool asks for seconds); the page and `status` say worker-hours.
+        registry.register_with_unit(
+            "codalab_wm_budget_worker",
+            "Worker time used in the last 24 hours, by scope (a pool, or all pools)",
+            Unit::Seconds,
+            self.budget_worker_seconds.clone(),
         );
         registry.register(
             "codalab_wm_budget_cost",
@@ -292,8 +294,8 @@ impl Metrics {
             let scope = Scope {
                 scope: budget.scope.clone(),
             };
-            let hours = self.budget_worker_hours.get_or_create(&scope);
-            hours.set(budget.worker_hours);
+            let seconds = self.budget_worker_seconds.get_or_create(&scope);
+            seconds.set(budget.worker_hours * 3600.0);
             if let Some(cost) = budget.cost {
                 self.budget_cost.get_or_create(&scope).set(cost);
             }
@@ -537,7 +539,7 @@ mod tests {
             r#"codalab_wm_worker_jobs{pool="cpu",state="active"} 2"#,
             "codalab_wm_staged_bundles 4",
             "codalab_wm_tick_duration_seconds_count 2",
-            r#"codalab_wm_budget_worker_hours{scope="all pools"} 12.5"#,
+            r#"codalab_wm_budget_worker_seconds{scope="all pools"} 45000.0"#,
             r#"codalab_wm_budget_cost{scope="all pools"} 6.25"#,
             r#"codalab_wm_budget_reached{scope="all pools"} 1"#,
         ] {

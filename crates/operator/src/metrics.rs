@@ -192,4 +192,20 @@ mod tests {
         metrics.forget_pool("codalab", "cpu");
         assert!(!metrics.render().contains(r#"pool="cpu""#));
     }
+
+    /// Debian's `promtool check metrics` on the operator's `/metrics`, every family filled.
+    #[test]
+    fn promtool_finds_nothing_to_lint_in_the_operators_metrics() {
+        let metrics = OperatorMetrics::default();
+        metrics.set_leader(true);
+        metrics.reconciled("ok");
+        metrics.event("WorkersLaunched");
+        let status = CodaLabWorkerPoolStatus::default();
+        metrics.pool("codalab", "cpu", (0, 5), &status);
+        let text = metrics.render();
+        let Some(problems) = codalab_wm_core::testing::promtool_problems(&text) else {
+            return;
+        };
+        assert!(problems.is_empty(), "promtool: {problems:?}\n{text}");
+    }
 }

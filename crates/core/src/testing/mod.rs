@@ -35,6 +35,53 @@ pub fn require_service(name: &str, available: bool) -> bool {
     false
 }
 
+/// What Debian's `promtool check metrics` (prometheus 2.42) objects to in the metrics `text`
+/// (the OpenMetrics text a `/metrics` serves): its lines, less one artefact of that version,
+/// which reads the text format and so reports an OpenMetrics counter's sample `x_total` as a
+/// family without help text. `None` when `promtool` is missing (under `CI=true` it panics: a
+/// CI run must never skip).
+pub fn promtool_problems(text: &str) -> Option<Vec<String>> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let spawned = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let Ok(mut child) = spawned else {
+        let hint = "no `promtool` on PATH: install Debian's with `apt-get install prometheus`";
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{hint} (CI=true)"
+        );
+        eprintln!("skipping: {hint}");
+        return None;
+    };
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    stdin
+        .write_all(text.as_bytes())
+        .expect("promtool reads its stdin");
+    drop(stdin);
+    let out = child.wait_with_output().expect("promtool ends");
+    let counters: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let artefact = |line: &str| {
+        line.strip_suffix("_total no help text")
+            .is_some_and(|family| counters.contains(&family))
+    };
+    let said = [out.stdout, out.stderr].map(|b| String::from_utf8_lossy(&b).into_owned());
+    Some(
+        said.iter()
+            .flat_map(|s| s.lines())
+            .filter(|l| !l.trim().is_empty() && !artefact(l))
+            .map(str::to_owned)
+            .collect(),
+    )
+}
+
 /// How the suite polls the platform for a state change: a bounded number of polls.
 #[derive(Debug, Clone, Copy)]
 pub struct Polling {
