@@ -111,6 +111,16 @@ pub struct LegendSize {
     pub char_width: f64,
 }
 
+/// The width of one key of a legend: its line, label and the space after it.
+fn key_width(size: LegendSize, key: &Key<'_>) -> f64 {
+    size.line + size.pad + size.space + size.char_width * key.label.len() as f64
+}
+
+/// The width of a legend on one row.
+pub fn legend_width(size: LegendSize, keys: &[Key<'_>]) -> f64 {
+    keys.iter().map(|key| key_width(size, key)).sum()
+}
+
 /// A legend on one row from `x`, its text on the baseline `y`: for each key a short line and
 /// the label, one element a line.
 pub fn legend(out: &mut String, (x, y): (f64, f64), size: LegendSize, keys: &[Key<'_>]) {
@@ -127,7 +137,7 @@ pub fn legend(out: &mut String, (x, y): (f64, f64), size: LegendSize, keys: &[Ke
             x + size.line + size.pad,
             escape(key.label)
         );
-        x += size.line + size.pad + size.space + size.char_width * key.label.len() as f64;
+        x += key_width(size, key);
     }
 }
 
@@ -251,13 +261,22 @@ fn series_legend(out: &mut String, series: &[Series]) {
             label: s.name,
         })
         .collect();
-    let size = LegendSize {
-        line: 14.0,
-        pad: 4.0,
-        space: 10.0,
-        char_width: 6.0,
-    };
-    legend(out, (LEFT, HEIGHT - 10.0), size, &keys);
+    let size = SERIES_LEGEND;
+    legend(out, (legend_start(size, &keys), HEIGHT - 10.0), size, &keys);
+}
+
+/// The sizes of a series legend, in the dashboard's small font.
+const SERIES_LEGEND: LegendSize = LegendSize {
+    line: 14.0,
+    pad: 4.0,
+    space: 10.0,
+    char_width: 6.0,
+};
+
+/// Where a series legend starts: under the plot's left edge, or further left when it would
+/// not fit before the chart's right edge (the workers chart has six series).
+fn legend_start(size: LegendSize, keys: &[Key<'_>]) -> f64 {
+    LEFT.min(WIDTH - legend_width(size, keys)).max(0.0)
 }
 
 /// `3`, `2.5`: whole numbers without decimals.
@@ -309,5 +328,36 @@ mod tests {
         };
         legend(&mut out, (0.0, 20.0), size, &[key]);
         assert!(out.contains(">a&quot;b</text>"), "{out}");
+    }
+
+    /// The dashboard's workers chart has six series: its legend ends within the chart.
+    #[test]
+    fn a_long_series_legend_moves_left_to_fit() {
+        let names = ["starting", "ready", "busy", "vanished", "lost", "pending"];
+        let series: Vec<Series> = names
+            .into_iter()
+            .map(|name| Series {
+                name,
+                color: "#000",
+                points: Vec::new(),
+            })
+            .collect();
+        let mut out = String::new();
+        series_legend(&mut out, &series);
+        let keys: Vec<Key<'_>> = names
+            .iter()
+            .map(|label| Key {
+                color: "#000",
+                dash: "",
+                label,
+            })
+            .collect();
+        let size = SERIES_LEGEND;
+        let start = legend_start(size, &keys);
+        assert!(start < LEFT, "{start}");
+        assert!(start + legend_width(size, &keys) <= WIDTH);
+        assert!(out.contains(&format!(r#"<line x1="{start:.1}""#)), "{out}");
+        // Three series fit from the plot's left edge.
+        assert_eq!(legend_start(size, &keys[..3]), LEFT);
     }
 }
