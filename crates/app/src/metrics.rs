@@ -557,4 +557,41 @@ mod tests {
             "{text}"
         );
     }
+
+    /// Debian's `promtool check metrics` (prometheus 2.42, among `cargo xtask ci`'s
+    /// prerequisites) on the registry the manager serves, every family filled from a
+    /// snapshot. Locally a missing `promtool` skips it; under `CI=true` it fails.
+    #[test]
+    fn promtool_finds_nothing_to_lint_in_the_managers_metrics() {
+        let metrics: &'static Metrics = Box::leak(Box::default());
+        let mut cpu = pool(2);
+        cpu.workers = [(WorkerState::Busy, 1), (WorkerState::Vanished, 1)].into();
+        let counters = [
+            ("launches", "started"),
+            ("stops", "pending_timeout"),
+            ("decisions", "want_workers"),
+            ("job_failures", "before_active"),
+            ("server_errors", "unreachable"),
+        ];
+        StatusExporter::new(metrics).observe(&Status {
+            ticks: 1,
+            staged: 4,
+            pools: vec![cpu],
+            counters: counters.map(|(m, l)| counter(m, l, 2)).into(),
+            budgets: vec![codalab_wm_core::budget::BudgetStatus {
+                scope: "all pools".into(),
+                worker_hours: 1.5,
+                cost: Some(0.75),
+                limits: Default::default(),
+                reached: None,
+                resumes_at_seconds: None,
+            }],
+            ..Status::default()
+        });
+        let text = metrics.render().unwrap();
+        let Some(problems) = codalab_wm_core::testing::promtool_problems(&text) else {
+            return;
+        };
+        assert!(problems.is_empty(), "promtool: {problems:?}\n{text}");
+    }
 }
