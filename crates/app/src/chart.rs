@@ -253,16 +253,21 @@ fn frame(out: &mut String, scale: &Scale, x_label: &dyn Fn(f64) -> String) {
 
 /// The series' names under the time labels, in the dashboard's small font.
 fn series_legend(out: &mut String, series: &[Series]) {
-    let keys: Vec<Key<'_>> = series
+    let keys = series_keys(series);
+    let size = SERIES_LEGEND;
+    legend(out, (legend_start(size, &keys), HEIGHT - 10.0), size, &keys);
+}
+
+/// The legend's keys of `series`: a solid line of its colour and its name.
+fn series_keys(series: &[Series]) -> Vec<Key<'_>> {
+    series
         .iter()
         .map(|s| Key {
             color: s.color,
             dash: "",
             label: s.name,
         })
-        .collect();
-    let size = SERIES_LEGEND;
-    legend(out, (legend_start(size, &keys), HEIGHT - 10.0), size, &keys);
+        .collect()
 }
 
 /// The sizes of a series legend, in the dashboard's small font.
@@ -344,14 +349,7 @@ mod tests {
             .collect();
         let mut out = String::new();
         series_legend(&mut out, &series);
-        let keys: Vec<Key<'_>> = names
-            .iter()
-            .map(|label| Key {
-                color: "#000",
-                dash: "",
-                label,
-            })
-            .collect();
+        let keys = series_keys(&series);
         let size = SERIES_LEGEND;
         let start = legend_start(size, &keys);
         assert!(start < LEFT, "{start}");

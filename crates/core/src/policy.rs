@@ -308,17 +308,18 @@ impl fmt::Display for Reason {
 /// The words of [`Reason::MaxReached`]: upstream's at the max; below it (target mode, where max
 /// caps the target or the launches before the pool is full), the room left.
 fn max_reached(f: &mut fmt::Formatter<'_>, jobs: usize, max: u32) -> fmt::Result {
-    match jobs.checked_sub(max as usize) {
-        Some(_) => write!(
+    let max = max as usize;
+    if jobs >= max {
+        return write!(
             f,
             "don't launch because too many workers already ({jobs} >= {max})"
-        ),
-        None => write!(
-            f,
-            "capped by max {max}: room for {} more (jobs: {jobs} < {max})",
-            max as usize - jobs
-        ),
+        );
     }
+    let room = max - jobs;
+    write!(
+        f,
+        "capped by max {max}: room for {room} more (jobs: {jobs} < {max})"
+    )
 }
 
 /// The words of [`Reason::BudgetRoom`].
