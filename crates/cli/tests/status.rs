@@ -53,6 +53,7 @@ fn known_status() -> Status {
             stops: Vec::new(),
             target: Some(4),
             demand: 2,
+            workers_needed: 2,
             active: 3,
             pending: 1,
             stopping: 0,
@@ -91,6 +92,7 @@ fn known_status() -> Status {
             stops: Vec::new(),
             target: None,
             demand: 0,
+            workers_needed: 0,
             active: 0,
             pending: 0,
             stopping: 0,
@@ -436,6 +438,7 @@ fn waiting_status() -> Status {
         backoff_until: Some(Duration::from_secs(1300)),
     };
     let observed = PoolsObservation {
+        server: None,
         bundles: vec![
             bundle(1, 64, "gpuq"),
             bundle(2, 0, ""),

@@ -10,6 +10,11 @@ pub struct StagedBundle {
     pub uuid: String,
     /// The owner's user name, when the server included it.
     pub owner: Option<String>,
+    /// The owner's user id (`relationships.owner`), when the server gave it: what the
+    /// server's worker list names owners by ([`crate::dispatch`]).
+    pub owner_id: Option<String>,
+    /// Its `request_priority`, when it has one (the server dispatches higher first).
+    pub priority: Option<i64>,
     /// CPUs requested (0 when not given).
     pub request_cpus: u32,
     /// GPUs requested (0 when not given).
@@ -30,6 +35,8 @@ impl StagedBundle {
         Self {
             uuid: uuid.into(),
             owner: None,
+            owner_id: None,
+            priority: None,
             request_cpus: 0,
             request_gpus: 0,
             request_memory: 0,

@@ -134,17 +134,25 @@ pub fn launch_unique(id: &str) -> Option<&str> {
 /// The server's workers, by the launch unique their id ends with (others are left out).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CheckinView {
-    by_unique: FxHashMap<String, CheckedInWorker>,
+    /// Index in `workers` of each worker whose id ends in a launch unique.
+    by_unique: FxHashMap<String, usize>,
+    workers: Vec<CheckedInWorker>,
 }
 
 impl CheckinView {
     /// The view of `workers` as the server listed them.
     pub fn new(workers: Vec<CheckedInWorker>) -> Self {
         let by_unique = workers
-            .into_iter()
-            .filter_map(|w| Some((launch_unique(&w.worker_id)?.to_owned(), w)))
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| Some((launch_unique(&w.worker_id)?.to_owned(), i)))
             .collect();
-        Self { by_unique }
+        Self { by_unique, workers }
+    }
+
+    /// Every worker the server listed, whoever started it.
+    pub fn workers(&self) -> &[CheckedInWorker] {
+        &self.workers
     }
 
     /// The worker of the job with platform id `id` and name `name`, if it has checked in.
@@ -152,7 +160,7 @@ impl CheckinView {
         [id, name]
             .into_iter()
             .filter_map(launch_unique)
-            .find_map(|unique| self.by_unique.get(unique))
+            .find_map(|unique| self.by_unique.get(unique).map(|&i| &self.workers[i]))
     }
 
     /// Workers in the view (those with a launch unique).

@@ -58,6 +58,7 @@ mod plan;
 pub use fit::PoolMisfit;
 pub use order::server_order;
 pub use plan::dispatch;
+pub(crate) use plan::held_back;
 
 use crate::bundle::{Misfit, StagedBundle, WorkerShape};
 use crate::checkin::CheckedInWorker;
@@ -141,16 +142,19 @@ fn clamp(bytes: u64) -> i64 {
 /// A staged bundle as the server's dispatch sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueuedBundle {
-    /// The bundle; its `owner` must name users as [`ServerWorker::owner`] does.
+    /// The bundle; its `owner_id` names users as [`ServerWorker::owner`] does.
     pub bundle: StagedBundle,
-    /// Its `request_priority`, when it has one.
-    pub priority: Option<i64>,
 }
 
 impl QueuedBundle {
-    /// The owner ("" when unknown).
+    /// The owner's id ("" when unknown: such a bundle is never held back for its owner).
     pub fn owner(&self) -> &str {
-        self.bundle.owner.as_deref().unwrap_or("")
+        self.bundle.owner_id.as_deref().unwrap_or("")
+    }
+
+    /// Its `request_priority`, when it has one.
+    pub fn priority(&self) -> Option<i64> {
+        self.bundle.priority
     }
 
     /// The queue it asks for, the server's optional `tag=` prefix dropped ("" for none).
@@ -245,6 +249,16 @@ pub struct Owners {
     /// Each owner's `parallel_run_quota` left for shared workers; an owner not listed has no
     /// limit.
     pub quota_left: BTreeMap<String, i64>,
+    /// The manager's workers are shared with a group (`--group`): other users' bundles may
+    /// run on them, so none is held back as [`Unmet::NotOurs`].
+    pub group_shared: bool,
+}
+
+impl Owners {
+    /// `owner`'s quota left for shared workers (`i64::MAX`: no limit known).
+    pub fn quota_left_of(&self, owner: &str) -> i64 {
+        self.quota_left.get(owner).copied().unwrap_or(i64::MAX)
+    }
 }
 
 /// Everything the model reads.
@@ -317,6 +331,16 @@ pub enum Unmet {
 }
 
 impl Unmet {
+    /// The owner a bundle is held back for (quota, own worker, not ours), if that is why.
+    pub fn owner(&self) -> Option<&str> {
+        match self {
+            Unmet::QuotaExhausted { owner, .. }
+            | Unmet::OwnWorker { owner, .. }
+            | Unmet::NotOurs { owner, .. } => Some(owner),
+            Unmet::NoFittingPool { .. } | Unmet::NoRoom { .. } => None,
+        }
+    }
+
     /// The machine-readable name.
     pub fn code(&self) -> &'static str {
         match self {

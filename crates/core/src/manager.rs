@@ -43,6 +43,7 @@ mod reconfigure;
 mod record;
 mod run;
 pub(crate) mod runtime;
+pub mod server_view;
 mod shutdown;
 pub mod status;
 mod streak;
@@ -141,6 +142,8 @@ pub struct Manager {
     stop_flags: shutdown::StopFlags,
     /// The last view of the server's workers (`/rest/workers/info`).
     checkins: checkins::LastView,
+    /// The dispatch model's placements on checked-in workers, between ticks.
+    server: server_view::ServerMemory,
     /// The events: log, recent, subscribers.
     journal: journal::Journal,
     /// Each budget's use, as of the last tick (for the status snapshot).
@@ -199,6 +202,7 @@ impl Manager {
             tick_started: Instant::now(),
             stop_flags: shutdown::StopFlags::default(),
             checkins: checkins::LastView::default(),
+            server: server_view::ServerMemory::default(),
             journal: journal::Journal::default(),
             budgets: Vec::new(),
         }

@@ -198,6 +198,25 @@ pub enum Reason {
         /// The figures.
         detail: String,
     },
+    /// Pool policy: the server would give the pool's staged bundles to fewer workers than
+    /// bundles: a worker runs several while its CPUs, GPUs and memory allow
+    /// ([`crate::dispatch`]).
+    Packed {
+        /// Staged bundles for the pool.
+        bundles: usize,
+        /// Workers they need: starting ones of the pool and new ones.
+        workers: usize,
+    },
+    /// Pool policy: the server would give this bundle to no new worker of this manager, for
+    /// its owner ([`crate::dispatch::Unmet`]: `quota_exhausted`, `own_worker`, `not_ours`).
+    Held {
+        /// The model's code.
+        code: &'static str,
+        /// The bundle's owner (their id).
+        owner: String,
+        /// Why, in words.
+        detail: String,
+    },
     /// Pool policy: a bundle fits no pool (shape or queue).
     NoFittingPool,
     /// Pool policy: why one pool cannot take a bundle (shape or queue).
@@ -226,6 +245,8 @@ impl Reason {
             Reason::Unobserved { .. } => "unobserved",
             Reason::BudgetReached { .. } => "budget_reached",
             Reason::BudgetRoom { .. } => "budget_room",
+            Reason::Packed { .. } => "packed",
+            Reason::Held { code, .. } => code,
             Reason::NoFittingPool => "no_fitting_pool",
             Reason::Misfit { .. } => "misfit",
         }
@@ -299,8 +320,12 @@ impl fmt::Display for Reason {
                 write!(f, "don't launch: budget of {scope} used up ({detail})")
             }
             Reason::BudgetRoom { .. } => budget_room(f, self),
+            Reason::Packed { bundles, workers } => write!(
+                f,
+                "the {bundles} staged bundles fit on {workers} workers of the pool's shape"
+            ),
             Reason::NoFittingPool => write!(f, "no pool can run this bundle"),
-            Reason::Misfit { detail } => write!(f, "{detail}"),
+            Reason::Misfit { detail } | Reason::Held { detail, .. } => write!(f, "{detail}"),
         }
     }
 }

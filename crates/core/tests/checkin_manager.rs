@@ -221,9 +221,16 @@ async fn a_worker_that_checked_in_and_vanished_is_noted_and_never_stopped() {
         "a day later, still not stopped"
     );
     assert_eq!(workers(&s.manager, WorkerState::Vanished), 1);
-    // It counts toward max: three bundles, max 3, one vanished worker: two launches.
-    s.server
-        .set_bundles((1..=3).map(|n| FakeBundle::new("alice", n)).collect());
+    // It counts toward max: three bundles that each fill a 4-CPU worker, max 3, one
+    // vanished worker: two launches.
+    s.server.set_bundles(
+        (1..=3)
+            .map(|n| FakeBundle {
+                cpus: 4,
+                ..FakeBundle::new("alice", n)
+            })
+            .collect(),
+    );
     s.manager.tick().await.unwrap();
     assert_eq!(s.backend.launches().len(), 3);
 }

@@ -55,12 +55,14 @@ async fn manager(
     (server, backend, manager)
 }
 
+/// A pool of 1-CPU workers: each of the fake's 1-CPU bundles fills one, so launches count
+/// bundles (the server packs nothing).
 fn cpu(max: u32) -> PoolPolicy {
     PoolPolicy {
         max,
         max_launches_per_tick: 10,
         min_seconds_between_workers: 0,
-        ..PoolPolicy::new("cpu", WorkerShape::from_flags(4, 0, 8192))
+        ..PoolPolicy::new("cpu", WorkerShape::from_flags(1, 0, 8192))
     }
 }
 

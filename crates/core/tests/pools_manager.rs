@@ -94,13 +94,19 @@ async fn setup(bundles: Vec<FakeBundle>, cpu: PoolPolicy, gpu: PoolPolicy) -> Se
     }
 }
 
+/// A bundle that fills a worker of the cpu pool (and of the single-backend pool): the
+/// server runs one such bundle a worker, so launches count bundles.
 fn cpu_bundle(n: u64) -> FakeBundle {
-    FakeBundle::new("alice", n)
+    FakeBundle {
+        cpus: 4,
+        ..FakeBundle::new("alice", n)
+    }
 }
 
+/// A bundle that takes both GPUs of a gpu worker.
 fn gpu_bundle(n: u64) -> FakeBundle {
     FakeBundle {
-        gpus: 1,
+        gpus: 2,
         ..FakeBundle::new("alice", n)
     }
 }
@@ -309,8 +315,20 @@ async fn a_pool_whose_submits_fail_backs_off_doubling_and_resets_after_a_success
     s.manager.tick().await.unwrap();
     assert_eq!(
         s.manager.status().pools[1].health.failures,
+        2,
+        "the manager reads the server's workers: running is not yet a success"
+    );
+    let name = s.gpu.jobs()[0].name.clone();
+    let unique = launch_unique(&name).unwrap();
+    s.server.set_workers(vec![serde_json::json!({
+        "user_id": "0", "worker_id": format!("node-{unique}"), "cpus": 8, "gpus": 2,
+        "memory_bytes": 16u64 << 30, "run_uuids": [], "is_terminating": false,
+        "cpus_in_use": 0, "gpus_in_use": 0})]);
+    s.manager.tick().await.unwrap();
+    assert_eq!(
+        s.manager.status().pools[1].health.failures,
         0,
-        "an active job resets the streak"
+        "its worker's first check-in resets the streak"
     );
     assert_eq!(s.manager.num_failed(), 2);
 }

@@ -241,6 +241,7 @@ proptest! {
                 sim.churn(churn);
             }
             let observed = PoolsObservation {
+server: None,
                 bundles,
                 pools: sims.iter().zip(&churns).map(|(s, c)| s.observe(now, c)).collect(),
             };
@@ -329,7 +330,7 @@ proptest! {
                 PoolObservation { jobs, stopping, ..PoolObservation::default() }
             })
             .collect();
-        let observed = PoolsObservation { bundles: bundles.clone(), pools: pools.clone() };
+        let observed = PoolsObservation { bundles: bundles.clone(), pools: pools.clone(), server: None };
         let decision = plan_pools(&observed, &policies, Duration::from_secs(1000));
         for (i, pool) in decision.pools.iter().enumerate() {
             let new_workers = decision

@@ -312,6 +312,7 @@ async fn observe(
             message: e.to_string(),
         })?;
     let observed = PoolsObservation {
+        server: None,
         bundles: search.bundles,
         pools: vec![observation],
     };

@@ -249,6 +249,7 @@ mod tests {
             stops: Vec::new(),
             target: Some((active + pending) as u32 + launches),
             demand: 3,
+            workers_needed: 3,
             active,
             pending,
             stopping: 0,

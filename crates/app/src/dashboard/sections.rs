@@ -267,6 +267,15 @@ pub(super) fn unmet_words(reason: &UnmetReason) -> String {
         UnmetReason::WaitingForStarting { starting } => {
             format!("a worker is on its way: {starting} starting in the pool")
         }
+        UnmetReason::QuotaExhausted { owner } => {
+            format!("their owner (user {owner}) has no parallel_run_quota left for shared workers")
+        }
+        UnmetReason::OwnWorker { owner } => {
+            format!("their owner (user {owner}) is out of quota; their own worker will take them")
+        }
+        UnmetReason::NotOurs { owner } => {
+            format!("owned by user {owner}: the manager's workers are private to its own user")
+        }
         UnmetReason::PoolUnavailable { detail, .. } => detail.clone(),
         #[allow(unreachable_patterns)]
         other => reason_text(other),

@@ -19,6 +19,7 @@ fn decision(pool: &str, launches: u32, reasons: Vec<Reason>) -> PoolDecision {
         stops: vec![],
         target: Some(3),
         demand: 5,
+        workers_needed: 5,
         active: 1,
         pending: 1,
         stopping: 0,

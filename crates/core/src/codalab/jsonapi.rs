@@ -68,7 +68,7 @@ pub fn parse_bundles_slice(body: &[u8]) -> Result<(Vec<StagedBundle>, Vec<Skippe
 
 /// The members of a bundle search reply the manager reads; everything else is skipped.
 mod typed {
-    use super::{SkippedBundle, bundle_from_fields};
+    use super::{OwnerRef, SkippedBundle, bundle_from_fields};
     use crate::bundle::StagedBundle;
     use serde::Deserialize;
     use serde_json::Value;
@@ -144,6 +144,8 @@ mod typed {
         tags: Option<Value>,
         #[serde(default)]
         created: Option<Value>,
+        #[serde(default)]
+        request_priority: Option<Value>,
     }
 
     #[derive(Deserialize)]
@@ -239,14 +241,18 @@ mod typed {
             }
             .ok_or_else(|| ("?".to_owned(), "missing field `uuid`".to_owned()))?
             .to_owned();
-            let owner = self
+            let owner_id = self
                 .relationships
                 .as_ref()
                 .and_then(|r| r.owner.as_ref())
                 .and_then(|o| o.data.as_ref())
-                .and_then(|d| d.id.as_deref())
-                .and_then(|id| owners.get(id))
-                .map(|name| (*name).to_owned());
+                .and_then(|d| d.id.as_deref());
+            let owner = OwnerRef {
+                name: owner_id
+                    .and_then(|id| owners.get(id))
+                    .map(|n| (*n).to_owned()),
+                id: owner_id.map(str::to_owned),
+            };
             let metadata = attributes.and_then(|a| a.metadata.as_ref());
             bundle_from_fields(uuid, owner, |name| {
                 let metadata = metadata?;
@@ -257,6 +263,7 @@ mod typed {
                     "request_queue" => &metadata.request_queue,
                     "tags" => &metadata.tags,
                     "created" => &metadata.created,
+                    "request_priority" => &metadata.request_priority,
                     _ => &None,
                 };
                 value.as_ref().filter(|v| !v.is_null())
@@ -306,20 +313,31 @@ fn parse_bundle(
         Some(_) => return Err((uuid, "field `metadata`: not an object".into())),
         None => None,
     };
-    let owner = resource
+    let owner_id = resource
         .pointer("/relationships/owner/data/id")
-        .and_then(Value::as_str)
-        .and_then(|id| owners.get(id))
-        .map(|name| (*name).to_owned());
+        .and_then(Value::as_str);
+    let owner = OwnerRef {
+        name: owner_id
+            .and_then(|id| owners.get(id))
+            .map(|n| (*n).to_owned()),
+        id: owner_id.map(str::to_owned),
+    };
     bundle_from_fields(uuid, owner, |name| {
         metadata.and_then(|m| m.get(name)).filter(|v| !v.is_null())
     })
 }
 
+/// A bundle's owner as the search reply names it: the id always (`relationships.owner`),
+/// the name only with `include=owner`.
+struct OwnerRef {
+    name: Option<String>,
+    id: Option<String>,
+}
+
 /// The checks of one bundle's metadata fields, whatever the document was parsed into.
 fn bundle_from_fields<'a>(
     uuid: String,
-    owner: Option<String>,
+    owner: OwnerRef,
     field: impl Fn(&str) -> Option<&'a Value>,
 ) -> Result<StagedBundle, (String, String)> {
     let fail = |field: &str, message: String| (uuid.clone(), format!("field `{field}`: {message}"));
@@ -365,9 +383,30 @@ fn bundle_from_fields<'a>(
         Some(other) => return Err(fail("tags", format!("`{other}` is not a list"))),
     };
     let created = field("created").and_then(Value::as_i64);
+    let priority = match field("request_priority") {
+        None => None,
+        Some(Value::Number(n)) => Some(
+            n.as_i64()
+                .ok_or_else(|| fail("request_priority", format!("`{n}` is not an integer")))?,
+        ),
+        Some(Value::String(s)) if s.trim().is_empty() => None,
+        Some(Value::String(s)) => Some(
+            s.trim()
+                .parse()
+                .map_err(|_| fail("request_priority", format!("`{s}` is not an integer")))?,
+        ),
+        Some(other) => {
+            return Err(fail(
+                "request_priority",
+                format!("`{other}` is not an integer"),
+            ));
+        }
+    };
     Ok(StagedBundle {
         uuid,
-        owner,
+        owner: owner.name,
+        owner_id: owner.id,
+        priority,
         request_cpus,
         request_gpus,
         request_memory,
@@ -394,6 +433,36 @@ pub fn parse_user_name(document: &Value) -> Option<&str> {
     document
         .pointer("/data/attributes/user_name")
         .and_then(Value::as_str)
+}
+
+/// The user name in a `/rest/user` reply body, as the identity check reads it.
+pub fn parse_user_reply(body: &str) -> Result<Option<String>, String> {
+    let document: Value = super::limits::parse_json(body)?;
+    Ok(parse_user_name(&document).map(str::to_owned))
+}
+
+/// Who the manager logs in as, from `GET /rest/user`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserIdentity {
+    /// The user's id (`data.id`): what the worker list and bundles name owners by.
+    pub id: String,
+    /// The user is the root user (`data.attributes.is_root_user`): its workers are shared
+    /// and it sees every user's workers and staged bundles.
+    pub root: bool,
+}
+
+/// The id and root flag in a `/rest/user` document (`None` without an id).
+pub fn parse_user_identity(document: &Value) -> Option<UserIdentity> {
+    let id = match document.pointer("/data/id")? {
+        Value::String(id) => id.clone(),
+        Value::Number(id) => id.to_string(),
+        _ => return None,
+    };
+    let root = document
+        .pointer("/data/attributes/is_root_user")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    Some(UserIdentity { id, root })
 }
 
 #[cfg(test)]
@@ -435,6 +504,11 @@ mod tests {
         let bundle = &bundles[0];
         assert_eq!(bundle.uuid, "0xcab15acbe7924834bb26345edf52a39d");
         assert_eq!(bundle.owner.as_deref(), Some("alice"));
+        assert_eq!(
+            bundle.owner_id.as_deref(),
+            Some("0xf2963385ee0e49979daf9f126ff39117")
+        );
+        assert_eq!(bundle.priority, Some(0));
         assert_eq!((bundle.request_cpus, bundle.request_gpus), (2, 1));
         assert_eq!(bundle.request_memory, 4 << 30);
         assert_eq!(bundle.request_queue, "gpuq");
@@ -458,6 +532,22 @@ mod tests {
         both_paths(
             &json!({"data": [{"attributes": {"uuid": "0x1", "metadata": {"request_cpus": "2", "request_gpus": "", "request_memory": 1024, "tags": null}}}],
                            "included": [{"type": "users", "id": "u", "attributes": {"user_name": 7}}, {"type": "groups"}]}),
+        );
+        // The owner's id without `include=owner`, and priorities as numbers or strings; one
+        // that is not an integer skips the bundle, naming the field.
+        let (bundles, skipped) = both_paths(&json!({"data": [
+            {"attributes": {"uuid": "0xa1", "metadata": {"request_priority": -2}},
+             "relationships": {"owner": {"data": {"type": "users", "id": "0"}}}},
+            {"attributes": {"uuid": "0xa2", "metadata": {"request_priority": " 3 "}}},
+            {"attributes": {"uuid": "0xa3", "metadata": {"request_priority": 1.5}}}]}));
+        let read: Vec<_> = bundles
+            .iter()
+            .map(|b| (b.owner.as_deref(), b.owner_id.as_deref(), b.priority))
+            .collect();
+        assert_eq!(read, [(None, Some("0"), Some(-2)), (None, None, Some(3))]);
+        assert_eq!(
+            skipped[0].reason,
+            "field `request_priority`: `1.5` is not an integer"
         );
         // A null uuid is missing (not replaced by the resource id); ids of another type, an
         // escaped uuid and a duplicated member go through whichever path takes them.

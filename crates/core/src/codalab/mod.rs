@@ -19,7 +19,7 @@ use crate::bundle::StagedBundle;
 use crate::error::{Error, Result};
 use crate::secret::{Credentials, Secret};
 use base64::Engine as _;
-pub use jsonapi::SkippedBundle;
+pub use jsonapi::{SkippedBundle, UserIdentity, parse_user_reply};
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::Deserialize;
 pub use staged::{CountEvery, StagedNeed, everything};
@@ -131,9 +131,16 @@ pub struct CodaLabClient {
     /// The run of bundles that fit no pool at the head of the list (see [`staged`]).
     misfit_run: Mutex<Option<staged::run::MisfitRun>>,
     recheck_misfits_every: Duration,
+    /// Who the manager is on the server, from the last identity check.
+    identity: std::sync::OnceLock<UserIdentity>,
 }
 
 impl CodaLabClient {
+    /// Who the manager is on the server, once an identity check has read it.
+    pub fn identity(&self) -> Option<UserIdentity> {
+        self.identity.get().cloned()
+    }
+
     /// A client for `server` (`http[s]://host[:port]`) with default options.
     pub fn new(server: &str, credentials: Credentials) -> Result<Self> {
         Self::with_options(server, credentials, &ClientOptions::default())
@@ -175,6 +182,7 @@ impl CodaLabClient {
             last_count: Mutex::new(None),
             misfit_run: Mutex::new(None),
             recheck_misfits_every: options.recheck_misfits_every,
+            identity: std::sync::OnceLock::new(),
         })
     }
 
@@ -316,13 +324,19 @@ impl CodaLabClient {
                 message: first_line(&body),
             });
         }
-        let name = parse_user_reply(&body).map_err(|message| Error::InvalidReply {
+        let invalid = |message| Error::InvalidReply {
             from: "codalab server".into(),
             what: "identity check".into(),
             message,
-        })?;
-        match name {
-            Some(name) if name == self.credentials.username => Ok(()),
+        };
+        let document: serde_json::Value = limits::parse_json(&body).map_err(invalid)?;
+        match jsonapi::parse_user_name(&document) {
+            Some(name) if name == self.credentials.username => {
+                if let Some(identity) = jsonapi::parse_user_identity(&document) {
+                    let _ = self.identity.set(identity);
+                }
+                Ok(())
+            }
             Some(name) => Err(Error::Unauthenticated {
                 server: self.server.clone(),
                 username: self.credentials.username.clone(),
@@ -489,12 +503,6 @@ fn parse_token(body: &str) -> std::result::Result<TokenReply, String> {
 /// Whether a token reply body is one the client accepts (the `token` fuzz target).
 pub fn parse_token_reply(body: &str) -> std::result::Result<(), String> {
     parse_token(body).map(|_| ())
-}
-
-/// The user name in a `/rest/user` reply body, as the identity check reads it.
-pub fn parse_user_reply(body: &str) -> std::result::Result<Option<String>, String> {
-    let document: serde_json::Value = limits::parse_json(body)?;
-    Ok(jsonapi::parse_user_name(&document).map(str::to_owned))
 }
 
 /// What an error reply says, as the client words it: the OAuth2 error of a token reply, else

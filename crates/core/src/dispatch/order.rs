@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 /// default is `None`, and an empty queue, which [`StagedBundle`](crate::StagedBundle) cannot
 /// tell from none, counts as none here).
 fn key(bundle: &QueuedBundle) -> (bool, bool, Option<i64>, bool) {
-    let priority = bundle.priority;
+    let priority = bundle.priority();
     (
         priority.is_some_and(|p| p >= 0),
         priority.is_none(),

@@ -155,30 +155,8 @@ impl State {
         request: &Resources,
         workers: &[ServerWorker],
     ) -> Option<Unmet> {
-        let owner = bundle.owner();
-        let (root, manager) = (&self.owners.root, &self.owners.manager);
-        if manager != root {
-            return (owner != manager).then(|| Unmet::NotOurs {
-                owner: owner.to_owned(),
-                manager: manager.clone(),
-            });
-        }
-        let quota_left = self.quota_left(owner);
-        if quota_left > 0 {
-            return None;
-        }
-        let own = live(workers)
-            .find(|w| w.owner == owner && w.owner != *root && fits_when_idle(w, bundle, request));
-        Some(match own {
-            Some(w) => Unmet::OwnWorker {
-                owner: owner.to_owned(),
-                worker_id: w.worker_id.clone(),
-            },
-            None => Unmet::QuotaExhausted {
-                owner: owner.to_owned(),
-                quota_left,
-            },
-        })
+        let quota_left = self.quota_left(bundle.owner());
+        held_back(&self.owners, quota_left, bundle, request, workers)
     }
 
     /// The pools whose new workers fit `bundle` (indices, in order), and the others' misfits.
@@ -226,6 +204,44 @@ impl State {
             placement,
         });
     }
+}
+
+/// Why the manager's new workers cannot take `bundle` for its owner (`quota_left` being the
+/// owner's quota left now), whatever their shape; `None` when they can, or when the owner is
+/// unknown (such a bundle is never held back).
+pub(crate) fn held_back(
+    owners: &Owners,
+    quota_left: i64,
+    bundle: &QueuedBundle,
+    request: &Resources,
+    workers: &[ServerWorker],
+) -> Option<Unmet> {
+    let owner = bundle.owner();
+    let (root, manager) = (&owners.root, &owners.manager);
+    if owner.is_empty() {
+        return None;
+    }
+    if manager != root {
+        return (owner != manager && !owners.group_shared).then(|| Unmet::NotOurs {
+            owner: owner.to_owned(),
+            manager: manager.clone(),
+        });
+    }
+    if quota_left > 0 {
+        return None;
+    }
+    let own = live(workers)
+        .find(|w| w.owner == owner && w.owner != *root && fits_when_idle(w, bundle, request));
+    Some(match own {
+        Some(w) => Unmet::OwnWorker {
+            owner: owner.to_owned(),
+            worker_id: w.worker_id.clone(),
+        },
+        None => Unmet::QuotaExhausted {
+            owner: owner.to_owned(),
+            quota_left,
+        },
+    })
 }
 
 /// Which slot list an index is in.

@@ -11,18 +11,17 @@ const GIB: u64 = 1 << 30;
 fn bundle(uuid: &str, owner: &str, cpus: u32, gpus: u32, memory_gib: u64) -> QueuedBundle {
     QueuedBundle {
         bundle: StagedBundle {
-            owner: Some(owner.to_owned()),
+            owner_id: Some(owner.to_owned()),
             request_cpus: cpus,
             request_gpus: gpus,
             request_memory: memory_gib * GIB,
             ..StagedBundle::new(uuid)
         },
-        priority: None,
     }
 }
 
 fn prio(mut b: QueuedBundle, priority: i64) -> QueuedBundle {
-    b.priority = Some(priority);
+    b.bundle.priority = Some(priority);
     b
 }
 
@@ -75,6 +74,7 @@ fn input(
             root: ROOT.into(),
             manager: ROOT.into(),
             quota_left: BTreeMap::new(),
+            group_shared: false,
         },
     }
 }

@@ -63,14 +63,15 @@ impl LastView {
 }
 
 impl Manager {
-    /// The observe step's check-in part: one `GET /rest/workers/info` when any pool has jobs,
-    /// taken into the last view (kept when the call fails) and each pool's memory.
+    /// The observe step's check-in part: one `GET /rest/workers/info` when any pool has jobs
+    /// or the last tick read staged bundles (the dispatch model places them on the server's
+    /// workers), taken into the last view (kept when the call fails) and each pool's memory.
     pub(super) async fn observe_checkins(&mut self, now: Duration) -> Vec<TickEvent> {
         let has_jobs = self
             .pools
             .iter()
             .any(|r| r.listed.iter().any(|j| j.state.is_capacity()));
-        let result = match has_jobs {
+        let result = match has_jobs || !self.window.is_empty() {
             true => Some(fetch(&self.client).await),
             false => None,
         };

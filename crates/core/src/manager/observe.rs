@@ -72,8 +72,24 @@ impl Manager {
                 self.checkins.sighting(),
             ));
         }
+        observed.pools.server = self.server_view(now);
         self.read_staged(&mut observed).await?;
         Ok(observed)
+    }
+
+    /// The server's side for the dispatch model, from this tick's fresh worker list.
+    fn server_view(&mut self, now: Duration) -> Option<crate::pools::ServerView> {
+        let workers = match (&self.checkins.view, self.checkins.fresh) {
+            (Some(view), true) => Some(view.workers()),
+            _ => None,
+        };
+        let group_shared = self.pools.iter().any(|r| {
+            let group = r.pool.worker.group.as_deref();
+            group.is_some_and(|g| !g.is_empty())
+        });
+        let identity = self.client.identity();
+        self.server
+            .view(identity.as_ref(), workers, group_shared, now)
     }
 
     /// Reads the staged bundles the pools can absorb into `observed` (oldest first, pages
@@ -81,7 +97,8 @@ impl Manager {
     /// reports no events of its own.
     async fn read_staged(&mut self, observed: &mut Observed) -> Result<()> {
         let policies = self.policies();
-        let need = Need::new(&policies, &observed.pools.pools, observed.now);
+        let need = Need::new(&policies, &observed.pools.pools, observed.now)
+            .with_server(observed.pools.server.as_ref());
         let search = match self.client.staged_for(&observed.keywords, &need).await {
             Ok(search) => search,
             Err(error) => {

@@ -79,6 +79,11 @@ impl Manager {
         self.apply_budgets(&mut observed.pools, observed.now);
         let policies = self.policies();
         let decision = plan_pools(&observed.pools, &policies, observed.now);
+        let overdue: Vec<String> = (observed.pools.server.iter())
+            .flat_map(|view| view.overdue.iter().cloned())
+            .collect();
+        self.server
+            .take(&decision.on_workers, &overdue, observed.now);
         let filtered = logs::note_unserved(&mut self.reported, &policies, &decision);
         logs::log_decisions(&policies, &decision, observed.staged, observed.removed);
         let totals = |f: fn(&PoolDecision) -> usize| decision.pools.iter().map(f).sum::<usize>();

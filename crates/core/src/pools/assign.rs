@@ -1,9 +1,14 @@
 //! Which pool a staged bundle goes to: shape and queue matching (as the CodaLab server matches
 //! bundles to workers) and the capacity-aware assignment in preference order.
 
-use super::PoolPolicy;
+use super::{PoolPolicy, ServerView};
 use crate::bundle::StagedBundle;
+use crate::dispatch::{
+    DispatchInput, Placement, QueuedBundle, Resources, Unmet, dispatch, held_back, server_order,
+};
 use crate::policy::Reason;
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::BTreeMap;
 
 /// Why `pool` cannot run `bundle`, or `None` when it can. Mirrors the server's
 /// `RunResources.dominates` (codalab/worker/bundle_state.py): a bundle with a `request_queue`
@@ -85,87 +90,302 @@ pub(super) struct Slots {
     pub unavailable: Option<Reason>,
     /// Compat pools take every fitting bundle.
     pub compat: bool,
-    /// Pending workers not yet given a bundle.
-    pub pending: usize,
+    /// Workers started and not yet given bundles by the server (pending, or running and not
+    /// checked in): they take bundles before new ones.
+    pub coming: usize,
     /// Launches the pool may still make before `max`.
     pub room: usize,
     /// `(jobs, max)` for the `max_reached` verdict.
     pub jobs_and_max: (usize, u32),
 }
 
-/// Assigns bundles to pools. `order` lists pool indices in preference order. Returns the
-/// assignments (pool index, bundle index, coverage) and the unserved bundles.
+/// A staged bundle the server starts on a checked-in worker that has room for it now: no
+/// worker is launched for it ([`crate::dispatch`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BundleOnWorker {
+    /// The bundle uuid.
+    pub uuid: String,
+    /// The worker's id.
+    pub worker_id: String,
+}
+
+/// Where the bundles go (see [`assign`]).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Assigned {
+    /// (pool index, bundle index, coverage).
+    pub assigned: Vec<(usize, usize, Coverage)>,
+    /// Bundles no pool takes, and bundles held back for their owner.
+    pub unserved: Vec<UnservedBundle>,
+    /// Bundles a checked-in worker takes now.
+    pub on_workers: Vec<BundleOnWorker>,
+    /// Per pool: the workers (starting and new) its bundles fill.
+    pub workers: Vec<usize>,
+}
+
+/// Assigns bundles to pools. `order` lists pool indices in preference order.
+///
+/// Without the server's side (`server` is `None`) a worker takes one bundle and bundles go in
+/// the staged order. With it, the dispatch model ([`crate::dispatch`]) first starts bundles on
+/// the checked-in workers that have room and holds back those the server would give no new
+/// worker of this manager (their owner's quota, their own worker, workers private to another
+/// user); the others go in the server's order, each to the most preferred fitting pool, onto a
+/// worker of that pool that still has room for it (starting ones first), else a new one while
+/// the pool has room. A worker has room while the CPUs, GPUs and memory of the pool's shape,
+/// less the requests of the bundles it took (with the server's defaults), cover the bundle; a
+/// worker with no bundle yet takes any bundle that fits the pool ([`misfit`]).
 pub(super) fn assign(
     bundles: &[StagedBundle],
     policies: &[PoolPolicy],
     order: &[usize],
-    slots: &mut [Slots],
-) -> (Vec<(usize, usize, Coverage)>, Vec<UnservedBundle>) {
-    let fitting: Vec<Vec<usize>> = bundles
+    slots: &[Slots],
+    server: Option<&ServerView>,
+) -> Assigned {
+    let mut out = Assigned {
+        workers: vec![0; policies.len()],
+        ..Assigned::default()
+    };
+    let (rest, mut owners) = match server {
+        Some(view) => server_pass(bundles, view, &mut out),
+        None => ((0..bundles.len()).collect(), None),
+    };
+    let mut bins: Vec<Bins> = policies
         .iter()
-        .map(|b| {
-            order
-                .iter()
-                .copied()
-                .filter(|&p| misfit(&policies[p], b).is_none())
-                .collect()
-        })
+        .zip(slots)
+        .map(|(policy, slot)| Bins::new(policy, slot, server.is_some()))
         .collect();
-    let mut assigned: Vec<Option<(usize, Coverage)>> = vec![None; bundles.len()];
-    // Pass 1: existing pending workers first, most constrained bundles first, so that a
-    // pending worker is not spent on a bundle that fits elsewhere too. A compat pool ends the
-    // scan: the bundle is left to pass 2, where preference order decides between it and the
-    // pools before it.
-    let mut by_constraint: Vec<usize> = (0..bundles.len()).collect();
-    by_constraint.sort_by_key(|&b| fitting[b].len());
-    for &b in &by_constraint {
-        for &p in &fitting[b] {
-            let slot = &mut slots[p];
-            if slot.unavailable.is_some() {
-                continue;
-            }
-            if slot.compat {
-                break;
-            }
-            if slot.pending > 0 {
-                slot.pending -= 1;
-                assigned[b] = Some((p, Coverage::PendingWorker));
-                break;
-            }
-        }
-    }
-    // Pass 2: in bundle order, the first pool in preference order that is a compat pool (it
-    // takes every bundle that reaches it, as upstream) or has room to launch.
-    for b in 0..bundles.len() {
-        if assigned[b].is_some() {
+    for b in rest {
+        let bundle = &bundles[b];
+        if let Some(held) = owners.as_ref().and_then(|o| o.holds(bundle)) {
+            out.unserved.push(held);
             continue;
         }
-        for &p in &fitting[b] {
-            let slot = &mut slots[p];
+        let fitting: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|&p| misfit(&policies[p], bundle).is_none())
+            .collect();
+        let request = Resources::requested(bundle);
+        let placed = fitting.iter().find_map(|&p| {
+            let slot = &slots[p];
             if slot.unavailable.is_some() {
-                continue;
+                return None;
             }
             if slot.compat {
-                assigned[b] = Some((p, Coverage::Compat));
-                break;
+                return Some((p, Coverage::Compat));
             }
-            if slot.room > 0 {
-                slot.room -= 1;
-                assigned[b] = Some((p, Coverage::NewWorker));
-                break;
+            bins[p].take(&request).map(|coverage| (p, coverage))
+        });
+        match placed {
+            Some((p, coverage)) => {
+                if let Some(owners) = owners.as_mut() {
+                    owners.spend(bundle);
+                }
+                out.assigned.push((p, b, coverage));
             }
+            None => out
+                .unserved
+                .push(unserved_bundle(bundle, policies, order, slots, &fitting)),
         }
     }
-    let mut done = Vec::new();
-    let mut unserved = Vec::new();
-    for (b, bundle) in bundles.iter().enumerate() {
-        if let Some((p, coverage)) = assigned[b] {
-            done.push((p, b, coverage));
-            continue;
-        }
-        unserved.push(unserved_bundle(bundle, policies, order, slots, &fitting[b]));
+    for (workers, bins) in out.workers.iter_mut().zip(&bins) {
+        *workers = bins.used();
     }
-    (done, unserved)
+    out
+}
+
+/// The workers of one pool the assignment fills: its starting ones, then new ones.
+struct Bins {
+    bins: Vec<Bin>,
+    /// What a new worker has.
+    shape: Resources,
+    /// Bundles per worker at most (`Some(1)` without the server's side).
+    runs: Option<i64>,
+    /// New workers the pool may still start.
+    room: usize,
+}
+
+/// One worker of a pool as the assignment fills it.
+struct Bin {
+    free: Resources,
+    runs_left: Option<i64>,
+    taken: usize,
+    coming: bool,
+}
+
+impl Bins {
+    fn new(policy: &PoolPolicy, slot: &Slots, packs: bool) -> Self {
+        let shape = Resources::of_shape(&policy.shape);
+        let runs = (!packs).then_some(1);
+        let bins = (0..slot.coming)
+            .map(|_| Bin {
+                free: shape,
+                runs_left: runs,
+                taken: 0,
+                coming: true,
+            })
+            .collect();
+        Self {
+            bins,
+            shape,
+            runs,
+            room: slot.room,
+        }
+    }
+
+    /// Gives a bundle holding `request` to the first worker with room for it, or to a new one
+    /// while the pool has room; how it is covered, or `None`.
+    fn take(&mut self, request: &Resources) -> Option<Coverage> {
+        let index = match self.bins.iter().position(|bin| bin.has_room(request)) {
+            Some(index) => index,
+            None if self.room > 0 => {
+                self.room -= 1;
+                self.bins.push(Bin {
+                    free: self.shape,
+                    runs_left: self.runs,
+                    taken: 0,
+                    coming: false,
+                });
+                self.bins.len() - 1
+            }
+            None => return None,
+        };
+        let bin = &mut self.bins[index];
+        bin.free = bin.free.minus(*request);
+        bin.runs_left = bin.runs_left.map(|n| n - 1);
+        bin.taken += 1;
+        Some(if bin.coming {
+            Coverage::PendingWorker
+        } else {
+            Coverage::NewWorker
+        })
+    }
+
+    /// Workers given at least one bundle.
+    fn used(&self) -> usize {
+        self.bins.iter().filter(|bin| bin.taken > 0).count()
+    }
+}
+
+impl Bin {
+    fn has_room(&self, request: &Resources) -> bool {
+        if self.taken == 0 {
+            return true;
+        }
+        self.runs_left.is_none_or(|n| n > 0) && self.free.shortfall(request).is_none()
+    }
+}
+
+/// The owners' quotas as the assignment spends them (with the server's side).
+struct OwnerQuotas<'a> {
+    view: &'a ServerView,
+    quota: BTreeMap<String, i64>,
+}
+
+impl OwnerQuotas<'_> {
+    /// The bundle held back for its owner, if the server would give it no new worker of ours.
+    fn holds(&self, bundle: &StagedBundle) -> Option<UnservedBundle> {
+        let queued = QueuedBundle {
+            bundle: bundle.clone(),
+        };
+        let quota_left = self.quota_left(queued.owner());
+        let request = Resources::requested(bundle);
+        let held = held_back(
+            &self.view.owners,
+            quota_left,
+            &queued,
+            &request,
+            &self.view.workers,
+        )?;
+        Some(held_bundle(&bundle.uuid, &held))
+    }
+
+    fn quota_left(&self, owner: &str) -> i64 {
+        self.quota.get(owner).copied().unwrap_or(i64::MAX)
+    }
+
+    /// A bundle of this owner goes to a new worker of ours: shared ones spend their quota.
+    fn spend(&mut self, bundle: &StagedBundle) {
+        let owners = &self.view.owners;
+        if owners.manager != owners.root {
+            return;
+        }
+        if let Some(left) = bundle
+            .owner_id
+            .as_ref()
+            .and_then(|owner| self.quota.get_mut(owner))
+        {
+            *left -= 1;
+        }
+    }
+}
+
+fn held_bundle(uuid: &str, held: &Unmet) -> UnservedBundle {
+    UnservedBundle {
+        uuid: uuid.to_owned(),
+        reason: Reason::Held {
+            code: held.code(),
+            owner: held.owner().unwrap_or_default().to_owned(),
+            detail: held.to_string(),
+        },
+        pools: Vec::new(),
+    }
+}
+
+/// The server's pass over its checked-in workers ([`dispatch`]): bundles it starts now go to
+/// `out.on_workers`, bundles held back for their owner to `out.unserved`; returns the others'
+/// indices in the server's order, and the owners' quotas left after the pass.
+fn server_pass<'a>(
+    bundles: &[StagedBundle],
+    view: &'a ServerView,
+    out: &mut Assigned,
+) -> (Vec<usize>, Option<OwnerQuotas<'a>>) {
+    let index: FxHashMap<&str, usize> = bundles
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (b.uuid.as_str(), i))
+        .collect();
+    let queued = |b: &StagedBundle| QueuedBundle { bundle: b.clone() };
+    let ordered = server_order(bundles.iter().map(queued).collect());
+    let plan = dispatch(DispatchInput {
+        bundles: bundles
+            .iter()
+            .filter(|b| !view.overdue.contains(&b.uuid))
+            .map(queued)
+            .collect(),
+        workers: view.workers.clone(),
+        pools: Vec::new(),
+        owners: view.owners.clone(),
+    });
+    let mut quotas = OwnerQuotas {
+        view,
+        quota: view.owners.quota_left.clone(),
+    };
+    let mut settled = FxHashSet::default();
+    for placed in &plan.bundles {
+        match &placed.placement {
+            Placement::Worker { worker_id } => {
+                if view.is_shared(worker_id) {
+                    quotas.spend(&bundles[index[placed.uuid.as_str()]]);
+                }
+                out.on_workers.push(BundleOnWorker {
+                    uuid: placed.uuid.clone(),
+                    worker_id: worker_id.clone(),
+                });
+            }
+            Placement::Unmet(held) if held.owner().is_some() => {
+                out.unserved.push(held_bundle(&placed.uuid, held));
+            }
+            Placement::Unmet(_) | Placement::NewWorker { .. } => continue,
+        }
+        settled.insert(placed.uuid.as_str());
+    }
+    let rest = ordered
+        .iter()
+        .map(|q| q.bundle.uuid.as_str())
+        .filter(|uuid| !settled.contains(uuid))
+        .map(|uuid| index[uuid])
+        .collect();
+    (rest, Some(quotas))
 }
 
 fn unserved_bundle(

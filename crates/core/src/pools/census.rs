@@ -14,6 +14,10 @@ pub(super) struct Census {
     /// Active and free: checked in and idle, not yet checked in, or (no check-in
     /// information) active for less than `startup_grace`.
     pub(super) starting: usize,
+    /// Of `starting`, those checked in and idle: with the server's view
+    /// ([`super::ServerView`]) the dispatch model gives them bundles as checked-in workers,
+    /// so the pool's packing counts them as busy, not as starting.
+    pub(super) ready_idle: usize,
     /// Pending and not stuck.
     pub(super) pending: usize,
     pub(super) stuck: Vec<Reason>,
@@ -29,6 +33,19 @@ pub(super) struct Census {
 }
 
 impl Census {
+    /// Jobs that are free capacity: pending and starting; with the server's side (`packs`)
+    /// without the checked-in idle ones, which the dispatch model fills as checked-in workers.
+    pub(super) fn free(&self, packs: bool) -> usize {
+        let ready_idle = if packs { self.ready_idle } else { 0 };
+        self.pending + self.starting - ready_idle
+    }
+
+    /// Active jobs that are not free capacity (see [`Census::free`]).
+    pub(super) fn busy(&self, packs: bool) -> usize {
+        let ready_idle = if packs { self.ready_idle } else { 0 };
+        self.active - self.starting + ready_idle
+    }
+
     /// Notes a lost job: stopped this tick, counted toward `max` until gone.
     fn lose(&mut self, job: &ObservedJob, unseen_for: Duration, timeout: Duration) {
         self.lost_ids.push(job.id.clone());
@@ -79,6 +96,7 @@ pub(super) fn census(policy: &PoolPolicy, observed: &PoolObservation, now: Durat
     let mut census = Census {
         active: 0,
         starting: 0,
+        ready_idle: 0,
         pending: 0,
         stuck: Vec::new(),
         stuck_ids: Vec::new(),
@@ -130,8 +148,9 @@ impl Census {
             // Busy, vanished (presumed busy: it may come back), or lost and kept.
             Some(WorkerState::Busy | WorkerState::Vanished | WorkerState::Lost) => {}
             // Checked in and idle, or not yet checked in: free capacity.
-            Some(WorkerState::Starting | WorkerState::ReadyIdle) => {
+            Some(state @ (WorkerState::Starting | WorkerState::ReadyIdle)) => {
                 self.starting += usize::from(target);
+                self.ready_idle += usize::from(target && state == WorkerState::ReadyIdle);
             }
             // No check-in information: presumed busy after the startup grace.
             None => {

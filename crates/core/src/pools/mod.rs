@@ -48,12 +48,14 @@ mod census;
 #[cfg(test)]
 mod checkin_tests;
 pub mod need;
+#[cfg(test)]
+mod packing_tests;
 mod single;
 #[cfg(test)]
 mod tests;
 pub mod unmet;
 
-pub use assign::{BundleAssignment, Coverage, PoolVerdict, UnservedBundle, misfit};
+pub use assign::{BundleAssignment, BundleOnWorker, Coverage, PoolVerdict, UnservedBundle, misfit};
 pub use backoff::PoolHealth;
 pub use need::Need;
 pub use single::SingleBackendFlags;
@@ -63,7 +65,7 @@ use crate::backend::JobState;
 use crate::bundle::{StagedBundle, WorkerShape};
 use crate::checkin::JobCheckin;
 use crate::policy::{Decision, Observation, PolicyConfig, Reason, plan};
-use assign::Slots;
+use assign::{Assigned, Slots};
 use census::{Census, census};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -292,6 +294,31 @@ pub struct PoolObservation {
     pub checkins_seen: bool,
 }
 
+/// The server's side of a tick, for the dispatch model ([`crate::dispatch`]): its checked-in
+/// workers and who owns what. With it a worker holds several bundles and bundles the server
+/// would give no new worker of this manager buy nothing; without it (the server did not
+/// report a field the model needs, or its workers could not be listed) a worker takes one
+/// bundle.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ServerView {
+    /// The server's checked-in workers, whoever runs them.
+    pub workers: Vec<crate::dispatch::ServerWorker>,
+    /// The root user, the manager's user and the owners' quotas.
+    pub owners: crate::dispatch::Owners,
+    /// Bundles the model put on a checked-in worker that the server has not started for too
+    /// long (something the model does not see holds them): they go to the pools instead.
+    pub overdue: std::collections::BTreeSet<String>,
+}
+
+impl ServerView {
+    /// Whether worker `worker_id` is the root user's (shared).
+    pub fn is_shared(&self, worker_id: &str) -> bool {
+        self.workers
+            .iter()
+            .any(|w| w.worker_id == worker_id && w.owner == self.owners.root)
+    }
+}
+
 /// What the manager saw this tick.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PoolsObservation {
@@ -299,6 +326,8 @@ pub struct PoolsObservation {
     pub bundles: Vec<StagedBundle>,
     /// One observation per pool, in the order of the policies.
     pub pools: Vec<PoolObservation>,
+    /// The server's side, when known (see [`ServerView`]).
+    pub server: Option<ServerView>,
 }
 
 /// What one pool does this tick, and why.
@@ -316,6 +345,9 @@ pub struct PoolDecision {
     pub target: Option<u32>,
     /// Staged bundles assigned to the pool.
     pub demand: usize,
+    /// Workers those bundles fill: starting ones and new ones (as many as `demand` when a
+    /// worker takes one bundle).
+    pub workers_needed: usize,
     /// Active jobs.
     pub active: usize,
     /// Pending jobs (stuck ones included).
@@ -352,6 +384,8 @@ pub struct PoolsDecision {
     pub pools: Vec<PoolDecision>,
     /// Bundles given to a pool.
     pub assignments: Vec<BundleAssignment>,
+    /// Bundles a checked-in worker takes now (with the server's side).
+    pub on_workers: Vec<BundleOnWorker>,
     /// Bundles no pool takes, with the reason.
     pub unserved: Vec<UnservedBundle>,
     /// Every staged bundle with no worker coming this tick, by pool, class and reason.
@@ -397,12 +431,12 @@ fn per_policy<'a>(
 /// Where `bundles` go and what each pool's demand is (rules 1, 3 and 4 of the module doc).
 struct Assignment {
     censuses: Vec<Census>,
-    /// (pool index, bundle index, coverage).
-    assigned: Vec<(usize, usize, Coverage)>,
-    unserved: Vec<UnservedBundle>,
+    assigned: Assigned,
     /// Per pool: the bundles assigned to it, plus those waiting because every fitting pool is
     /// full, counted at their preferred pool.
     demand: Vec<usize>,
+    /// Per pool: the workers those bundles fill (each waiting bundle counts one).
+    workers: Vec<usize>,
 }
 
 fn assignment(
@@ -410,33 +444,37 @@ fn assignment(
     observations: &[&PoolObservation],
     policies: &[PoolPolicy],
     now: Duration,
+    server: Option<&ServerView>,
 ) -> Assignment {
+    let packs = server.is_some();
     let censuses: Vec<Census> = policies
         .iter()
         .zip(observations)
         .map(|(policy, obs)| census(policy, obs, now))
         .collect();
-    let mut slots: Vec<Slots> = policies
+    let slots: Vec<Slots> = policies
         .iter()
         .zip(observations)
         .zip(&censuses)
         .map(|((policy, obs), census)| Slots {
             unavailable: unavailable(obs, census),
             compat: policy.launch_mode == LaunchMode::Compat,
-            pending: census.pending + census.starting,
+            coming: census.free(packs),
             room: (policy.max as usize).saturating_sub(census.jobs),
             jobs_and_max: (census.jobs, policy.max),
         })
         .collect();
     let order = preference_order(policies);
-    let (assigned, unserved) = assign::assign(bundles, policies, &order, &mut slots);
+    let assigned = assign::assign(bundles, policies, &order, &slots, server);
     let mut demand = vec![0usize; policies.len()];
-    for (p, _, _) in &assigned {
+    for (p, _, _) in &assigned.assigned {
         demand[*p] += 1;
     }
+    let mut workers = assigned.workers.clone();
     // Bundles that wait because every fitting pool is full still count as demand of their
     // preferred pool (which then says `max_reached`); launches never exceed its room.
-    let waiting: std::collections::HashSet<&str> = unserved
+    let waiting: std::collections::HashSet<&str> = assigned
+        .unserved
         .iter()
         .filter(|u| matches!(u.reason, Reason::MaxReached { .. }))
         .map(|u| u.uuid.as_str())
@@ -447,13 +485,18 @@ fn assignment(
             .find(|&&p| misfit(&policies[p], bundle).is_none())
         {
             demand[p] += 1;
+            workers[p] += 1;
         }
+    }
+    // A compat pool's worker takes one bundle (upstream's rule).
+    for p in (0..slots.len()).filter(|&p| slots[p].compat) {
+        workers[p] = demand[p];
     }
     Assignment {
         censuses,
         assigned,
-        unserved,
         demand,
+        workers,
     }
 }
 
@@ -479,17 +522,31 @@ pub fn plan_pools(
     now: Duration,
 ) -> PoolsDecision {
     let observations = per_policy(&observed.pools, policies);
+    let server = observed.server.as_ref();
     let Assignment {
         censuses,
         assigned,
-        unserved,
         demand,
-    } = assignment(&observed.bundles, &observations, policies, now);
+        workers,
+    } = assignment(&observed.bundles, &observations, policies, now, server);
     let pools: Vec<PoolDecision> = policies
         .iter()
         .enumerate()
-        .map(|(i, policy)| decide(policy, observations[i], &censuses[i], demand[i]))
+        .map(|(i, policy)| {
+            let demand = Demand {
+                bundles: demand[i],
+                workers: workers[i],
+                packs: server.is_some(),
+            };
+            decide(policy, observations[i], &censuses[i], demand)
+        })
         .collect();
+    let Assigned {
+        assigned,
+        unserved,
+        on_workers,
+        ..
+    } = assigned;
     let assignments = assigned
         .into_iter()
         .map(|(p, b, coverage)| BundleAssignment {
@@ -498,7 +555,7 @@ pub fn plan_pools(
             coverage,
         })
         .collect::<Vec<_>>();
-    let starting: Vec<usize> = censuses.iter().map(|c| c.pending + c.starting).collect();
+    let starting: Vec<usize> = censuses.iter().map(|c| c.free(server.is_some())).collect();
     let unmet = unmet::unmet_demand(
         &observed.bundles,
         policies,
@@ -510,16 +567,26 @@ pub fn plan_pools(
     PoolsDecision {
         pools,
         assignments,
+        on_workers,
         unserved,
         unmet,
     }
+}
+
+/// A pool's demand: its bundles, and the workers they fill.
+#[derive(Debug, Clone, Copy)]
+struct Demand {
+    bundles: usize,
+    workers: usize,
+    /// Workers hold several bundles (the server's side is known).
+    packs: bool,
 }
 
 fn decide(
     policy: &PoolPolicy,
     observed: &PoolObservation,
     census: &Census,
-    demand: usize,
+    demand: Demand,
 ) -> PoolDecision {
     let mut decision = PoolDecision {
         pool: policy.name.clone(),
@@ -527,7 +594,8 @@ fn decide(
         launches: 0,
         stops: Vec::new(),
         target: None,
-        demand,
+        demand: demand.bundles,
+        workers_needed: demand.workers,
         active: census.active,
         pending: census.pending + census.stuck_ids.len(),
         stopping: observed.stopping,
@@ -546,7 +614,7 @@ fn decide(
         }
         let upstream = plan(
             &Observation {
-                staged: demand,
+                staged: demand.bundles,
                 pending: census.pending,
                 active: census.active,
                 since_last_launch: observed.since_last_launch,
@@ -605,18 +673,26 @@ fn decide_target(
     policy: &PoolPolicy,
     observed: &PoolObservation,
     census: &Census,
-    demand: usize,
+    demand: Demand,
     decision: &mut PoolDecision,
 ) {
     let reasons = &mut decision.reasons;
-    reasons.push(if demand > 0 {
-        Reason::WantWorkers { staged: demand }
+    reasons.push(if demand.bundles > 0 {
+        Reason::WantWorkers {
+            staged: demand.bundles,
+        }
     } else {
         Reason::NoStagedBundles
     });
+    if demand.workers < demand.bundles {
+        reasons.push(Reason::Packed {
+            bundles: demand.bundles,
+            workers: demand.workers,
+        });
+    }
     let capacity = census.active + census.pending;
-    let busy = census.active - census.starting;
-    let target = (busy + demand)
+    let busy = census.busy(demand.packs);
+    let target = (busy + demand.workers)
         .max(policy.min as usize)
         .min(policy.max as usize);
     decision.target = Some(target as u32);
@@ -624,16 +700,16 @@ fn decide_target(
         target: target as u32,
         capacity,
     });
-    let free = census.pending + census.starting;
-    if demand > 0 && free >= demand {
+    let free = census.free(demand.packs);
+    if demand.bundles > 0 && free >= demand.bundles {
         reasons.push(Reason::PendingCoversDemand {
             pending: free,
-            staged: demand,
+            staged: demand.bundles,
         });
     }
     let needed = target.saturating_sub(capacity);
     let room = (policy.max as usize).saturating_sub(census.jobs);
-    if needed > room || busy + demand > policy.max as usize {
+    if needed > room || busy + demand.workers > policy.max as usize {
         reasons.push(Reason::MaxReached {
             jobs: census.jobs,
             max: policy.max,

@@ -21,8 +21,8 @@
 //! misses, never more than Σ caps, and bundles that fit no pool add nothing.
 
 use super::{
-    Census, LaunchMode, PoolObservation, PoolPolicy, assignment, census, misfit, per_policy,
-    unavailable,
+    Census, LaunchMode, PoolObservation, PoolPolicy, ServerView, assignment, census, misfit,
+    per_policy, unavailable,
 };
 use crate::bundle::StagedBundle;
 use std::time::Duration;
@@ -34,6 +34,7 @@ pub struct Need<'a> {
     observations: Vec<&'a PoolObservation>,
     now: Duration,
     caps: Vec<usize>,
+    server: Option<&'a ServerView>,
 }
 
 impl<'a> Need<'a> {
@@ -41,17 +42,34 @@ impl<'a> Need<'a> {
     /// order; a missing one counts as unobserved), at manager clock `now`.
     pub fn new(policies: &'a [PoolPolicy], pools: &'a [PoolObservation], now: Duration) -> Self {
         let observations = per_policy(pools, policies);
-        let caps = policies
-            .iter()
-            .zip(&observations)
-            .map(|(policy, observed)| cap(policy, &census(policy, observed, now), observed))
-            .collect();
-        Self {
+        let mut need = Self {
             policies,
             observations,
             now,
-            caps,
-        }
+            caps: Vec::new(),
+            server: None,
+        };
+        need.caps = need.caps_now();
+        need
+    }
+
+    /// The same need with the server's side known: demand counts workers as the dispatch
+    /// model fills them ([`ServerView`]).
+    pub fn with_server(mut self, server: Option<&'a ServerView>) -> Self {
+        self.server = server;
+        self.caps = self.caps_now();
+        self
+    }
+
+    fn caps_now(&self) -> Vec<usize> {
+        let packs = self.server.is_some();
+        self.policies
+            .iter()
+            .zip(&self.observations)
+            .map(|(policy, observed)| {
+                cap(policy, &census(policy, observed, self.now), observed, packs)
+            })
+            .collect()
     }
 
     /// Per pool, in the order of the policies: the demand past which its decision no longer
@@ -69,7 +87,14 @@ impl<'a> Need<'a> {
     /// first): Σ over the pools of `cap − demand`, at least 0. Zero means that reading further
     /// changes no decision.
     pub fn missing(&self, read: &[StagedBundle]) -> usize {
-        let demand = assignment(read, &self.observations, self.policies, self.now).demand;
+        let demand = assignment(
+            read,
+            &self.observations,
+            self.policies,
+            self.now,
+            self.server,
+        )
+        .workers;
         self.caps
             .iter()
             .zip(demand)
@@ -86,15 +111,14 @@ impl<'a> Need<'a> {
 }
 
 /// The demand past which the decision of `policy` no longer changes (the module doc says why).
-fn cap(policy: &PoolPolicy, census: &Census, observed: &PoolObservation) -> usize {
+fn cap(policy: &PoolPolicy, census: &Census, observed: &PoolObservation, packs: bool) -> usize {
     if unavailable(observed, census).is_some() {
         return 0;
     }
     match policy.launch_mode {
         LaunchMode::Compat => census.pending + 1,
         LaunchMode::Target => {
-            let busy = census.active.saturating_sub(census.starting);
-            let free = census.pending + census.starting;
+            let (busy, free) = (census.busy(packs), census.free(packs));
             (policy.max as usize).saturating_sub(busy).max(free) + 1
         }
     }

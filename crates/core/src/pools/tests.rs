@@ -66,7 +66,15 @@ fn plan2(
     pools: Vec<PoolObservation>,
     policies: &[PoolPolicy],
 ) -> PoolsDecision {
-    plan_pools(&PoolsObservation { bundles, pools }, policies, S(10_000))
+    plan_pools(
+        &PoolsObservation {
+            bundles,
+            pools,
+            server: None,
+        },
+        policies,
+        S(10_000),
+    )
 }
 
 fn codes(decision: &PoolDecision) -> Vec<&'static str> {
@@ -515,6 +523,7 @@ fn a_backing_off_pool_is_skipped_and_its_demand_falls_back() {
     // Over: at 10_200 the pool is back.
     let decision = plan_pools(
         &PoolsObservation {
+            server: None,
             bundles: cpu_bundles(1),
             pools: vec![backing_off.clone()],
         },

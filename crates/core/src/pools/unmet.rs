@@ -67,6 +67,21 @@ pub enum UnmetReason {
         /// Starting workers of the pool.
         starting: usize,
     },
+    /// Their owner has no `parallel_run_quota` left for shared workers (the manager's).
+    QuotaExhausted {
+        /// The owner (id).
+        owner: String,
+    },
+    /// Their owner's quota is used up and a worker of the owner's own will take them.
+    OwnWorker {
+        /// The owner (id).
+        owner: String,
+    },
+    /// The manager's workers are private to its user, and another user owns them.
+    NotOurs {
+        /// The owner (id).
+        owner: String,
+    },
     /// The pool takes nothing this tick for another reason (`unobserved`, `pending_timeout`,
     /// `worker_lost`).
     PoolUnavailable {
@@ -86,6 +101,9 @@ impl UnmetReason {
             UnmetReason::BackingOff { .. } => "backing_off",
             UnmetReason::Paced { .. } => "paced",
             UnmetReason::WaitingForStarting { .. } => "waiting_for_starting",
+            UnmetReason::QuotaExhausted { .. } => "quota_exhausted",
+            UnmetReason::OwnWorker { .. } => "own_worker",
+            UnmetReason::NotOurs { .. } => "not_ours",
             UnmetReason::PoolUnavailable { .. } => "pool_unavailable",
         }
     }
@@ -185,6 +203,15 @@ fn unserved_reason(bundle: &UnservedBundle) -> (Option<String>, UnmetReason) {
                 .join("; ");
             return (None, UnmetReason::NoFittingPool { detail });
         }
+        Reason::Held { code, owner, .. } => {
+            let owner = owner.clone();
+            let reason = match *code {
+                "quota_exhausted" => UnmetReason::QuotaExhausted { owner },
+                "own_worker" => UnmetReason::OwnWorker { owner },
+                _ => UnmetReason::NotOurs { owner },
+            };
+            return (None, reason);
+        }
         Reason::MaxReached { jobs, max } => UnmetReason::MaxReached {
             jobs: *jobs,
             max: *max,
@@ -264,6 +291,7 @@ mod tests {
             backoff_until: Some(S(700)),
         };
         let observed = PoolsObservation {
+            server: None,
             bundles: vec![
                 bundle(1, 64, "gpuq"),
                 bundle(2, 0, ""),
@@ -327,6 +355,7 @@ mod tests {
     fn bundles_a_launch_covers_are_not_unmet() {
         let policies = [pool("cpu", 0, 10, None)];
         let observed = PoolsObservation {
+            server: None,
             bundles: vec![bundle(1, 0, ""), bundle(2, 0, "")],
             pools: vec![PoolObservation::default()],
         };

@@ -227,6 +227,7 @@ fn policy_view_is_exact() {
         let plan = |bundles: Vec<StagedBundle>| {
             let decision = plan_pools(
                 &PoolsObservation {
+                    server: None,
                     bundles,
                     pools: observations.clone(),
                 },

@@ -593,6 +593,7 @@ pub fn reaction_ticks(scenario: &ReactionScenario) -> Option<u64> {
     for tick in 1..=1_000_000u64 {
         let now = scenario.sleep_time * u32::try_from(tick - 1).ok()?;
         let observed = PoolsObservation {
+            server: None,
             bundles: bundles.clone(),
             pools: vec![PoolObservation {
                 jobs: pending.clone(),

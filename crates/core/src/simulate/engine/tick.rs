@@ -35,6 +35,7 @@ impl Sim<'_> {
             let _ = self.runtimes[pool].take_listing(listing, now);
         }
         let observed = PoolsObservation {
+            server: None,
             pools: self
                 .runtimes
                 .iter_mut()
