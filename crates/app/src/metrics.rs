@@ -82,6 +82,17 @@ struct PoolOp {
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
+/// `{kind}` of the start-time estimate metrics (`now`, `worker_checkin`, `after_runs` …).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EstimateKind {
+    kind: &'static str,
+}
+
+/// 5 s to about 2.8 h, doubling: a start-time estimate's error.
+fn estimate_error_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(5.0, 2.0, 12))
+}
+
 /// 5 ms to about 80 s, doubling.
 fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 15))
@@ -105,6 +116,8 @@ pub struct Metrics {
     budget_worker_seconds: Family<Scope, FloatGauge>,
     budget_cost: Family<Scope, FloatGauge>,
     budget_reached: Family<Scope, Gauge>,
+    start_estimates: Family<EstimateKind, Gauge>,
+    estimate_errors: HistogramFamily<EstimateKind>,
 }
 
 impl Default for Metrics {
@@ -126,6 +139,8 @@ impl Default for Metrics {
             budget_worker_seconds: Family::default(),
             budget_cost: Family::default(),
             budget_reached: Family::default(),
+            start_estimates: Family::default(),
+            estimate_errors: Family::new_with_constructor(estimate_error_histogram),
         };
         metrics.register(&mut registry);
         Self {
@@ -200,6 +215,7 @@ impl Metrics {
             "1 while a scope's budget is used up (no launches), else 0",
             self.budget_reached.clone(),
         );
+        self.register_estimates(registry);
         registry.register_with_unit(
             "codalab_wm_tick_duration",
             "Duration of one tick (search, list, plan, act)",
@@ -211,6 +227,21 @@ impl Metrics {
             "Duration of backend calls, by pool and operation (get_worker_jobs, start_worker_job, stop_worker_job)",
             Unit::Seconds,
             self.backend_requests.clone(),
+        );
+    }
+
+    /// The start-time estimates' metrics.
+    fn register_estimates(&self, registry: &mut Registry) {
+        registry.register(
+            "codalab_wm_start_estimates",
+            "Staged bundles read at the last successful tick, by the kind of their start-time estimate (now, worker_checkin, after_runs, after_backoff, not_while)",
+            self.start_estimates.clone(),
+        );
+        registry.register_with_unit(
+            "codalab_wm_start_estimate_error",
+            "How far each start-time estimate was from the tick its bundle left staged, by kind (each bundle's first estimate with a time)",
+            Unit::Seconds,
+            self.estimate_errors.clone(),
         );
     }
 
@@ -277,6 +308,13 @@ impl Metrics {
             }
         }
         self.set_budgets(status);
+        self.start_estimates.clear();
+        for estimate in &status.estimates {
+            let kind = EstimateKind {
+                kind: estimate.estimate.kind(),
+            };
+            self.start_estimates.get_or_create(&kind).inc();
+        }
         self.unmet_bundles.clear();
         for unmet in &status.unmet {
             let labels = UnmetReason {
@@ -347,6 +385,10 @@ impl StatusExporter {
             .observe(status.last_tick_duration_seconds);
         if status.last_error.is_none() {
             metrics.set_gauges(status);
+        }
+        for scored in &status.scored {
+            let kind = EstimateKind { kind: scored.kind };
+            (metrics.estimate_errors.get_or_create(&kind)).observe(scored.error_seconds as f64);
         }
         for counter in &status.counters {
             let key = (counter.metric, counter.pool.clone(), counter.label.clone());
@@ -456,8 +498,31 @@ impl WorkerBackend for MeteredBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use codalab_wm_core::estimate::{BundleEstimate, StartEstimate};
+    use codalab_wm_core::manager::estimates::ScoredEstimate;
     use codalab_wm_core::manager::status::{Counter as StatusCounter, PoolStatus, ShapeStatus};
     use codalab_wm_core::pools::{LaunchMode, PoolHealth};
+
+    /// Two estimates (one now, one at a check-in) and one scored 12 s off.
+    fn estimates(status: &mut Status) {
+        let now = StartEstimate::Now {
+            worker_id: "w1".into(),
+        };
+        let checkin = StartEstimate::WorkerCheckin {
+            pool: "cpu".into(),
+            job: None,
+            seconds: 40,
+        };
+        status.estimates = vec![
+            BundleEstimate::new("0x1", now),
+            BundleEstimate::new("0x2", checkin),
+        ];
+        status.scored = vec![ScoredEstimate {
+            uuid: "0x0".into(),
+            kind: "worker_checkin",
+            error_seconds: 12,
+        }];
+    }
 
     fn counter(metric: &'static str, label: &str, value: u64) -> StatusCounter {
         StatusCounter {
@@ -500,7 +565,7 @@ mod tests {
         let metrics: &'static Metrics = Box::leak(Box::default());
         let mut exporter = StatusExporter::new(metrics);
         assert!(!exporter.observe(&Status::default()), "no tick yet");
-        let first = Status {
+        let mut first = Status {
             ticks: 1,
             staged: 4,
             pools: vec![pool(2)],
@@ -518,6 +583,7 @@ mod tests {
             }],
             ..Status::default()
         };
+        estimates(&mut first);
         assert!(exporter.observe(&first));
         assert!(!exporter.observe(&first), "the same tick again");
         let failed = Status {
@@ -542,6 +608,9 @@ mod tests {
             r#"codalab_wm_budget_worker_seconds{scope="all pools"} 45000.0"#,
             r#"codalab_wm_budget_cost{scope="all pools"} 6.25"#,
             r#"codalab_wm_budget_reached{scope="all pools"} 1"#,
+            r#"codalab_wm_start_estimates{kind="worker_checkin"} 1"#,
+            r#"codalab_wm_start_estimate_error_seconds_count{kind="worker_checkin"} 1"#,
+            r#"codalab_wm_start_estimate_error_seconds_bucket{le="20.0",kind="worker_checkin"} 1"#,
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }
@@ -573,7 +642,7 @@ mod tests {
             ("job_failures", "before_active"),
             ("server_errors", "unreachable"),
         ];
-        StatusExporter::new(metrics).observe(&Status {
+        let mut status = Status {
             ticks: 1,
             staged: 4,
             pools: vec![cpu],
@@ -587,7 +656,9 @@ mod tests {
                 resumes_at_seconds: None,
             }],
             ..Status::default()
-        });
+        };
+        estimates(&mut status);
+        StatusExporter::new(metrics).observe(&status);
         let text = metrics.render().unwrap();
         let Some(problems) = codalab_wm_core::testing::promtool_problems(&text) else {
             return;

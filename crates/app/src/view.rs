@@ -26,10 +26,22 @@ pub struct StatusView {
     recent_failures: Vec<FailureView>,
     budgets: Vec<BudgetView>,
     events: Vec<EventView>,
+    estimates: Vec<EstimateView>,
 }
 
 /// Events the view shows, the newest last.
 const EVENTS_SHOWN: usize = 10;
+
+/// Start-time estimates the view shows (`/status` has every one).
+const ESTIMATES_SHOWN: usize = 10;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct EstimateView {
+    uuid: String,
+    kind: String,
+    text: String,
+}
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -187,6 +199,7 @@ pub fn render(status: &StatusView) -> String {
         }
     }
     render_waiting(&mut out, &status.unmet);
+    render_estimates(&mut out, &status.estimates);
     render_budgets(&mut out, &status.budgets, status.uptime_seconds);
     render_events(&mut out, &status.events);
     if !status.recent_failures.is_empty() {
@@ -345,6 +358,31 @@ recent events:"
             duration(event.at_seconds),
             event.message
         );
+    }
+}
+
+/// When the staged bundles read are expected to start: a count per kind, then the first few.
+fn render_estimates(out: &mut String, estimates: &[EstimateView]) {
+    if estimates.is_empty() {
+        return;
+    }
+    let mut kinds: std::collections::BTreeMap<&str, usize> = Default::default();
+    for estimate in estimates {
+        *kinds.entry(estimate.kind.as_str()).or_default() += 1;
+    }
+    let counts: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let _ = writeln!(
+        out,
+        "
+expected to start ({}):",
+        counts.join(", ")
+    );
+    for estimate in estimates.iter().take(ESTIMATES_SHOWN) {
+        let _ = writeln!(out, "  {}  {}", estimate.uuid, estimate.text);
+    }
+    if estimates.len() > ESTIMATES_SHOWN {
+        let more = estimates.len() - ESTIMATES_SHOWN;
+        let _ = writeln!(out, "  … and {more} more (GET /status lists every one)");
     }
 }
 

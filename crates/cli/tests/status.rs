@@ -6,6 +6,7 @@ use axum::Router;
 use axum::routing::get;
 use codalab_wm_core::LaunchMode;
 use codalab_wm_core::budget::{BudgetLimits, BudgetStatus};
+use codalab_wm_core::estimate::{BundleEstimate, StartEstimate};
 use codalab_wm_core::events::{Event, EventKind};
 use codalab_wm_core::manager::status::{Counter, FailureRecord, PoolStatus, ShapeStatus, Status};
 use codalab_wm_core::policy::Reason;
@@ -180,6 +181,24 @@ fn known_status() -> Status {
             resumes_at_seconds: None,
         }],
         started_unix_seconds: 1_800_000_000,
+        estimates: vec![
+            BundleEstimate::new(
+                "0x01",
+                StartEstimate::WorkerCheckin {
+                    pool: "cpu".into(),
+                    job: Some("4107".into()),
+                    seconds: 12,
+                },
+            ),
+            BundleEstimate::new(
+                "0x04",
+                StartEstimate::AfterBackoff {
+                    pool: "gpu".into(),
+                    seconds: 100,
+                },
+            ),
+        ],
+        scored: Vec::new(),
     }
 }
 
@@ -202,6 +221,10 @@ pool gpu (slurm-batch, target): 8 cpus, 1 gpus, 1.5 GiB per worker; min 0, max 4
 unserved bundles:
   0x03  no_fitting_pool (cpu: misfit: request_cpus=64 > worker cpus=4; gpu: misfit: no request_queue, and the pool is exclusive to tag gpu)
   0x04  backing_off (failures=2, remaining_seconds=70, until_seconds=270)
+
+expected to start (1 after_backoff, 1 worker_checkin):
+  0x01  in ~12 s, when job 4107 of cpu checks in
+  0x04  in ~100 s, when gpu stops backing off and a worker checks in
 
 worker-hours in the last 24 h: 1.5 (no budget set)
 

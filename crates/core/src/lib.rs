@@ -94,6 +94,7 @@ pub mod command;
 pub mod describe;
 pub mod dispatch;
 pub mod error;
+pub mod estimate;
 pub mod events;
 pub mod layout;
 #[cfg(feature = "local")]

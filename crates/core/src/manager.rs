@@ -36,9 +36,11 @@ mod budgets;
 mod checkins;
 pub mod down;
 mod error_policy;
+pub mod estimates;
 mod journal;
 pub(crate) mod logs;
 mod observe;
+mod quota;
 mod reconfigure;
 mod record;
 mod run;
@@ -144,6 +146,10 @@ pub struct Manager {
     checkins: checkins::LastView,
     /// The dispatch model's placements on checked-in workers, between ticks.
     server: server_view::ServerMemory,
+    /// The owners' quotas and the owners of runs on shared workers, between ticks.
+    quota: quota::QuotaMemory,
+    /// What the start-time estimates learned, and their predictions.
+    estimates: estimates::EstimateMemory,
     /// The events: log, recent, subscribers.
     journal: journal::Journal,
     /// Each budget's use, as of the last tick (for the status snapshot).
@@ -203,6 +209,8 @@ impl Manager {
             stop_flags: shutdown::StopFlags::default(),
             checkins: checkins::LastView::default(),
             server: server_view::ServerMemory::default(),
+            quota: quota::QuotaMemory::default(),
+            estimates: estimates::EstimateMemory::default(),
             journal: journal::Journal::default(),
             budgets: Vec::new(),
         }
@@ -215,7 +223,11 @@ impl Manager {
 
     /// The pools' policies, in declaration order.
     pub fn policies(&self) -> Vec<PoolPolicy> {
-        self.pools.iter().map(|p| p.pool.policy.clone()).collect()
+        let policy = |pool: &Pool| PoolPolicy {
+            runs_per_worker: pool.worker.exit_after_num_runs.filter(|n| *n > 0),
+            ..pool.policy.clone()
+        };
+        self.pools.iter().map(|p| policy(&p.pool)).collect()
     }
 
     /// Failed launches counted so far.

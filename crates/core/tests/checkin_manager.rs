@@ -10,7 +10,7 @@ use codalab_wm_core::manager::status::TickEvent;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::FakeBackend;
 use codalab_wm_core::{Manager, ManagerConfig, Pool, PoolPolicy, WorkerOptions, WorkerShape};
-use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
+use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab, user_id};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,14 +29,15 @@ async fn setup(bundles: u64) -> Setup {
         password: Secret::new("alicepw"),
     };
     let client = CodaLabClient::new(&server.url(), credentials).unwrap();
-    let backend = FakeBackend::named("fake", WorkerShape::from_flags(4, 0, 8192));
+    // 1-CPU workers, each filled by one of the fake's 1-CPU bundles: launches count bundles.
+    let backend = FakeBackend::named("fake", WorkerShape::from_flags(1, 0, 8192));
     backend.start_active(true);
     backend.unique_names(true);
     let policy = PoolPolicy {
         max: 3,
         min_seconds_between_workers: 0,
         max_launches_per_tick: 3,
-        ..PoolPolicy::new("cpu", WorkerShape::from_flags(4, 0, 8192))
+        ..PoolPolicy::new("cpu", WorkerShape::from_flags(1, 0, 8192))
     };
     let pool = Pool {
         policy,
@@ -62,9 +63,10 @@ async fn setup(bundles: u64) -> Setup {
 /// <host>-<unique>` checks in.
 fn checked_in(job_name: &str, runs: &[&str]) -> serde_json::Value {
     let unique = launch_unique(job_name).unwrap();
-    json!({"user_id": "0", "worker_id": format!("node-3.cluster-{unique}"), "tag": null,
-        "cpus": 4, "gpus": 0, "memory_bytes": 8589934592u64, "checkin_time": 1795295461,
-        "run_uuids": runs, "is_terminating": false, "cpus_in_use": runs.len()})
+    json!({"user_id": user_id("alice"), "worker_id": format!("node-3.cluster-{unique}"), "tag": null,
+        "cpus": 1, "gpus": 0, "memory_bytes": 8589934592u64, "checkin_time": 1795295461,
+        "run_uuids": runs, "is_terminating": false, "cpus_in_use": runs.len(),
+        "gpus_in_use": 0})
 }
 
 fn workers(manager: &Manager, state: WorkerState) -> usize {
@@ -221,16 +223,9 @@ async fn a_worker_that_checked_in_and_vanished_is_noted_and_never_stopped() {
         "a day later, still not stopped"
     );
     assert_eq!(workers(&s.manager, WorkerState::Vanished), 1);
-    // It counts toward max: three bundles that each fill a 4-CPU worker, max 3, one
-    // vanished worker: two launches.
-    s.server.set_bundles(
-        (1..=3)
-            .map(|n| FakeBundle {
-                cpus: 4,
-                ..FakeBundle::new("alice", n)
-            })
-            .collect(),
-    );
+    // It counts toward max: three bundles, max 3, one vanished worker: two launches.
+    s.server
+        .set_bundles((1..=3).map(|n| FakeBundle::new("alice", n)).collect());
     s.manager.tick().await.unwrap();
     assert_eq!(s.backend.launches().len(), 3);
 }
@@ -262,14 +257,13 @@ async fn workers_nobody_sees_check_in_are_kept_and_back_the_pool_off_once_each()
 }
 
 #[tokio::test]
-async fn no_call_without_jobs() {
+async fn one_call_a_tick_jobs_or_not() {
+    // The dispatch model plans a burst of bundles after a quiet spell on a fresh list too.
     let mut s = setup(0).await;
     s.manager.tick().await.unwrap();
     s.manager.tick().await.unwrap();
-    assert!(
-        !s.server
-            .requests()
-            .iter()
-            .any(|r| r.path == "/rest/workers/info")
-    );
+    let calls = (s.server.requests().iter())
+        .filter(|r| r.path == "/rest/workers/info")
+        .count();
+    assert_eq!(calls, 2);
 }

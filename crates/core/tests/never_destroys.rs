@@ -80,7 +80,8 @@ async fn manager(server: &FakeCodaLab, backend: &FakeBackend) -> Manager {
         min_seconds_between_workers: 0,
         max_launches_per_tick: 3,
         pending_timeout: Some(Duration::from_secs(600)),
-        ..PoolPolicy::new("cpu", WorkerShape::from_flags(4, 0, 8192))
+        // 1-CPU workers: each of the fake's 1-CPU bundles fills one.
+        ..PoolPolicy::new("cpu", WorkerShape::from_flags(1, 0, 8192))
     };
     let pool = Pool {
         policy,
@@ -100,7 +101,7 @@ async fn manager(server: &FakeCodaLab, backend: &FakeBackend) -> Manager {
 /// Runs `history`; fails naming the first stop that breaks the invariant.
 async fn run(history: Vec<Step>) -> Result<(), TestCaseError> {
     let server = FakeCodaLab::start().await.unwrap();
-    let backend = FakeBackend::named("fake", WorkerShape::from_flags(4, 0, 8192));
+    let backend = FakeBackend::named("fake", WorkerShape::from_flags(1, 0, 8192));
     backend.unique_names(true);
     let mut manager = manager(&server, &backend).await;
     let mut checked_in: HashSet<String> = HashSet::new();
@@ -179,7 +180,7 @@ proptest! {
 #[tokio::test]
 async fn the_manager_does_stop_its_own_job_that_never_checked_in() {
     let server = FakeCodaLab::start().await.unwrap();
-    let backend = FakeBackend::named("fake", WorkerShape::from_flags(4, 0, 8192));
+    let backend = FakeBackend::named("fake", WorkerShape::from_flags(1, 0, 8192));
     backend.unique_names(true);
     backend.start_active(true);
     let mut manager = manager(&server, &backend).await;

@@ -144,8 +144,8 @@ async fn bundles_go_to_the_pool_that_fits_and_misfits_are_reported_with_the_reas
     );
     assert_eq!(
         s.gpu.launches().len(),
-        2,
-        "the gpu bundle and the gpuq bundle"
+        1,
+        "the gpu bundle (1 CPU, 2 GPUs) and the gpuq bundle (4 CPUs) share an 8-CPU 2-GPU worker"
     );
     assert!(
         s.gpu

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cl.sh USER ARGS... -- run the venv's `cl` (CodaLab CLI 1.7.5) as USER against the local server.
-# USER is one of the users up.sh creates: codalab (root, pw codalab), alice (alicepw), bob (bobpw), bench (benchpw: the bench's own).
+# USER is one of the users up.sh creates: codalab (root, pw codalab), alice (alicepw), bob (bobpw), bench (benchpw: the bench's own), carol (carolpw: the quota tests').
 # Each user has its own CODALAB_HOME ($SERVICES_DIR/codalab/clients/USER: config + cached token),
 # CODALAB_SESSION=main; the password comes from CODALAB_USERNAME/CODALAB_PASSWORD (no prompt).
 # Example: bash xtask/services/codalab/cl.sh alice run 'echo hi' --request-cpus 1 --request-memory 512m

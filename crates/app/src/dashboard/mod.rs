@@ -8,6 +8,7 @@
 //! secrets, no actions), and escapes everything that comes from outside (pool and bundle
 //! names, errors).
 
+mod estimates;
 pub mod history;
 mod page;
 mod sections;

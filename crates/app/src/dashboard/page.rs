@@ -56,6 +56,7 @@ pub fn render(status: &Status, history: &History, page: &Page) -> String {
     sections::health(&mut out, status, page);
     sections::pools(&mut out, status);
     sections::waiting(&mut out, status);
+    super::estimates::estimates(&mut out, status);
     sections::budgets(&mut out, status);
     charts(&mut out, status, history);
     sections::events(&mut out, status);

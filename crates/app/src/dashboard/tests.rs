@@ -3,6 +3,7 @@ use super::*;
 use crate::chart::{self, HEIGHT, Series, WIDTH, escape};
 use codalab_wm_core::budget::{BudgetLimits, BudgetStatus};
 use codalab_wm_core::checkin::WorkerState;
+use codalab_wm_core::estimate::{BundleEstimate, StartEstimate};
 use codalab_wm_core::events::{Event, EventKind};
 use codalab_wm_core::manager::status::{Counter, PoolStatus, ShapeStatus, Status};
 use codalab_wm_core::policy::Reason;
@@ -130,7 +131,47 @@ fn fixture() -> Status {
             resumes_at_seconds: None,
         }],
         started_unix_seconds: 1_795_000_000,
+        estimates: vec![
+            BundleEstimate::new(
+                "0xa",
+                StartEstimate::WorkerCheckin {
+                    pool: "cpu".into(),
+                    job: Some("42".into()),
+                    seconds: 25,
+                },
+            ),
+            BundleEstimate::new(
+                "0xb",
+                StartEstimate::AfterRuns {
+                    pool: "cpu".into(),
+                    ahead: 1,
+                    seconds: 300,
+                },
+            ),
+        ],
+        scored: Vec::new(),
     }
+}
+
+#[test]
+fn the_page_says_when_each_bundle_is_expected_to_start() {
+    let html = render(&fixture(), &History::new(), &page());
+    assert_eq!(
+        text_after(&html, "<h2 id=\"estimates\""),
+        "When they start "
+    );
+    assert!(html.contains("(1 after_runs, 1 worker_checkin)"), "{html}");
+    assert_eq!(
+        text_after(
+            &html,
+            "<tr data-bundle=\"0xa\" data-kind=\"worker_checkin\"><td><code>0xa</code></td><td"
+        ),
+        "in ~25 s, when job 42 of cpu checks in"
+    );
+    assert!(
+        html.contains("in ~300 s, when runs on the workers of cpu end (1 ahead of it)"),
+        "{html}"
+    );
 }
 
 fn page() -> Page {

@@ -13,6 +13,7 @@ pub mod limits;
 pub mod staged;
 pub mod tls;
 mod transport;
+mod users;
 mod workers;
 
 use crate::bundle::StagedBundle;

@@ -1,5 +1,5 @@
 //! `GET /rest/workers/info`: the workers the server knows (those the user may see), with their
-//! check-ins and runs, for [`crate::checkin`]. One call per tick when the manager has jobs.
+//! check-ins and runs, for [`crate::checkin`]. One call per tick.
 
 use super::{CodaLabClient, first_line, limits, transport::unreachable};
 use crate::checkin::CheckedInWorker;

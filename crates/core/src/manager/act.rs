@@ -147,6 +147,7 @@ impl Manager {
                 let output = runtime.pool.backend.job_output(&job);
                 tracing::info!(pool = %pool_name, job = %job.id, backend = runtime.pool.backend.name(), dry_run, output = output.as_deref(), "started a worker job{}", output.as_deref().map(|o| format!("; its output goes to {o}")).unwrap_or_default());
                 runtime.launched(&job, now);
+                self.estimates.launched(&pool_name, &job.id, now);
                 let id = job.id.clone();
                 report.launched.push(job);
                 let outcome = match dry_run {

@@ -63,23 +63,18 @@ impl LastView {
 }
 
 impl Manager {
-    /// The observe step's check-in part: one `GET /rest/workers/info` when any pool has jobs
-    /// or the last tick read staged bundles (the dispatch model places them on the server's
-    /// workers), taken into the last view (kept when the call fails) and each pool's memory.
+    /// The observe step's check-in part: one `GET /rest/workers/info` every tick (the
+    /// dispatch model places staged bundles on the server's workers, and a burst of bundles
+    /// after a quiet spell must be planned on a fresh list too), taken into the last view
+    /// (kept when the call fails) and each pool's memory.
     pub(super) async fn observe_checkins(&mut self, now: Duration) -> Vec<TickEvent> {
-        let has_jobs = self
-            .pools
-            .iter()
-            .any(|r| r.listed.iter().any(|j| j.state.is_capacity()));
-        let result = match has_jobs || !self.window.is_empty() {
-            true => Some(fetch(&self.client).await),
-            false => None,
-        };
+        let result = Some(fetch(&self.client).await);
         self.checkins.take(result, now);
         let mut events = Vec::new();
         for runtime in &mut self.pools {
             runtime.checkin_aware = self.checkins.view.is_some();
             if let (Some(view), true) = (&self.checkins.view, self.checkins.fresh) {
+                self.estimates.take_view(runtime, view, now);
                 events.extend(runtime.take_checkins(view, now));
             }
         }

@@ -26,6 +26,8 @@ pub(super) struct Observed {
     pub search_requests: usize,
     /// Bundles read last tick that are no longer staged, as far as this read shows.
     pub removed: usize,
+    /// The read covered every staged bundle.
+    pub complete: bool,
     /// The staged bundles and every pool's jobs, as the policy sees them.
     pub pools: PoolsObservation,
     /// Jobs seen failed for the first time.
@@ -50,6 +52,7 @@ impl Manager {
             staged: 0,
             search_requests: 0,
             removed: 0,
+            complete: false,
             pools: PoolsObservation::default(),
             newly_failed: Vec::new(),
             events: checkin_events,
@@ -74,7 +77,30 @@ impl Manager {
         }
         observed.pools.server = self.server_view(now);
         self.read_staged(&mut observed).await?;
+        self.read_quotas(&mut observed).await;
         Ok(observed)
+    }
+
+    /// As the root user, with a server view: the quotas of the staged bundles' owners
+    /// ([`super::quota`]), into the view.
+    async fn read_quotas(&mut self, observed: &mut Observed) {
+        let Some(view) = observed.pools.server.as_mut() else {
+            return;
+        };
+        let root = view.owners.root.clone();
+        let Some(workers) = self.checkins.view.as_ref().map(|v| v.workers()) else {
+            return;
+        };
+        if root.is_empty() || view.owners.manager != root {
+            return;
+        }
+        let owners = (observed.pools.bundles.iter())
+            .filter_map(|b| b.owner_id.clone())
+            .collect();
+        (self.quota)
+            .refresh(&self.client, workers, &root, &owners, observed.now)
+            .await;
+        view.owners.quota_left = self.quota.quota_left(workers, &root);
     }
 
     /// The server's side for the dispatch model, from this tick's fresh worker list.
@@ -88,8 +114,13 @@ impl Manager {
             group.is_some_and(|g| !g.is_empty())
         });
         let identity = self.client.identity();
-        self.server
-            .view(identity.as_ref(), workers, group_shared, now)
+        let mut view = (self.server).view(identity.as_ref(), workers, group_shared, now)?;
+        if identity.is_some_and(|i| i.root) {
+            // The quotas read before, until this tick's read (the staged search's paging).
+            let root = view.owners.root.clone();
+            view.owners.quota_left = self.quota.quota_left(workers.unwrap_or_default(), &root);
+        }
+        Some(view)
     }
 
     /// Reads the staged bundles the pools can absorb into `observed` (oldest first, pages
@@ -108,6 +139,7 @@ impl Manager {
         };
         observed.malformed = self.note_malformed(&search.skipped);
         observed.removed = logs::update_window(&mut self.window, &search.bundles, search.complete);
+        observed.complete = search.complete;
         observed.staged = search.total;
         observed.search_requests = search.requests;
         observed.pools.bundles = search.bundles;

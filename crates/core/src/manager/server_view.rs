@@ -8,7 +8,7 @@ use crate::checkin::CheckedInWorker;
 use crate::codalab::UserIdentity;
 use crate::dispatch::{Owners, ServerWorker};
 use crate::pools::{BundleOnWorker, ServerView};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::time::Duration;
 
 /// How long the model may say a checked-in worker takes a bundle that the server has not
@@ -22,6 +22,8 @@ pub const ON_WORKER_GRACE: Duration = Duration::from_secs(60);
 pub(crate) struct ServerMemory {
     /// Since when (manager clock) the model has put each bundle on a checked-in worker.
     on_worker_since: FxHashMap<String, Duration>,
+    /// Overdue bundles already logged.
+    overdue_noted: FxHashSet<String>,
     /// Why the last tick had no server view, as logged (each reason once in a row).
     fallback: Option<String>,
 }
@@ -49,6 +51,11 @@ impl ServerMemory {
                     .filter(|(_, since)| now.saturating_sub(**since) >= ON_WORKER_GRACE)
                     .map(|(uuid, _)| uuid.clone())
                     .collect();
+                for uuid in &view.overdue {
+                    if self.overdue_noted.insert(uuid.clone()) {
+                        tracing::info!(bundle = %uuid, grace_seconds = ON_WORKER_GRACE.as_secs(), "the server has not started this bundle on a checked-in worker the dispatch model gives it to; the pools launch for it");
+                    }
+                }
                 Some(view)
             }
             Err(why) => {
@@ -61,21 +68,22 @@ impl ServerMemory {
         }
     }
 
-    /// Takes the tick's placements on checked-in workers at `now`; logs each bundle that
-    /// turned overdue this tick.
-    pub fn take(&mut self, placed: &[BundleOnWorker], overdue: &[String], now: Duration) {
+    /// Takes the tick's placements on checked-in workers at `now`, and the bundles it read:
+    /// an overdue bundle is remembered while it is read.
+    pub fn take(&mut self, placed: &[BundleOnWorker], read: &FxHashSet<&str>, now: Duration) {
         let mut since = FxHashMap::default();
         for placed in placed {
             let start = self.on_worker_since.get(&placed.uuid).copied();
             since.insert(placed.uuid.clone(), start.unwrap_or(now));
         }
-        for uuid in overdue {
-            let start = self.on_worker_since.get(uuid).copied().unwrap_or(now);
-            if since.insert(uuid.clone(), start).is_none() {
-                tracing::info!(bundle = %uuid, grace_seconds = ON_WORKER_GRACE.as_secs(), "the server has not started this bundle on a checked-in worker the dispatch model gives it to; the pools launch for it");
+        for (uuid, start) in &self.on_worker_since {
+            let overdue = now.saturating_sub(*start) >= ON_WORKER_GRACE;
+            if overdue && read.contains(uuid.as_str()) {
+                since.entry(uuid.clone()).or_insert(*start);
             }
         }
         self.on_worker_since = since;
+        (self.overdue_noted).retain(|uuid| read.contains(uuid.as_str()));
     }
 }
 
@@ -115,4 +123,85 @@ pub fn server_view(
         },
         overdue: Default::default(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity(root: bool) -> UserIdentity {
+        UserIdentity {
+            id: "0".into(),
+            root,
+        }
+    }
+
+    fn worker(cpus: Option<u32>) -> CheckedInWorker {
+        CheckedInWorker {
+            worker_id: "w1".into(),
+            user_id: Some("0".into()),
+            cpus,
+            gpus: Some(0),
+            memory_bytes: Some(8 << 30),
+            cpus_in_use: Some(0),
+            gpus_in_use: Some(0),
+            ..CheckedInWorker::default()
+        }
+    }
+
+    #[test]
+    fn no_view_without_identity_list_or_field_and_the_reason_says_which() {
+        let workers = [worker(Some(4))];
+        let view = server_view(Some(&identity(true)), Some(&workers), false).unwrap();
+        assert_eq!(
+            (view.owners.root.as_str(), view.owners.manager.as_str()),
+            ("0", "0")
+        );
+        let private = server_view(Some(&identity(false)), Some(&workers), false).unwrap();
+        assert_eq!(
+            private.owners.root, "",
+            "a normal user's view names no root"
+        );
+        let errors = [
+            server_view(None, Some(&workers), false).unwrap_err(),
+            server_view(Some(&identity(true)), None, false).unwrap_err(),
+            server_view(Some(&identity(true)), Some(&[worker(None)]), false).unwrap_err(),
+        ];
+        assert!(errors[0].contains("who the manager is"), "{}", errors[0]);
+        assert!(errors[1].contains("no fresh list"), "{}", errors[1]);
+        assert_eq!(
+            errors[2],
+            "the server's worker list gives worker w1 no `cpus`"
+        );
+    }
+
+    #[test]
+    fn a_placement_the_server_does_not_take_up_within_the_grace_is_overdue_while_read() {
+        let mut memory = ServerMemory::default();
+        let workers = [worker(Some(4))];
+        let placed = [BundleOnWorker {
+            uuid: "0xa".into(),
+            worker_id: "w1".into(),
+        }];
+        let read: FxHashSet<&str> = ["0xa"].into_iter().collect();
+        let at = Duration::from_secs;
+        let view = |memory: &mut ServerMemory, now| {
+            (memory.view(Some(&identity(true)), Some(&workers), false, now))
+                .unwrap()
+                .overdue
+        };
+        assert!(view(&mut memory, at(0)).is_empty());
+        memory.take(&placed, &read, at(0));
+        memory.take(&placed, &read, at(30));
+        assert!(
+            view(&mut memory, at(59)).is_empty(),
+            "placed since 0, not 30"
+        );
+        assert_eq!(view(&mut memory, at(60)), ["0xa".to_owned()].into());
+        // Overdue, it is no longer placed; it stays overdue while it is read.
+        memory.take(&[], &read, at(60));
+        assert_eq!(view(&mut memory, at(65)), ["0xa".to_owned()].into());
+        memory.take(&[], &FxHashSet::default(), at(70));
+        assert!(view(&mut memory, at(75)).is_empty(), "forgotten once gone");
+    }
 }

@@ -123,6 +123,10 @@ pub struct Status {
     /// When the manager started, in seconds since the Unix epoch (`*_seconds` fields count
     /// from there).
     pub started_unix_seconds: u64,
+    /// When each staged bundle read at the last tick is expected to start, and why.
+    pub estimates: Vec<crate::estimate::BundleEstimate>,
+    /// The estimates scored at the last tick: their bundles left `staged`.
+    pub scored: Vec<super::estimates::ScoredEstimate>,
 }
 
 /// How a launch ended.

@@ -2,11 +2,13 @@
 //! its decision; the report step counts the tick's events and publishes the status snapshot
 //! (also after a failed tick, with its error).
 
+use super::estimates::ScoredEstimate;
 use super::observe::Observed;
 use super::status::{LaunchResult, Status, TickEvent};
 use super::{Manager, logs};
 use crate::backend::WorkerJob;
 use crate::error::Result;
+use crate::estimate::{BundleEstimate, estimate};
 use crate::events::EventKind;
 use crate::policy::Decision;
 use crate::pools::{PoolDecision, PoolPolicy, PoolsDecision, plan_pools};
@@ -52,6 +54,10 @@ pub struct TickReport {
     /// What happened, for metrics: launches by result, stops by reason, decisions by reason,
     /// unserved bundles by reason, failed jobs, backoffs (see [`TickEvent::counter`]).
     pub events: Vec<TickEvent>,
+    /// When each staged bundle read is expected to start, and why.
+    pub estimates: Vec<BundleEstimate>,
+    /// Estimates scored this tick: their bundles left `staged`.
+    pub scored: Vec<ScoredEstimate>,
 }
 
 impl Manager {
@@ -79,17 +85,22 @@ impl Manager {
         self.apply_budgets(&mut observed.pools, observed.now);
         let policies = self.policies();
         let decision = plan_pools(&observed.pools, &policies, observed.now);
-        let overdue: Vec<String> = (observed.pools.server.iter())
-            .flat_map(|view| view.overdue.iter().cloned())
+        let read = (observed.pools.bundles.iter())
+            .map(|b| b.uuid.as_str())
             .collect();
-        self.server
-            .take(&decision.on_workers, &overdue, observed.now);
+        (self.server).take(&decision.on_workers, &read, observed.now);
         let filtered = logs::note_unserved(&mut self.reported, &policies, &decision);
         logs::log_decisions(&policies, &decision, observed.staged, observed.removed);
         let totals = |f: fn(&PoolDecision) -> usize| decision.pools.iter().map(f).sum::<usize>();
         let (active, pending) = (totals(|d| d.active), totals(|d| d.pending));
         let mut events = observed.events;
         events.extend(logs::decision_events(&decision));
+        let (estimates, scored) = self.estimate(
+            &observed.pools.bundles,
+            &decision,
+            observed.now,
+            observed.complete,
+        );
         TickReport {
             keywords: observed.keywords,
             staged: observed.staged,
@@ -107,7 +118,27 @@ impl Manager {
             launch_errors: Vec::new(),
             pools: decision,
             events,
+            estimates,
+            scored,
         }
+    }
+
+    /// Every read bundle's start-time estimate, and the scores of those that left `staged`.
+    fn estimate(
+        &mut self,
+        bundles: &[crate::bundle::StagedBundle],
+        decision: &PoolsDecision,
+        now: std::time::Duration,
+        complete: bool,
+    ) -> (Vec<BundleEstimate>, Vec<ScoredEstimate>) {
+        let tick = self.config.sleep_time;
+        let times: Vec<_> = (self.pools.iter())
+            .map(|runtime| self.estimates.times(runtime, now, tick))
+            .collect();
+        let estimates = estimate(decision, &times);
+        let read = bundles.iter().map(|b| b.uuid.as_str()).collect();
+        let scored = (self.estimates).take(&estimates, &read, complete, now);
+        (estimates, scored)
     }
 
     /// Counts the tick's events and publishes the status snapshot; a failed tick counts as
@@ -153,6 +184,8 @@ impl Manager {
             events: self.journal.recent(),
             budgets: self.budgets.clone(),
             started_unix_seconds: self.journal.started_unix(),
+            estimates: report.estimates.clone(),
+            scored: report.scored.clone(),
         };
         self.status.send_replace(status);
     }

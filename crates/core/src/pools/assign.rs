@@ -58,6 +58,9 @@ pub struct BundleAssignment {
     pub pool: String,
     /// How it is covered.
     pub coverage: Coverage,
+    /// Which of the pool's workers takes it: its starting ones first (oldest first), then new
+    /// ones in launch order (a compat pool: the bundle's place among the pool's bundles).
+    pub worker: usize,
 }
 
 /// One pool's verdict on a bundle it does not take.
@@ -112,8 +115,8 @@ pub struct BundleOnWorker {
 /// Where the bundles go (see [`assign`]).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Assigned {
-    /// (pool index, bundle index, coverage).
-    pub assigned: Vec<(usize, usize, Coverage)>,
+    /// (pool index, bundle index, coverage, worker index: see [`BundleAssignment::worker`]).
+    pub assigned: Vec<(usize, usize, Coverage, usize)>,
     /// Bundles no pool takes, and bundles held back for their owner.
     pub unserved: Vec<UnservedBundle>,
     /// Bundles a checked-in worker takes now.
@@ -171,16 +174,18 @@ pub(super) fn assign(
                 return None;
             }
             if slot.compat {
-                return Some((p, Coverage::Compat));
+                bins[p].compat += 1;
+                return Some((p, Coverage::Compat, bins[p].compat - 1));
             }
-            bins[p].take(&request).map(|coverage| (p, coverage))
+            let (coverage, worker) = bins[p].take(&request)?;
+            Some((p, coverage, worker))
         });
         match placed {
-            Some((p, coverage)) => {
+            Some((p, coverage, worker)) => {
                 if let Some(owners) = owners.as_mut() {
                     owners.spend(bundle);
                 }
-                out.assigned.push((p, b, coverage));
+                out.assigned.push((p, b, coverage, worker));
             }
             None => out
                 .unserved
@@ -202,6 +207,8 @@ struct Bins {
     runs: Option<i64>,
     /// New workers the pool may still start.
     room: usize,
+    /// Bundles given to the pool as a compat pool (one a worker).
+    compat: usize,
 }
 
 /// One worker of a pool as the assignment fills it.
@@ -215,7 +222,11 @@ struct Bin {
 impl Bins {
     fn new(policy: &PoolPolicy, slot: &Slots, packs: bool) -> Self {
         let shape = Resources::of_shape(&policy.shape);
-        let runs = (!packs).then_some(1);
+        let runs = if packs {
+            policy.runs_per_worker
+        } else {
+            Some(1)
+        };
         let bins = (0..slot.coming)
             .map(|_| Bin {
                 free: shape,
@@ -229,12 +240,13 @@ impl Bins {
             shape,
             runs,
             room: slot.room,
+            compat: 0,
         }
     }
 
     /// Gives a bundle holding `request` to the first worker with room for it, or to a new one
-    /// while the pool has room; how it is covered, or `None`.
-    fn take(&mut self, request: &Resources) -> Option<Coverage> {
+    /// while the pool has room; how it is covered and which worker, or `None`.
+    fn take(&mut self, request: &Resources) -> Option<(Coverage, usize)> {
         let index = match self.bins.iter().position(|bin| bin.has_room(request)) {
             Some(index) => index,
             None if self.room > 0 => {
@@ -253,11 +265,12 @@ impl Bins {
         bin.free = bin.free.minus(*request);
         bin.runs_left = bin.runs_left.map(|n| n - 1);
         bin.taken += 1;
-        Some(if bin.coming {
+        let coverage = if bin.coming {
             Coverage::PendingWorker
         } else {
             Coverage::NewWorker
-        })
+        };
+        Some((coverage, index))
     }
 
     /// Workers given at least one bundle.

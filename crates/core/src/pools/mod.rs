@@ -151,6 +151,9 @@ pub struct PoolPolicy {
     pub budget: crate::budget::BudgetLimits,
     /// What one worker-hour of this pool costs, for `max_cost_per_day`.
     pub cost_per_hour: Option<f64>,
+    /// Bundles a worker runs before it exits (`--exit-after-num-runs`), when limited: the
+    /// assignment gives a worker no more (the manager sets it from the pool's worker options).
+    pub runs_per_worker: Option<i64>,
 }
 
 impl PoolPolicy {
@@ -176,6 +179,7 @@ impl PoolPolicy {
             min_seconds_between_workers: limits.min_seconds_between_workers,
             budget: crate::budget::BudgetLimits::default(),
             cost_per_hour: None,
+            runs_per_worker: None,
         }
     }
 
@@ -467,7 +471,7 @@ fn assignment(
     let order = preference_order(policies);
     let assigned = assign::assign(bundles, policies, &order, &slots, server);
     let mut demand = vec![0usize; policies.len()];
-    for (p, _, _) in &assigned.assigned {
+    for (p, ..) in &assigned.assigned {
         demand[*p] += 1;
     }
     let mut workers = assigned.workers.clone();
@@ -549,10 +553,11 @@ pub fn plan_pools(
     } = assigned;
     let assignments = assigned
         .into_iter()
-        .map(|(p, b, coverage)| BundleAssignment {
+        .map(|(p, b, coverage, worker)| BundleAssignment {
             uuid: observed.bundles[b].uuid.clone(),
             pool: policies[p].name.clone(),
             coverage,
+            worker,
         })
         .collect::<Vec<_>>();
     let starting: Vec<usize> = censuses.iter().map(|c| c.free(server.is_some())).collect();

@@ -294,3 +294,16 @@ fn a_compat_pool_keeps_one_bundle_a_worker_but_buys_nothing_for_held_bundles() {
     assert_eq!(decision.pools[0].demand, 0);
     assert_eq!(held(&decision).len(), 3);
 }
+
+#[test]
+fn a_worker_that_exits_after_n_runs_takes_at_most_n() {
+    // `RunResources.dominates`: a worker with no runs left (`exit_after_num_runs`) takes none.
+    for (runs, workers) in [(1, 8), (3, 3), (8, 2)] {
+        let policy = PoolPolicy {
+            runs_per_worker: Some(runs),
+            ..pool(10)
+        };
+        let decision = plan(bundles("7", 0, 8, 1), vec![], &policy, Some(as_root()));
+        assert_eq!(decision.pools[0].launches, workers, "{runs} runs a worker");
+    }
+}

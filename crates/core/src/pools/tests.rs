@@ -681,7 +681,7 @@ fn decisions_serialise_in_snake_case() {
     );
     assert_eq!(
         json["assignments"][0],
-        serde_json::json!({"uuid": "0x0", "pool": "cpu", "coverage": "new_worker"})
+        serde_json::json!({"uuid": "0x0", "pool": "cpu", "coverage": "new_worker", "worker": 0})
     );
 }
 

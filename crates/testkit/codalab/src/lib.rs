@@ -95,7 +95,9 @@ impl FakeBundle {
     }
 }
 
-fn user_id(name: &str) -> String {
+/// The id the fake gives user `name` (in bundles' owners and `GET /rest/user`): what a test
+/// puts in the `user_id` of a worker that user runs.
+pub fn user_id(name: &str) -> String {
     format!(
         "0x{:032x}",
         name.bytes()
@@ -361,7 +363,8 @@ async fn user(State(state): State<Shared>, headers: HeaderMap) -> Response {
     let s = lock(&state);
     match bearer_user(&s, &headers) {
         Some(name) => axum::Json(json!({"data": {"type": "users", "id": user_id(&name),
-            "attributes": {"user_name": name}}, "meta": {"version": "1.7.5"}}))
+            "attributes": {"user_name": name, "is_root_user": name == "codalab"}},
+            "meta": {"version": "1.7.5"}}))
         .into_response(),
         None => (StatusCode::UNAUTHORIZED, "User is not authenticated.").into_response(),
     }

@@ -1,0 +1,274 @@
+//! Start-time estimates: for every staged bundle the manager reads, when it is expected to
+//! start and why (issue #29). Pure: read from the tick's decision ([`PoolsDecision`]) and
+//! what the manager learned of each pool ([`PoolTimes`]).
+//!
+//! - **now**: a checked-in worker has room for it ([`PoolsDecision::on_workers`]);
+//! - **when a worker checks in**: a starting worker of its pool takes it (the pool's
+//!   launch → check-in time less the worker's age), or a new one (that time, after the
+//!   launches paced ahead of it);
+//! - **after runs end**: its pool is at its max; it starts when enough runs on the pool's
+//!   workers end (each run's expected length less its age, then one run length a bundle);
+//! - **after the backoff**: its pool backs off; the backoff's end, then a worker's check-in;
+//! - **not while**: its owner's quota, workers private to another user, no fitting pool, a
+//!   budget, a pool that cannot be listed, or max reached with nothing running that could end.
+
+use crate::policy::Reason;
+use crate::pools::PoolsDecision;
+use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::fmt;
+
+/// What the manager knows of one pool's times, in seconds.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PoolTimes {
+    /// From a launch to the worker's first check-in: learned from the pool's own launches,
+    /// or the prior.
+    pub checkin_seconds: u64,
+    /// How long a run takes on the pool's workers, once one was seen to end.
+    pub run_seconds: Option<u64>,
+    /// The pool's starting workers (pending, or running and not checked in): job id and
+    /// seconds since launch, oldest first.
+    pub coming: Vec<(String, u64)>,
+    /// Seconds since each run on the pool's workers was first seen.
+    pub run_ages: Vec<u64>,
+    /// Seconds between two launches of the pool beyond this tick's (its pacing).
+    pub launch_interval: u64,
+}
+
+/// When a staged bundle is expected to start, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StartEstimate {
+    /// A checked-in worker has room: the server starts it within seconds.
+    Now {
+        /// The worker.
+        worker_id: String,
+    },
+    /// When a worker of `pool` checks in: a starting one (`job`) or a new one.
+    WorkerCheckin {
+        /// The pool.
+        pool: String,
+        /// The starting worker's job, or `None` for a worker still to launch.
+        job: Option<String>,
+        /// Seconds from now.
+        seconds: u64,
+    },
+    /// When runs on the pool's workers end: `ahead` bundles wait before it.
+    AfterRuns {
+        /// The pool.
+        pool: String,
+        /// Bundles ahead of it for the pool's runs.
+        ahead: usize,
+        /// Seconds from now.
+        seconds: u64,
+    },
+    /// When the pool's backoff ends and a worker checks in.
+    AfterBackoff {
+        /// The pool.
+        pool: String,
+        /// Seconds from now.
+        seconds: u64,
+    },
+    /// Not while `reason` holds.
+    NotWhile {
+        /// The reason's code (`quota_exhausted`, `no_fitting_pool`, `max_reached`, …).
+        reason: &'static str,
+        /// In words.
+        detail: String,
+    },
+}
+
+impl StartEstimate {
+    /// Seconds from now, when there is an estimate.
+    pub fn seconds(&self) -> Option<u64> {
+        match self {
+            StartEstimate::Now { .. } => Some(0),
+            StartEstimate::WorkerCheckin { seconds, .. }
+            | StartEstimate::AfterRuns { seconds, .. }
+            | StartEstimate::AfterBackoff { seconds, .. } => Some(*seconds),
+            StartEstimate::NotWhile { .. } => None,
+        }
+    }
+
+    /// The machine-readable kind (the `kind` label of the metrics).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StartEstimate::Now { .. } => "now",
+            StartEstimate::WorkerCheckin { .. } => "worker_checkin",
+            StartEstimate::AfterRuns { .. } => "after_runs",
+            StartEstimate::AfterBackoff { .. } => "after_backoff",
+            StartEstimate::NotWhile { .. } => "not_while",
+        }
+    }
+}
+
+impl fmt::Display for StartEstimate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartEstimate::Now { worker_id } => write!(f, "now: worker {worker_id} has room"),
+            StartEstimate::WorkerCheckin {
+                pool,
+                job: Some(job),
+                seconds,
+            } => write!(f, "in ~{seconds} s, when job {job} of {pool} checks in"),
+            StartEstimate::WorkerCheckin { pool, seconds, .. } => {
+                write!(f, "in ~{seconds} s, when a new worker of {pool} checks in")
+            }
+            StartEstimate::AfterRuns {
+                pool,
+                ahead,
+                seconds,
+            } => write!(
+                f,
+                "in ~{seconds} s, when runs on the workers of {pool} end ({ahead} ahead of it)"
+            ),
+            StartEstimate::AfterBackoff { pool, seconds } => {
+                write!(
+                    f,
+                    "in ~{seconds} s, when {pool} stops backing off and a worker checks in"
+                )
+            }
+            StartEstimate::NotWhile { detail, .. } => write!(f, "not while {detail}"),
+        }
+    }
+}
+
+/// One bundle's estimate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BundleEstimate {
+    /// The bundle uuid.
+    pub uuid: String,
+    /// When and why.
+    #[serde(flatten)]
+    pub estimate: StartEstimate,
+    /// Seconds from the tick until it starts, when there is an estimate.
+    pub seconds: Option<u64>,
+    /// The estimate in words (what `status` and the page show).
+    pub text: String,
+}
+
+impl BundleEstimate {
+    /// Bundle `uuid`'s `estimate`.
+    pub fn new(uuid: &str, estimate: StartEstimate) -> Self {
+        Self {
+            uuid: uuid.to_owned(),
+            seconds: estimate.seconds(),
+            text: estimate.to_string(),
+            estimate,
+        }
+    }
+}
+
+/// A pool nothing is known of.
+static UNKNOWN: PoolTimes = PoolTimes {
+    checkin_seconds: 0,
+    run_seconds: None,
+    coming: Vec::new(),
+    run_ages: Vec::new(),
+    launch_interval: 0,
+};
+
+/// The estimate of every bundle the decision places or leaves waiting. `times` holds one
+/// entry per pool, in the decision's order.
+pub fn estimate(decision: &PoolsDecision, times: &[PoolTimes]) -> Vec<BundleEstimate> {
+    let mut out: Vec<BundleEstimate> = (decision.on_workers.iter())
+        .map(|b| {
+            let worker_id = b.worker_id.clone();
+            BundleEstimate::new(&b.uuid, StartEstimate::Now { worker_id })
+        })
+        .collect();
+    let pools: BTreeMap<&str, (&PoolTimes, usize)> = (decision.pools.iter().enumerate())
+        .map(|(i, p)| {
+            let times = times.get(i).unwrap_or(&UNKNOWN);
+            (p.pool.as_str(), (times, p.launches as usize))
+        })
+        .collect();
+    let times_of = |pool: &str| pools.get(pool).copied().unwrap_or((&UNKNOWN, 0));
+    for assignment in &decision.assignments {
+        let (times, launches) = times_of(&assignment.pool);
+        let estimate = on_worker(&assignment.pool, times, assignment.worker, launches);
+        out.push(BundleEstimate::new(&assignment.uuid, estimate));
+    }
+    let mut ahead: BTreeMap<&str, usize> = BTreeMap::new();
+    for unserved in &decision.unserved {
+        let pool = (unserved.pools.iter())
+            .find(|v| v.reason.code() == unserved.reason.code())
+            .map(|v| v.pool.as_str());
+        let times = pool.map_or(&UNKNOWN, |p| times_of(p).0);
+        let estimate = match (&unserved.reason, pool) {
+            (Reason::MaxReached { .. }, Some(pool)) => {
+                let position = ahead.entry(pool).or_default();
+                *position += 1;
+                after_runs(pool, *position - 1, times)
+            }
+            (
+                Reason::BackingOff {
+                    remaining_seconds, ..
+                },
+                Some(pool),
+            ) => StartEstimate::AfterBackoff {
+                pool: pool.to_owned(),
+                seconds: remaining_seconds + times.checkin_seconds,
+            },
+            (reason, _) => StartEstimate::NotWhile {
+                reason: reason.code(),
+                detail: reason.to_string(),
+            },
+        };
+        out.push(BundleEstimate::new(&unserved.uuid, estimate));
+    }
+    out
+}
+
+/// A bundle for worker `worker` of `pool` (see [`crate::pools::BundleAssignment::worker`]):
+/// a starting one checks in after the pool's check-in time less its age; a new one after
+/// that time, once the launches ahead of it (this tick's start now, the others one pacing
+/// interval apart) are made.
+fn on_worker(pool: &str, times: &PoolTimes, worker: usize, launches: usize) -> StartEstimate {
+    if let Some((job, age)) = times.coming.get(worker) {
+        return StartEstimate::WorkerCheckin {
+            pool: pool.to_owned(),
+            job: Some(job.clone()),
+            seconds: times.checkin_seconds.saturating_sub(*age),
+        };
+    }
+    let new = worker - times.coming.len();
+    let paced = (new + 1).saturating_sub(launches) as u64;
+    StartEstimate::WorkerCheckin {
+        pool: pool.to_owned(),
+        job: None,
+        seconds: paced * times.launch_interval + times.checkin_seconds,
+    }
+}
+
+/// The bundle with `ahead` bundles before it, waiting for runs on `pool`'s workers to end:
+/// each run ends after the pool's run length less its age, then each freed place runs one
+/// waiting bundle for a run length.
+fn after_runs(pool: &str, ahead: usize, times: &PoolTimes) -> StartEstimate {
+    let Some(run) = times.run_seconds.filter(|_| !times.run_ages.is_empty()) else {
+        return StartEstimate::NotWhile {
+            reason: "max_reached",
+            detail: format!(
+                "{pool} is at its max and no run on its workers is known to end (no run time learned yet)"
+            ),
+        };
+    };
+    let mut free: BinaryHeap<Reverse<u64>> = (times.run_ages.iter())
+        .map(|age| Reverse(run.saturating_sub(*age)))
+        .collect();
+    let mut start = 0;
+    for _ in 0..=ahead {
+        let Reverse(at) = free.pop().unwrap_or(Reverse(0));
+        start = at;
+        free.push(Reverse(at + run));
+    }
+    StartEstimate::AfterRuns {
+        pool: pool.to_owned(),
+        ahead,
+        seconds: start,
+    }
+}
+
+#[cfg(test)]
+mod tests;

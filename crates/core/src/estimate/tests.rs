@@ -1,0 +1,181 @@
+//! Table tests of the start-time estimates: each reads a decision as the pool policy makes it
+//! and what the manager learned of the pool. Pure.
+
+use super::*;
+use crate::pools::{
+    BundleAssignment, BundleOnWorker, Coverage, LaunchMode, PoolDecision, PoolVerdict,
+    UnservedBundle,
+};
+
+fn pool(name: &str, launches: u32) -> PoolDecision {
+    PoolDecision {
+        pool: name.into(),
+        launch_mode: LaunchMode::Target,
+        launches,
+        stops: Vec::new(),
+        target: None,
+        demand: 0,
+        workers_needed: 0,
+        active: 0,
+        pending: 0,
+        stopping: 0,
+        reasons: Vec::new(),
+    }
+}
+
+fn assigned(uuid: &str, coverage: Coverage, worker: usize) -> BundleAssignment {
+    BundleAssignment {
+        uuid: uuid.into(),
+        pool: "cpu".into(),
+        coverage,
+        worker,
+    }
+}
+
+fn unserved(uuid: &str, reason: Reason) -> UnservedBundle {
+    UnservedBundle {
+        uuid: uuid.into(),
+        pools: vec![PoolVerdict {
+            pool: "cpu".into(),
+            reason: reason.clone(),
+        }],
+        reason,
+    }
+}
+
+fn times() -> PoolTimes {
+    PoolTimes {
+        checkin_seconds: 40,
+        run_seconds: Some(100),
+        coming: vec![("job-7".into(), 30), ("job-9".into(), 5)],
+        run_ages: vec![10, 70],
+        launch_interval: 60,
+    }
+}
+
+fn seconds(estimates: &[BundleEstimate]) -> Vec<(&str, &'static str, Option<u64>)> {
+    estimates
+        .iter()
+        .map(|e| (e.uuid.as_str(), e.estimate.kind(), e.estimate.seconds()))
+        .collect()
+}
+
+#[test]
+fn workers_with_room_starting_and_new_each_give_their_time() {
+    let decision = PoolsDecision {
+        pools: vec![pool("cpu", 1)],
+        on_workers: vec![BundleOnWorker {
+            uuid: "0xnow".into(),
+            worker_id: "w1".into(),
+        }],
+        assignments: vec![
+            // Two bundles packed on the older starting worker, one on the younger.
+            assigned("0xa", Coverage::PendingWorker, 0),
+            assigned("0xb", Coverage::PendingWorker, 0),
+            assigned("0xc", Coverage::PendingWorker, 1),
+            // New workers 0 (launched this tick) and 1 (paced: one interval later).
+            assigned("0xd", Coverage::NewWorker, 2),
+            assigned("0xe", Coverage::NewWorker, 3),
+        ],
+        ..PoolsDecision::default()
+    };
+    let estimates = estimate(&decision, &[times()]);
+    assert_eq!(
+        seconds(&estimates),
+        [
+            ("0xnow", "now", Some(0)),
+            ("0xa", "worker_checkin", Some(10)),
+            ("0xb", "worker_checkin", Some(10)),
+            ("0xc", "worker_checkin", Some(35)),
+            ("0xd", "worker_checkin", Some(40)),
+            ("0xe", "worker_checkin", Some(100)),
+        ]
+    );
+    assert_eq!(
+        estimates[1].estimate.to_string(),
+        "in ~10 s, when job job-7 of cpu checks in"
+    );
+    assert_eq!(
+        estimates[5].estimate.to_string(),
+        "in ~100 s, when a new worker of cpu checks in"
+    );
+}
+
+#[test]
+fn bundles_beyond_the_max_start_as_runs_end() {
+    // Runs of 100 s aged 10 and 70 end in 90 and 30 s; the third waiting bundle takes the
+    // place the first one freed, 100 s after it.
+    let max = || Reason::MaxReached { jobs: 2, max: 2 };
+    let decision = PoolsDecision {
+        pools: vec![pool("cpu", 0)],
+        unserved: vec![
+            unserved("0x1", max()),
+            unserved("0x2", max()),
+            unserved("0x3", max()),
+        ],
+        ..PoolsDecision::default()
+    };
+    let estimates = estimate(&decision, &[times()]);
+    assert_eq!(
+        seconds(&estimates),
+        [
+            ("0x1", "after_runs", Some(30)),
+            ("0x2", "after_runs", Some(90)),
+            ("0x3", "after_runs", Some(130)),
+        ]
+    );
+    // Nothing known to end: no time, and the words say why.
+    let unknown = PoolTimes {
+        run_seconds: None,
+        ..times()
+    };
+    let estimates = estimate(&decision, &[unknown]);
+    assert_eq!(estimates[0].estimate.seconds(), None);
+    assert!(
+        estimates[0]
+            .estimate
+            .to_string()
+            .contains("no run time learned yet"),
+        "{}",
+        estimates[0].estimate
+    );
+}
+
+#[test]
+fn a_backing_off_pool_and_held_bundles() {
+    let decision = PoolsDecision {
+        pools: vec![pool("cpu", 0)],
+        unserved: vec![
+            unserved(
+                "0xb",
+                Reason::BackingOff {
+                    until_seconds: 500,
+                    remaining_seconds: 200,
+                    failures: 1,
+                },
+            ),
+            UnservedBundle {
+                uuid: "0xq".into(),
+                reason: Reason::Held {
+                    code: "quota_exhausted",
+                    owner: "7".into(),
+                    detail: "7 has no parallel_run_quota left for shared workers (0 left)".into(),
+                },
+                pools: Vec::new(),
+            },
+        ],
+        ..PoolsDecision::default()
+    };
+    let estimates = estimate(&decision, &[times()]);
+    assert_eq!(
+        seconds(&estimates),
+        [
+            ("0xb", "after_backoff", Some(240)),
+            ("0xq", "not_while", None)
+        ]
+    );
+    assert_eq!(
+        estimates[1].estimate.to_string(),
+        "not while 7 has no parallel_run_quota left for shared workers (0 left)"
+    );
+}
