@@ -78,7 +78,8 @@ say "the manager's own view (cl-worker-manager status --url http://$LISTEN)"
 first=${small%%$'\n'*}
 say "where to look"
 cat >&2 <<HERE
-  status page (JSON)   curl -s http://$LISTEN/status
+  dashboard (a page)   http://$LISTEN/   (pools, why bundles wait, when they start, charts)
+  status (JSON)        curl -s http://$LISTEN/status
   metrics              curl -s http://$LISTEN/metrics
   the manager's view   $BIN status --url http://$LISTEN
   a bundle's output    bash xtask/services/codalab/cl.sh alice cat $first/out.txt

@@ -15,7 +15,7 @@
 
 mod support;
 use support::bundles::{Server, cl_worker, docker_host, docker_running};
-use support::manager::{Manager, down};
+use support::manager::Manager;
 use support::{codalab_running, stage_as, unique};
 
 use codalab_wm_core::testing::require_service;
@@ -45,13 +45,7 @@ fn strings(args: &[&str]) -> Vec<String> {
 }
 
 fn stop(manager: Manager, backend_args: &[String]) {
-    drop(manager);
-    let out = down(backend_args, USER);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::manager::stop(manager, backend_args, USER);
 }
 
 #[test]

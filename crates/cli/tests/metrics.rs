@@ -183,7 +183,8 @@ fn args(server: &str, worker: &Path, state: &Path, extra: &[&str]) -> Vec<String
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_the_launches_and_jobs_that_happened() {
     let server = FakeCodaLab::start().await.unwrap();
-    server.set_bundles((1..=3).map(|n| FakeBundle::new("alice", n)).collect());
+    // Five 1-CPU bundles fill three 2-CPU workers: more than --max-workers 2.
+    server.set_bundles((1..=5).map(|n| FakeBundle::new("alice", n)).collect());
     let dir = tempfile::tempdir().unwrap();
     let worker = stand_in(dir.path());
     let state = dir.path().join("state");
@@ -221,7 +222,7 @@ async fn metrics_count_the_launches_and_jobs_that_happened() {
     );
     assert_eq!(
         sample(&scrape, "codalab_wm_staged_bundles"),
-        Some(3.0),
+        Some(5.0),
         "{scrape}"
     );
     assert_eq!(
@@ -290,7 +291,7 @@ async fn metrics_count_the_launches_and_jobs_that_happened() {
     let status: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(status["pools"][0]["name"], "local");
     assert_eq!(status["pools"][0]["active"], 2);
-    assert_eq!(status["staged"], 3);
+    assert_eq!(status["staged"], 5);
     let (code, body) = get(&format!("{base}/healthz")).await;
     assert_eq!(code, 200, "{body}");
     assert!(body.starts_with("ok: last successful tick "), "{body}");

@@ -334,13 +334,7 @@ fn slurm_jobs_run_the_real_worker_to_ready() {
 /// Stops the manager (SIGTERM, which releases the state dir), then every worker job it owns
 /// (`down BACKEND…`).
 fn stop(manager: Manager, backend_args: &[String]) {
-    drop(manager);
-    let out = down(backend_args, USER);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::manager::stop(manager, backend_args, USER);
 }
 
 /// Polls the server (every 0.5 s, at most `limit`) until `done` holds for the bundle's info.

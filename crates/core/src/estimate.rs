@@ -9,7 +9,7 @@
 //! - **after runs end**: its pool is at its max; it starts when enough runs on the pool's
 //!   workers end (each run's expected length less its age, then one run length a bundle);
 //! - **after the backoff**: its pool backs off; the backoff's end, then a worker's check-in;
-//! - **not while**: its owner's quota, workers private to another user, no fitting pool, a
+//! - **not while** ("not yet: …"): its owner's quota, workers private to another user, no fitting pool, a
 //!   budget, a pool that cannot be listed, or max reached with nothing running that could end.
 
 use crate::policy::Reason;
@@ -129,7 +129,7 @@ impl fmt::Display for StartEstimate {
                     "in ~{seconds} s, when {pool} stops backing off and a worker checks in"
                 )
             }
-            StartEstimate::NotWhile { detail, .. } => write!(f, "not while {detail}"),
+            StartEstimate::NotWhile { detail, .. } => write!(f, "not yet: {detail}"),
         }
     }
 }

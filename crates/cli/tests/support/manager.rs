@@ -171,6 +171,18 @@ impl Drop for Manager {
     }
 }
 
+/// Stops `manager`, then every worker job it owns (`down` as `user`), and checks that `down`
+/// succeeded.
+pub fn stop(manager: Manager, backend_args: &[String], user: (&str, &str)) {
+    drop(manager);
+    let out = down(backend_args, user);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `cl-worker-manager down BACKEND ARGS…`: stops every worker job the manager owns.
 pub fn down(backend_args: &[String], user: (&str, &str)) -> std::process::Output {
     Command::new(BIN)

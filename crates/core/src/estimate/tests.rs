@@ -176,6 +176,6 @@ fn a_backing_off_pool_and_held_bundles() {
     );
     assert_eq!(
         estimates[1].estimate.to_string(),
-        "not while 7 has no parallel_run_quota left for shared workers (0 left)"
+        "not yet: 7 has no parallel_run_quota left for shared workers (0 left)"
     );
 }

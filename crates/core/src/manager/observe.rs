@@ -103,12 +103,11 @@ impl Manager {
         view.owners.quota_left = self.quota.quota_left(workers, &root);
     }
 
-    /// The server's side for the dispatch model, from this tick's fresh worker list.
+    /// The server's side for the dispatch model, from the last worker list the server gave
+    /// (this tick's, or the one before when this tick's call failed: a dropped connection
+    /// must not turn the planning back to one bundle a worker).
     fn server_view(&mut self, now: Duration) -> Option<crate::pools::ServerView> {
-        let workers = match (&self.checkins.view, self.checkins.fresh) {
-            (Some(view), true) => Some(view.workers()),
-            _ => None,
-        };
+        let workers = self.checkins.view.as_ref().map(|view| view.workers());
         let group_shared = self.pools.iter().any(|r| {
             let group = r.pool.worker.group.as_deref();
             group.is_some_and(|g| !g.is_empty())

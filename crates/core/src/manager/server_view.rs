@@ -1,5 +1,5 @@
 //! The server's side of a tick for the dispatch model ([`ServerView`]): the checked-in workers
-//! of the last fresh `GET /rest/workers/info` and who the manager is (`GET /rest/user`), and
+//! of the last `GET /rest/workers/info` that answered and who the manager is (`GET /rest/user`), and
 //! what the manager remembers between ticks: since when the model has put each bundle on a
 //! checked-in worker (a bundle the server has not started there within [`ON_WORKER_GRACE`] is
 //! launched for), and whether it has said why it falls back to one bundle a worker.
@@ -30,7 +30,7 @@ pub(crate) struct ServerMemory {
 
 impl ServerMemory {
     /// The view for this tick, or `None` (logged once per reason) when the model cannot run:
-    /// no identity, no fresh worker list, or a worker entry without a field the model needs.
+    /// no identity, no worker list yet, or a worker entry without a field the model needs.
     pub fn view(
         &mut self,
         identity: Option<&UserIdentity>,
@@ -95,7 +95,7 @@ pub fn server_view(
 ) -> Result<ServerView, String> {
     let identity = identity
         .ok_or("the server did not say who the manager is (GET /rest/user gave no data.id)")?;
-    let workers = workers.ok_or("no fresh list of the server's workers")?;
+    let workers = workers.ok_or("no list of the server's workers yet")?;
     let workers = workers
         .iter()
         .map(|worker| {
@@ -168,7 +168,11 @@ mod tests {
             server_view(Some(&identity(true)), Some(&[worker(None)]), false).unwrap_err(),
         ];
         assert!(errors[0].contains("who the manager is"), "{}", errors[0]);
-        assert!(errors[1].contains("no fresh list"), "{}", errors[1]);
+        assert!(
+            errors[1].contains("no list of the server's workers"),
+            "{}",
+            errors[1]
+        );
         assert_eq!(
             errors[2],
             "the server's worker list gives worker w1 no `cpus`"

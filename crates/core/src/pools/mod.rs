@@ -12,7 +12,9 @@
 //!    to the next fitting pool. Bundles no pool takes are [`UnservedBundle`]s with a reason
 //!    (`no_fitting_pool`, `backing_off`, `max_reached`, …).
 //! 2. **Target** (`launch_mode = target`). `target = clamp(min, busy + demand, max)` where
-//!    demand is the bundles assigned to the pool. One worker runs one bundle. Once the server's
+//!    demand is the workers the bundles assigned to the pool fill: one bundle a worker, or,
+//!    with the server's side ([`ServerView`]), as many as the pool's shape holds, checked-in
+//!    workers filled first by the dispatch model (see `assign.rs`). Once the server's
 //!    worker list is read ([`crate::checkin`]), a worker that checked in and runs nothing, or has
 //!    not checked in yet, is free capacity and one that runs a bundle is busy; without that
 //!    list, a worker active for longer than `startup_grace` is presumed busy (an idle one would
