@@ -161,7 +161,9 @@ async fn first_tick(setup: &Setup) -> Result<()> {
 /// [`BURST_LAUNCHES_PER_TICK`] launches per tick).
 async fn reaction(setup: &Setup, burst: bool) -> Result<()> {
     install_subscriber();
-    let backend = FakeBackend::new(shape());
+    // Workers of one CPU: each of the stub's bundles fills one, so N bundles need N
+    // submissions (on 4-CPU workers the manager packs four a worker and submits fewer).
+    let backend = FakeBackend::new(WorkerShape::from_flags(1, 1, 8192));
     let mut flags = single_backend_flags(setup.bundles);
     if burst {
         flags.launch_mode = LaunchMode::Target;
