@@ -330,13 +330,38 @@ pub enum Unmet {
     },
 }
 
-impl Unmet {
-    /// The owner a bundle is held back for (quota, own worker, not ours), if that is why.
-    pub fn owner(&self) -> Option<&str> {
+/// Why the server gives a bundle no new worker of this manager, for its owner: the kinds of
+/// [`Unmet`] that hold a bundle back whatever the pools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hold {
+    /// [`Unmet::QuotaExhausted`].
+    QuotaExhausted,
+    /// [`Unmet::OwnWorker`].
+    OwnWorker,
+    /// [`Unmet::NotOurs`].
+    NotOurs,
+}
+
+impl Hold {
+    /// The machine-readable name.
+    pub fn code(self) -> &'static str {
         match self {
-            Unmet::QuotaExhausted { owner, .. }
-            | Unmet::OwnWorker { owner, .. }
-            | Unmet::NotOurs { owner, .. } => Some(owner),
+            Hold::QuotaExhausted => "quota_exhausted",
+            Hold::OwnWorker => "own_worker",
+            Hold::NotOurs => "not_ours",
+        }
+    }
+}
+
+impl Unmet {
+    /// The hold and the owner a bundle is held back for (quota, own worker, not ours), if
+    /// that is why.
+    pub fn hold(&self) -> Option<(Hold, &str)> {
+        match self {
+            Unmet::QuotaExhausted { owner, .. } => Some((Hold::QuotaExhausted, owner)),
+            Unmet::OwnWorker { owner, .. } => Some((Hold::OwnWorker, owner)),
+            Unmet::NotOurs { owner, .. } => Some((Hold::NotOurs, owner)),
             Unmet::NoFittingPool { .. } | Unmet::NoRoom { .. } => None,
         }
     }
@@ -344,11 +369,9 @@ impl Unmet {
     /// The machine-readable name.
     pub fn code(&self) -> &'static str {
         match self {
-            Unmet::QuotaExhausted { .. } => "quota_exhausted",
-            Unmet::OwnWorker { .. } => "own_worker",
-            Unmet::NotOurs { .. } => "not_ours",
             Unmet::NoFittingPool { .. } => "no_fitting_pool",
             Unmet::NoRoom { .. } => "no_room",
+            held => held.hold().map_or("", |(hold, _)| hold.code()),
         }
     }
 }

@@ -210,8 +210,8 @@ pub enum Reason {
     /// Pool policy: the server would give this bundle to no new worker of this manager, for
     /// its owner ([`crate::dispatch::Unmet`]: `quota_exhausted`, `own_worker`, `not_ours`).
     Held {
-        /// The model's code.
-        code: &'static str,
+        /// The kind of hold (serialized as its code).
+        code: crate::dispatch::Hold,
         /// The bundle's owner (their id).
         owner: String,
         /// Why, in words.
@@ -246,7 +246,7 @@ impl Reason {
             Reason::BudgetReached { .. } => "budget_reached",
             Reason::BudgetRoom { .. } => "budget_room",
             Reason::Packed { .. } => "packed",
-            Reason::Held { code, .. } => code,
+            Reason::Held { code, .. } => code.code(),
             Reason::NoFittingPool => "no_fitting_pool",
             Reason::Misfit { .. } => "misfit",
         }

@@ -157,7 +157,7 @@ fn a_backing_off_pool_and_held_bundles() {
             UnservedBundle {
                 uuid: "0xq".into(),
                 reason: Reason::Held {
-                    code: "quota_exhausted",
+                    code: crate::dispatch::Hold::QuotaExhausted,
                     owner: "7".into(),
                     detail: "7 has no parallel_run_quota left for shared workers (0 left)".into(),
                 },

@@ -4,7 +4,8 @@
 use super::{PoolPolicy, ServerView};
 use crate::bundle::StagedBundle;
 use crate::dispatch::{
-    DispatchInput, Placement, QueuedBundle, Resources, Unmet, dispatch, held_back, server_order,
+    DispatchInput, Hold, Placement, QueuedBundle, Resources, Unmet, dispatch, held_back,
+    server_order,
 };
 use crate::policy::Reason;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -309,7 +310,7 @@ impl OwnerQuotas<'_> {
             &request,
             &self.view.workers,
         )?;
-        Some(held_bundle(&bundle.uuid, &held))
+        Some(held_bundle(&bundle.uuid, &held, held.hold()?))
     }
 
     fn quota_left(&self, owner: &str) -> i64 {
@@ -332,12 +333,13 @@ impl OwnerQuotas<'_> {
     }
 }
 
-fn held_bundle(uuid: &str, held: &Unmet) -> UnservedBundle {
+/// Bundle `uuid`, held back for its owner as `held` says (`hold`: its kind and the owner).
+fn held_bundle(uuid: &str, held: &Unmet, (hold, owner): (Hold, &str)) -> UnservedBundle {
     UnservedBundle {
         uuid: uuid.to_owned(),
         reason: Reason::Held {
-            code: held.code(),
-            owner: held.owner().unwrap_or_default().to_owned(),
+            code: hold,
+            owner: owner.to_owned(),
             detail: held.to_string(),
         },
         pools: Vec::new(),
@@ -385,10 +387,11 @@ fn server_pass<'a>(
                     worker_id: worker_id.clone(),
                 });
             }
-            Placement::Unmet(held) if held.owner().is_some() => {
-                out.unserved.push(held_bundle(&placed.uuid, held));
-            }
-            Placement::Unmet(_) | Placement::NewWorker { .. } => continue,
+            Placement::Unmet(held) => match held.hold() {
+                Some(hold) => out.unserved.push(held_bundle(&placed.uuid, held, hold)),
+                None => continue,
+            },
+            Placement::NewWorker { .. } => continue,
         }
         settled.insert(placed.uuid.as_str());
     }

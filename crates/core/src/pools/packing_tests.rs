@@ -94,7 +94,7 @@ fn held(decision: &PoolsDecision) -> Vec<(&str, &str)> {
         .unserved
         .iter()
         .filter_map(|u| match &u.reason {
-            Reason::Held { code, owner, .. } => Some((*code, owner.as_str())),
+            Reason::Held { code, owner, .. } => Some((code.code(), owner.as_str())),
             _ => None,
         })
         .collect()
@@ -236,6 +236,11 @@ fn bundles_past_their_owners_quota_buy_nothing() {
     );
     let words = decision.unserved[0].reason.to_string();
     assert!(words.contains("no parallel_run_quota left"), "{words}");
+    let json = serde_json::to_value(&decision.unserved[0]).unwrap();
+    assert_eq!(
+        (&json["reason"], &json["code"], &json["owner"]),
+        (&"held".into(), &"quota_exhausted".into(), &"7".into())
+    );
     // A bundle on a shared worker already spends the quota: nothing is left for new ones.
     view.workers = vec![worker("shared", ROOT, 4, 3, 1)];
     let decision = plan(bundles("7", 0, 3, 1), vec![], &policy, Some(view.clone()));

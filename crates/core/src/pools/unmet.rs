@@ -5,6 +5,7 @@
 
 use super::{BundleAssignment, Coverage, PoolDecision, PoolPolicy, UnservedBundle};
 use crate::bundle::StagedBundle;
+use crate::dispatch::Hold;
 use crate::policy::Reason;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -205,10 +206,10 @@ fn unserved_reason(bundle: &UnservedBundle) -> (Option<String>, UnmetReason) {
         }
         Reason::Held { code, owner, .. } => {
             let owner = owner.clone();
-            let reason = match *code {
-                "quota_exhausted" => UnmetReason::QuotaExhausted { owner },
-                "own_worker" => UnmetReason::OwnWorker { owner },
-                _ => UnmetReason::NotOurs { owner },
+            let reason = match code {
+                Hold::QuotaExhausted => UnmetReason::QuotaExhausted { owner },
+                Hold::OwnWorker => UnmetReason::OwnWorker { owner },
+                Hold::NotOurs => UnmetReason::NotOurs { owner },
             };
             return (None, reason);
         }
