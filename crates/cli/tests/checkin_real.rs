@@ -16,7 +16,7 @@
 mod support;
 use support::bundles::{Server, cl_worker, docker_host, docker_running};
 use support::manager::Manager;
-use support::{codalab_running, stage_as, unique};
+use support::{codalab_running, stage_queued, unique};
 
 use codalab_wm_core::testing::require_service;
 use std::time::Duration;
@@ -24,21 +24,6 @@ use std::time::Duration;
 const USER: (&str, &str) = ("bob", "bobpw");
 /// Time for a worker to start and check in, or a bundle to run (a loaded 2-core machine).
 const WITHIN: Duration = Duration::from_secs(240);
-
-/// Stages one bundle as bob in queue `tag` (tagged `tag`, which the manager searches).
-fn stage(tag: &str, command: &str) -> Vec<String> {
-    let flags = [
-        "--request-cpus",
-        "1",
-        "--request-memory",
-        "256m",
-        "--tags",
-        tag,
-        "--request-queue",
-        tag,
-    ];
-    stage_as(USER.0, 1, &flags, &[("STAGE_COMMAND", command)])
-}
 
 fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
@@ -95,7 +80,8 @@ fn a_real_worker_is_ready_idle_once_checked_in_then_busy_with_a_dispatched_bundl
         m.count("workers: 0 starting, 1 ready idle, 0 busy, 0 vanished, 0 lost") > 0
     });
     let server = Server::login(USER.0, USER.1);
-    let uuids = stage(&tag, "sleep 15; echo checked > out.txt");
+    let command = ("STAGE_COMMAND", "sleep 15; echo checked > out.txt");
+    let uuids = stage_queued(USER.0, 1, &tag, &[command]);
     manager.wait_until("the worker to be busy", WITHIN, |m| {
         m.count("workers: 0 starting, 0 ready idle, 1 busy, 0 vanished, 0 lost") > 0
     });

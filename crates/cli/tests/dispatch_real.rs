@@ -9,7 +9,7 @@
 mod support;
 use support::bundles::{Server, cl_worker, docker_host, docker_running};
 use support::manager::{Manager, stop};
-use support::{codalab_running, repo, stage_as, unique};
+use support::{codalab_running, repo, stage_queued, unique};
 
 use codalab_wm_core::testing::require_service;
 use std::collections::BTreeSet;
@@ -99,21 +99,6 @@ fn local_args(cpus: u32, dir: &Path) -> Vec<String> {
     .collect()
 }
 
-/// Stages `n` bundles of one CPU and 256m as `user`, tagged and queued `tag`.
-fn stage(user: &str, n: usize, tag: &str, command: &str) -> Vec<String> {
-    let flags = [
-        "--request-cpus",
-        "1",
-        "--request-memory",
-        "256m",
-        "--tags",
-        tag,
-        "--request-queue",
-        tag,
-    ];
-    stage_as(user, n, &flags, &[("STAGE_COMMAND", command)])
-}
-
 /// The workers that ran `uuids`, as the server names them.
 fn remotes(server: &Server, uuids: &[String]) -> BTreeSet<String> {
     uuids
@@ -150,7 +135,8 @@ fn four_one_cpu_bundles_buy_two_two_cpu_workers_and_the_server_packs_them_so() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::login(user.0, user.1);
     // Each bundle runs a few seconds, so that two run side by side on a worker.
-    let bundles = stage(user.0, 4, &tag, "sleep 5; echo packed-{i} > out.txt");
+    let command = ("STAGE_COMMAND", "sleep 5; echo packed-{i} > out.txt");
+    let bundles = stage_queued(user.0, 4, &tag, &[command]);
     let mut manager = Manager::start(
         &args(&tag, 2, 4, dir.path()),
         user,
@@ -213,7 +199,12 @@ fn bundles_past_their_owners_quota_buy_no_worker_of_the_root_user() {
     let tag = unique("quota");
     let dir = tempfile::tempdir().unwrap();
     let server = Server::login(root.0, root.1);
-    let bundles = stage("carol", 3, &tag, "echo quota-{i} > out.txt");
+    let bundles = stage_queued(
+        "carol",
+        3,
+        &tag,
+        &[("STAGE_COMMAND", "echo quota-{i} > out.txt")],
+    );
     let manager = Manager::start(
         &args(&tag, 1, 3, dir.path()),
         root,

@@ -16,7 +16,7 @@
 mod support;
 use support::bundles::Server;
 use support::manager::BIN;
-use support::{codalab_running, stage_as, unique};
+use support::{codalab_running, stage_queued, unique};
 
 use codalab_wm_core::testing::require_service;
 use codalab_wm_fake_k8s::FakeApiServer;
@@ -283,21 +283,6 @@ impl Drop for Operator {
     }
 }
 
-/// Stages `n` bundles as bob in queue `tag`.
-fn stage(tag: &str, n: usize) -> Vec<String> {
-    let flags = [
-        "--request-cpus",
-        "1",
-        "--request-memory",
-        "256m",
-        "--tags",
-        tag,
-        "--request-queue",
-        tag,
-    ];
-    stage_as(USER.0, n, &flags, &[])
-}
-
 fn above(cluster: &Cluster, pool: &str, max: usize) -> Option<String> {
     let pods = cluster.pods(pool);
     (pods > max).then(|| format!("{pods} pods, max {max}"))
@@ -311,7 +296,7 @@ fn staged_bundles_become_pods_max_raised_by_kubectl_apply_adds_more_delete_remov
         return;
     }
     let tag = unique("op");
-    let bundles = stage(&tag, 3);
+    let bundles = stage_queued(USER.0, 3, &tag, &[]);
     let cluster = Cluster::start();
     let kubectl = Kubectl::new(&cluster);
     assert!(kubectl.apply_pool("cpu", &tag, 2).contains("created"));
@@ -392,7 +377,7 @@ fn a_standby_takes_over_when_the_leader_is_killed_and_never_exceeds_max() {
         return;
     }
     let tag = unique("ha");
-    let bundles = stage(&tag, 5);
+    let bundles = stage_queued(USER.0, 5, &tag, &[]);
     let cluster = Cluster::start();
     cluster.create_pool("ha", &tag, 2);
     let mut a = Operator::start(&cluster, "replica-a");
@@ -432,7 +417,7 @@ fn pods_pending_too_long_are_deleted_and_the_pool_backs_off() {
         return;
     }
     let tag = unique("stuck");
-    let bundles = stage(&tag, 2);
+    let bundles = stage_queued(USER.0, 2, &tag, &[]);
     let cluster = Cluster::start();
     cluster.fake.hold(true);
     cluster.create_pool_with("stuck", &tag, 2, json!({"pendingTimeout": 2}));

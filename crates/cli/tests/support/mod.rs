@@ -58,6 +58,23 @@ pub fn stage(n: usize, flags: &[&str]) -> Vec<String> {
     stage_as("alice", n, flags, &[])
 }
 
+/// Stages `n` bundles of one CPU and 256m as `user`, tagged `tag` (what a test's manager
+/// searches) and in the queue `tag` (what its tag-exclusive workers take); `env` as
+/// [`stage_as`].
+pub fn stage_queued(user: &str, n: usize, tag: &str, env: &[(&str, &str)]) -> Vec<String> {
+    let flags = [
+        "--request-cpus",
+        "1",
+        "--request-memory",
+        "256m",
+        "--tags",
+        tag,
+        "--request-queue",
+        tag,
+    ];
+    stage_as(user, n, &flags, env)
+}
+
 /// Stages `n` bundles as `user` with real `cl run` (`stage.sh`; `env` sets e.g. `STAGE_COMMAND`,
 /// `STAGE_DEPS`) and returns their uuids once each has reached `staged` (or gone further).
 pub fn stage_as(user: &str, n: usize, flags: &[&str], env: &[(&str, &str)]) -> Vec<String> {
