@@ -9,12 +9,11 @@
 mod support;
 use support::bundles::{Server, cl_worker, docker_host, docker_running};
 use support::manager::{Manager, stop};
-use support::{codalab_running, repo, stage_queued, unique};
+use support::{codalab_running, set_quota, stage_queued, unique};
 
 use codalab_wm_core::testing::require_service;
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 /// Workers start, run and upload in ~8 s each (measured); a wide margin for a loaded machine.
@@ -165,26 +164,6 @@ fn four_one_cpu_bundles_buy_two_two_cpu_workers_and_the_server_packs_them_so() {
         sample(&scrape, sum).map(|s| s / 4.0)
     );
     stop(manager, &local_args(2, dir.path()), user);
-}
-
-/// Sets `user`'s `parallel_run_quota` as the root user, with the real `cl uedit`.
-fn set_quota(user: &str, quota: u32) {
-    let out = Command::new("bash")
-        .arg(repo().join("xtask/services/codalab/cl.sh"))
-        .args([
-            "codalab",
-            "uedit",
-            user,
-            "--parallel-run-quota",
-            &quota.to_string(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cl uedit: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]

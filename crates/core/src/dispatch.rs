@@ -1,13 +1,18 @@
 //! A model of how the CodaLab server dispatches staged run bundles to checked-in workers, and
-//! what is left for new workers of the manager's pools. Pure; not used by the policy yet
-//! (issue #29, step 1).
+//! what is left for new workers of the manager's pools. Pure; the policy plans on it
+//! (`pools/assign.rs`). `crates/cli/tests/dispatch_differential.rs` checks it against the real
+//! bundle manager: one staged set, real `cl-worker`s of several shapes and owners, the same
+//! bundles of each kind on each worker.
 //!
 //! Each rule mirrors the real server's code (CodaLab 1.7.5, `codalab/server/bundle_manager.py`
 //! unless named otherwise):
 //! - **Order** ([`server_order`]): `_schedule_run_bundles_on_workers` sorts each user's staged
 //!   bundles by `request_priority` (higher first; none after every priority ≥ 0 and before the
 //!   negative ones), those with a `request_queue` first among equals, the sort stable; each
-//!   user keeps the positions their bundles had in the staged list, so users stay interleaved.
+//!   user keeps the positions their bundles had in the staged list (all staged run bundles by
+//!   creation), so users stay interleaved. A user's staged bundles that the caller does not
+//!   give (another manager's `--search`) hold positions too: a high-priority bundle can take
+//!   the place of an older one of its owner's that the caller did not read.
 //! - **Which workers a bundle may use**: the bundle's owner's own workers (`WorkerInfoAccessor
 //!   .get_user_workers` in `server/worker_info_accessor.py`), and the workers of the root user
 //!   (`codalab`, shared) only while the owner has `parallel_run_quota` left

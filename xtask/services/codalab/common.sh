@@ -18,8 +18,10 @@ CL_MYSQL_PORT=${CL_MYSQL_PORT:-3316}
 CL_URL=http://127.0.0.1:$CL_REST_PORT
 # user table (name:password); `codalab` is the root user (user_id 0); `bench` is the bench's
 # own (`cargo xtask bench` stages and removes thousands of bundles as bench, so no test sees them);
-# `carol` is the user whose parallel_run_quota the dispatch tests set (nobody else's changes)
-CL_USERS="codalab:codalab alice:alicepw bob:bobpw bench:benchpw carol:carolpw"
+# `carol` is the user whose parallel_run_quota the dispatch tests set (nobody else's changes);
+# `dave` and `erin` are the dispatch differential test's own (no other test leaves bundles of
+# theirs staged, so their bundles' places in the server's dispatch order are the test's)
+CL_USERS="codalab:codalab alice:alicepw bob:bobpw bench:benchpw carol:carolpw dave:davepw erin:erinpw"
 
 cl_user_names() {  # the user names of CL_USERS, space-separated
   local up names=""

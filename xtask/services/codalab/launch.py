@@ -8,8 +8,12 @@ Patch (applied in this process only; site-packages is not modified):
   ws://ws-server:2901, the docker-compose host name) with
   loop.run_until_complete(asyncio.wait([coroutine])). On Python 3.11 that raises
   "TypeError: Passing coroutines is forbidden", which aborts the dispatch. We run no
-  ws-server: the ping is only a wake-up, a worker gets its messages on its next check-in
-  (long poll on a Unix socket under CODALAB_HOME/worker_sockets), so the ping becomes a no-op.
+  ws-server (cl-worker 1.7.5's own websocket listener fails the same way on Python 3.11), so
+  the ping becomes a no-op. The ping is only a wake-up: a message reaches a worker while its
+  check-in waits on the server (a long poll on a Unix socket under CODALAB_HOME/worker_sockets,
+  up to 5 s, one message a check-in); a send that finds no check-in waiting gives up after 1 s
+  and the bundle goes back to staged for the next iteration. So a second bundle for one worker
+  in one iteration often waits for that worker's next check-in (seconds, not minutes).
   Creating bundles and staging them (created -> staged) never reaches this code; the patch only
   matters if something checks in as a worker.
 """

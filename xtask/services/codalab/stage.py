@@ -1,4 +1,5 @@
-"""Create N run bundles through codalab's own CLI code, in bulk, and wait until they are staged.
+"""Create N run bundles through codalab's own CLI code, in bulk, and wait until they are staged
+(STAGE_WAIT=0: print them once created, e.g. while a dependency holds them back).
 
 Usage (see stage.sh, which sets CODALAB_HOME/SESSION/USERNAME/PASSWORD): stage.py N [cl run flags...]
 `cl run <STAGE_DEPS> <STAGE_COMMAND> <flags>` is executed in-process by BundleCLI.do_command once
@@ -131,6 +132,7 @@ def main():
     command = os.environ.get('STAGE_COMMAND', 'echo codalab-wm-test-{i}')
     deps = os.environ.get('STAGE_DEPS', '').split()
     timeout = float(os.environ.get('STAGE_TIMEOUT', '120'))
+    wait = os.environ.get('STAGE_WAIT', '1') != '0'
     manager = CodaLabManager()
     t0 = time.time()
     uuids = []
@@ -139,12 +141,18 @@ def main():
         client = manager.current_client()
         uuids = create_all(client, bundle, worksheet, n)
         t_created = time.time()
-        wait_staged(client, uuids, t0, timeout + (t_created - t0))
+        if wait:
+            wait_staged(client, uuids, t0, timeout + (t_created - t0))
     for u in uuids:
         print(u)
     print(
-        'stage.sh: %d bundle(s) created in %.1f s, all staged (or further) after %.1f s'
-        % (n, (t_created if n else t0) - t0, time.time() - t0),
+        'stage.sh: %d bundle(s) created in %.1f s, %s after %.1f s'
+        % (
+            n,
+            (t_created if n else t0) - t0,
+            'all staged (or further)' if wait else 'not waited for (STAGE_WAIT=0)',
+            time.time() - t0,
+        ),
         file=sys.stderr,
     )
 

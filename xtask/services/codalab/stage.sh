@@ -6,12 +6,13 @@
 # The flags are those of `cl run` (e.g. --request-cpus/-gpus/-memory/-disk/-time/-queue, --tags, -n NAME).
 # Env: STAGE_COMMAND (default 'echo codalab-wm-test-{i}'; {i} is the bundle's index 1..N),
 #      STAGE_DEPS (dependencies put before the command, e.g. 'a:0x1234...'),
-#      STAGE_TIMEOUT (seconds to wait for `staged`, default 120).
+#      STAGE_TIMEOUT (seconds to wait for `staged`, default 120),
+#      STAGE_WAIT=0 (print the uuids once created, without waiting: e.g. held by a dependency).
 # One Python process runs `cl run` once in-process through codalab's own BundleCLI (same parsing,
 # metadata and worksheet as the cl command) to get the bundle it would create, then creates the N
 # bundles with the server's bulk create, 250 per request, on no worksheet (1,000 bundles in ~10 s,
 # not one `cl run` each); bundle i's command is STAGE_COMMAND with {i} = i.
-# Exit: 0 all staged; 1 timeout/failure (states on stderr); 2 usage.
+# Exit: 0 all staged (or created, with STAGE_WAIT=0); 1 timeout/failure (states on stderr); 2 usage.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 [ $# -ge 2 ] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}" >&2; exit 2; }

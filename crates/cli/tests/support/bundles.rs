@@ -101,6 +101,57 @@ impl Server {
         })
     }
 
+    /// The JSON document of `GET path`.
+    pub fn json(&self, path: &str) -> serde_json::Value {
+        let body = self.get(path).unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+    }
+
+    /// Kills bundles (`cl kill`: `POST /rest/bundle-actions`); their workers stop them at
+    /// their next check-in.
+    pub fn kill(&self, uuids: &[String]) {
+        let data: Vec<serde_json::Value> = uuids
+            .iter()
+            .map(|uuid| {
+                serde_json::json!({
+                    "type": "bundle-actions",
+                    "attributes": {"type": "kill", "uuid": uuid},
+                })
+            })
+            .collect();
+        let reply = self.runtime.block_on(async {
+            let response = self
+                .http
+                .post(format!("{SERVER}/rest/bundle-actions"))
+                .bearer_auth(&self.token)
+                .header("X-Requested-With", "XMLHttpRequest")
+                .json(&serde_json::json!({ "data": data }))
+                .send()
+                .await?;
+            Ok::<_, reqwest::Error>((response.status(), response.text().await?))
+        });
+        assert!(
+            reply.as_ref().is_ok_and(|(status, _)| status.is_success()),
+            "killing {uuids:?}: {reply:?}"
+        );
+    }
+
+    /// Polls (every 0.5 s, at most `limit`) until every bundle is in a final state.
+    pub fn wait_final(&self, uuids: &[String], limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let states = self.states(uuids);
+            if states.values().all(|s| FINAL.contains(&s.as_str())) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "bundles not final after {limit:?}: {states:?}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
     pub fn info(&self, uuid: &str) -> BundleInfo {
         let body = self.get(&format!("/rest/bundles/{uuid}")).unwrap();
         let doc: serde_json::Value = serde_json::from_str(&body).unwrap();

@@ -99,3 +99,23 @@ pub fn stage_as(user: &str, n: usize, flags: &[&str], env: &[(&str, &str)]) -> V
     assert_eq!(uuids.len(), n, "stage.sh printed {uuids:?}");
     uuids
 }
+
+/// Sets `user`'s `parallel_run_quota` as the root user, with the real `cl uedit`.
+pub fn set_quota(user: &str, quota: u32) {
+    let out = Command::new("bash")
+        .arg(repo().join("xtask/services/codalab/cl.sh"))
+        .args([
+            "codalab",
+            "uedit",
+            user,
+            "--parallel-run-quota",
+            &quota.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cl uedit: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
