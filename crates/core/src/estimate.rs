@@ -34,6 +34,10 @@ pub struct PoolTimes {
     pub run_ages: Vec<u64>,
     /// Seconds between two launches of the pool beyond this tick's (its pacing).
     pub launch_interval: u64,
+    /// New workers the pool may still start (its max less its jobs); `None`: no limit known.
+    /// A bundle the decision puts on a new worker beyond these waits for runs to end (compat
+    /// pools assign every bundle, as upstream counts them).
+    pub room: Option<usize>,
 }
 
 /// When a staged bundle is expected to start, and why.
@@ -167,6 +171,7 @@ static UNKNOWN: PoolTimes = PoolTimes {
     coming: Vec::new(),
     run_ages: Vec::new(),
     launch_interval: 0,
+    room: None,
 };
 
 /// The estimate of every bundle the decision places or leaves waiting. `times` holds one
@@ -185,12 +190,21 @@ pub fn estimate(decision: &PoolsDecision, times: &[PoolTimes]) -> Vec<BundleEsti
         })
         .collect();
     let times_of = |pool: &str| pools.get(pool).copied().unwrap_or((&UNKNOWN, 0));
+    let mut ahead: BTreeMap<&str, usize> = BTreeMap::new();
     for assignment in &decision.assignments {
         let (times, launches) = times_of(&assignment.pool);
-        let estimate = on_worker(&assignment.pool, times, assignment.worker, launches);
+        let pool = assignment.pool.as_str();
+        let beyond =
+            (times.room).is_some_and(|room| assignment.worker >= times.coming.len() + room);
+        let estimate = if beyond {
+            let position = ahead.entry(pool).or_default();
+            *position += 1;
+            after_runs(pool, *position - 1, times)
+        } else {
+            on_worker(pool, times, assignment.worker, launches)
+        };
         out.push(BundleEstimate::new(&assignment.uuid, estimate));
     }
-    let mut ahead: BTreeMap<&str, usize> = BTreeMap::new();
     for unserved in &decision.unserved {
         let pool = (unserved.pools.iter())
             .find(|v| v.reason.code() == unserved.reason.code())

@@ -50,6 +50,7 @@ fn times() -> PoolTimes {
         coming: vec![("job-7".into(), 30), ("job-9".into(), 5)],
         run_ages: vec![10, 70],
         launch_interval: 60,
+        room: None,
     }
 }
 
@@ -98,6 +99,33 @@ fn workers_with_room_starting_and_new_each_give_their_time() {
     assert_eq!(
         estimates[5].estimate.to_string(),
         "in ~100 s, when a new worker of cpu checks in"
+    );
+}
+
+#[test]
+fn assignments_beyond_the_pools_room_wait_for_runs() {
+    // A compat pool assigns every bundle (as upstream counts them): with room for one more
+    // worker, the bundle of new worker 1 waits for a run to end, not for a launch.
+    let decision = PoolsDecision {
+        pools: vec![pool("cpu", 1)],
+        assignments: vec![
+            assigned("0xa", Coverage::NewWorker, 2),
+            assigned("0xb", Coverage::NewWorker, 3),
+            assigned("0xc", Coverage::NewWorker, 4),
+        ],
+        ..PoolsDecision::default()
+    };
+    let room = PoolTimes {
+        room: Some(1),
+        ..times()
+    };
+    assert_eq!(
+        seconds(&estimate(&decision, &[room])),
+        [
+            ("0xa", "worker_checkin", Some(40)),
+            ("0xb", "after_runs", Some(30)),
+            ("0xc", "after_runs", Some(90)),
+        ]
     );
 }
 

@@ -126,6 +126,10 @@ impl EstimateMemory {
             .flat_map(|l| l.running.values())
             .map(|(_, since)| now.saturating_sub(*since).as_secs())
             .collect();
+        let jobs = (runtime.listed.iter())
+            .filter(|job| !runtime.stopping.contains(&job.id))
+            .filter(|job| matches!(job.state, JobState::Pending | JobState::Active))
+            .count();
         let per_tick = u64::from(policy.max_launches_per_tick.max(1));
         PoolTimes {
             checkin_seconds,
@@ -135,6 +139,7 @@ impl EstimateMemory {
             launch_interval: policy
                 .min_seconds_between_workers
                 .max(tick.as_secs() / per_tick),
+            room: Some((policy.max as usize).saturating_sub(jobs)),
         }
     }
 
