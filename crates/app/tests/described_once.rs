@@ -165,7 +165,10 @@ async fn backends_are_described_once_flags_layout_simulate_down() {
         live.iter().all(|j| !j.state.is_capacity()),
         "down stopped it: {live:?}"
     );
-    let workload = Workload::parse("time,cpus,duration\n0,1,60\n10,4,60\n20,5,60\n").unwrap();
+    // 512m each: the simulated server gives a bundle that asks no memory 2 GiB, more than a
+    // dummy worker's 1 GiB.
+    let trace = "time,cpus,memory,duration\n0,1,512m,60\n10,4,512m,60\n20,5,512m,60\n";
+    let workload = Workload::parse(trace).unwrap();
     let policies: Vec<_> = layout.pools.iter().map(|p| p.policy.clone()).collect();
     let report = simulate(&workload, &policies, &SimConfig::default()).unwrap();
     assert_eq!(

@@ -30,8 +30,8 @@ pub fn text(report: &SimReport) -> String {
     );
     out.push('\n');
     let header = [
-        "pool", "mode", "min", "max", "launches", "failed", "stuck", "peak", "worker-h", "busy",
-        "ran", "wait p50", "p90", "p99", "max",
+        "pool", "mode", "min", "max", "launches", "unused", "failed", "stuck", "peak", "worker-h",
+        "busy", "ran", "wait p50", "p90", "p99", "max",
     ];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
     for pool in &report.pools {
@@ -41,6 +41,7 @@ pub fn text(report: &SimReport) -> String {
             pool.min.to_string(),
             pool.max.to_string(),
             pool.launches.to_string(),
+            pool.unused_launches.to_string(),
             pool.failures.to_string(),
             pool.stuck_stops.to_string(),
             pool.peak_workers.to_string(),
@@ -61,6 +62,7 @@ pub fn text(report: &SimReport) -> String {
         String::new(),
         String::new(),
         (sum(|p| p.launches as f64) as u64).to_string(),
+        (sum(|p| p.unused_launches as f64) as u64).to_string(),
         (sum(|p| p.failures as f64) as u64).to_string(),
         (sum(|p| p.stuck_stops as f64) as u64).to_string(),
         String::new(),
@@ -76,6 +78,34 @@ pub fn text(report: &SimReport) -> String {
     for pool in &report.pools {
         let _ = writeln!(out, "  {}: {}", pool.name, pool.shape);
     }
+    out.push_str(&estimates(report));
+    out
+}
+
+/// The start-time estimates' errors: each bundle's first estimate with a time, scored when
+/// it left staged (unused: workers that ended without running a bundle).
+fn estimates(report: &SimReport) -> String {
+    let mut out = String::new();
+    if report.estimates.is_empty() {
+        return out;
+    }
+    out.push_str("\nstart-time estimates (each bundle's first, scored when it left staged):\n");
+    let mut rows = vec![
+        ["kind", "scored", "error p50", "p90", "max"]
+            .iter()
+            .map(|h| h.to_string())
+            .collect::<Vec<_>>(),
+    ];
+    for kind in &report.estimates {
+        rows.push(vec![
+            kind.kind.clone(),
+            kind.scored.to_string(),
+            wait(kind.error.p50_seconds),
+            wait(kind.error.p90_seconds),
+            wait(kind.error.max_seconds),
+        ]);
+    }
+    out.push_str(&table(&rows));
     out
 }
 

@@ -27,9 +27,11 @@ a bundle. The output gives per pool the queue-wait percentiles, worker-hours (co
 failures and peak workers; --svg plots staged bundles and workers over time. The same input and
 --seed give byte-identical output.
 
-A trace is CSV with a header (time,cpus,gpus,memory,queue,duration; only time and duration are
-required), a JSON array of such objects, or JSON lines. time is in seconds (relative or since
-the epoch), memory in bytes or like 4g, duration in seconds.";
+A trace is CSV with a header (time,cpus,gpus,memory,queue,owner,duration; only time and duration
+are required), a JSON array of such objects, or JSON lines. time is in seconds (relative or since
+the epoch), memory in bytes or like 4g, duration in seconds. The server is simulated as CodaLab's
+dispatches: a worker runs several bundles while its CPUs, GPUs and memory allow, owners within
+their --quota; the manager plans on that model and estimates each bundle's start.";
 
 const SHORT: &str = "Answers \"what would these min/max/burst/timeout settings have done to last week's workload?\" (--help: the model and examples)";
 
@@ -104,6 +106,10 @@ pub struct Args {
     #[arg(long = "set", value_name = "[POOL.]KEY=VALUE")]
     pub set: Vec<String>,
 
+    /// An owner's parallel_run_quota, OWNER=N (the trace's owner column), repeatable: the simulated manager runs as the root user, so its workers are shared and the owner runs at most N at once
+    #[arg(long = "quota", value_name = "OWNER=N")]
+    pub quota: Vec<String>,
+
     /// Without [[pools]]: the backend whose worker shape the single pool has [default: `backend` in the config, else local]
     #[arg(long)]
     pub backend: Option<String>,
@@ -149,6 +155,8 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
             .filter(|n| *n > 0),
         seed: args.seed,
         drain: Duration::from_secs(args.drain_seconds),
+        quotas: what_if::quotas(&args.quota)?,
+        ..SimConfig::default()
     };
     let started = Instant::now();
     let report = simulate(&workload, &policies, &config)?;

@@ -1,6 +1,6 @@
 //! The event loop: bundle arrivals, job starts, bundle ends and idle exits between the
-//! manager's ticks; the tick itself (`engine/tick.rs`) runs the manager's pool memory and
-//! `plan_pools`.
+//! manager's ticks; the server's dispatch (`engine/serve.rs`) after each; the tick itself
+//! (`engine/tick.rs`) runs the manager's pool memory and `plan_pools`.
 
 use super::SimConfig;
 use super::report::{PoolReport, Series, SimReport, WaitStats};
@@ -8,15 +8,22 @@ use super::rng::SplitMix64;
 use super::workload::Workload;
 use crate::backend::{LaunchRequest, WorkerBackend, WorkerJob};
 use crate::bundle::{StagedBundle, WorkerShape};
+use crate::dispatch::Resources;
 use crate::error::{Error, Result};
 use crate::manager::Pool;
+use crate::manager::estimates::EstimateMemory;
 use crate::manager::runtime::PoolRuntime;
 use crate::pools::{PoolPolicy, misfit, preference_order};
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
+mod serve;
 mod tick;
+
+/// The user the simulated manager runs as: the root user, so its workers are shared and the
+/// owners' `parallel_run_quota` applies on them.
+const ROOT: &str = "codalab";
 
 /// Stands in for a platform inside [`PoolRuntime`]; the simulator drives the jobs itself.
 #[derive(Debug)]
@@ -64,17 +71,23 @@ enum Phase {
 struct Job {
     pool: usize,
     id: String,
+    /// Its launch unique (its worker's id is `host-<unique>`).
+    unique: String,
     phase: Phase,
     fate: Fate,
     active_at: u64,
-    /// The bundle it runs and since when.
-    running: Option<(u32, u64)>,
-    runs: u32,
-    idle_since: u64,
+    /// The bundles it runs and since when.
+    running: Vec<(u32, u64)>,
+    /// What those runs hold, as the server counts it.
+    in_use: Resources,
+    /// Bundles it started.
+    started: u32,
+    /// Since when it has had a run (busy time), while it has one.
+    busy_since: Option<u64>,
     idle_generation: u32,
 }
 
-/// Bundles that the same pools fit (for the policy and for the server).
+/// Bundles of one request and owner (for the policy's view and the server's dispatch).
 #[derive(Debug)]
 struct Class {
     server_mask: u64,
@@ -87,7 +100,8 @@ struct Class {
     queue: VecDeque<u32>,
 }
 
-/// `(time, sequence, kind, job, idle generation)`: ordered by time, then by scheduling order.
+/// `(time, sequence, kind, job, idle generation or bundle)`: ordered by time, then by
+/// scheduling order.
 type Event = (u64, u64, u8, u32, u32);
 
 const READY: u8 = 0;
@@ -105,6 +119,8 @@ struct Stats {
     worker_ms: u64,
     busy_ms: u64,
     waits: Vec<u64>,
+    /// Workers that ended without running a bundle.
+    unused: u64,
 }
 
 /// One simulation run.
@@ -119,11 +135,15 @@ pub(super) struct Sim<'a> {
     rng: SplitMix64,
     jobs: Vec<Job>,
     pool_jobs: Vec<Vec<u32>>,
-    idle: Vec<BTreeSet<(u64, u32)>>,
     classes: Vec<Class>,
-    pool_classes: Vec<Vec<usize>>,
-    class_of_key: HashMap<(u32, u32, u64, u32), usize>,
-    class_of_masks: HashMap<(u64, u64, bool), usize>,
+    class_of_key: HashMap<(u32, u32, u64, u32, u32), usize>,
+    /// Each owner's `parallel_run_quota` (by owner index), when the config gives one.
+    quotas: HashMap<u32, i64>,
+    /// Each owner's runs on the (shared) workers, by owner index.
+    owner_runs: HashMap<u32, i64>,
+    estimates: EstimateMemory,
+    /// Each scored estimate: its kind and error in milliseconds.
+    estimate_errors: Vec<(&'static str, u64)>,
     events: BinaryHeap<Reverse<Event>>,
     sequence: u64,
     cursor: usize,
@@ -164,6 +184,12 @@ impl<'a> Sim<'a> {
             })
             .collect();
         let n = policies.len();
+        let quotas = (config.quotas.iter())
+            .filter_map(|(owner, quota)| {
+                let index = workload.owners.iter().position(|o| o == owner)?;
+                Some((index as u32, i64::from(*quota)))
+            })
+            .collect();
         Self {
             workload,
             policies: policies.to_vec(),
@@ -174,11 +200,12 @@ impl<'a> Sim<'a> {
             rng: SplitMix64::new(config.seed),
             jobs: Vec::new(),
             pool_jobs: vec![Vec::new(); n],
-            idle: vec![BTreeSet::new(); n],
             classes: Vec::new(),
-            pool_classes: vec![Vec::new(); n],
             class_of_key: HashMap::new(),
-            class_of_masks: HashMap::new(),
+            quotas,
+            owner_runs: HashMap::new(),
+            estimates: EstimateMemory::default(),
+            estimate_errors: Vec::new(),
             events: BinaryHeap::new(),
             sequence: 0,
             cursor: 0,
@@ -230,7 +257,7 @@ impl<'a> Sim<'a> {
                     let Reverse((at, _, kind, job, generation)) = self.events.pop()?;
                     match kind {
                         READY => self.ready(job, at),
-                        FINISH => self.finish(job, at),
+                        FINISH => self.finish(job, generation, at),
                         _ => self.idle_exit(job, generation, at),
                     }
                 }
@@ -257,7 +284,10 @@ impl<'a> Sim<'a> {
             request_gpus: arrival.gpus,
             request_memory: arrival.memory_bytes,
             request_queue: self.workload.queue_of(arrival).to_owned(),
-            ..StagedBundle::new(format!("0x{bundle:08x}"))
+            owner_id: Some(self.workload.owner_of(arrival))
+                .filter(|o| !o.is_empty())
+                .map(str::to_owned),
+            ..StagedBundle::new(uuid_of(bundle))
         }
     }
 
@@ -268,53 +298,45 @@ impl<'a> Sim<'a> {
             arrival.gpus,
             arrival.memory_bytes,
             arrival.queue,
+            arrival.owner,
         );
         if let Some(&class) = self.class_of_key.get(&key) {
             return class;
         }
         let staged = self.staged_bundle(bundle);
-        let mask = |policies: &[PoolPolicy]| {
-            policies
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| misfit(p, &staged).is_none())
+        let requested = Resources::requested(&staged);
+        let mask = |policies: &[PoolPolicy], server: bool| {
+            let fits = |p: &PoolPolicy| {
+                misfit(p, &staged).is_none()
+                    && (!server
+                        || Resources::of_shape(&p.shape)
+                            .shortfall(&requested)
+                            .is_none())
+            };
+            (policies.iter().enumerate())
+                .filter(|(_, p)| fits(p))
                 .fold(0u64, |m, (i, _)| m | 1 << i)
         };
-        let policy_mask = mask(&self.policies);
-        let server_mask = mask(&self.servers);
+        let policy_mask = mask(&self.policies, false);
+        let server_mask = mask(&self.servers, true);
         let visible = self.visible(&staged);
-        let masks = (policy_mask, server_mask, visible);
-        let class = match self.class_of_masks.get(&masks) {
-            Some(&class) => class,
-            None => {
-                let index = self.classes.len();
-                let fitting = || {
-                    self.policies
-                        .iter()
-                        .enumerate()
-                        .filter(|(p, _)| policy_mask & (1 << p) != 0)
-                        .map(|(_, policy)| policy.max as usize)
-                };
-                self.classes.push(Class {
-                    server_mask,
-                    visible,
-                    view_cap: fitting().sum::<usize>() + fitting().max().unwrap_or(0) + 1,
-                    preferred: self
-                        .order
-                        .iter()
-                        .copied()
-                        .find(|&p| visible && policy_mask & (1 << p) != 0),
-                    queue: VecDeque::new(),
-                });
-                for (p, classes) in self.pool_classes.iter_mut().enumerate() {
-                    if server_mask & (1 << p) != 0 {
-                        classes.push(index);
-                    }
-                }
-                self.class_of_masks.insert(masks, index);
-                index
-            }
+        // Each bundle holds at least one CPU: a worker of `cpus` CPUs holds at most that many.
+        let fitting = || {
+            (self.policies.iter().enumerate())
+                .filter(|(p, _)| policy_mask & (1 << p) != 0)
+                .map(|(_, policy)| policy.max as usize * policy.shape.cpus.max(1) as usize)
         };
+        let view_cap = fitting().sum::<usize>() + fitting().max().unwrap_or(0) + 1;
+        let preferred =
+            (self.order.iter().copied()).find(|&p| visible && policy_mask & (1 << p) != 0);
+        self.classes.push(Class {
+            server_mask,
+            visible,
+            view_cap,
+            preferred,
+            queue: VecDeque::new(),
+        });
+        let class = self.classes.len() - 1;
         self.class_of_key.insert(key, class);
         class
     }
@@ -332,55 +354,52 @@ impl<'a> Sim<'a> {
 
     fn arrive(&mut self, bundle: u32, now: u64) {
         let class = self.class_of(bundle);
-        let server_mask = self.classes[class].server_mask;
-        if server_mask == 0 {
+        if self.classes[class].server_mask == 0 {
             self.unrunnable += 1;
-        } else {
-            self.runnable_left += 1;
-            let idle_worker = self
-                .order
-                .iter()
-                .filter(|&&p| server_mask & (1 << p) != 0)
-                .find_map(|&p| self.idle[p].first().copied().map(|w| (p, w)));
-            if let Some((p, (since, job))) = idle_worker {
-                self.idle[p].remove(&(since, job));
-                self.start_bundle(job, bundle, now);
-                return;
-            }
+            self.classes[class].queue.push_back(bundle);
+            return;
         }
-        self.classes[class].queue.push_back(bundle);
-    }
-
-    /// The oldest staged bundle the worker of `job` can run, taken off the queue.
-    fn take_for(&mut self, job: u32) -> Option<u32> {
-        let pool = self.jobs[job as usize].pool;
-        let best = self.pool_classes[pool]
-            .iter()
-            .filter_map(|&c| self.classes[c].queue.front().map(|&b| (b, c)))
-            .min()?;
-        self.classes[best.1].queue.pop_front();
-        Some(best.0)
+        self.runnable_left += 1;
+        let queue = &mut self.classes[class].queue;
+        queue.push_back(bundle);
+        // Behind a bundle of the same request and owner that waits, it waits too.
+        if queue.len() == 1 {
+            self.serve(now);
+        }
     }
 
     fn start_bundle(&mut self, job: u32, bundle: u32, now: u64) {
-        let pool = self.jobs[job as usize].pool;
         let arrival = self.workload.arrivals[bundle as usize];
-        self.jobs[job as usize].running = Some((bundle, now));
+        let requested = Resources::requested(&self.staged_bundle(bundle));
+        *self.owner_runs.entry(arrival.owner).or_default() += 1;
+        let worker = &mut self.jobs[job as usize];
+        if worker.running.is_empty() {
+            // Cancels its idle exit.
+            worker.idle_generation += 1;
+            worker.busy_since = Some(now);
+        }
+        worker.running.push((bundle, now));
+        worker.in_use = add(worker.in_use, requested);
+        worker.started += 1;
+        let pool = worker.pool;
         self.stats[pool].waits.push(now - arrival.at_ms);
         self.started += 1;
-        self.schedule(now + arrival.duration_ms, FINISH, job, 0);
+        self.schedule(now + arrival.duration_ms, FINISH, job, bundle);
     }
 
-    fn work_or_idle(&mut self, job: u32, now: u64) {
-        if let Some(bundle) = self.take_for(job) {
-            self.start_bundle(job, bundle, now);
+    /// An active worker with no run waits for one, and exits after `worker_idle`.
+    fn idle_or_exit(&mut self, job: u32, now: u64) {
+        let max_runs = self.config.worker_max_runs;
+        let worker = &mut self.jobs[job as usize];
+        if !worker.running.is_empty() || worker.phase != Phase::Active {
             return;
         }
-        let worker = &mut self.jobs[job as usize];
-        worker.idle_since = now;
+        if max_runs.is_some_and(|max| worker.started >= max) {
+            self.exit(job, now);
+            return;
+        }
         worker.idle_generation += 1;
-        let (pool, generation) = (worker.pool, worker.idle_generation);
-        self.idle[pool].insert((now, job));
+        let generation = worker.idle_generation;
         if !self.config.worker_idle.is_zero() {
             let at = now + self.config.worker_idle.as_millis() as u64;
             self.schedule(at, IDLE_EXIT, job, generation);
@@ -403,34 +422,40 @@ impl<'a> Sim<'a> {
                 worker.phase = Phase::Active;
                 worker.active_at = now;
                 self.stats[pool].active += 1;
-                self.work_or_idle(job, now);
+                self.serve(now);
+                self.idle_or_exit(job, now);
             }
             Fate::Stuck => {}
         }
     }
 
-    fn finish(&mut self, job: u32, now: u64) {
+    fn finish(&mut self, job: u32, bundle: u32, now: u64) {
+        let requested = Resources::requested(&self.staged_bundle(bundle));
+        let owner = self.workload.arrivals[bundle as usize].owner;
         let worker = &mut self.jobs[job as usize];
-        let Some((_, since)) = worker.running.take() else {
+        let Some(at) = worker.running.iter().position(|(b, _)| *b == bundle) else {
             return;
         };
-        worker.runs += 1;
-        let (pool, runs) = (worker.pool, worker.runs);
-        self.stats[pool].busy_ms += now - since;
+        worker.running.swap_remove(at);
+        worker.in_use = worker.in_use.minus(requested);
+        let pool = worker.pool;
+        if worker.running.is_empty()
+            && let Some(since) = worker.busy_since.take()
+        {
+            self.stats[pool].busy_ms += now - since;
+        }
+        *self.owner_runs.entry(owner).or_default() -= 1;
         self.finished += 1;
         self.runnable_left -= 1;
         self.last_finish = now;
-        if self.config.worker_max_runs.is_some_and(|max| runs >= max) {
-            self.exit(job, now);
-        } else {
-            self.work_or_idle(job, now);
-        }
+        self.serve(now);
+        self.idle_or_exit(job, now);
     }
 
     fn idle_exit(&mut self, job: u32, generation: u32, now: u64) {
         let worker = &self.jobs[job as usize];
         if worker.phase == Phase::Active
-            && worker.running.is_none()
+            && worker.running.is_empty()
             && worker.idle_generation == generation
         {
             self.exit(job, now);
@@ -441,12 +466,12 @@ impl<'a> Sim<'a> {
     fn exit(&mut self, job: u32, now: u64) {
         let worker = &mut self.jobs[job as usize];
         worker.phase = Phase::Gone;
-        let pool = worker.pool;
-        self.idle[pool].remove(&(worker.idle_since, job));
+        let (pool, unused) = (worker.pool, worker.started == 0);
         let stats = &mut self.stats[pool];
         stats.worker_ms += now - worker.active_at;
         stats.live -= 1;
         stats.active -= 1;
+        stats.unused += u64::from(unused);
     }
 
     fn sample(&mut self, now_ms: u64) {
@@ -469,17 +494,17 @@ impl<'a> Sim<'a> {
             if job.phase == Phase::Active {
                 let stats = &mut self.stats[job.pool];
                 stats.worker_ms += end.saturating_sub(job.active_at);
-                if let Some((_, since)) = job.running {
+                if let Some(since) = job.busy_since {
                     stats.busy_ms += end.saturating_sub(since);
                 }
+                stats.unused += u64::from(job.started == 0);
             }
         }
-        let no_pool = self
-            .classes
-            .iter()
+        let no_pool = (self.classes.iter())
             .filter(|c| c.preferred.is_none())
             .map(|c| c.queue.len())
             .sum();
+        let estimates = super::report::EstimateReport::of(&mut self.estimate_errors);
         let mut all_waits = Vec::new();
         let pools: Vec<PoolReport> = self
             .policies
@@ -494,6 +519,7 @@ impl<'a> Sim<'a> {
                     min: policy.min,
                     max: policy.max,
                     launches: stats.launches,
+                    unused_launches: stats.unused,
                     failures: stats.failures,
                     stuck_stops: stats.stuck_stops,
                     peak_workers: stats.peak,
@@ -517,6 +543,7 @@ impl<'a> Sim<'a> {
             staged_for_no_pool: no_pool,
             drained,
             total_wait: WaitStats::of(&mut all_waits),
+            estimates,
             pools,
             series: self.series,
         }
@@ -525,4 +552,22 @@ impl<'a> Sim<'a> {
 
 fn hours(ms: u64) -> f64 {
     (ms as f64 / 3_600_000.0 * 1000.0).round() / 1000.0
+}
+
+/// The uuid of simulated bundle `bundle`.
+fn uuid_of(bundle: u32) -> String {
+    format!("0x{bundle:08x}")
+}
+
+/// The bundle of a uuid made by [`uuid_of`].
+fn bundle_of(uuid: &str) -> Option<u32> {
+    u32::from_str_radix(uuid.strip_prefix("0x")?, 16).ok()
+}
+
+fn add(a: Resources, b: Resources) -> Resources {
+    Resources {
+        cpus: a.cpus.saturating_add(b.cpus),
+        gpus: a.gpus.saturating_add(b.gpus),
+        memory_bytes: a.memory_bytes.saturating_add(b.memory_bytes),
+    }
 }

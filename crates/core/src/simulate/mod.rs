@@ -1,34 +1,45 @@
 //! What-if simulation: replays a workload of bundle arrivals through the real pool policy
 //! ([`plan_pools`](crate::pools::plan_pools)) and the manager's own per-pool memory (pending
-//! and active times, stuck jobs being stopped, failure backoff), against a simulated backend
-//! and a simulated CodaLab scheduler. It answers "what would these min/max/burst/timeout
-//! settings have done to last week's workload?" in seconds, deterministically for a seed.
+//! and active times, stuck jobs being stopped, failure backoff, what the start-time
+//! estimates learn), against a simulated backend and a simulated CodaLab server that
+//! dispatches as [`crate::dispatch`] models the real one. It answers "what would these
+//! min/max/burst/timeout settings have done to last week's workload?" in seconds,
+//! deterministically for a seed.
 //!
 //! The model, event by event (times in milliseconds, no wall clock):
 //! - **Bundles** arrive from a [`Workload`] (a trace or the Poisson generator) and are
-//!   staged. The CodaLab scheduler gives a staged bundle to an idle active worker that can
-//!   run it (tag and resources checked as the server does, [`crate::pools::misfit`]): the
-//!   oldest waiting bundle first, the most preferred pool first, one bundle per worker. The
-//!   bundle then runs for its `duration`. Its queue wait is the time from arrival to start.
-//! - **The manager** ticks every `sleep_time`: it lists every pool's jobs, builds the
-//!   observation with the manager's pool memory, calls `plan_pools`, stops the jobs it says
-//!   are stuck and launches what it says, exactly as [`Manager`](crate::Manager) does.
+//!   staged. After each arrival, worker check-in and run end, the server's dispatch
+//!   ([`crate::dispatch::dispatch`]) starts staged bundles on the active workers: several
+//!   on one worker while its CPUs, GPUs and memory (the server's 2 GiB default for a bundle
+//!   that asks none) allow, in the server's order, each owner within their
+//!   `parallel_run_quota` ([`SimConfig::quotas`]; the simulated workers are the root user's,
+//!   so shared). A bundle runs for its `duration`; its queue wait is arrival to start.
+//! - **The manager** ticks every `sleep_time`: it lists every pool's jobs, reads the
+//!   server's workers (the active ones), builds the observation with the manager's pool
+//!   memory, calls `plan_pools` on the server's model (or one bundle a worker:
+//!   [`SimConfig::server_model`]), stops the jobs it says are stuck and launches what it
+//!   says, and estimates when each staged bundle it read starts, exactly as
+//!   [`Manager`](crate::Manager) does. Each bundle's first estimate is scored when it leaves
+//!   staged (the report's `estimates`).
 //! - **The backend**: a launched job stays pending for the start latency (uniform between
 //!   the bounds), then becomes active, or fails (`failure_rate`), or never starts
 //!   (`stuck_rate`: it stays pending until the policy's `pending_timeout` stops it). Failed
 //!   jobs are listed once as failed, so backoff applies.
 //! - **Workers** with no bundle for `worker_idle` exit (0: never), as `cl-worker
-//!   --idle-seconds` does, and after `worker_max_runs` bundles when set.
+//!   --idle-seconds` does, and after `worker_max_runs` bundles when set. A worker that ends
+//!   without having run a bundle is an unused launch.
 //!
 //! The simulation ends when every bundle that some pool can run has finished, or
 //! `drain` after the last arrival. Worker-hours count active (billable) time until then.
 //!
 //! Per tick the work is bounded by the pools' sizes, not by the queue length: bundles are
-//! grouped by which pools fit them, and the policy sees only the oldest `Σmax + max(max) + 1`
-//! bundles of each group (sum and largest over the pools that fit the group). That changes no
-//! launch and no stop: the group's pools can take at most `Σmax` of them, and what is left
-//! still exceeds the largest `max`, beyond which demand is clamped (the `policy_view_is_exact`
-//! test checks this on random cases); only the staged counts inside the reasons shrink.
+//! grouped by request and owner, and the policy sees only the oldest `Σ max·cpus +
+//! max(max·cpus) + 1` bundles of each group (over the pools that fit the group; a bundle holds
+//! at least one CPU). That changes no launch and no stop: the group's pools can hold at most
+//! `Σ max·cpus` of them, and what is left still exceeds the largest, beyond which demand is
+//! clamped (the `policy_view_is_exact` test checks this on random cases); only the staged
+//! counts inside the reasons shrink. The server's dispatch likewise sees of each group at most
+//! as many bundles as the workers with room have free CPUs (the rest wait behind them).
 
 mod engine;
 pub mod report;
@@ -38,7 +49,7 @@ mod tests;
 pub mod what_if;
 pub mod workload;
 
-pub use report::{PoolReport, SimReport, WaitStats};
+pub use report::{EstimateReport, PoolReport, SimReport, WaitStats};
 pub use workload::{Arrival, BundleTemplate, PoissonRate, Workload};
 
 use crate::pools::PoolPolicy;
@@ -79,6 +90,13 @@ pub struct SimConfig {
     pub seed: u64,
     /// Stop this long after the last arrival even if bundles still wait.
     pub drain: Duration,
+    /// Owners' `parallel_run_quota` (the trace's `owner`): the simulated manager runs as the
+    /// root user, so its workers are shared and each owner runs at most this many at once.
+    pub quotas: std::collections::BTreeMap<String, u32>,
+    /// The policy plans on the server's dispatch model (workers hold several bundles, quotas
+    /// hold bundles back), as the manager does when it knows its identity and the server's
+    /// workers; false: one bundle a worker, as before (and when the server does not say).
+    pub server_model: bool,
 }
 
 impl Default for SimConfig {
@@ -92,6 +110,8 @@ impl Default for SimConfig {
             worker_max_runs: None,
             seed: 1,
             drain: Duration::from_secs(24 * 3600),
+            quotas: Default::default(),
+            server_model: true,
         }
     }
 }

@@ -52,6 +52,8 @@ pub struct PoolReport {
     pub max: u32,
     /// Jobs launched.
     pub launches: u64,
+    /// Workers that checked in and ended without running a bundle (bought for nothing).
+    pub unused_launches: u64,
     /// Jobs that failed before their worker was active.
     pub failures: u64,
     /// Pending jobs stopped by `pending_timeout`.
@@ -138,6 +140,44 @@ impl Series {
     }
 }
 
+/// How good one kind of start-time estimate was: each bundle's first estimate with a time,
+/// scored when the bundle left staged.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EstimateReport {
+    /// The estimate's kind (`worker_checkin`, `after_runs`, …), or `all`.
+    pub kind: String,
+    /// Estimates scored.
+    pub scored: usize,
+    /// Their absolute errors, seconds.
+    pub error: WaitStats,
+}
+
+impl EstimateReport {
+    /// One report for all the estimates, then one per kind; `errors` are `(kind,
+    /// milliseconds)`.
+    pub fn of(errors: &mut [(&'static str, u64)]) -> Vec<Self> {
+        if errors.is_empty() {
+            return Vec::new();
+        }
+        let mut all: Vec<u64> = errors.iter().map(|(_, e)| *e).collect();
+        let mut reports = vec![Self {
+            kind: "all".into(),
+            scored: all.len(),
+            error: WaitStats::of(&mut all),
+        }];
+        errors.sort_unstable();
+        for chunk in errors.chunk_by(|a, b| a.0 == b.0) {
+            let mut kind: Vec<u64> = chunk.iter().map(|(_, e)| *e).collect();
+            reports.push(Self {
+                kind: chunk[0].0.into(),
+                scored: kind.len(),
+                error: WaitStats::of(&mut kind),
+            });
+        }
+        reports
+    }
+}
+
 /// Everything a simulation found.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SimReport {
@@ -165,6 +205,8 @@ pub struct SimReport {
     pub drained: bool,
     /// Queue waits over all pools.
     pub total_wait: WaitStats,
+    /// The start-time estimates' absolute errors, by kind (as `/metrics` scores them).
+    pub estimates: Vec<EstimateReport>,
     /// Per pool, in declaration order.
     pub pools: Vec<PoolReport>,
     /// Per pool staged bundles (preferred pool), jobs and active workers per tick.

@@ -91,6 +91,91 @@ fn stuck_jobs_are_replaced_by_the_next_pool_and_failures_back_off() {
     assert_eq!(cpu.failures, cpu.launches);
 }
 
+/// A pool of `cpus`-CPU workers (16 GiB: room for eight bundles of the server's 2 GiB default).
+fn wide(cpus: u32, max: u32) -> PoolPolicy {
+    PoolPolicy {
+        max,
+        min_seconds_between_workers: 0,
+        max_launches_per_tick: 10,
+        ..PoolPolicy::new("cpu", WorkerShape::from_flags(cpus, 0, 16 * 1024))
+    }
+}
+
+#[test]
+fn workers_hold_several_bundles_and_the_plan_buys_what_the_server_uses() {
+    let work = trace(&[(0.0, 100.0); 4]);
+    // Planned on the server's model: one 4-CPU worker, the server starts all four on it.
+    let packed = simulate(&work, &[wide(4, 4)], &SimConfig::default()).unwrap();
+    let cpu = &packed.pools[0];
+    assert_eq!(
+        (cpu.launches, cpu.unused_launches, cpu.bundles_run),
+        (1, 0, 4)
+    );
+    assert_eq!(cpu.wait.max_seconds, Some(60.0));
+    assert_eq!(cpu.peak_workers, 1);
+    // Planned one bundle a worker (before #29): four bought, the first to check in takes all
+    // four, three idle out having run nothing.
+    let one_each = SimConfig {
+        server_model: false,
+        ..SimConfig::default()
+    };
+    let today = simulate(&work, &[wide(4, 4)], &one_each).unwrap();
+    let cpu = &today.pools[0];
+    assert_eq!(
+        (cpu.launches, cpu.unused_launches, cpu.bundles_run),
+        (4, 3, 4)
+    );
+}
+
+#[test]
+fn an_owner_runs_within_their_quota_and_no_worker_is_bought_for_the_rest() {
+    let csv = "time,cpus,owner,duration\n0,1,carol,100\n0,1,carol,100\n0,1,carol,100\n";
+    let work = Workload::parse(csv).unwrap();
+    let config = SimConfig {
+        quotas: [("carol".to_owned(), 1)].into(),
+        ..SimConfig::default()
+    };
+    let report = simulate(&work, &[wide(1, 3)], &config).unwrap();
+    let cpu = &report.pools[0];
+    // One at a time on one worker: starts at 60, 160 and 260 s.
+    assert_eq!(
+        (cpu.launches, cpu.unused_launches, cpu.bundles_run),
+        (1, 0, 3)
+    );
+    let mut waits = vec![60_000, 160_000, 260_000];
+    assert_eq!(cpu.wait, WaitStats::of(&mut waits));
+    assert_eq!(report.simulated_seconds, 360.0);
+    // Without the model, three workers for bundles the server starts one at a time.
+    let one_each = SimConfig {
+        server_model: false,
+        ..config
+    };
+    let today = simulate(&work, &[wide(1, 3)], &one_each).unwrap();
+    assert_eq!(today.pools[0].launches, 3);
+}
+
+#[test]
+fn estimates_are_scored_and_learn_the_check_in_time() {
+    let config = SimConfig {
+        worker_idle: Duration::from_secs(30),
+        ..SimConfig::default()
+    };
+    // The first bundle's estimate is the prior (startup_grace, 30 s) for a 60 s start; the
+    // second comes after that worker exited and is estimated with the 60 s learned.
+    let work = trace(&[(0.0, 10.0), (1000.0, 10.0)]);
+    let report = simulate(&work, &[pool("cpu", 2)], &config).unwrap();
+    let all = &report.estimates[0];
+    assert_eq!((all.kind.as_str(), all.scored), ("all", 2));
+    let checkin = (report.estimates.iter())
+        .find(|e| e.kind == "worker_checkin")
+        .unwrap();
+    assert_eq!(checkin.scored, 2);
+    assert_eq!(
+        (checkin.error.p50_seconds, checkin.error.max_seconds),
+        (Some(0.0), Some(30.0))
+    );
+}
+
 #[test]
 fn unrunnable_bundles_do_not_hold_the_end() {
     let mut csv = String::from("time,gpus,duration\n0,1,10\n0,0,10\n");
@@ -120,8 +205,9 @@ fn invalid_settings_are_refused() {
     assert!(simulate(&work, &[pool("a", 1), pool("a", 2)], &SimConfig::default()).is_err());
 }
 
-/// The simulator shows the policy at most `2·Σmax + 2` bundles of each class; launches and
-/// stops must be those of the full list, over random pools, jobs and queues.
+/// The simulator shows the policy at most `Σ max·cpus + max(max·cpus) + 1` bundles of each
+/// class; launches and stops must be those of the full list, over random pools, jobs and
+/// queues, planning one bundle a worker or packed.
 #[test]
 fn policy_view_is_exact() {
     let mut rng = SplitMix64::new(99);
@@ -197,7 +283,8 @@ fn policy_view_is_exact() {
                 )
             })
             .collect();
-        // The cap of a kind: Σmax + largest max over the pools that fit it, plus one.
+        // The cap of a kind: Σ max·cpus + the largest max·cpus over the pools that fit it,
+        // plus one (a worker of `cpus` CPUs holds at most that many bundles).
         let caps: Vec<usize> = kinds
             .iter()
             .map(|&(cpus, gpus, queue)| {
@@ -210,7 +297,7 @@ fn policy_view_is_exact() {
                 let maxes: Vec<usize> = pools
                     .iter()
                     .filter(|p| crate::pools::misfit(p, &probe).is_none())
-                    .map(|p| p.max as usize)
+                    .map(|p| p.max as usize * p.shape.cpus.max(1) as usize)
                     .collect();
                 maxes.iter().sum::<usize>() + maxes.iter().max().unwrap_or(&0) + 1
             })
@@ -224,10 +311,19 @@ fn policy_view_is_exact() {
             })
             .map(|(_, b)| b.clone())
             .collect();
+        // One bundle a worker, or packed on the server's model (as the simulator plans).
+        let server = (rng.between(0, 1) == 0).then(|| crate::pools::ServerView {
+            owners: crate::dispatch::Owners {
+                root: "codalab".into(),
+                manager: "codalab".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
         let plan = |bundles: Vec<StagedBundle>| {
             let decision = plan_pools(
                 &PoolsObservation {
-                    server: None,
+                    server: server.clone(),
                     bundles,
                     pools: observations.clone(),
                 },

@@ -4,6 +4,7 @@
 
 use super::SimError;
 use crate::pools::PoolPolicy;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The keys `--set` knows, as the error for an unknown one lists them.
@@ -89,6 +90,23 @@ pub fn start_latency(text: &str) -> Result<(Duration, Duration), SimError> {
     }
 }
 
+/// Owners' quotas from `OWNER=N` specs (`simulate --quota`).
+pub fn quotas(specs: &[String]) -> Result<BTreeMap<String, u32>, SimError> {
+    let bad = |spec: &str, why: &str| SimError::Config(format!("--quota {spec}: {why}"));
+    let mut quotas = BTreeMap::new();
+    for spec in specs {
+        let (owner, n) = spec
+            .split_once('=')
+            .ok_or_else(|| bad(spec, "expected OWNER=N"))?;
+        let n = (n.trim().parse::<u32>()).map_err(|_| bad(spec, "N is not a whole number"))?;
+        if owner.trim().is_empty() {
+            return Err(bad(spec, "no owner"));
+        }
+        quotas.insert(owner.trim().to_owned(), n);
+    }
+    Ok(quotas)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,6 +115,18 @@ mod tests {
     fn pools() -> Vec<PoolPolicy> {
         let shape = WorkerShape::from_flags(1, 0, 1024);
         vec![PoolPolicy::new("a", shape), PoolPolicy::new("b", shape)]
+    }
+
+    #[test]
+    fn quotas_are_owner_equals_count() {
+        let specs = ["carol=1".to_owned(), " bob = 3".to_owned()];
+        let parsed = quotas(&specs).unwrap();
+        assert_eq!(parsed.get("carol"), Some(&1));
+        assert_eq!(parsed.get("bob"), Some(&3));
+        for bad in ["carol", "=1", "carol=x", "carol=-1"] {
+            let error = quotas(&[bad.to_owned()]).unwrap_err().to_string();
+            assert!(error.contains(bad), "{error}");
+        }
     }
 
     #[test]

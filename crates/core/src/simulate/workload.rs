@@ -3,8 +3,9 @@
 //!
 //! A trace row is one bundle: `time` (seconds, relative or since the epoch; the first arrival
 //! becomes time 0), `cpus`, `gpus`, `memory` (bytes or a CodaLab size such as `4g`), `queue`
-//! (the `request_queue`, empty for none) and `duration` (seconds it runs once a worker has it).
-//! Only `time` and `duration` are required.
+//! (the `request_queue`, empty for none), `owner` (the user who staged it, for quotas; empty
+//! for none) and `duration` (seconds it runs once a worker has it). Only `time` and `duration`
+//! are required.
 
 use super::SimError;
 use super::rng::SplitMix64;
@@ -24,6 +25,8 @@ pub struct Arrival {
     pub memory_bytes: u64,
     /// Index of its `request_queue` in [`Workload::queues`] (0 is the empty queue).
     pub queue: u32,
+    /// Index of its owner in [`Workload::owners`] (0 is no owner given).
+    pub owner: u32,
     /// How long it runs, in milliseconds.
     pub duration_ms: u64,
 }
@@ -33,6 +36,8 @@ pub struct Arrival {
 pub struct Workload {
     /// Distinct `request_queue` values; index 0 is `""`.
     pub queues: Vec<String>,
+    /// Distinct owners; index 0 is `""` (none given).
+    pub owners: Vec<String>,
     /// Arrivals sorted by time (ties keep input order).
     pub arrivals: Vec<Arrival>,
 }
@@ -41,6 +46,7 @@ impl Default for Workload {
     fn default() -> Self {
         Self {
             queues: vec![String::new()],
+            owners: vec![String::new()],
             arrivals: Vec::new(),
         }
     }
@@ -54,6 +60,7 @@ struct Row {
     gpus: u32,
     memory_bytes: u64,
     queue: String,
+    owner: String,
     duration: f64,
 }
 
@@ -175,6 +182,7 @@ impl Workload {
                 gpus: template.gpus,
                 memory_bytes: template.memory_bytes,
                 queue: template.queue.clone(),
+                owner: String::new(),
                 duration,
             };
             // Rows made here are always valid.
@@ -209,19 +217,15 @@ impl Workload {
     }
 
     fn push(&mut self, row: Row) -> Result<(), String> {
-        let queue = match self.queues.iter().position(|q| *q == row.queue) {
-            Some(index) => index,
-            None => {
-                self.queues.push(row.queue);
-                self.queues.len() - 1
-            }
-        };
+        let queue = intern(&mut self.queues, row.queue);
+        let owner = intern(&mut self.owners, row.owner);
         self.arrivals.push(Arrival {
             at_ms: seconds_to_ms(row.time, "time")?,
             cpus: row.cpus,
             gpus: row.gpus,
             memory_bytes: row.memory_bytes,
             queue: u32::try_from(queue).map_err(|_| "too many distinct queues".to_owned())?,
+            owner: u32::try_from(owner).map_err(|_| "too many distinct owners".to_owned())?,
             duration_ms: seconds_to_ms(row.duration, "duration")?,
         });
         Ok(())
@@ -240,6 +244,22 @@ impl Workload {
     /// The request queue of `arrival`.
     pub fn queue_of(&self, arrival: &Arrival) -> &str {
         &self.queues[arrival.queue as usize]
+    }
+
+    /// The owner of `arrival` ("" when the trace gave none).
+    pub fn owner_of(&self, arrival: &Arrival) -> &str {
+        &self.owners[arrival.owner as usize]
+    }
+}
+
+/// The index of `value` in `values`, added at the end when new.
+fn intern(values: &mut Vec<String>, value: String) -> usize {
+    match values.iter().position(|v| *v == value) {
+        Some(index) => index,
+        None => {
+            values.push(value);
+            values.len() - 1
+        }
     }
 }
 
@@ -272,9 +292,10 @@ fn set_field(row: &mut Row, column: &str, value: &str) -> Result<(), String> {
         "gpus" => row.gpus = count("gpus")?,
         "memory" => row.memory_bytes = parse_size(value).map_err(|e| e.to_string())?,
         "queue" | "request_queue" => row.queue = value.to_owned(),
+        "owner" => row.owner = value.to_owned(),
         other => {
             return Err(format!(
-                "unknown column `{other}`: use time, cpus, gpus, memory, queue, duration"
+                "unknown column `{other}`: use time, cpus, gpus, memory, queue, owner, duration"
             ));
         }
     }

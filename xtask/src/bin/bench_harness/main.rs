@@ -17,6 +17,8 @@
 //! - `ours-slurm-real`: Slurm calls per tick against the real cluster (held jobs);
 //! - `k8s-fake`, `ours-k8s`: Kubernetes calls per tick against the in-repo fake API server;
 //! - `gce-fake`, `ours-gce`: Compute Engine calls per tick against the in-repo fake Compute API;
+//! - `packing`: only the simulated comparison of planning as the server dispatches
+//!   (`packing.rs`, issue #29), printed;
 //! - `staged-ready`: only the time from staged to ready with real workers on real Slurm
 //!   (`staged_ready.rs`), merged into the last results;
 //! - `server-cost`: only the server CPU per tick against the real CodaLab server
@@ -35,6 +37,7 @@ mod count_proxy;
 mod gce;
 mod k8s;
 mod listing;
+mod packing;
 mod report;
 mod run;
 mod serve;
@@ -52,7 +55,7 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((command, rest)) = args.split_first() else {
         bail!(
-            "usage: bench-harness run [--quick] | staged-ready [--quick] | server-cost [--quick] [--sizes N,M] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure … | gce-fake … | ours-gce …"
+            "usage: bench-harness run [--quick] | staged-ready [--quick] | packing [--quick] | server-cost [--quick] [--sizes N,M] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure … | gce-fake … | ours-gce …"
         );
     };
     match command.as_str() {
@@ -62,6 +65,7 @@ fn main() -> Result<()> {
         "ours-aws" => aws::run(rest),
         "ours-slurm-real" => slurm_real::run(rest),
         "staged-ready" => staged_ready::only(rest),
+        "packing" => packing::only(rest),
         "server-cost" => server_cost::only(rest),
         "k8s-fake" => k8s::serve(rest),
         "ours-k8s" => k8s::run(rest),

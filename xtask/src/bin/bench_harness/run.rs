@@ -137,6 +137,7 @@ pub fn run(args: &[String]) -> Result<()> {
     backends.extend(crate::gce::measure_all(quick)?);
     let reaction = reaction(&plan, python)?;
     let reaction_model = reaction_model(&plan);
+    let packing_model = crate::packing::measure(quick);
     let staged_ready = crate::staged_ready::measure_all(quick)?;
     let server_cost = crate::server_cost::measure_all(quick)?;
     let results = json!({
@@ -150,6 +151,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "peer_backends": peer_backends,
         "reaction": reaction,
         "reaction_model": reaction_model,
+        "packing_model": packing_model,
         "staged_ready": staged_ready,
         "server_cost": server_cost,
     });

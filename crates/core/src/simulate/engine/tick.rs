@@ -1,11 +1,19 @@
 //! The manager's side of the simulation: one tick lists the simulated jobs into the manager's
-//! pool memory, plans with `plan_pools` and acts (stops stuck jobs, launches new ones whose
-//! fate the configured rates draw), as `Manager::tick` does.
+//! pool memory, reads the server's workers (the active ones, as `GET /rest/workers/info`
+//! lists them), plans with `plan_pools` on the server's dispatch model, acts (stops stuck
+//! jobs, launches new ones whose fate the configured rates draw) and estimates when each
+//! staged bundle starts, as `Manager::tick` does; each estimate is scored when its bundle
+//! leaves staged.
 
-use super::{Fate, Job, Phase, READY, Sim};
+use super::{Fate, Job, Phase, READY, ROOT, Sim};
 use crate::backend::{JobState, WorkerJob};
 use crate::bundle::StagedBundle;
-use crate::pools::{PoolsObservation, plan_pools};
+use crate::checkin::{CheckedInWorker, CheckinView, Sighting};
+use crate::codalab::UserIdentity;
+use crate::estimate::estimate;
+use crate::manager::server_view::server_view;
+use crate::pools::{PoolsDecision, PoolsObservation, ServerView, plan_pools};
+use rustc_hash::FxHashSet;
 use std::time::Duration;
 
 impl Sim<'_> {
@@ -34,16 +42,24 @@ impl Sim<'_> {
             // The news (failures, recoveries) is the runtime's own business: it backs off.
             let _ = self.runtimes[pool].take_listing(listing, now);
         }
+        let view = self.checkin_view();
+        for runtime in &self.runtimes {
+            self.estimates.take_view(runtime, &view, now);
+        }
+        let sighting = Sighting {
+            view: &view,
+            fresh: true,
+            fresh_since: Duration::ZERO,
+        };
         let observed = PoolsObservation {
-            server: None,
-            pools: self
-                .runtimes
-                .iter_mut()
-                .map(|r| r.observation(now, None, None))
+            server: self.server_view(&view),
+            pools: (self.runtimes.iter_mut())
+                .map(|r| r.observation(now, None, Some(sighting)))
                 .collect(),
             bundles: self.policy_view(),
         };
         let decision = plan_pools(&observed, &self.policies, now);
+        self.estimate(&observed.bundles, &decision, now);
         for (pool, decision) in decision.pools.iter().enumerate() {
             if !decision.stops.is_empty() {
                 for id in &decision.stops {
@@ -61,6 +77,62 @@ impl Sim<'_> {
             }
         }
         self.sample(now_ms);
+    }
+
+    /// The server's workers as `GET /rest/workers/info` lists them: the active ones.
+    fn checkin_view(&self) -> CheckinView {
+        let workers = (self.pool_jobs.iter().flatten().copied())
+            .filter(|&j| self.jobs[j as usize].phase == Phase::Active)
+            .map(|j| {
+                let worker = self.server_worker(j, false);
+                CheckedInWorker {
+                    worker_id: worker.worker_id,
+                    run_uuids: (self.jobs[j as usize].running.iter())
+                        .map(|&(b, _)| super::uuid_of(b))
+                        .collect(),
+                    user_id: Some(worker.owner),
+                    tag: Some(worker.tag),
+                    tag_exclusive: Some(worker.tag_exclusive),
+                    cpus: u32::try_from(worker.total.cpus).ok(),
+                    gpus: u32::try_from(worker.total.gpus).ok(),
+                    memory_bytes: u64::try_from(worker.total.memory_bytes).ok(),
+                    cpus_in_use: u32::try_from(worker.in_use.cpus).ok(),
+                    gpus_in_use: u32::try_from(worker.in_use.gpus).ok(),
+                    exit_after_num_runs: worker.runs_left,
+                    ..CheckedInWorker::default()
+                }
+            })
+            .collect();
+        CheckinView::new(workers)
+    }
+
+    /// What the manager knows of the server, as `Manager` builds it (`server_view`), with each
+    /// owner's quota left; none when the simulation plans one bundle a worker.
+    fn server_view(&self, view: &CheckinView) -> Option<ServerView> {
+        if !self.config.server_model {
+            return None;
+        }
+        let identity = UserIdentity {
+            id: ROOT.to_owned(),
+            root: true,
+        };
+        let mut server = server_view(Some(&identity), Some(view.workers()), false).ok()?;
+        server.owners.quota_left = self.owners().quota_left;
+        Some(server)
+    }
+
+    /// The tick's start-time estimates, as the manager makes them; scores those of the
+    /// bundles that left staged.
+    fn estimate(&mut self, read: &[StagedBundle], decision: &PoolsDecision, now: Duration) {
+        let tick = self.config.sleep_time;
+        let times: Vec<_> = (self.runtimes.iter())
+            .map(|runtime| self.estimates.times(runtime, now, tick))
+            .collect();
+        let estimates = estimate(decision, &times);
+        let read: FxHashSet<&str> = read.iter().map(|b| b.uuid.as_str()).collect();
+        for scored in self.estimates.take(&estimates, &read, true, now) {
+            (self.estimate_errors).push((scored.kind, scored.error_seconds * 1000));
+        }
     }
 
     /// The staged bundles as the manager's search returns them: arrival order, at most
@@ -112,20 +184,21 @@ impl Sim<'_> {
         } else {
             Fate::Start
         };
-        self.runtimes[pool].launched(
-            &WorkerJob::new(id.clone(), JobState::Pending),
-            Duration::from_millis(now_ms),
-        );
+        let now = Duration::from_millis(now_ms);
+        self.runtimes[pool].launched(&WorkerJob::new(id.clone(), JobState::Pending), now);
+        self.estimates.launched(&self.policies[pool].name, &id, now);
         let job = self.jobs.len() as u32;
         self.jobs.push(Job {
             pool,
             id,
+            unique,
             phase: Phase::Pending,
             fate,
             active_at: 0,
-            running: None,
-            runs: 0,
-            idle_since: 0,
+            running: Vec::new(),
+            in_use: Default::default(),
+            started: 0,
+            busy_since: None,
             idle_generation: 0,
         });
         self.pool_jobs[pool].push(job);

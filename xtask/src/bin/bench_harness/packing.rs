@@ -1,0 +1,166 @@
+//! Planning as the server dispatches (issue #29), in the simulator (`core::simulate`, whose
+//! server dispatches as `core::dispatch` models the real one): bursts of 1-, 2- and 4-CPU
+//! bundles on 4-CPU workers, two users of which one (carol) has `parallel_run_quota` 1
+//! while the manager runs as the root user. Side by side: upstream's manager (compat limits
+//! and pacing, one bundle a worker), our policy before #29 (target mode, one bundle a worker)
+//! and the policy on the server's model. Simulated, not measured on real workers: the section
+//! says so.
+
+use codalab_wm_core::simulate::{
+    Arrival, BundleTemplate, PoissonRate, SimConfig, SimReport, Workload, simulate,
+};
+use codalab_wm_core::{LaunchMode, PoolPolicy, WorkerShape};
+use serde_json::{Value, json};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// The trace: `bursts` bursts of 40 bundles (1 a second), an hour apart; every twentieth
+/// bundle is carol's.
+fn workload(bursts: u64) -> Workload {
+    let mix: Vec<BundleTemplate> = [
+        "cpus=1,memory=2g,duration=600,weight=6",
+        "cpus=2,memory=4g,duration=900,weight=3",
+        "cpus=4,memory=8g,duration=1200,weight=1",
+    ]
+    .iter()
+    .map(|s| s.parse().expect("a valid template"))
+    .collect();
+    let rate = PoissonRate { per_second: 1.0 };
+    let mut workload = Workload::default();
+    for burst in 0..bursts {
+        let one = Workload::poisson(rate, 40, &mix, 7 + burst);
+        let shift = burst * 3_600_000;
+        (workload.arrivals).extend(one.arrivals.iter().map(|a| Arrival {
+            at_ms: a.at_ms + shift,
+            ..*a
+        }));
+    }
+    workload.owners = vec![String::new(), "alice".into(), "carol".into()];
+    for (i, arrival) in workload.arrivals.iter_mut().enumerate() {
+        arrival.owner = if i % 20 == 0 { 2 } else { 1 };
+    }
+    workload
+}
+
+fn pool(launch_mode: LaunchMode) -> PoolPolicy {
+    let compat = launch_mode == LaunchMode::Compat;
+    PoolPolicy {
+        max: 40,
+        launch_mode,
+        // Upstream's pacing (its --min-seconds-between-workers default) in compat mode.
+        min_seconds_between_workers: if compat { 60 } else { 0 },
+        max_launches_per_tick: if compat { 1 } else { 10 },
+        ..PoolPolicy::new("cpu4", WorkerShape::from_flags(4, 0, 16 * 1024))
+    }
+}
+
+/// One row per policy.
+pub fn measure(quick: bool) -> Vec<Value> {
+    let workload = workload(if quick { 3 } else { 12 });
+    let variants = [
+        (
+            "upstream (compat, one bundle a worker)",
+            LaunchMode::Compat,
+            false,
+        ),
+        (
+            "ours before #29 (one bundle a worker)",
+            LaunchMode::Target,
+            false,
+        ),
+        (
+            "ours, server's dispatch model (#29)",
+            LaunchMode::Target,
+            true,
+        ),
+    ];
+    let mut rows = Vec::new();
+    for (name, launch_mode, server_model) in variants {
+        let config = SimConfig {
+            start_latency: (Duration::from_secs(60), Duration::from_secs(120)),
+            quotas: [("carol".to_owned(), 1)].into(),
+            server_model,
+            ..SimConfig::default()
+        };
+        let report = simulate(&workload, &[pool(launch_mode)], &config).expect("valid settings");
+        rows.push(row(name, &workload, &report));
+    }
+    rows
+}
+
+fn row(name: &str, workload: &Workload, report: &SimReport) -> Value {
+    let pool = &report.pools[0];
+    let estimate = |kind: &str| {
+        (report.estimates.iter())
+            .find(|e| e.kind == kind)
+            .map(|e| json!({"scored": e.scored, "p50_s": e.error.p50_seconds, "p90_s": e.error.p90_seconds}))
+    };
+    json!({
+        "policy": name,
+        "bundles": workload.arrivals.len(),
+        "finished": report.finished,
+        "launches": pool.launches,
+        "unused_launches": pool.unused_launches,
+        "worker_seconds": (pool.worker_hours * 3600.0).round() as u64,
+        "wait_p50_s": report.total_wait.p50_seconds,
+        "wait_p90_s": report.total_wait.p90_seconds,
+        "estimate_worker_checkin": estimate("worker_checkin"),
+        "estimate_all": estimate("all"),
+    })
+}
+
+/// `bench-harness packing [--quick]`: only this section, printed.
+pub fn only(args: &[String]) -> anyhow::Result<()> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let mut out = String::new();
+    render(&mut out, &json!({ "packing_model": measure(quick) }));
+    print!("{out}");
+    Ok(())
+}
+
+/// The section of BENCH.md.
+pub fn render(out: &mut String, results: &Value) {
+    let Some(rows) = results["packing_model"].as_array() else {
+        return;
+    };
+    let bundles = rows
+        .first()
+        .map_or(0, |r| r["bundles"].as_u64().unwrap_or(0));
+    let _ = writeln!(
+        out,
+        "\n### Planning as the server dispatches (#29), simulated\n\n\
+         `core::simulate` (its server dispatches as `core::dispatch` models CodaLab 1.7.5; the \
+         model is checked against the real bundle manager by `dispatch_differential.rs`): {bundles} \
+         bundles in bursts of 40 (1 a second) an hour apart, 1/2/4 CPUs (6:3:1, runs of 10, 15 and \
+         20 min on average), on 4-CPU 16 GiB workers (max 40: a worker a bundle fits, check-in \
+         60–120 s, idle exit 600 s as `--worker-idle-seconds`' default); every twentieth bundle is carol's, `parallel_run_quota` 1, the \
+         manager runs as `codalab`. Unused: workers that ended without running a bundle. Not \
+         yet measured with real `cl-worker`s.\n\n\
+         | policy | finished | launches | unused | worker-seconds | wait p50 | wait p90 | estimate error p90, new worker (n) | all estimates p90 (n) |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    let seconds = |v: &Value| {
+        v.as_f64()
+            .map_or_else(|| "—".into(), |s| format!("{s:.0} s"))
+    };
+    let estimate = |v: &Value| {
+        v["p90_s"]
+            .as_f64()
+            .map_or_else(|| "—".into(), |s| format!("{s:.0} s ({})", v["scored"]))
+    };
+    for row in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            row["policy"].as_str().unwrap_or("?"),
+            row["finished"],
+            row["launches"],
+            row["unused_launches"],
+            row["worker_seconds"],
+            seconds(&row["wait_p50_s"]),
+            seconds(&row["wait_p90_s"]),
+            estimate(&row["estimate_worker_checkin"]),
+            estimate(&row["estimate_all"]),
+        );
+    }
+}
