@@ -189,57 +189,28 @@ fn gated(user: &str, n: usize, tag: &str, gate: &str, flags: &[&str]) -> Vec<Str
 
 /// Stages the scenario's bundles in this order (the server's order is by creation), each
 /// with its kind. Dave and erin are this test's own users: no bundle of theirs staged before
-/// moves theirs up in the dispatch order. Carol (quota 1) has a 2-CPU worker of her own; root's shared workers have
-/// 1 and 2 CPUs; every worker has 3 GiB.
+/// moves theirs up in the dispatch order. Carol (quota 1) has a 2-CPU worker of her own;
+/// root's shared workers have 1 and 2 CPUs; every worker has 3 GiB.
 fn stage_scenario(tag: &str, gate: &str) -> Vec<(String, &'static str)> {
-    let kinds: [(&str, usize, &str, &[&str]); 6] = [
-        (
-            "carol",
-            4,
-            "carol 1 CPU",
-            &["--request-cpus", "1", "--request-memory", "512m"],
-        ),
-        (
-            "dave",
-            1,
-            "dave 2 CPUs",
-            &["--request-cpus", "2", "--request-memory", "512m"],
-        ),
-        (
-            "dave",
-            1,
-            "dave 1 CPU priority 5",
-            &[
-                "--request-cpus",
-                "1",
-                "--request-memory",
-                "512m",
-                "--request-priority",
-                "5",
-            ],
-        ),
-        (
-            "dave",
-            1,
-            "dave 1 CPU 3g",
-            &["--request-cpus", "1", "--request-memory", "3g"],
-        ),
-        (
-            "erin",
-            1,
-            "erin 1 CPU",
-            &["--request-cpus", "1", "--request-memory", "512m"],
-        ),
-        (
-            "erin",
-            1,
-            "erin 2 CPUs",
-            &["--request-cpus", "2", "--request-memory", "512m"],
-        ),
+    // (user, bundles, kind, CPUs, memory, priority)
+    let kinds = [
+        ("carol", 4, "carol 1 CPU", "1", "512m", None),
+        ("dave", 1, "dave 2 CPUs", "2", "512m", None),
+        ("dave", 1, "dave 1 CPU priority 5", "1", "512m", Some("5")),
+        ("dave", 1, "dave 1 CPU 3g", "1", "3g", None),
+        ("erin", 1, "erin 1 CPU", "1", "512m", None),
+        ("erin", 1, "erin 2 CPUs", "2", "512m", None),
     ];
     let mut bundles = Vec::new();
-    for (user, n, kind, flags) in kinds {
-        let uuids = gated(user, n, tag, gate, flags);
+    for (user, n, kind, cpus, memory, priority) in kinds {
+        let mut flags = vec!["--request-cpus", cpus, "--request-memory", memory];
+        flags.extend(
+            priority
+                .map(|p| ["--request-priority", p])
+                .into_iter()
+                .flatten(),
+        );
+        let uuids = gated(user, n, tag, gate, &flags);
         bundles.extend(uuids.into_iter().map(|uuid| (uuid, kind)));
     }
     bundles

@@ -119,21 +119,32 @@ impl Server {
                 })
             })
             .collect();
-        let reply = self.runtime.block_on(async {
-            let response = self
-                .http
-                .post(format!("{SERVER}/rest/bundle-actions"))
-                .bearer_auth(&self.token)
-                .header("X-Requested-With", "XMLHttpRequest")
-                .json(&serde_json::json!({ "data": data }))
-                .send()
-                .await?;
-            Ok::<_, reqwest::Error>((response.status(), response.text().await?))
-        });
+        let reply = self.change(reqwest::Method::POST, "/rest/bundle-actions", data);
         assert!(
             reply.as_ref().is_ok_and(|(status, _)| status.is_success()),
             "killing {uuids:?}: {reply:?}"
         );
+    }
+
+    /// A state-changing request with a JSON API `data` body: its status and body.
+    fn change(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        data: Vec<serde_json::Value>,
+    ) -> reqwest::Result<(reqwest::StatusCode, String)> {
+        self.runtime.block_on(async {
+            let response = self
+                .http
+                .request(method, format!("{SERVER}{path}"))
+                .bearer_auth(&self.token)
+                // the server's CSRF guard for state-changing requests
+                .header("X-Requested-With", "XMLHttpRequest")
+                .json(&serde_json::json!({ "data": data }))
+                .send()
+                .await?;
+            Ok((response.status(), response.text().await?))
+        })
     }
 
     /// Polls (every 0.5 s, at most `limit`) until every bundle is in a final state.
@@ -212,18 +223,8 @@ impl Server {
             .collect();
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let reply = self.runtime.block_on(async {
-                let response = self
-                    .http
-                    .delete(format!("{SERVER}/rest/bundles?force=1"))
-                    .bearer_auth(&self.token)
-                    // the server's CSRF guard for state-changing requests
-                    .header("X-Requested-With", "XMLHttpRequest")
-                    .json(&serde_json::json!({ "data": data }))
-                    .send()
-                    .await?;
-                Ok::<_, reqwest::Error>((response.status(), response.text().await?))
-            });
+            let path = "/rest/bundles?force=1";
+            let reply = self.change(reqwest::Method::DELETE, path, data.clone());
             if reply.as_ref().is_ok_and(|(status, _)| status.is_success()) {
                 return;
             }
