@@ -21,7 +21,7 @@
 mod support;
 use support::bundles::{Server, cl_worker, docker_host, docker_running};
 use support::manager::{BIN, Manager, down};
-use support::{codalab_running, slurm_running, stage_as, unique};
+use support::{codalab_running, slurm_running, stage_queued, unique};
 
 use codalab_wm_core::testing::require_service;
 use std::os::unix::fs::PermissionsExt;
@@ -135,18 +135,8 @@ fn a_busy_worker_of_the_root_account_is_kept_and_its_bundle_ends_ready() {
     let dir = tempfile::tempdir().unwrap();
     let file = relative(&password_file(dir.path()));
     // Runs longer than checkin_timeout (15 s): the lost rule sees the job running, unlisted.
-    let flags = [
-        "--request-cpus",
-        "1",
-        "--request-memory",
-        "256m",
-        "--tags",
-        &tag,
-        "--request-queue",
-        &tag,
-    ];
     let command = "sleep 45; echo done > out.txt";
-    let uuids = stage_as(MANAGER.0, 1, &flags, &[("STAGE_COMMAND", command)]);
+    let uuids = stage_queued(MANAGER.0, 1, &tag, &[("STAGE_COMMAND", command)]);
     let backend = slurm_args(&tag, dir.path());
     let mut args = manager_args(&tag, dir.path());
     args.extend(backend.iter().cloned());

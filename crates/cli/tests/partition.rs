@@ -12,7 +12,7 @@ mod support;
 use support::bundles::{Server, cl_worker, docker_host, docker_running};
 use support::forwarder::Forwarder;
 use support::manager::{Manager, down};
-use support::{codalab_running, stage_as, unique};
+use support::{codalab_running, stage_queued, unique};
 
 use codalab_wm_core::testing::require_service;
 use std::time::{Duration, Instant};
@@ -111,21 +111,11 @@ fn a_busy_worker_cut_off_from_the_server_is_not_stopped_and_its_bundle_ends_read
     let tag = unique("partw");
     let dir = tempfile::tempdir().unwrap();
     let server = Server::login(USER.0, USER.1);
-    let flags = [
-        "--request-cpus",
-        "1",
-        "--request-memory",
-        "256m",
-        "--tags",
-        &tag,
-        "--request-queue",
-        &tag,
-    ];
     let command = [
         ("STAGE_COMMAND", "sleep 150; echo survived > out.txt"),
         ("STAGE_DEPS", ""),
     ];
-    let bundle = stage_as(USER.0, 1, &flags, &command).remove(0);
+    let bundle = stage_queued(USER.0, 1, &tag, &command).remove(0);
     let state_dir = dir.path().display().to_string();
     let args = manager_args(&tag, &path.url(), &state_dir);
     let env = [("DOCKER_HOST", docker_host())];

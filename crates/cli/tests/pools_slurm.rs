@@ -19,7 +19,7 @@
 //!   backs off after its failure.
 
 mod support;
-use support::{codalab_running, stage, stage_as};
+use support::{codalab_running, stage, stage_queued};
 
 use codalab_wm_core::testing::require_service;
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
@@ -452,17 +452,7 @@ fn workers_nobody_sees_check_in_are_kept_and_each_pool_backs_off() {
     let mut scratch = Scratch::new();
     scratch.user = ("bob", "bobpw");
     let tag = format!("lost-{}", scratch.prefix);
-    let flags = [
-        "--request-cpus",
-        "1",
-        "--request-memory",
-        "256m",
-        "--tags",
-        &tag,
-        "--request-queue",
-        &tag,
-    ];
-    stage_as("bob", 1, &flags, &[]);
+    stage_queued("bob", 1, &tag, &[]);
     let rules = |cost: u32| format!("cost = {cost}\nmax = 1\ntag = \"{tag}\"\ncheckin_timeout = 5");
     let pools = [
         scratch.pool("broken", "cpu", 0, &rules(1)),
