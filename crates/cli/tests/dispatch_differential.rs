@@ -15,13 +15,12 @@
 //! the places in the dispatch order that user's bundles hold, leftovers included.
 //!
 //! What is compared, and why not more: no two workers tie in the server's preference (it
-//! breaks ties at random), and bundles are compared by kind (owner and request), not by uuid.
-//! The server sends "run" to a worker only while the worker's check-in waits on it (one
-//! message per check-in; the websocket wake-up that shortens this in production does not run
-//! on Python 3.11, see `xtask/services/codalab/launch.py`), and a send that gets no answer
-//! within 1 s puts the bundle back to staged for the next iteration: a second bundle for one
-//! worker in one iteration can go to an identical bundle behind it. Which of two identical
-//! bundles runs is no planning question; how many of each kind each worker runs is.
+//! breaks ties at random), and bundles are compared by kind (owner and request), not by uuid:
+//! which of two identical bundles runs is no planning question; how many of each kind each
+//! worker runs is. The server hands a worker one message per check-in; upstream's wake-up
+//! (the websocket ping that makes the worker check in at once) cannot run on Python 3.11, and
+//! `xtask/services/codalab/launch.py` replaces it by waiting for the worker's next check-in,
+//! so a second bundle for one worker is not offered to the next worker in the server's order.
 //!
 //! Locally a missing service skips the test; under `CI=true` it fails.
 
@@ -173,8 +172,8 @@ fn bundles(server: &Server, uuids: &[String]) -> Vec<StagedBundle> {
     bundles
 }
 
-/// Stages `n` bundles of `user` that wait for `gate` and then sleep until killed (or for 2
-/// minutes, should a kill not reach them).
+/// Stages `n` bundles of `user` that wait for `gate` and then sleep until killed (or for 10
+/// minutes, should a kill not reach them: none may finish while the test waits).
 fn gated(user: &str, n: usize, tag: &str, gate: &str, flags: &[&str]) -> Vec<String> {
     let mut all = vec!["--request-queue", tag, "--tags", tag];
     all.extend(flags);
@@ -182,7 +181,7 @@ fn gated(user: &str, n: usize, tag: &str, gate: &str, flags: &[&str]) -> Vec<Str
     let env = [
         ("STAGE_WAIT", "0"),
         ("STAGE_DEPS", deps.as_str()),
-        ("STAGE_COMMAND", "sleep 120"),
+        ("STAGE_COMMAND", "sleep 600"),
     ];
     stage_as(user, n, &all, &env)
 }

@@ -2,32 +2,68 @@
 
 Usage: venv/bin/python launch.py rest-server|bundle-manager [args of cl-server / cl-bundle-manager]
 
-Patch (applied in this process only; site-packages is not modified):
-  WorkerModel._ping_worker_ws. Before each message to a worker (e.g. "run this bundle"),
-  upstream wakes the worker through the websocket server (cl-ws-server, hard-coded at
-  ws://ws-server:2901, the docker-compose host name) with
-  loop.run_until_complete(asyncio.wait([coroutine])). On Python 3.11 that raises
-  "TypeError: Passing coroutines is forbidden", which aborts the dispatch. We run no
-  ws-server (cl-worker 1.7.5's own websocket listener fails the same way on Python 3.11), so
-  the ping becomes a no-op. The ping is only a wake-up: a message reaches a worker while its
-  check-in waits on the server (a long poll on a Unix socket under CODALAB_HOME/worker_sockets,
-  up to 5 s, one message a check-in); a send that finds no check-in waiting gives up after 1 s
-  and the bundle goes back to staged for the next iteration. So a second bundle for one worker
-  in one iteration often waits for that worker's next check-in (seconds, not minutes).
-  Creating bundles and staging them (created -> staged) never reaches this code; the patch only
-  matters if something checks in as a worker.
+Patch (applied in this process only; site-packages is not modified): the worker wake-up.
+  Upstream sends a message to a worker (e.g. "run this bundle") in two steps: it wakes the
+  worker through the websocket server (cl-ws-server, hard-coded at ws://ws-server:2901, the
+  docker-compose host name), which makes the worker check in at once, and then hands the
+  message to that check-in: a check-in waits on the server up to 5 s (a long poll on a Unix
+  socket under CODALAB_HOME/worker_sockets) and takes one message; a send that finds no
+  check-in waiting gives up after 1 s and the bundle goes back to staged. Neither half of the
+  wake-up runs on Python 3.11: WorkerModel._ping_worker_ws raises "TypeError: Passing
+  coroutines is forbidden" (loop.run_until_complete(asyncio.wait([coroutine]))), which aborts
+  the dispatch, and cl-worker 1.7.5's websocket listener fails the same way. Without a
+  wake-up a second bundle for one worker in one dispatch finds no check-in waiting, and the
+  bundle manager offers it to the next worker in its order: where a bundle runs would depend
+  on the workers' check-in timing, not on the dispatch rules.
+  So the ping is replaced by what it achieves: before a send, wait (at most WAKE_UP_SECONDS)
+  until a check-in of that worker listens on its socket (a listening socket at that path in
+  /proc/net/unix), then send as upstream does. A live worker checks in every few seconds; a
+  worker that does not (stopped, partitioned) costs the wait and then the send fails as
+  upstream's would. Creating bundles and staging them (created -> staged) never reaches this
+  code; the patch only matters if something checks in as a worker.
 """
 import logging
+import os
 import sys
+import time
+
+
+WAKE_UP_SECONDS = 8.0
+ACCEPTING_CONNECTIONS = 0x10000  # __SO_ACCEPTCON in /proc/net/unix's Flags column
+
+
+def listening(path):
+    """Whether a socket listens at `path` (a check-in waits on it)."""
+    with open('/proc/net/unix') as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            if len(fields) >= 8 and fields[7] == path and int(fields[3], 16) & ACCEPTING_CONNECTIONS:
+                return True
+    return False
+
+
+def wait_for_checkin(path, seconds):
+    deadline = time.monotonic() + seconds
+    while not listening(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def patch():
     from codalab.model import worker_model
 
-    def _ping_worker_ws(self, worker_id):
-        logging.debug("no ws-server: not pinging worker %s (it gets the message at check-in)", worker_id)
+    model = worker_model.WorkerModel
+    upstream_send = model.send_json_message
 
-    worker_model.WorkerModel._ping_worker_ws = _ping_worker_ws
+    def _ping_worker_ws(self, worker_id):
+        logging.debug("no ws-server: waiting for worker %s to check in instead", worker_id)
+
+    def send_json_message(self, socket_id, worker_id, message, timeout_secs, autoretry=True):
+        wait_for_checkin(os.path.abspath(self._socket_path(socket_id)), WAKE_UP_SECONDS)
+        return upstream_send(self, socket_id, worker_id, message, timeout_secs, autoretry)
+
+    model._ping_worker_ws = _ping_worker_ws
+    model.send_json_message = send_json_message
 
 
 def main():

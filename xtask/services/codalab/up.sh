@@ -35,9 +35,10 @@
 #     mariadbd as root needs user=root; latin1 like upstream's mysql:5.5; socket auth for root;
 #     apt's postinst is kept from starting the system MariaDB on :3306 (temporary policy-rc.d, unless
 #     the image already has one, as Docker-built Debian images do).
-#   - the server hard-codes the ws-server ping with an asyncio call that breaks on py3.11: patched to a
-#     no-op by launch.py (only hit when dispatching to a worker; nothing in site-packages is edited).
-#     Checked: a fake worker check-in (reference fake_checkin.py) received its `run` message.
+#   - the server hard-codes the ws-server ping (the worker wake-up) with an asyncio call that breaks on
+#     py3.11: launch.py replaces it by waiting for the worker's next check-in before a send (only hit
+#     when messaging a worker; nothing in site-packages is edited). Checked: the dispatch differential
+#     test's bundle-manager log shows no refused send and no bundle offered to a second worker.
 #   - one up at a time (flock on up.lock); daemons are started with that fd closed, otherwise they
 #     would hold the lock forever and the next up would hang.
 #   - tables are created by the first model() call (create_users.py runs before the services on a
