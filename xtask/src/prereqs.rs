@@ -17,7 +17,8 @@ const PACKAGES: &[&str] = &[
     "ca-certificates",
     // crates/cli/tests/dashboard_slurm.rs loads the dashboard in headless Chromium.
     "chromium",
-    // crates/app/tests/promtool.rs lints /metrics with `promtool check metrics`.
+    // `promtool check metrics` lints /metrics (crates/app, crates/operator); `promtool test
+    // rules` and the `prometheus` server check deploy/prometheus (crates/cli/tests/prometheus.rs).
     "prometheus",
 ];
 

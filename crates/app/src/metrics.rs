@@ -2,7 +2,8 @@
 //! [`Metrics::render`]):
 //!
 //! - from the status snapshots the manager publishes after every tick ([`StatusExporter`]):
-//!   staged bundles, worker jobs per pool and state, the tick's duration, and the running totals
+//!   staged bundles, worker jobs per pool and state, pools backing off, the last successful
+//!   tick's time, the tick's duration, and the running totals
 //!   of the [`TickEvent::counter`]s (launches, stops, decisions, job endings, server errors);
 //! - from [`MeteredBackend`], which times every backend call per pool and operation.
 //!
@@ -21,7 +22,8 @@ use codalab_wm_core::backend::{CleanupItem, LaunchRequest, WorkerBackend, Worker
 use codalab_wm_core::bundle::WorkerShape;
 use codalab_wm_core::checkin::WorkerState;
 use codalab_wm_core::error::Result;
-use codalab_wm_core::manager::status::Status;
+use codalab_wm_core::manager::TICK_ERROR_KINDS;
+use codalab_wm_core::manager::status::{LaunchResult, Status};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -37,6 +39,12 @@ use std::time::Instant;
 struct PoolState {
     pool: String,
     state: &'static str,
+}
+
+/// `{pool}` of `codalab_wm_pool_backing_off`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Pool {
+    pool: String,
 }
 
 /// `{reason}` of `codalab_wm_unmet_bundles`.
@@ -58,6 +66,9 @@ struct PoolReason {
     pool: String,
     reason: String,
 }
+
+/// The `reason`s of `codalab_wm_job_endings_total` ([`Metrics::count`] makes them).
+const JOB_ENDINGS: [&str; 3] = ["failed_before_active", "failed_after_active", "preempted"];
 
 /// `{kind}` of `codalab_wm_server_errors_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -103,6 +114,8 @@ fn duration_histogram() -> Histogram {
 pub struct Metrics {
     registry: Registry,
     staged: Gauge,
+    last_success: Gauge,
+    pool_backing_off: Family<Pool, Gauge>,
     worker_jobs: Family<PoolState, Gauge>,
     workers: Family<PoolState, Gauge>,
     unmet_bundles: Family<UnmetReason, Gauge>,
@@ -126,6 +139,8 @@ impl Default for Metrics {
         let metrics = Self {
             registry: Registry::default(),
             staged: Gauge::default(),
+            last_success: Gauge::default(),
+            pool_backing_off: Family::default(),
             worker_jobs: Family::default(),
             workers: Family::default(),
             unmet_bundles: Family::default(),
@@ -158,16 +173,18 @@ impl Metrics {
             "Staged bundles seen at the last successful tick",
             self.staged.clone(),
         );
-        registry.register(
-            "codalab_wm_worker_jobs",
-            "Worker jobs per pool at the last successful tick, by state (active, pending, failed, stopping)",
-            self.worker_jobs.clone(),
+        registry.register_with_unit(
+            "codalab_wm_last_successful_tick_timestamp",
+            "When the last successful tick ended, in seconds since the Unix epoch (what /healthz judges)",
+            Unit::Seconds,
+            self.last_success.clone(),
         );
         registry.register(
-            "codalab_wm_workers",
-            "Worker jobs per pool at the last successful tick, by state seen from the platform and the server (starting, ready_idle, busy, vanished, lost)",
-            self.workers.clone(),
+            "codalab_wm_pool_backing_off",
+            "1 while a pool's launches are paused after failures (backoff), else 0",
+            self.pool_backing_off.clone(),
         );
+        self.register_pools(registry);
         registry.register(
             "codalab_wm_unmet_bundles",
             "Staged bundles with no worker coming at the last successful tick, by reason (no_fitting_pool, max_reached, backing_off, paced, waiting_for_starting ...)",
@@ -230,6 +247,20 @@ impl Metrics {
         );
     }
 
+    /// The pools' job and worker gauges.
+    fn register_pools(&self, registry: &mut Registry) {
+        registry.register(
+            "codalab_wm_worker_jobs",
+            "Worker jobs per pool at the last successful tick, by state (active, pending, failed, stopping)",
+            self.worker_jobs.clone(),
+        );
+        registry.register(
+            "codalab_wm_workers",
+            "Worker jobs per pool at the last successful tick, by state seen from the platform and the server (starting, ready_idle, busy, vanished, lost)",
+            self.workers.clone(),
+        );
+    }
+
     /// The start-time estimates' metrics.
     fn register_estimates(&self, registry: &mut Registry) {
         registry.register(
@@ -279,12 +310,47 @@ impl Metrics {
         .inc_by(delta);
     }
 
+    /// Creates at 0 the counters whose labels are known: every pool's launch results and
+    /// every kind of failed tick, so that a rate or an alert over them has a series before
+    /// the first event.
+    fn start_counters(&self, status: &Status) {
+        for kind in TICK_ERROR_KINDS {
+            let kind = kind.to_owned();
+            self.server_errors
+                .get_or_create(&ErrorKind { kind })
+                .inc_by(0);
+        }
+        for pool in &status.pools {
+            for result in LaunchResult::ALL {
+                let pool = pool.name.clone();
+                let result = result.code().to_owned();
+                self.launches
+                    .get_or_create(&PoolResult { pool, result })
+                    .inc_by(0);
+            }
+            for reason in JOB_ENDINGS {
+                let pool = pool.name.clone();
+                let reason = reason.to_owned();
+                (self.job_endings.get_or_create(&PoolReason { pool, reason })).inc_by(0);
+            }
+        }
+    }
+
     /// Sets the gauges of a successful tick: staged bundles, worker jobs per pool and state.
     fn set_gauges(&self, status: &Status) {
         self.staged.set(status.staged as i64);
+        self.start_counters(status);
         self.worker_jobs.clear();
         self.workers.clear();
+        self.pool_backing_off.clear();
         for pool in &status.pools {
+            let backing_off = pool
+                .backing_off_until
+                .is_some_and(|until| until > status.uptime_seconds);
+            let labels = Pool {
+                pool: pool.name.clone(),
+            };
+            (self.pool_backing_off.get_or_create(&labels)).set(i64::from(backing_off));
             let counts = [
                 ("active", pool.active),
                 ("pending", pool.pending),
@@ -385,6 +451,10 @@ impl StatusExporter {
             .observe(status.last_tick_duration_seconds);
         if status.last_error.is_none() {
             metrics.set_gauges(status);
+        }
+        if let Some(seconds) = status.last_success_seconds {
+            let at = status.started_unix_seconds + seconds;
+            metrics.last_success.set(at as i64);
         }
         for scored in &status.scored {
             let kind = EstimateKind { kind: scored.kind };
@@ -496,173 +566,4 @@ impl WorkerBackend for MeteredBackend {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use codalab_wm_core::estimate::{BundleEstimate, StartEstimate};
-    use codalab_wm_core::manager::estimates::ScoredEstimate;
-    use codalab_wm_core::manager::status::{Counter as StatusCounter, PoolStatus, ShapeStatus};
-    use codalab_wm_core::pools::{LaunchMode, PoolHealth};
-
-    /// Two estimates (one now, one at a check-in) and one scored 12 s off.
-    fn estimates(status: &mut Status) {
-        let now = StartEstimate::Now {
-            worker_id: "w1".into(),
-        };
-        let checkin = StartEstimate::WorkerCheckin {
-            pool: "cpu".into(),
-            job: None,
-            seconds: 40,
-        };
-        status.estimates = vec![
-            BundleEstimate::new("0x1", now),
-            BundleEstimate::new("0x2", checkin),
-        ];
-        status.scored = vec![ScoredEstimate {
-            uuid: "0x0".into(),
-            kind: "worker_checkin",
-            error_seconds: 12,
-        }];
-    }
-
-    fn counter(metric: &'static str, label: &str, value: u64) -> StatusCounter {
-        StatusCounter {
-            metric,
-            pool: "cpu".into(),
-            label: label.into(),
-            value,
-        }
-    }
-
-    fn pool(active: usize) -> PoolStatus {
-        PoolStatus {
-            name: "cpu".into(),
-            backend: "local".into(),
-            launch_mode: LaunchMode::Target,
-            shape: ShapeStatus {
-                cpus: 1,
-                gpus: 0,
-                memory_bytes: 1 << 30,
-            },
-            min: 0,
-            max: 3,
-            tag: None,
-            tag_exclusive: false,
-            cost: 0.0,
-            active,
-            pending: 1,
-            failed: 0,
-            stopping: 0,
-            workers: Default::default(),
-            health: PoolHealth::default(),
-            backing_off_until: None,
-            last_decision: None,
-            assigned: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn the_exporter_counts_growth_once_and_sets_gauges_of_successful_ticks() {
-        let metrics: &'static Metrics = Box::leak(Box::default());
-        let mut exporter = StatusExporter::new(metrics);
-        assert!(!exporter.observe(&Status::default()), "no tick yet");
-        let mut first = Status {
-            ticks: 1,
-            staged: 4,
-            pools: vec![pool(2)],
-            counters: vec![
-                counter("launches", "started", 2),
-                counter("job_failures", "before_active", 1),
-            ],
-            budgets: vec![codalab_wm_core::budget::BudgetStatus {
-                scope: "all pools".into(),
-                worker_hours: 12.5,
-                cost: Some(6.25),
-                limits: Default::default(),
-                reached: Some("12.5 of 12 worker-hours".into()),
-                resumes_at_seconds: Some(7200),
-            }],
-            ..Status::default()
-        };
-        estimates(&mut first);
-        assert!(exporter.observe(&first));
-        assert!(!exporter.observe(&first), "the same tick again");
-        let failed = Status {
-            ticks: 2,
-            staged: 9,
-            pools: vec![pool(5)],
-            last_error: Some("codalab server unreachable".into()),
-            counters: vec![
-                counter("launches", "started", 3),
-                counter("job_failures", "before_active", 1),
-            ],
-            ..Status::default()
-        };
-        assert!(exporter.observe(&failed));
-        let text = metrics.render().unwrap();
-        for line in [
-            r#"codalab_wm_launches_total{pool="cpu",result="started"} 3"#,
-            r#"codalab_wm_job_endings_total{pool="cpu",reason="failed_before_active"} 1"#,
-            r#"codalab_wm_worker_jobs{pool="cpu",state="active"} 2"#,
-            "codalab_wm_staged_bundles 4",
-            "codalab_wm_tick_duration_seconds_count 2",
-            r#"codalab_wm_budget_worker_seconds{scope="all pools"} 45000.0"#,
-            r#"codalab_wm_budget_cost{scope="all pools"} 6.25"#,
-            r#"codalab_wm_budget_reached{scope="all pools"} 1"#,
-            r#"codalab_wm_start_estimates{kind="worker_checkin"} 1"#,
-            r#"codalab_wm_start_estimate_error_seconds_count{kind="worker_checkin"} 1"#,
-            r#"codalab_wm_start_estimate_error_seconds_bucket{le="20.0",kind="worker_checkin"} 1"#,
-        ] {
-            assert!(text.contains(line), "{line} in {text}");
-        }
-        // A new manager (reload) starts its totals again: its whole total is new.
-        exporter.observe(&Status {
-            ticks: 3,
-            counters: vec![counter("launches", "started", 1)],
-            ..Status::default()
-        });
-        let text = metrics.render().unwrap();
-        assert!(
-            text.contains(r#"codalab_wm_launches_total{pool="cpu",result="started"} 4"#),
-            "{text}"
-        );
-    }
-
-    /// Debian's `promtool check metrics` (prometheus 2.42, among `cargo xtask ci`'s
-    /// prerequisites) on the registry the manager serves, every family filled from a
-    /// snapshot. Locally a missing `promtool` skips it; under `CI=true` it fails.
-    #[test]
-    fn promtool_finds_nothing_to_lint_in_the_managers_metrics() {
-        let metrics: &'static Metrics = Box::leak(Box::default());
-        let mut cpu = pool(2);
-        cpu.workers = [(WorkerState::Busy, 1), (WorkerState::Vanished, 1)].into();
-        let counters = [
-            ("launches", "started"),
-            ("stops", "pending_timeout"),
-            ("decisions", "want_workers"),
-            ("job_failures", "before_active"),
-            ("server_errors", "unreachable"),
-        ];
-        let mut status = Status {
-            ticks: 1,
-            staged: 4,
-            pools: vec![cpu],
-            counters: counters.map(|(m, l)| counter(m, l, 2)).into(),
-            budgets: vec![codalab_wm_core::budget::BudgetStatus {
-                scope: "all pools".into(),
-                worker_hours: 1.5,
-                cost: Some(0.75),
-                limits: Default::default(),
-                reached: None,
-                resumes_at_seconds: None,
-            }],
-            ..Status::default()
-        };
-        estimates(&mut status);
-        StatusExporter::new(metrics).observe(&status);
-        let text = metrics.render().unwrap();
-        let Some(problems) = codalab_wm_core::testing::promtool_problems(&text) else {
-            return;
-        };
-        assert!(problems.is_empty(), "promtool: {problems:?}\n{text}");
-    }
-}
+mod tests;

@@ -51,6 +51,7 @@ pub mod status;
 mod streak;
 mod tick;
 
+pub use error_policy::TICK_ERROR_KINDS;
 pub use reconfigure::{Change, Reconfiguration};
 pub use runtime::Pool;
 pub use shutdown::SUBMIT_GRACE;

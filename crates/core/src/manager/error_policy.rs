@@ -75,6 +75,19 @@ impl ErrorPolicy {
     }
 }
 
+/// Every `kind` [`tick_error_kind`] gives: the metrics start each at 0, so that a rate over
+/// them has a series before the first error.
+pub const TICK_ERROR_KINDS: [&str; 8] = [
+    "unreachable",
+    "rate_limited",
+    "server_error",
+    "client_error",
+    "unauthenticated",
+    "invalid_reply",
+    "backend",
+    "other",
+];
+
 /// The `kind` label of a failed tick in the `server_errors` counter (few, stable values).
 pub(super) fn tick_error_kind(error: &Error) -> &'static str {
     match error {
@@ -182,6 +195,9 @@ mod tests {
         assert_eq!(tick_error_kind(&server(429)), "rate_limited");
         assert_eq!(tick_error_kind(&server(404)), "client_error");
         assert_eq!(tick_error_kind(&throttled(1)), "rate_limited");
+        for error in [server(503), server(429), server(404), throttled(1)] {
+            assert!(TICK_ERROR_KINDS.contains(&tick_error_kind(&error)));
+        }
         assert_eq!(error_kind(&server(503)), "staged bundle search:503");
     }
 }

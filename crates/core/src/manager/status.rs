@@ -144,6 +144,14 @@ pub enum LaunchResult {
 }
 
 impl LaunchResult {
+    /// Every result.
+    pub const ALL: [LaunchResult; 4] = [
+        LaunchResult::Started,
+        LaunchResult::DryRun,
+        LaunchResult::Failed,
+        LaunchResult::TemporaryError,
+    ];
+
     /// The snake_case name.
     pub fn code(self) -> &'static str {
         match self {

@@ -1,0 +1,177 @@
+//! `deploy/kubernetes/monitoring` (for clusters with the Prometheus Operator), checked offline:
+//!
+//! - `prometheus-rule.yaml` is `deploy/prometheus/codalab-wm.rules.yml` (the rules' one home,
+//!   unit-tested by `crates/cli/tests/prometheus.rs`) wrapped in a PrometheusRule;
+//!   `UPDATE_GOLDEN=1` rewrites it;
+//! - `kubectl kustomize` (Debian's `kubernetes-client`) renders the kustomization into that
+//!   PrometheusRule and two PodMonitors, each of which selects the pods of a Deployment in
+//!   `deploy/kubernetes` and scrapes a port those pods declare.
+//!
+//! The monitoring.coreos.com schemas are not among the validator's (they are CRDs of the
+//! Prometheus Operator): the objects are checked field by field here instead.
+//!
+//! Without kubectl the rendering test skips, and fails under `CI=true`.
+
+use codalab_wm_core::testing::require_service;
+use serde::Deserialize;
+use serde_yaml::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// The PrometheusRule for the rules file's `groups:`.
+fn prometheus_rule(rules: &str) -> String {
+    let groups = &rules[rules.find("\ngroups:\n").expect("a `groups:` key") + 1..];
+    let spec: String = groups.lines().map(|l| format!("  {l}\n")).collect();
+    format!(
+        "# Generated from deploy/prometheus/codalab-wm.rules.yml (edit that file, then run\n\
+         # `UPDATE_GOLDEN=1 cargo test -p codalab-wm-operator --test monitoring`).\n\
+         apiVersion: monitoring.coreos.com/v1\n\
+         kind: PrometheusRule\n\
+         metadata:\n  name: codalab-wm\n  labels:\n    app.kubernetes.io/name: codalab-wm\n\
+         spec:\n{}",
+        spec.replace("  \n", "\n")
+    )
+}
+
+#[test]
+fn the_prometheus_rule_holds_the_rules_file() {
+    let rules =
+        std::fs::read_to_string(repo().join("deploy/prometheus/codalab-wm.rules.yml")).unwrap();
+    let file = repo().join("deploy/kubernetes/monitoring/prometheus-rule.yaml");
+    let expected = prometheus_rule(&rules);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&file, &expected).unwrap();
+    }
+    let checked_in = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        checked_in == expected,
+        "{} is stale (UPDATE_GOLDEN=1 rewrites it)",
+        file.display()
+    );
+    let rule: Value = serde_yaml::from_str(&checked_in).unwrap();
+    let file: Value = serde_yaml::from_str(&rules).unwrap();
+    assert_eq!(rule["spec"]["groups"], file["groups"]);
+    assert_eq!(file["groups"][0]["rules"].as_sequence().unwrap().len(), 8);
+}
+
+/// The pods' labels and port names of every Deployment in `deploy/kubernetes` (one file each).
+fn deployments() -> Vec<(Value, Vec<String>)> {
+    let files = ["manager.yaml", "operator/deployment.yaml"];
+    let mut pods = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(repo().join("deploy/kubernetes").join(file)).unwrap();
+        for document in serde_yaml::Deserializer::from_str(&text) {
+            let object = Value::deserialize(document).unwrap();
+            if object["kind"] != "Deployment" {
+                continue;
+            }
+            let template = &object["spec"]["template"];
+            let ports = template["spec"]["containers"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .flat_map(|c| c["ports"].as_sequence().cloned().unwrap_or_default())
+                .map(|p| p["name"].as_str().unwrap().to_owned())
+                .collect();
+            pods.push((template["metadata"]["labels"].clone(), ports));
+        }
+    }
+    pods
+}
+
+#[test]
+fn the_kustomization_renders_podmonitors_that_find_the_pods_and_their_ports() {
+    let kubectl = Path::new("/usr/bin/kubectl");
+    if !require_service("kubectl", kubectl.exists()) {
+        return;
+    }
+    let dir = repo().join("deploy/kubernetes/monitoring");
+    let output = Command::new(kubectl)
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    let objects: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .collect();
+    let kinds: Vec<&str> = objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["PodMonitor", "PodMonitor", "PrometheusRule"],
+        "{text}"
+    );
+    let pods = deployments();
+    for monitor in objects.iter().filter(|o| o["kind"] == "PodMonitor") {
+        assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
+        assert_eq!(monitor["metadata"]["namespace"], "codalab-wm");
+        let selector = monitor["spec"]["selector"]["matchLabels"]
+            .as_mapping()
+            .unwrap();
+        let endpoints = monitor["spec"]["podMetricsEndpoints"]
+            .as_sequence()
+            .unwrap();
+        let matched: Vec<&Vec<String>> = pods
+            .iter()
+            .filter(|(labels, _)| selector.iter().all(|(k, v)| labels[k] == *v))
+            .map(|(_, ports)| ports)
+            .collect();
+        let name = &monitor["metadata"]["name"];
+        assert_eq!(matched.len(), 1, "{name:?} selects one Deployment's pods");
+        for endpoint in endpoints {
+            let port = endpoint["port"].as_str().unwrap();
+            assert!(
+                matched[0].iter().any(|p| p == port),
+                "{name:?}: no port {port}"
+            );
+            assert_eq!(endpoint["path"], "/metrics");
+        }
+    }
+}
+
+/// Every `codalab_wm_operator_*` metric the rules name is one the operator serves (a counter
+/// by its `_total` sample), with the labels the rules select on.
+#[test]
+fn the_operator_rules_name_metrics_the_operator_serves() {
+    use codalab_wm_operator::crd::CodaLabWorkerPoolStatus;
+    use codalab_wm_operator::metrics::OperatorMetrics;
+    let metrics = OperatorMetrics::default();
+    metrics.set_leader(true);
+    metrics.reconciled("ok");
+    metrics.reconciled("error");
+    metrics.pool("ns", "cpu", (0, 2), &CodaLabWorkerPoolStatus::default());
+    let served = metrics.render();
+    let rules =
+        std::fs::read_to_string(repo().join("deploy/prometheus/codalab-wm.rules.yml")).unwrap();
+    let mut named = 0;
+    for (at, _) in rules.match_indices("codalab_wm_operator_") {
+        let selector: String = rules[at..]
+            .chars()
+            .take_while(|c| !c.is_whitespace() && *c != ')' && *c != '[')
+            .collect();
+        named += 1;
+        let sample = selector.split('{').next().unwrap();
+        let labels = selector
+            .split_once('{')
+            .map(|(_, l)| l.trim_end_matches('}'));
+        let labels = labels.unwrap_or_default();
+        let found = (served.lines()).any(|l| l.starts_with(sample) && l.contains(labels));
+        assert!(found, "{selector} is not served:\n{served}");
+    }
+    assert!(named >= 4, "{named}");
+}
