@@ -6,23 +6,37 @@
 //! url = "https://hooks.slack.com/services/T000/B000/XXXX"   # a secret: never logged
 //! events = ["launch_failed", "pool_backing_off", "budget_reached", "server_unreachable"]
 //! format = "slack"    # {"text": "..."} (mrkdwn-escaped); "raw" posts the event itself
+//! digest_seconds = 60 # events of one kind and pool within a minute: one message (0: off)
 //! ```
 //!
 //! Delivery never blocks the manager: [`spawn`] follows the manager's event stream, and each
 //! webhook has its own queue ([`QUEUE`] events; when it is full, as behind a receiver that is
 //! down, new events are dropped and counted) and its own task, which tries each event up to
 //! [`Retry::attempts`] times with exponential backoff (a 5xx, 429 or network error is tried
-//! again; another 4xx is not). Logs name a webhook by its place in the file (`notify[0]`) and
+//! again; another 4xx is not), after folding them ([`digest`]). Logs name a webhook by its place in the file (`notify[0]`) and
 //! its host, never its URL (which may hold a token).
+
+pub mod digest;
 
 use crate::events::{Event, EventKind, Severity};
 use crate::secret::Secret;
+use digest::{Digest, Folded, Message};
 use serde::{Deserialize, Serialize, Serializer};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 
 /// Events waiting per webhook before new ones are dropped.
 pub const QUEUE: usize = 256;
+
+/// `digest_seconds` when an entry does not set it.
+pub const DIGEST_SECONDS: u64 = 60;
+
+/// The longest `digest_seconds`: an hour.
+pub const MAX_DIGEST_SECONDS: u64 = 3600;
+
+fn default_digest_seconds() -> u64 {
+    DIGEST_SECONDS
+}
 
 /// One `[[notify]]` entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,6 +52,10 @@ pub struct NotifySettings {
     /// Slack-compatible hooks take) or `raw` (the event as `/status` shows it).
     #[serde(default)]
     pub format: NotifyFormat,
+    /// Events of one kind and pool within this many seconds go out as one message (a
+    /// warning after a quiet spell goes out at once); 0 sends every event at once.
+    #[serde(default = "default_digest_seconds")]
+    pub digest_seconds: u64,
 }
 
 fn redacted<S: Serializer>(_: &Secret, serializer: S) -> Result<S::Ok, S::Error> {
@@ -68,6 +86,12 @@ impl NotifySettings {
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
             return Err(format!(
                 "notify[{index}].url must be an http:// or https:// URL with a host"
+            ));
+        }
+        if self.digest_seconds > MAX_DIGEST_SECONDS {
+            return Err(format!(
+                "notify[{index}].digest_seconds is {}; at most {MAX_DIGEST_SECONDS} (an hour), 0 for none",
+                self.digest_seconds
             ));
         }
         if let Some(unknown) = self
@@ -107,6 +131,52 @@ pub fn body(format: NotifyFormat, event: &Event) -> serde_json::Value {
                 Severity::Info => "",
             };
             let text = slack_escape(&event.message);
+            serde_json::json!({ "text": format!("{mark}codalab-wm: {text}") })
+        }
+    }
+}
+
+/// The JSON body for `message`: an event's as [`body`]; a folded one says how many events
+/// of which kind and pool came in the window, with the first and the last.
+pub fn message_body(format: NotifyFormat, message: &Message) -> serde_json::Value {
+    let folded = match message {
+        Message::One(event) => return body(format, event),
+        Message::Folded(folded) => folded,
+    };
+    let Folded {
+        count,
+        first,
+        last,
+        window,
+    } = folded;
+    let code = first.kind.code();
+    let pool = first.kind.pool();
+    match format {
+        NotifyFormat::Raw => serde_json::json!({
+            "event": "digest",
+            "kind": code,
+            "pool": pool,
+            "count": count,
+            "window_seconds": window.as_secs(),
+            "first": first,
+            "last": last,
+        }),
+        NotifyFormat::Slack => {
+            let mark = match first.severity {
+                Severity::Warning => ":warning: ",
+                Severity::Info => "",
+            };
+            let within = match pool {
+                Some(pool) => format!(" in pool {pool}"),
+                None => String::new(),
+            };
+            let text = format!(
+                "{count} × {code}{within} within {} s; first: {}; last: {}",
+                window.as_secs(),
+                first.message,
+                last.message
+            );
+            let text = slack_escape(&text);
             serde_json::json!({ "text": format!("{mark}codalab-wm: {text}") })
         }
     }
@@ -165,7 +235,8 @@ pub fn spawn(
         let (sender, receiver) = mpsc::channel(QUEUE);
         let label = hook.label(index);
         let format = serde_json::to_value(hook.format).unwrap_or_default();
-        tracing::info!(webhook = %label, events = ?hook.events, %format, "sending events to a webhook");
+        let digest_seconds = hook.digest_seconds;
+        tracing::info!(webhook = %label, events = ?hook.events, %format, digest_seconds, "sending events to a webhook");
         tokio::spawn(deliver(
             client.clone(),
             hook.clone(),
@@ -199,7 +270,8 @@ pub fn spawn(
     Ok(())
 }
 
-/// Sends a webhook's events one by one, in order.
+/// Sends a webhook's events in order, folded by its digest; what is still folded when the
+/// stream ends is sent then.
 async fn deliver(
     client: reqwest::Client,
     hook: NotifySettings,
@@ -207,21 +279,54 @@ async fn deliver(
     mut queue: mpsc::Receiver<Event>,
     retry: Retry,
 ) {
-    while let Some(event) = queue.recv().await {
-        let body = body(hook.format, &event);
-        let mut delay = retry.first_delay;
-        for attempt in 1..=retry.attempts {
-            match post(&client, &hook.url, &body).await {
-                Ok(()) => break,
-                Err((error, again)) if again && attempt < retry.attempts => {
-                    tracing::debug!(webhook = %label, attempt, %error, "webhook call failed; trying again");
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
-                }
-                Err((error, _)) => {
-                    tracing::warn!(webhook = %label, event = event.kind.code(), attempts = attempt, %error, "webhook call failed; event not delivered");
-                    break;
-                }
+    let started = tokio::time::Instant::now();
+    let mut digest = Digest::new(Duration::from_secs(hook.digest_seconds));
+    loop {
+        let due = digest.next_due().map(|at| started + at);
+        let messages = tokio::select! {
+            event = queue.recv() => match event {
+                Some(event) => digest.push(event, started.elapsed()).into_iter().collect(),
+                None => break,
+            },
+            () = sleep_until(due), if due.is_some() => digest.due(started.elapsed()),
+        };
+        for message in messages {
+            send(&client, &hook, &label, &message, retry).await;
+        }
+    }
+    for message in digest.flush() {
+        send(&client, &hook, &label, &message, retry).await;
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at).await;
+    }
+}
+
+/// Sends one message, retrying as `retry` says.
+async fn send(
+    client: &reqwest::Client,
+    hook: &NotifySettings,
+    label: &str,
+    message: &Message,
+    retry: Retry,
+) {
+    let body = message_body(hook.format, message);
+    let mut delay = retry.first_delay;
+    for attempt in 1..=retry.attempts {
+        match post(client, &hook.url, &body).await {
+            Ok(()) => return,
+            Err((error, again)) if again && attempt < retry.attempts => {
+                tracing::debug!(webhook = %label, attempt, %error, "webhook call failed; trying again");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            Err((error, _)) => {
+                let (event, events) = (message.code(), message.events());
+                tracing::warn!(webhook = %label, event, events, attempts = attempt, %error, "webhook call failed; not delivered");
+                return;
             }
         }
     }

@@ -298,6 +298,7 @@ async fn webhooks_get_their_events_in_order_and_retry_after_a_500() {
         url: Secret::new(url),
         events: vec!["worker_launched".into()],
         format: NotifyFormat::Raw,
+        digest_seconds: 0,
     }];
     notify::spawn(settings, stream, QUICK).unwrap();
     events.send(launched(1)).unwrap();
@@ -327,6 +328,47 @@ async fn webhooks_get_their_events_in_order_and_retry_after_a_500() {
     );
 }
 
+/// A partition goes down: ten workers lost in a burst are two calls, the first at once and
+/// then the other nine folded (count, first, last); the end of the stream sends what is
+/// folded (the window, an hour here, never ends during the test).
+#[tokio::test]
+async fn a_burst_of_one_kind_is_one_call_at_once_and_one_folded() {
+    let (url, state, mut seen) = receiver(0).await;
+    let (events, stream) = broadcast::channel(16);
+    let settings = vec![NotifySettings {
+        url: Secret::new(url),
+        events: Vec::new(),
+        format: NotifyFormat::Raw,
+        digest_seconds: 3600,
+    }];
+    notify::spawn(settings, stream, QUICK).unwrap();
+    for n in 0..10 {
+        let kind = EventKind::WorkerLost {
+            pool: "cpu".into(),
+            job_id: n.to_string(),
+        };
+        events.send(Event::new(kind, n, 1_800_000_000)).unwrap();
+    }
+    drop(events);
+    for _ in 0..2 {
+        tokio::time::timeout(Duration::from_secs(60), seen.recv())
+            .await
+            .expect("a webhook call")
+            .unwrap();
+    }
+    let calls = state.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[0].1["event"], "worker_lost");
+    assert_eq!(calls[0].1["job_id"], "0");
+    let folded = &calls[1].1;
+    assert_eq!(folded["event"], "digest");
+    assert_eq!(folded["kind"], "worker_lost");
+    assert_eq!(folded["pool"], "cpu");
+    assert_eq!(folded["count"], 9);
+    assert_eq!(folded["first"]["job_id"], "1");
+    assert_eq!(folded["last"]["job_id"], "9");
+}
+
 /// A receiver that accepts connections and never answers: ticks go on launching, and their
 /// events are in the status, while the webhook's call hangs.
 #[tokio::test]
@@ -346,6 +388,7 @@ async fn a_dead_webhook_never_blocks_a_tick() {
         url: Secret::new(url),
         events: Vec::new(),
         format: NotifyFormat::Slack,
+        digest_seconds: 0,
     }];
     let hanging = Retry {
         timeout: Duration::from_secs(3600),

@@ -145,6 +145,7 @@ pub fn render(backend: &dyn BackendKind, pools: bool, program: &Program) -> Stri
 /// A commented-out `[[notify]]` entry (see [`codalab_wm_core::notify`]).
 fn notify_example(out: &mut String) {
     let codes = codalab_wm_core::events::EventKind::CODES.join(", ");
+    let digest = codalab_wm_core::notify::DIGEST_SECONDS;
     let _ = writeln!(
         out,
         "\n# ---- webhooks: events POSTed as JSON, in order, retried; never blocking the loop ----\n\
@@ -155,7 +156,10 @@ fn notify_example(out: &mut String) {
          # The events to send [default: every event]\n\
          # events = [\"launch_failed\", \"pool_backing_off\", \"budget_reached\", \"server_unreachable\"]\n\
          # slack ({{\"text\": …}}) or raw (the event as /status shows it)\n\
-         # format = \"slack\""
+         # format = \"slack\"\n\
+         # Events of one kind and pool within this many seconds are one message (count, first,\n\
+         # last); a warning after a quiet spell goes out at once. 0: every event at once\n\
+         # digest_seconds = {digest}"
     );
 }
 

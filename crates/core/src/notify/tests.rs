@@ -6,6 +6,7 @@ fn hook(url: &str, events: &[&str]) -> NotifySettings {
         url: Secret::new(url),
         events: events.iter().map(|e| e.to_string()).collect(),
         format: NotifyFormat::Slack,
+        digest_seconds: 0,
     }
 }
 
@@ -30,6 +31,13 @@ fn validate_names_the_entry_and_the_key() {
         (
             hook("https://example.org/x", &["launch_faild"]),
             Some("unknown event \"launch_faild\""),
+        ),
+        (
+            NotifySettings {
+                digest_seconds: 86_400,
+                ..hook("https://example.org/x", &[])
+            },
+            Some("notify[3].digest_seconds is 86400; at most 3600"),
         ),
     ];
     for (settings, want) in cases {
@@ -85,6 +93,34 @@ fn bodies_are_slack_text_or_the_raw_event() {
         raw["message"],
         "pool gpu: launch failed: sbatch: invalid partition"
     );
+}
+
+#[test]
+fn a_folded_message_says_how_many_of_which_kind_and_the_first_and_last() {
+    let lost = |job: &str| {
+        event(EventKind::WorkerLost {
+            pool: "cpu".into(),
+            job_id: job.into(),
+        })
+    };
+    let folded = digest::Message::Folded(digest::Folded {
+        count: 12,
+        first: lost("7"),
+        last: lost("<!channel>"),
+        window: Duration::from_secs(60),
+    });
+    let slack = message_body(NotifyFormat::Slack, &folded);
+    let text = ":warning: codalab-wm: 12 × worker_lost in pool cpu within 60 s; \
+                first: pool cpu: worker lost (job 7), stopped; \
+                last: pool cpu: worker lost (job &lt;!channel&gt;), stopped";
+    assert_eq!(slack, serde_json::json!({ "text": text }));
+    let raw = message_body(NotifyFormat::Raw, &folded);
+    assert_eq!(raw["event"], "digest");
+    assert_eq!(raw["count"], 12);
+    assert_eq!(raw["window_seconds"], 60);
+    assert_eq!(raw["first"]["job_id"], "7");
+    let one = digest::Message::One(lost("7"));
+    assert_eq!(message_body(NotifyFormat::Raw, &one)["job_id"], "7");
 }
 
 #[test]
