@@ -24,6 +24,7 @@ pub mod chart;
 pub mod config;
 pub mod dashboard;
 pub mod listen;
+pub mod logging;
 pub mod metrics;
 pub mod simulate;
 pub mod view;

@@ -229,7 +229,10 @@ impl WorkerBackend for SlurmBackend {
         if request.dry_run {
             let text = self.render_script(request);
             let comment = self.origin.as_deref().map(squeue::comment_option);
-            tracing::info!(worker_id = %script.worker_id, path = %script.path, sbatch_option = comment, "dry run: would submit\n{text}");
+            let worker_id = &script.worker_id;
+            tracing::info!(%worker_id, path = %script.path, sbatch_option = comment, "dry run: would submit a batch script (printed on stdout)");
+            let title = format!("dry run: the batch script of {worker_id}");
+            tracing::info!(target: codalab_wm_core::BLOCK_TARGET, %title, %text);
             let job = WorkerJob::new(format!("dry-run-{}", request.unique), JobState::Ended);
             return Ok(WorkerJob {
                 name: script.worker_id,

@@ -11,7 +11,6 @@ mod cli;
 mod commands;
 mod diagnose;
 mod http;
-mod log_escape;
 mod reload;
 mod run;
 mod setup;
@@ -54,7 +53,7 @@ fn main() -> ExitCode {
             // The chain may quote the server (an error body): no raw control characters.
             eprintln!(
                 "error: {}",
-                log_escape::escape(&format!("{error:#}"), false)
+                codalab_wm_app::logging::escape(&format!("{error:#}"), false)
             );
             match error.downcast_ref::<Error>() {
                 Some(Error::Unauthenticated { .. }) => ExitCode::from(EXIT_UNAUTHENTICATED),

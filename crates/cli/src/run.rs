@@ -52,7 +52,7 @@ pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<
         ) => return Err(error.into()),
         Err(error) if settings.once => {
             // The error may quote the server: no raw control characters.
-            let said = crate::log_escape::escape(&error.to_string(), false);
+            let said = codalab_wm_app::logging::escape(&error.to_string(), false);
             eprintln!("error: --once: the tick failed: {said}");
             return Ok(ExitCode::from(EXIT_ONCE_FAILED));
         }

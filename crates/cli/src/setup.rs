@@ -148,21 +148,30 @@ pub fn init_logging(verbose: bool, format: LogFormat) {
             "{default},hyper=info,reqwest=info,rustls=info,h2=info,tower=info,aws=info,kube=info"
         ))
     });
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
     let _ = match format {
         LogFormat::Text => {
+            use codalab_wm_app::logging::{BlockPrinter, Escaping, blocks::is_block};
+            use tracing_subscriber::{filter::filter_fn, prelude::*};
             // The escaping writer must know whether colour codes are ours.
             let ansi = colour_on_stderr();
-            builder
+            let lines = tracing_subscriber::fmt::layer()
                 .with_ansi(ansi)
-                .with_writer(move || crate::log_escape::Escaping::new(std::io::stderr(), ansi))
+                .with_writer(move || Escaping::new(std::io::stderr(), ansi))
+                .with_filter(filter_fn(|metadata| !is_block(metadata)));
+            let registry = tracing_subscriber::registry().with(filter);
+            registry
+                .with(lines)
+                .with(BlockPrinter::stdout())
                 .try_init()
+                .is_ok()
         }
-        LogFormat::Json => builder
+        LogFormat::Json => tracing_subscriber::fmt()
+            .with_env_filter(filter)
             .with_writer(std::io::stderr)
             .json()
             .flatten_event(true)
-            .try_init(),
+            .try_init()
+            .is_ok(),
     };
 }
 

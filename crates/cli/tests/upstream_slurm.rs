@@ -4,7 +4,7 @@
 //! facts (those lines, not the scripts) are captures of the real Python peer (codalab-worksheets v1.7.5, its `main()` and
 //! `SlurmBatchWorkerManager`, unmodified) made by `tests/data/upstream-slurm/make_captures.py`.
 //!
-//! Ours is the real binary's `--dry-run --once` script (the log's "dry run: would submit"),
+//! Ours is the real binary's `--dry-run --once` script (the block it prints on stdout),
 //! against the in-process fake CodaLab server (`codalab_wm_fake_codalab`) and a stand-in
 //! `squeue` that lists no job (nothing is submitted). The captured `--server` is the URL the
 //! workers are given, so it is passed as `--worker-server` and the manager talks to the fake.
@@ -40,14 +40,7 @@ fn our_script(server: &str, dir: &Path, argv: &[String], unique: &str) -> String
     let mut command = Command::new(BIN);
     command
         .args(["--server", server, "--worker-server", &argv[1]])
-        .args([
-            "--once",
-            "--dry-run",
-            "--min-workers",
-            "1",
-            "--log-format",
-            "json",
-        ])
+        .args(["--once", "--dry-run", "--min-workers", "1"])
         .args(&argv[2..])
         .current_dir(dir)
         .env("PATH", path)
@@ -58,20 +51,32 @@ fn our_script(server: &str, dir: &Path, argv: &[String], unique: &str) -> String
     let out = command.output().unwrap();
     let log = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{argv:?}\n{log}");
-    let script = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find_map(|l| {
-            let message = l["message"].as_str()?;
-            Some(message.strip_prefix("dry run: would submit\n")?.to_owned())
-        })
-        .unwrap_or_else(|| panic!("no script in the dry run's log:\n{log}"));
+    assert!(
+        log.contains("dry run: would submit a batch script"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("#SBATCH"),
+        "the script is a block on stdout:\n{log}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let script = script_block(&stdout)
+        .unwrap_or_else(|| panic!("no script block on stdout:\n{stdout}\n{log}"));
     let ours = script
         .lines()
         .find_map(|l| l.strip_prefix("#SBATCH --job-name="))
         .expect("a job name");
     let ours = &ours[ours.len() - unique.len()..];
     script.replace(ours, unique)
+}
+
+/// The script of the dry run's block on stdout (`--- dry run: the batch script of … ---`, the
+/// script's lines, `--- end ---`).
+fn script_block(stdout: &str) -> Option<String> {
+    let (_, rest) = stdout.split_once("--- dry run: the batch script of ")?;
+    let (_, rest) = rest.split_once(" ---\n")?;
+    let (script, _) = rest.split_once("--- end ---\n")?;
+    Some(script.to_owned())
 }
 
 fn sbatch_lines(script: &str) -> Vec<&str> {

@@ -111,6 +111,12 @@ pub mod size;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+/// The `tracing` target of events that carry a block of text for a person, in the fields
+/// `title` and `text` (a dry run's batch script): a text log shows them as a block on stdout
+/// rather than as one escaped line (`codalab_wm_app::logging::BlockPrinter`); a JSON log has
+/// them as any other event.
+pub const BLOCK_TARGET: &str = "codalab_wm::block";
+
 pub use async_trait::async_trait;
 pub use backend::{CleanupItem, JobState, LaunchRequest, WorkerBackend, WorkerJob};
 pub use bundle::{StagedBundle, WorkerShape};

@@ -15,6 +15,7 @@ pub struct Escaping<W> {
 }
 
 impl<W: Write> Escaping<W> {
+    /// Escaping what is written to `inner`; `ansi`: the formatter emits colour codes.
     pub fn new(inner: W, ansi: bool) -> Self {
         Self { inner, ansi }
     }
