@@ -54,6 +54,9 @@ pub struct AzureBatchBackend {
     /// Failed tasks already reported by a listing of this process: the next listing deletes
     /// them (they would linger in the job forever), so the manager sees each failure once.
     reported_failed: Mutex<HashSet<String>>,
+    /// A dry run: failed tasks are not deleted, only said to be (and listed no more, as
+    /// after a real delete).
+    read_only: bool,
 }
 
 impl AzureBatchBackend {
@@ -82,7 +85,14 @@ impl AzureBatchBackend {
             image,
             shared_bundle_mount,
             reported_failed: Mutex::default(),
+            read_only: false,
         })
+    }
+
+    /// With `read_only` (a dry run), listing deletes no failed task.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
     }
 
     fn reported_failed(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
@@ -92,7 +102,8 @@ impl AzureBatchBackend {
     }
 
     /// Deletes the failed tasks an earlier listing reported; returns the ids deleted. A
-    /// delete that fails is logged and tried again at the next listing.
+    /// delete that fails is logged and tried again at the next listing. In a dry run nothing
+    /// is deleted: the ids are returned as if they were.
     async fn delete_reported_failed(&self, jobs: &[WorkerJob]) -> HashSet<String> {
         let due: Vec<String> = {
             let reported = self.reported_failed();
@@ -102,6 +113,12 @@ impl AzureBatchBackend {
                 .map(|j| j.id.clone())
                 .collect()
         };
+        if self.read_only {
+            for id in &due {
+                tracing::info!(task_id = %id, "dry run: would delete a failed worker task");
+            }
+            return due.into_iter().collect();
+        }
         let mut deleted = HashSet::new();
         for id in due {
             match self.client.delete_task(&id).await {

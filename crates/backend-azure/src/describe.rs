@@ -64,6 +64,6 @@ impl BackendConfig for AzureBatchConfig {
 
     async fn build(self, context: &BackendContext) -> Result<Arc<dyn WorkerBackend>> {
         let backend = AzureBatchBackend::new(self, context.credentials.clone())?;
-        Ok(Arc::new(backend))
+        Ok(Arc::new(backend.read_only(context.read_only)))
     }
 }

@@ -97,10 +97,8 @@ impl crate::describe::BackendConfig for LocalConfig {
         self,
         context: &crate::describe::BackendContext,
     ) -> Result<Arc<dyn crate::WorkerBackend>> {
-        Ok(Arc::new(LocalBackend::new(
-            self,
-            context.credentials.clone(),
-        )?))
+        let backend = LocalBackend::new(self, context.credentials.clone())?;
+        Ok(Arc::new(backend.read_only(context.read_only)))
     }
 }
 
@@ -118,6 +116,8 @@ pub struct LocalBackend {
     children: Mutex<HashMap<String, std::process::Child>>,
     /// The exclusive hold on the state dir, for as long as the backend lives.
     _lock: Arc<state_dir::StateLock>,
+    /// A dry run: listing removes no record or log of an ended worker.
+    read_only: bool,
 }
 
 impl LocalBackend {
@@ -132,7 +132,14 @@ impl LocalBackend {
             username,
             children: Mutex::new(HashMap::new()),
             _lock: lock,
+            read_only: false,
         })
+    }
+
+    /// With `read_only` (a dry run), listing removes nothing.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
     }
 
     fn record_path(&self, worker_id: &str) -> PathBuf {
@@ -186,8 +193,12 @@ impl LocalBackend {
         exits
     }
 
-    /// Removes the records and logs of ended workers but the last [`KEEP_ENDED`].
+    /// Removes the records and logs of ended workers but the last [`KEEP_ENDED`] (none in a
+    /// dry run).
     fn prune(&self, jobs: &[WorkerJob]) {
+        if self.read_only {
+            return;
+        }
         let ended: Vec<&WorkerJob> = jobs.iter().filter(|j| j.state.is_finished()).collect();
         for job in ended.iter().take(ended.len().saturating_sub(KEEP_ENDED)) {
             let _ = std::fs::remove_file(self.record_path(&job.id));
@@ -570,7 +581,7 @@ mod tests {
         )
         .unwrap();
         let state = dir.path().join("state");
-        let backend = backend(&state);
+        let mut backend = backend(&state);
         let worker = WorkerOptions {
             executable: failing.display().to_string(),
             ..Default::default()
@@ -584,6 +595,18 @@ mod tests {
             };
             backend.start_worker_job(&request).await.unwrap();
         }
+        backend.read_only = true;
+        list_when_all_ended(&backend).await;
+        let records = || {
+            let names = std::fs::read_dir(&state)
+                .unwrap()
+                .map(|e| e.unwrap().file_name());
+            names
+                .filter(|n| n.to_string_lossy().ends_with(".json"))
+                .count()
+        };
+        assert_eq!(records(), KEEP_ENDED + 3, "a dry run removes nothing");
+        backend.read_only = false;
         let jobs = list_when_all_ended(&backend).await;
         assert!(jobs.iter().all(|j| j.state == JobState::Failed), "{jobs:?}");
         let reason = jobs[0].reason.as_deref().unwrap();

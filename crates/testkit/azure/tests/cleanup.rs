@@ -2,8 +2,9 @@
 //! the completed ones: [`AzureBatchBackend`] against the in-process fake Batch service.
 //!
 //! A failed task is listed (so the manager logs and counts it once), then deleted by the next
-//! listing. [`WorkerBackend::cleanup`] deletes every completed own task (a dry run only lists
-//! them) and leaves running tasks and tasks without the worker prefix alone.
+//! listing (a dry run's listing deletes nothing). [`WorkerBackend::cleanup`] deletes every
+//! completed own task (a dry run only lists them) and leaves running tasks and tasks without
+//! the worker prefix alone.
 
 use codalab_wm_azure::models::{TaskExecutionResult, TaskState};
 use codalab_wm_azure::{AzureBatchBackend, AzureBatchConfig};
@@ -73,6 +74,22 @@ async fn a_failed_task_is_listed_once_then_deleted() {
     let jobs = backend.get_worker_jobs().await.unwrap();
     assert!(jobs.iter().all(|j| j.id != failed), "{jobs:?}");
     assert_eq!(task_ids(&fake), [running]);
+}
+
+/// A dry run (`read_only`) deletes nothing, and lists the failed task once as a real run does.
+#[tokio::test]
+async fn a_dry_run_deletes_no_failed_task() {
+    let (fake, backend) = setup().await;
+    let failed = start(&backend, "f1").await;
+    fake.complete(&failed, TaskExecutionResult::Failure);
+    let backend = backend.read_only(true);
+    let first = backend.get_worker_jobs().await.unwrap();
+    assert!(first.iter().any(|j| j.id == failed), "{first:?}");
+    let second = backend.get_worker_jobs().await.unwrap();
+    assert!(second.iter().all(|j| j.id != failed), "{second:?}");
+    let deletes = fake.requests().into_iter().filter(|r| r.method == "DELETE");
+    assert_eq!(deletes.count(), 0, "a dry run sent a DELETE");
+    assert_eq!(task_ids(&fake), [failed]);
 }
 
 #[tokio::test]
