@@ -1,16 +1,44 @@
-# A small image of cl-worker-manager with every backend.
+# cl-worker-manager with every backend, as a container image; it runs as an unprivileged user
+# (65532) and holds no secret: give CODALAB_USERNAME/CODALAB_PASSWORD (or --password-file, a
+# mounted SSH key, cloud credentials) at run time.
+#
+# With a registry (Docker Hub's rust and debian images), compile inside:
 #   docker build -t codalab-wm .
 #   docker run --rm -e CODALAB_USERNAME -e CODALAB_PASSWORD codalab-wm --server https://... kubernetes ...
+#
+# Without one (this project's machines), `cargo xtask image` builds the `prebuilt` target from a
+# Debian base made by debootstrap and a binary already built (xtask/image/build.sh):
+#   docker build --target prebuilt --build-arg BASE=codalab-wm-base:bookworm -f Dockerfile CONTEXT
+# where CONTEXT holds only `cl-worker-manager`.
+
+ARG BASE=debian:bookworm-slim
+
+# What the binary needs at run time: TLS roots, OpenSSL (libssh2 links it) and ssh (Slurm over
+# SSH). A base that has them already (the debootstrap one) needs no package index.
+FROM ${BASE} AS runtime
+RUN if ! dpkg-query -W ca-certificates libssl3 openssh-client >/dev/null 2>&1; then \
+      apt-get update \
+      && apt-get install -y --no-install-recommends ca-certificates libssl3 openssh-client \
+      && rm -rf /var/lib/apt/lists/*; \
+    fi \
+ && mkdir -p /var/lib/codalab-wm && chmod 1777 /var/lib/codalab-wm
+# The launch records (--record-dir) go to /var/lib/codalab-wm/records, writable whatever user
+# the container runs as (compose files often set one): mount a volume there so that a
+# restarted manager knows the jobs it launched.
+ENV XDG_STATE_HOME=/var/lib
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/cl-worker-manager"]
+
+# The binary of the build context (cargo xtask image).
+FROM runtime AS prebuilt
+COPY cl-worker-manager /usr/local/bin/cl-worker-manager
+
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked -p codalab-wm --features full \
  && cp target/release/cl-worker-manager /cl-worker-manager
 
-FROM debian:bookworm-slim
-RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates libssl3 openssh-client \
- && rm -rf /var/lib/apt/lists/*
+# The default target: the binary compiled above.
+FROM runtime
 COPY --from=build /cl-worker-manager /usr/local/bin/cl-worker-manager
-USER 65532:65532
-ENTRYPOINT ["/usr/local/bin/cl-worker-manager"]

@@ -6,6 +6,7 @@
 //! - `architecture`: the shape ARCHITECTURE.md promises (thin binary, no cycle, sizes).
 //! - `e2e`: the whole manager against a real CodaLab server.
 //! - `bench`: speed and memory figures.
+//! - `image`: the container image, from a Debian base made by debootstrap.
 
 mod architecture;
 mod bench;
@@ -14,6 +15,7 @@ mod ci;
 mod demo;
 mod dist;
 mod fuzz;
+mod image;
 mod prereqs;
 mod proxy;
 mod services;
@@ -38,6 +40,7 @@ fn main() -> Result<()> {
         "chaos" => chaos::run(rest),
         "soak" => soak::run(rest),
         "fuzz" => fuzz::run(rest),
+        "image" => image::run(rest),
         "help" | "--help" | "-h" => {
             println!("{}", HELP);
             Ok(())
@@ -55,4 +58,5 @@ const HELP: &str = "usage: cargo xtask <task>
   bench [--quick]                     speed, memory and backend cost, side by side with the Python manager
   chaos                               fault scenarios against real services through a fault-injecting proxy
   soak [--minutes N]                  long run against the fake server; RSS and open files over time
-  fuzz [--seconds N]                  every cargo-fuzz target for N seconds each (RUSTC_BOOTSTRAP=1 on stable)";
+  fuzz [--seconds N]                  every cargo-fuzz target for N seconds each (RUSTC_BOOTSTRAP=1 on stable)
+  image [--binary PATH] [--tag TAG]   the container image, from a debootstrap base (no registry needed)";

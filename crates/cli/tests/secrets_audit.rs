@@ -11,6 +11,8 @@
 //!
 //! Tests that need Slurm or moto skip locally when they are not running (fail under `CI=true`).
 
+mod support;
+
 use axum::Router;
 use axum::extract::Form;
 use axum::http::{HeaderMap, StatusCode};
@@ -503,30 +505,11 @@ fn aws_job_definition_with_a_secret_arn_holds_no_secret() {
     );
 }
 
-/// Moto reads the region from the (unchecked) signature.
-#[cfg(feature = "aws")]
-const MOTO_AUTHORIZATION: &str = "Authorization: AWS4-HMAC-SHA256 \
-    Credential=test/20260101/us-east-1/batch/aws4_request, SignedHeaders=host, Signature=0";
-
-#[cfg(feature = "aws")]
-fn moto_endpoint() -> String {
-    std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| "http://127.0.0.1:5055".to_owned())
-}
-
-#[cfg(feature = "aws")]
-fn moto_available() -> bool {
-    Command::new("curl")
-        .args(["-s", "-o", "/dev/null", "-m", "3", "-w", "%{http_code}"])
-        .arg(format!("{}/moto-api/", moto_endpoint()))
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"2"))
-}
-
 /// Against moto: the dry run and a real submission, then the job definition moto stored.
 #[cfg(feature = "aws")]
 #[tokio::test(flavor = "multi_thread")]
 async fn aws_launch_and_dry_run_with_a_secret_arn_keep_secrets_out() {
-    if !require_service("moto", moto_available()) {
+    if !require_service("moto", support::moto::available()) {
         return;
     }
     let server = codalab().await;
@@ -540,14 +523,6 @@ async fn aws_launch_and_dry_run_with_a_secret_arn_keep_secrets_out() {
         "--execution-role-arn",
         "arn:aws:iam::123456789012:role/exec",
     ];
-    let with_env = |command: &mut Command| {
-        command
-            .env("AWS_ENDPOINT_URL", moto_endpoint())
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("AWS_REGION", "us-east-1")
-            .env("AWS_EC2_METADATA_DISABLED", "true");
-    };
     for dry_run in [true, false] {
         let global: &[&str] = if dry_run { &["--dry-run"] } else { &[] };
         let mut command = Command::new(BIN);
@@ -559,7 +534,7 @@ async fn aws_launch_and_dry_run_with_a_secret_arn_keep_secrets_out() {
             .env("CODALAB_USERNAME", "alice")
             .env("CODALAB_PASSWORD", PASSWORD)
             .env("NO_COLOR", "1");
-        with_env(&mut command);
+        command.envs(support::moto::env());
         let output = tokio::task::spawn_blocking(move || bounded(command))
             .await
             .unwrap();
@@ -575,21 +550,7 @@ async fn aws_launch_and_dry_run_with_a_secret_arn_keep_secrets_out() {
         assert_clean("the AWS Batch logs", &all);
     }
     // (moto answers 500 to a filter by name: list the active ones and pick ours)
-    let described = Command::new("curl")
-        .args([
-            "-s",
-            "-m",
-            "10",
-            "-X",
-            "POST",
-            "-H",
-            "Content-Type: application/json",
-        ])
-        .args(["-H", MOTO_AUTHORIZATION, "-d", r#"{"status":"ACTIVE"}"#])
-        .arg(format!("{}/v1/describejobdefinitions", moto_endpoint()))
-        .output()
-        .unwrap();
-    let described: serde_json::Value = serde_json::from_slice(&described.stdout).unwrap();
+    let described = support::moto::call("describejobdefinitions", r#"{"status":"ACTIVE"}"#);
     let ours: Vec<String> = described["jobDefinitions"]
         .as_array()
         .into_iter()
@@ -597,45 +558,10 @@ async fn aws_launch_and_dry_run_with_a_secret_arn_keep_secrets_out() {
         .filter(|d| d["jobDefinitionName"] == definition.as_str())
         .map(serde_json::Value::to_string)
         .collect();
-    terminate_moto_jobs(&definition);
+    support::moto::terminate_jobs(&definition);
     assert_eq!(ours.len(), 1, "{described}");
     assert!(ours[0].contains(SECRET_ARN), "{}", ours[0]);
     assert_clean("the job definition registered in moto", &ours[0]);
-}
-
-/// Terminates the unfinished moto jobs named `<prefix>-…` (moto keeps them running 15 min).
-#[cfg(feature = "aws")]
-fn terminate_moto_jobs(prefix: &str) {
-    let call = |action: &str, body: &str| -> serde_json::Value {
-        let output = Command::new("curl")
-            .args([
-                "-s",
-                "-m",
-                "10",
-                "-X",
-                "POST",
-                "-H",
-                "Content-Type: application/json",
-            ])
-            .args(["-H", MOTO_AUTHORIZATION, "-d", body])
-            .arg(format!("{}/v1/{action}", moto_endpoint()))
-            .output()
-            .unwrap();
-        serde_json::from_slice(&output.stdout).unwrap_or_default()
-    };
-    for status in ["SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING"] {
-        let body = json!({"jobQueue": "codalab-batch-cpu", "jobStatus": status}).to_string();
-        let listing = call("listjobs", &body);
-        for job in listing["jobSummaryList"].as_array().into_iter().flatten() {
-            if job["jobName"]
-                .as_str()
-                .is_some_and(|n| n.starts_with(&format!("{prefix}-")))
-            {
-                let body = json!({"jobId": job["jobId"], "reason": "audit done"}).to_string();
-                call("terminatejob", &body);
-            }
-        }
-    }
 }
 
 // ------------------------------------------------------------------ Kubernetes

@@ -7,6 +7,7 @@
 pub mod bundles;
 pub mod forwarder;
 pub mod manager;
+pub mod moto;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
