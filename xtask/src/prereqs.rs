@@ -2,8 +2,8 @@
 //! README's test command works by itself on a fresh machine: the Debian packages the build
 //! links against (ssh2 builds libssh2 against the system OpenSSL), the headless browser the
 //! dashboard's test loads the page in (Debian's `chromium`), Debian's `prometheus` for
-//! `promtool`, and cargo-fuzz. The services' own packages (MariaDB, Slurm, docker.io, …) are
-//! installed by their `up.sh` scripts.
+//! `promtool`, Debian's `docker-compose` (the compose drop-in's test), and cargo-fuzz. The
+//! services' own packages (MariaDB, Slurm, docker.io, …) are installed by their `up.sh` scripts.
 
 use anyhow::{Context, Result, bail};
 use std::process::Command;
@@ -20,6 +20,8 @@ const PACKAGES: &[&str] = &[
     // `promtool check metrics` lints /metrics (crates/app, crates/operator); `promtool test
     // rules` and the `prometheus` server check deploy/prometheus (crates/cli/tests/prometheus.rs).
     "prometheus",
+    // crates/cli/tests/compose.rs renders CodaLab's compose file with our override.
+    "docker-compose",
 ];
 
 pub fn ensure() -> Result<()> {

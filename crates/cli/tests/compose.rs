@@ -1,0 +1,105 @@
+//! The drop-in for CodaLab's own docker-compose deployment (`deploy/compose/
+//! docker-compose.override.yml`), against the REAL deployment files of codalab 1.7.5 (the
+//! PyPI package `services up codalab` installs ships `codalab_service.py` and
+//! `docker_config/compose_files/docker-compose.yml`):
+//!
+//! - `codalab_service.py start --dry-run` prints the docker-compose command it runs for each
+//!   worker-manager service (aws-batch, azure-batch, kubernetes; cpu and gpu) with the
+//!   environment its settings give; REAL docker-compose (Debian's 1.29) renders each with our
+//!   override added (`config`; `xtask/services/codalab/compose_commands.py`);
+//! - every one of the six gets our image and keeps upstream's command line and environment;
+//! - our binary accepts each command line exactly as docker-compose splits it: flags, config
+//!   and backend set-up pass, and the first tick fails only on the server, a closed port of
+//!   127.0.0.1 (exit status 1, not 2).
+//!
+//! Locally a missing service skips the test; under `CI=true` it fails.
+
+mod support;
+use support::repo;
+
+use codalab_wm_core::testing::require_service;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
+
+/// The six services, as `compose_commands.py` renders them with our override.
+fn rendered(workdir: &Path) -> Vec<Value> {
+    let python = repo().join(".services/codalab/venv/bin/python");
+    let output = Command::new(python)
+        .arg(repo().join("xtask/services/codalab/compose_commands.py"))
+        .arg(repo().join("deploy/compose/docker-compose.override.yml"))
+        .arg(workdir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "compose_commands.py: {stderr}");
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// The environment variable `name` of a rendered service (docker-compose gives a map).
+fn env<'a>(service: &'a Value, name: &str) -> &'a str {
+    service["environment"][name].as_str().unwrap_or("")
+}
+
+#[test]
+fn our_image_runs_every_worker_manager_command_line_codalab_service_builds() {
+    let installed = repo().join(".services/codalab/venv/bin/python").exists();
+    let compose = Path::new("/usr/bin/docker-compose").exists();
+    if !require_service("codalab", installed)
+        || !require_service("docker-compose (apt-get install docker-compose)", compose)
+    {
+        return;
+    }
+    let workdir = tempfile::tempdir().unwrap();
+    let services = rendered(workdir.path());
+    let names: Vec<&str> = services
+        .iter()
+        .map(|s| s["service"].as_str().unwrap())
+        .collect();
+    let want: Vec<String> = ["aws-batch", "azure-batch", "kubernetes"]
+        .iter()
+        .flat_map(|b| ["cpu", "gpu"].map(|k| format!("{b}-worker-manager-{k}")))
+        .collect();
+    assert_eq!(names, want);
+    for service in &services {
+        let name = &service["service"];
+        assert_eq!(service["image"], "codalab-wm:latest", "{name}");
+        assert_eq!(
+            service["entrypoint"],
+            serde_json::json!(["/usr/bin/env"]),
+            "{name}"
+        );
+        let argv: Vec<&str> = (service["argv"].as_array().unwrap().iter())
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(argv[0], "cl-worker-manager", "{name}");
+        assert_eq!(
+            env(service, "CODALAB_USERNAME"),
+            "codalab",
+            "{name}: upstream's environment"
+        );
+        let records = env(service, "CODALAB_WM_RECORD_DIR");
+        assert!(
+            records.ends_with("/home/codalab-wm/records"),
+            "{name}: {records}"
+        );
+
+        let output = Command::new(BIN)
+            .arg("--once")
+            .args(&argv[1..])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .env("CODALAB_USERNAME", env(service, "CODALAB_USERNAME"))
+            .env("CODALAB_PASSWORD", env(service, "CODALAB_PASSWORD"))
+            .env("CODALAB_WM_RECORD_DIR", workdir.path().join("records"))
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{name}: {argv:?}\n{stderr}");
+        let failed = "the tick failed: codalab server http://127.0.0.1:9 unreachable";
+        assert!(stderr.contains(failed), "{name}: {stderr}");
+    }
+}
