@@ -38,6 +38,13 @@ pub const TASK_FILTER: &str = "startswith(id,'cl_worker_')";
 /// The `$select` of the listing: only what the backend reads.
 pub const TASK_SELECT: &str = "id,state,creationTime,executionInfo";
 
+/// `mutex`'s guard, poisoned or not (the sets it guards stay valid).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// What the dry run shows instead of a secret.
 const REDACTED: &str = "***";
 
@@ -57,6 +64,8 @@ pub struct AzureBatchBackend {
     /// A dry run: failed tasks are not deleted, only said to be (and listed no more, as
     /// after a real delete).
     read_only: bool,
+    /// In a dry run, the failed tasks a real run would have deleted: never listed again.
+    not_deleted: Mutex<HashSet<String>>,
 }
 
 impl AzureBatchBackend {
@@ -86,6 +95,7 @@ impl AzureBatchBackend {
             shared_bundle_mount,
             reported_failed: Mutex::default(),
             read_only: false,
+            not_deleted: Mutex::default(),
         })
     }
 
@@ -96,9 +106,7 @@ impl AzureBatchBackend {
     }
 
     fn reported_failed(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        self.reported_failed
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.reported_failed)
     }
 
     /// Deletes the failed tasks an earlier listing reported; returns the ids deleted. A
@@ -114,10 +122,12 @@ impl AzureBatchBackend {
                 .collect()
         };
         if self.read_only {
-            for id in &due {
+            let mut not_deleted = lock(&self.not_deleted);
+            for id in due {
                 tracing::info!(task_id = %id, "dry run: would delete a failed worker task");
+                not_deleted.insert(id);
             }
-            return due.into_iter().collect();
+            return not_deleted.clone();
         }
         let mut deleted = HashSet::new();
         for id in due {
