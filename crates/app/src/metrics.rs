@@ -158,6 +158,10 @@ impl Default for Metrics {
             estimate_errors: Family::new_with_constructor(estimate_error_histogram),
         };
         metrics.register(&mut registry);
+        for kind in TICK_ERROR_KINDS {
+            let kind = kind.to_owned();
+            (metrics.server_errors.get_or_create(&ErrorKind { kind })).inc_by(0);
+        }
         Self {
             registry,
             ..metrics
@@ -310,16 +314,11 @@ impl Metrics {
         .inc_by(delta);
     }
 
-    /// Creates at 0 the counters whose labels are known: every pool's launch results and
-    /// every kind of failed tick, so that a rate or an alert over them has a series before
-    /// the first event.
+    /// Creates at 0 the counters of the pools whose labels are known (launch results, job
+    /// endings), so that a rate or an alert over them has a series before the first event.
+    /// Pools come and go with reloads; the kinds of failed tick are created once, in
+    /// [`Metrics::default`].
     fn start_counters(&self, status: &Status) {
-        for kind in TICK_ERROR_KINDS {
-            let kind = kind.to_owned();
-            self.server_errors
-                .get_or_create(&ErrorKind { kind })
-                .inc_by(0);
-        }
         for pool in &status.pools {
             for result in LaunchResult::ALL {
                 let pool = pool.name.clone();
