@@ -7,16 +7,19 @@
 //!   PrometheusRule and two PodMonitors, each of which selects the pods of a Deployment in
 //!   `deploy/kubernetes` and scrapes a port those pods declare.
 //!
-//! The monitoring.coreos.com schemas are not among the validator's (they are CRDs of the
-//! Prometheus Operator): the objects are checked field by field here instead.
+//! - every rendered object validates strictly (an unknown field is an error, as with `kubectl
+//!   apply --validate=strict`) against the Prometheus Operator's own CRD schemas (v0.80.1, from
+//!   PyPI `cloudcoil-models-prometheus-operator`, installed by `cargo xtask services up
+//!   k8s-validate`; `xtask/services/k8s-validate/monitoring_crds.py`).
 //!
-//! Without kubectl the rendering test skips, and fails under `CI=true`.
+//! Without kubectl or the validator those tests skip, and fail under `CI=true`.
 
 use codalab_wm_core::testing::require_service;
 use serde::Deserialize;
 use serde_yaml::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -86,11 +89,11 @@ fn deployments() -> Vec<(Value, Vec<String>)> {
     pods
 }
 
-#[test]
-fn the_kustomization_renders_podmonitors_that_find_the_pods_and_their_ports() {
+/// `kubectl kustomize deploy/kubernetes/monitoring`; `None` when kubectl is missing (outside CI).
+fn rendered() -> Option<String> {
     let kubectl = Path::new("/usr/bin/kubectl");
     if !require_service("kubectl", kubectl.exists()) {
-        return;
+        return None;
     }
     let dir = repo().join("deploy/kubernetes/monitoring");
     let output = Command::new(kubectl)
@@ -103,7 +106,60 @@ fn the_kustomization_renders_podmonitors_that_find_the_pods_and_their_ports() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let text = String::from_utf8(output.stdout).unwrap();
+    Some(String::from_utf8(output.stdout).unwrap())
+}
+
+/// Runs `monitoring_crds.py` on `objects`: its success and what it printed.
+fn validate_crds(python: &Path, objects: &str) -> (bool, String) {
+    let script = repo().join("xtask/services/k8s-validate/monitoring_crds.py");
+    let mut child = Command::new(python)
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(objects.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    (output.status.success(), text)
+}
+
+/// Strict validation against the Prometheus Operator's CRD schemas: the rendered objects pass,
+/// and the validator is strict (a misspelt field and a malformed duration are refused, by name).
+#[test]
+fn the_monitoring_objects_validate_strictly_against_the_operators_crds() {
+    let services = std::env::var_os("SERVICES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".services"));
+    let python = services.join("k8s-validate/venv/bin/python");
+    if !require_service("k8s-validate", python.exists()) {
+        return;
+    }
+    let Some(text) = rendered() else { return };
+    let (ok, out) = validate_crds(&python, &text);
+    assert!(ok, "{out}");
+    assert!(out.contains("3 monitoring.coreos.com object(s) valid"), "{out}");
+
+    let misspelt = text.replacen("    path: /metrics\n", "    path: /metrics\n    pth: /x\n", 1);
+    assert_ne!(misspelt, text);
+    let (ok, out) = validate_crds(&python, &misspelt);
+    assert!(!ok && out.contains("'pth' was unexpected"), "{out}");
+    let duration = text.replacen("for: 10m", "for: 10 minutes", 1);
+    assert_ne!(duration, text);
+    let (ok, out) = validate_crds(&python, &duration);
+    assert!(!ok && out.contains(".for: '10 minutes' does not match"), "{out}");
+}
+
+#[test]
+fn the_kustomization_renders_podmonitors_that_find_the_pods_and_their_ports() {
+    let Some(text) = rendered() else { return };
     let objects: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
         .map(|d| Value::deserialize(d).unwrap())
         .collect();

@@ -12,4 +12,8 @@ if ! version="$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.v
   echo "k8s-validate: installed in $VENV but broken: $version"
   exit 1
 fi
-echo "k8s-validate: kubernetes-validate $version installed in $VENV"
+if ! crds="$("$VENV/bin/python" -c 'import importlib.metadata as m, cloudcoil.models.prometheus_operator.v1; print(m.version("cloudcoil.models.prometheus_operator"))' 2>&1)"; then
+  echo "k8s-validate: the Prometheus Operator schemas are missing or broken in $VENV: $crds (run: cargo xtask services up k8s-validate)"
+  exit 1
+fi
+echo "k8s-validate: kubernetes-validate $version and the Prometheus Operator $crds schemas installed in $VENV"
