@@ -1,7 +1,8 @@
 //! Project tasks: `cargo xtask <task>`.
 //!
 //! - `services up|down|status <name>…`: start, stop or check the real services the tests use
-//!   (`codalab`, `slurm`, `sshd`, `moto`, `azure-mock`, `k8s-validate`; `all`).
+//!   (`codalab`, `slurm`, `sshd`, `moto`, `azure-mock`, `k8s-validate`, `grafana-schema`;
+//!   `all`).
 //! - `ci`: what `.ci/run` runs: fmt check, clippy, every test against the real services.
 //! - `architecture`: the shape ARCHITECTURE.md promises (thin binary, no cycle, sizes).
 //! - `e2e`: the whole manager against a real CodaLab server.
@@ -51,7 +52,7 @@ fn main() -> Result<()> {
 
 const HELP: &str = "usage: cargo xtask <task>
   demo [--exit-when-done]             the whole chain: real CodaLab, the manager, real cl-workers in Docker
-  services up|down|status <name>...   start/stop/check test services (slurm sshd codalab docker moto azure-mock k8s-validate all)
+  services up|down|status <name>...   start/stop/check test services (slurm sshd codalab docker moto azure-mock k8s-validate grafana-schema all)
   ci                                  fmt check, clippy, all tests against real services (what .ci/run runs)
   architecture                        the thin binary (lines, no import cycle) and file/function sizes
   e2e                                 the manager end to end against a real CodaLab server

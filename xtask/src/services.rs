@@ -18,6 +18,7 @@ pub const SERVICES: &[&str] = &[
     "moto",
     "azure-mock",
     "k8s-validate",
+    "grafana-schema",
 ];
 
 /// Where cargo puts build artefacts: `CARGO_TARGET_DIR` (relative to the repository root when

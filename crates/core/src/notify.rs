@@ -13,8 +13,8 @@
 //! webhook has its own queue ([`QUEUE`] events; when it is full, as behind a receiver that is
 //! down, new events are dropped and counted) and its own task, which tries each event up to
 //! [`Retry::attempts`] times with exponential backoff (a 5xx, 429 or network error is tried
-//! again; another 4xx is not), after folding them ([`digest`]). Logs name a webhook by its place in the file (`notify[0]`) and
-//! its host, never its URL (which may hold a token).
+//! again; another 4xx is not), after folding them ([`digest`]). Logs name a webhook by its
+//! place in the file (`notify[0]`) and its host, never its URL (which may hold a token).
 
 pub mod digest;
 

@@ -17,8 +17,8 @@
 use codalab_wm_core::testing::require_service;
 use serde::Deserialize;
 use serde_yaml::Value;
-use std::path::{Path, PathBuf};
 use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 fn repo() -> PathBuf {
@@ -145,16 +145,26 @@ fn the_monitoring_objects_validate_strictly_against_the_operators_crds() {
     let Some(text) = rendered() else { return };
     let (ok, out) = validate_crds(&python, &text);
     assert!(ok, "{out}");
-    assert!(out.contains("3 monitoring.coreos.com object(s) valid"), "{out}");
+    assert!(
+        out.contains("3 monitoring.coreos.com object(s) valid"),
+        "{out}"
+    );
 
-    let misspelt = text.replacen("    path: /metrics\n", "    path: /metrics\n    pth: /x\n", 1);
+    let misspelt = text.replacen(
+        "    path: /metrics\n",
+        "    path: /metrics\n    pth: /x\n",
+        1,
+    );
     assert_ne!(misspelt, text);
     let (ok, out) = validate_crds(&python, &misspelt);
     assert!(!ok && out.contains("'pth' was unexpected"), "{out}");
     let duration = text.replacen("for: 10m", "for: 10 minutes", 1);
     assert_ne!(duration, text);
     let (ok, out) = validate_crds(&python, &duration);
-    assert!(!ok && out.contains(".for: '10 minutes' does not match"), "{out}");
+    assert!(
+        !ok && out.contains(".for: '10 minutes' does not match"),
+        "{out}"
+    );
 }
 
 #[test]
