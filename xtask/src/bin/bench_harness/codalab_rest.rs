@@ -1,6 +1,8 @@
 //! A REST session on the real CodaLab server of `cargo xtask services up codalab`: bob's for the
 //! staged→ready section (`staged_ready.rs`: the states of a run's bundles, and removing them),
-//! bench's for the server-cost section (`server_cost.rs`: counting and removing its bundles).
+//! bench's for the server-cost section (`server_cost.rs`: counting and removing its bundles),
+//! the root user's for the real packing section (`packing_real.rs`: every user's bundles of a
+//! run and the checked-in workers).
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
@@ -59,6 +61,12 @@ impl Rest {
 
     /// States of the bundles tagged `tag` (one search request).
     pub fn states(&self, tag: &str) -> Result<Vec<String>> {
+        let bundles = self.bundles(tag)?;
+        Ok(bundles.into_iter().map(|(_, state)| state).collect())
+    }
+
+    /// (uuid, state) of the bundles tagged `tag` that this user may read (one search request).
+    pub fn bundles(&self, tag: &str) -> Result<Vec<(String, String)>> {
         let tags = format!("tags={tag}");
         let request = self
             .http
@@ -74,7 +82,40 @@ impl Rest {
             .context("no data in the search reply")?;
         Ok(data
             .iter()
-            .map(|b| b["attributes"]["state"].as_str().unwrap_or("?").to_owned())
+            .map(|b| {
+                let uuid = b["id"].as_str().unwrap_or("?").to_owned();
+                (
+                    uuid,
+                    b["attributes"]["state"].as_str().unwrap_or("?").to_owned(),
+                )
+            })
+            .collect())
+    }
+
+    /// (worker id, uuids of its runs) of the checked-in workers tagged `tag`
+    /// (`GET /rest/workers/info`; the root user sees every user's workers).
+    pub fn workers(&self, tag: &str) -> Result<Vec<(String, Vec<String>)>> {
+        let request = (self.http)
+            .get(format!("{SERVER}/rest/workers/info"))
+            .bearer_auth(&self.token);
+        let reply = self.runtime.block_on(Self::json(request))?;
+        let strings = |v: &Value| -> Vec<String> {
+            let items = v.as_array().map(Vec::as_slice).unwrap_or_default();
+            items
+                .iter()
+                .filter_map(|s| Some(s.as_str()?.to_owned()))
+                .collect()
+        };
+        let data = reply["data"]
+            .as_array()
+            .context("no data in workers/info")?;
+        Ok(data
+            .iter()
+            .filter(|w| w["tag"].as_str() == Some(tag))
+            .map(|w| {
+                let id = w["worker_id"].as_str().unwrap_or("?").to_owned();
+                (id, strings(&w["run_uuids"]))
+            })
             .collect())
     }
 

@@ -21,6 +21,8 @@
 //!   (`packing.rs`, issue #29), printed;
 //! - `staged-ready`: only the time from staged to ready with real workers on real Slurm
 //!   (`staged_ready.rs`), merged into the last results;
+//! - `packing-real`: only planning as the server dispatches, measured with real workers on
+//!   real Slurm (`packing_real.rs`, issue #29; not in `--quick`), merged into the last results;
 //! - `server-cost`: only the server CPU per tick against the real CodaLab server
 //!   (`server_cost.rs`, whose sides are `bench-ours --server-cost` and the peer's
 //!   `--mode server-cost`), merged into the last results;
@@ -38,6 +40,9 @@ mod gce;
 mod k8s;
 mod listing;
 mod packing;
+mod packing_real;
+mod packing_real_report;
+mod real_run;
 mod report;
 mod run;
 mod serve;
@@ -55,7 +60,7 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((command, rest)) = args.split_first() else {
         bail!(
-            "usage: bench-harness run [--quick] | staged-ready [--quick] | packing [--quick] | server-cost [--quick] [--sizes N,M] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure … | gce-fake … | ours-gce …"
+            "usage: bench-harness run [--quick] | staged-ready [--quick] | packing [--quick] | packing-real [--before PATH] | server-cost [--quick] [--sizes N,M] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure … | gce-fake … | ours-gce …"
         );
     };
     match command.as_str() {
@@ -66,6 +71,7 @@ fn main() -> Result<()> {
         "ours-slurm-real" => slurm_real::run(rest),
         "staged-ready" => staged_ready::only(rest),
         "packing" => packing::only(rest),
+        "packing-real" => packing_real::only(rest),
         "server-cost" => server_cost::only(rest),
         "k8s-fake" => k8s::serve(rest),
         "ours-k8s" => k8s::run(rest),

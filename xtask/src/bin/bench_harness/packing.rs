@@ -134,8 +134,8 @@ pub fn render(out: &mut String, results: &Value) {
          bundles in bursts of 40 (1 a second) an hour apart, 1/2/4 CPUs (6:3:1, runs of 10, 15 and \
          20 min on average), on 4-CPU 16 GiB workers (max 40: a worker a bundle fits, check-in \
          60–120 s, idle exit 600 s as `--worker-idle-seconds`' default); every twentieth bundle is carol's, `parallel_run_quota` 1, the \
-         manager runs as `codalab`. Unused: workers that ended without running a bundle. Not \
-         yet measured with real `cl-worker`s.\n\n\
+         manager runs as `codalab`. Unused: workers that ended without running a bundle. \
+         Measured with real `cl-worker`s, scaled down to this machine, in the next section.\n\n\
          | policy | finished | launches | unused | worker-seconds | wait p50 | wait p90 | estimate error p90, new worker (n) | all estimates p90 (n) |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|"
     );

@@ -133,6 +133,7 @@ pub fn render(results: &Value) -> String {
     backends(&mut out, results);
     reaction(&mut out, results);
     crate::packing::render(&mut out, results);
+    crate::packing_real::render(&mut out, results);
     crate::staged_ready::render(&mut out, results);
     crate::server_cost::render(&mut out, results);
     targets(&mut out, results);

@@ -14,13 +14,15 @@
 //! last bundle `ready`, and the most jobs seen at once.
 
 use crate::codalab_rest::{Rest, SERVER, USER};
-use crate::run::{peer_python, publish, repo_root, results_path};
-use crate::slurm_real::{output, slurm_up};
-use anyhow::{Context, Result, bail, ensure};
+use crate::real_run::{
+    self, cancel_jobs, missing_service, ours_exe, peer_exe, run_jobs, secs, stop,
+};
+use crate::run::{publish, repo_root, results_path};
+use anyhow::{Context, Result, bail};
 use codalab_wm_core::backend::new_unique;
 use serde_json::{Value, json};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 /// `--max-workers` of every side.
@@ -113,36 +115,6 @@ pub fn measure_all(quick: bool) -> Result<Vec<Value>> {
     Ok(rows)
 }
 
-/// `.services`, resolved (a worktree's is a symlink; the docker scripts compare the real path
-/// with dockerd's command line).
-fn services_dir() -> PathBuf {
-    let dir = repo_root().join(".services");
-    std::fs::canonicalize(&dir).unwrap_or(dir)
-}
-
-/// The first service that is not running, as a sentence, or `None`.
-fn missing_service() -> Option<String> {
-    let script = |s: &str| repo_root().join(format!("xtask/services/{s}/status.sh"));
-    let ok = |name: &str| {
-        Command::new("bash")
-            .arg(script(name))
-            .env("SERVICES_DIR", services_dir())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    for name in ["codalab", "docker"] {
-        if !ok(name) {
-            return Some(format!("{name}: `cargo xtask services up {name}`"));
-        }
-    }
-    if !slurm_up() {
-        return Some("slurm: `cargo xtask services up slurm`".into());
-    }
-    None
-}
-
 /// What one run uses: its queue/tag/job name and directories.
 struct RunDirs {
     tag: String,
@@ -175,33 +147,16 @@ fn one_run(bundles: usize, side: &Side, limit: Duration) -> Result<Value> {
 
 /// Stages the run's bundles with `stage.sh`; returns their uuids once all are staged.
 fn stage(run: &RunDirs, n: usize) -> Result<Vec<String>> {
-    let out = Command::new("bash")
-        .arg(repo_root().join("xtask/services/codalab/stage.sh"))
-        .args([USER.0, &n.to_string()])
-        .args(["--request-cpus", "1", "--request-memory", "256m"])
-        .args(["--tags", &run.tag, "--request-queue", &run.tag])
-        .env("STAGE_COMMAND", "echo staged-ready-{i} > out.txt")
-        .env("STAGE_TIMEOUT", "300")
-        .current_dir(repo_root())
-        .output()
-        .context("running stage.sh")?;
-    ensure!(
-        out.status.success(),
-        "stage.sh failed: {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    let uuids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    ensure!(uuids.len() == n, "stage.sh printed {} uuids", uuids.len());
-    Ok(uuids)
+    let flags = ["--request-cpus", "1", "--request-memory", "256m"];
+    let queue = ["--tags", &run.tag, "--request-queue", &run.tag];
+    let flags: Vec<&str> = flags.into_iter().chain(queue).collect();
+    real_run::stage(USER.0, n, &flags, "echo staged-ready-{i} > out.txt")
 }
 
 /// The flags both managers get: same server, limits, worker shape and worker flags.
 fn common_args(run: &RunDirs) -> Vec<String> {
     let dir = |d: &str| run.dir.join(d).display().to_string();
-    let worker = repo_root().join(".services/codalab/venv/bin/cl-worker");
+    let worker = real_run::cl_worker();
     let mut args: Vec<String> = vec![
         "--server".into(),
         SERVER.into(),
@@ -235,24 +190,6 @@ fn common_args(run: &RunDirs) -> Vec<String> {
     args
 }
 
-/// Our manager, built next to this harness (`cargo xtask bench` builds it).
-fn ours_exe() -> Result<PathBuf> {
-    let exe = std::env::current_exe()?.with_file_name("cl-worker-manager");
-    ensure!(
-        exe.exists(),
-        "{} is missing: build it with `cargo build --release -p codalab-wm`",
-        exe.display()
-    );
-    Ok(exe)
-}
-
-/// Upstream's `cl-worker-manager` 1.7.5, from the codalab venv.
-fn peer_exe() -> Result<PathBuf> {
-    let python = peer_python()
-        .context("the codalab venv is missing: start it with `cargo xtask services up codalab`")?;
-    Ok(python.with_file_name("cl-worker-manager"))
-}
-
 fn start_manager(run: &RunDirs, side: &Side) -> Result<Child> {
     let exe = if side.side == "ours" {
         ours_exe()?
@@ -261,32 +198,7 @@ fn start_manager(run: &RunDirs, side: &Side) -> Result<Child> {
     };
     let mut args: Vec<String> = side.flags.iter().map(|s| s.to_string()).collect();
     args.extend(common_args(run));
-    std::fs::write(
-        run.dir.join("command.txt"),
-        format!("{} {}\n", exe.display(), args.join(" ")),
-    )?;
-    let log = std::fs::File::create(run.dir.join("manager.log"))?;
-    let docker = format!(
-        "unix://{}",
-        services_dir().join("docker/docker.sock").display()
-    );
-    Command::new(&exe)
-        .args(&args)
-        .env("CODALAB_USERNAME", USER.0)
-        .env("CODALAB_PASSWORD", USER.1)
-        .env("CODALAB_HOME", run.dir.join("codalab-home"))
-        .env("DOCKER_HOST", docker)
-        .env("NO_COLOR", "1")
-        .current_dir(&run.dir)
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("starting {}", exe.display()))
-}
-
-/// Seconds since `t0`, in tenths.
-fn secs(t0: Instant) -> f64 {
-    (t0.elapsed().as_secs_f64() * 10.0).round() / 10.0
+    real_run::start_manager(&exe, &args, USER, &run.dir)
 }
 
 /// Polls the bundles and the queue every second until all are ready, one fails, the manager
@@ -338,44 +250,6 @@ fn observe(
         "peak_jobs": peak_jobs,
         "end_states": states,
     }))
-}
-
-/// SIGTERM, then SIGKILL after 20 s.
-fn stop(manager: &mut Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &manager.id().to_string()])
-        .status();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = manager.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = manager.kill();
-    let _ = manager.wait();
-}
-
-/// Ids of the queued or running jobs whose name carries the run's job name (both managers
-/// name their jobs `<user>-<job name>-<unique>`).
-fn run_jobs(tag: &str) -> Result<Vec<String>> {
-    let listing = output("squeue", &["--noheader", "--format=%i %j"])?;
-    let needle = format!("-{tag}-");
-    Ok(listing
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .filter(|(_, name)| name.contains(&needle))
-        .map(|(id, _)| id.to_owned())
-        .collect())
-}
-
-fn cancel_jobs(tag: &str) -> Result<()> {
-    let ids = run_jobs(tag)?;
-    if !ids.is_empty() {
-        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-        output("scancel", &ids)?;
-    }
-    Ok(())
 }
 
 fn remove_unfinished(tag: &str, uuids: &[String]) -> Result<()> {
