@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use codalab_wm_app::dashboard::{self, History, Page};
 use codalab_wm_app::listen::{HostRule, Limits};
-use codalab_wm_app::metrics::health::Health;
+use codalab_wm_app::metrics::health::{Health, status_sleep_time};
 use codalab_wm_app::metrics::{Metrics, StatusExporter, enable_metrics};
 use codalab_wm_core::manager::status::Status;
 use std::net::SocketAddr;
@@ -43,6 +43,7 @@ struct View {
 #[derive(Debug)]
 struct Shared {
     metrics: &'static Metrics,
+    /// The `sleep_time` the manager started with: the page's until a snapshot reports one.
     sleep_time: Duration,
     view: Mutex<View>,
 }
@@ -78,7 +79,8 @@ impl Shared {
     /// The dashboard page at `now_unix_seconds`.
     fn dashboard(&self, now_unix_seconds: u64) -> String {
         let view = self.view();
-        let page = Page::new(self.sleep_time, now_unix_seconds);
+        let sleep_time = status_sleep_time(&view.status).unwrap_or(self.sleep_time);
+        let page = Page::new(sleep_time, now_unix_seconds);
         dashboard::render(&view.status, &view.history, &page)
     }
 

@@ -118,6 +118,7 @@ fn known_status() -> Status {
         last_error: None,
         last_success_seconds: Some(198),
         last_tick_duration_seconds: 0.25,
+        sleep_time_seconds: 5.0,
         staged: 4,
         pools: vec![cpu, gpu],
         unserved: vec![

@@ -82,6 +82,7 @@ fn fixture() -> Status {
         last_error: None,
         last_success_seconds: Some(7195),
         last_tick_duration_seconds: 0.25,
+        sleep_time_seconds: 5.0,
         staged: 4,
         pools: vec![pool("cpu")],
         unserved: vec![],

@@ -4,7 +4,8 @@
 //! successful or not, within [`LIVE_LIMIT`] (or 3 × `sleep_time`, if longer): only a stuck
 //! process fails that, so a liveness probe on `/livez` never restarts the manager because the
 //! server is down (a restart fixes no outage and starts every backoff again). [`Health`]
-//! follows the status snapshots and answers with the reason, in the words the endpoints serve.
+//! follows the status snapshots (and the `sleep_time` each reports, so a reload that changes it
+//! moves both limits) and answers with the reason, in the words the endpoints serve.
 
 use codalab_wm_core::manager::status::Status;
 use std::time::{Duration, Instant};
@@ -36,8 +37,12 @@ impl Health {
 
     /// Takes in a snapshot seen at `now`; `new_tick` when it reports a tick not seen before
     /// ([`StatusExporter::observe`](super::StatusExporter::observe)), so that seeing the same
-    /// snapshot again does not count as a success.
+    /// snapshot again does not count as a success. The limit follows the snapshot's
+    /// `sleep_time` (a snapshot made before any tick reports none).
     pub fn observe(&mut self, new_tick: bool, status: &Status, now: Instant) {
+        if let Some(sleep_time) = status_sleep_time(status) {
+            self.limit = sleep_time * 3;
+        }
         if new_tick && status.last_error.is_none() {
             self.last_success = Some(now);
         }
@@ -88,6 +93,13 @@ impl Health {
             )),
         }
     }
+}
+
+/// The `sleep_time` a snapshot reports, if it reports one.
+pub fn status_sleep_time(status: &Status) -> Option<Duration> {
+    Duration::try_from_secs_f64(status.sleep_time_seconds)
+        .ok()
+        .filter(|d| !d.is_zero())
 }
 
 #[cfg(test)]
@@ -156,6 +168,32 @@ mod tests {
         assert!(
             Health::new(s(600), t0).live(t0 + s(1800)).is_ok(),
             "3 × sleep_time"
+        );
+    }
+
+    /// A reload that changes `sleep_time` moves the limits from the next snapshot on.
+    #[test]
+    fn the_limits_follow_the_sleep_time_of_the_last_snapshot() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut health = Health::new(s(5), t0);
+        let reloaded = Status {
+            sleep_time_seconds: 400.0,
+            ..Status::default()
+        };
+        health.observe(true, &reloaded, t0);
+        assert_eq!(
+            health.check(None, t0 + s(1000)),
+            Ok("ok: last successful tick 1000 s ago (limit 1200 s)\n".into())
+        );
+        assert_eq!(
+            health.live(t0 + s(1000)),
+            Ok("alive: last tick ended 1000 s ago (limit 1200 s)\n".into())
+        );
+        health.observe(false, &Status::default(), t0);
+        assert!(
+            health.check(None, t0 + s(1000)).is_ok(),
+            "a snapshot with no sleep_time keeps the limit"
         );
     }
 }

@@ -17,6 +17,27 @@ fn launches(value: u64) -> StatusCounter {
     }
 }
 
+/// The page refreshes every `sleep_time`: the start's until a snapshot reports one, then the
+/// snapshot's (a reload changed it).
+#[test]
+fn the_pages_refresh_follows_a_reloaded_sleep_time() {
+    let metrics: &'static Metrics = Box::leak(Box::default());
+    let shared = shared(metrics);
+    let refresh = |s: &Shared| s.dashboard(1_800_000_000);
+    assert!(refresh(&shared).contains("<meta http-equiv=\"refresh\" content=\"5\">"));
+    let reloaded = Status {
+        ticks: 1,
+        sleep_time_seconds: 30.0,
+        ..Status::default()
+    };
+    shared.observe(reloaded, Instant::now());
+    let page = refresh(&shared);
+    assert!(
+        page.contains("<meta http-equiv=\"refresh\" content=\"30\">"),
+        "{page}"
+    );
+}
+
 #[test]
 fn counters_follow_the_running_totals_and_health_the_last_success() {
     let metrics: &'static Metrics = Box::leak(Box::default());

@@ -103,6 +103,9 @@ pub struct Status {
     pub last_success_seconds: Option<u64>,
     /// How long the last tick took (successful or not), in seconds.
     pub last_tick_duration_seconds: f64,
+    /// The manager's `sleep_time` at that tick, in seconds (a reload may change it): `/healthz`
+    /// allows 3 of them since the last success, and the page refreshes every one.
+    pub sleep_time_seconds: f64,
     /// Staged bundles seen at the last tick.
     pub staged: usize,
     /// Every pool.

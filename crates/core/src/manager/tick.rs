@@ -158,6 +158,7 @@ impl Manager {
                     status.ticks = self.ticks;
                     status.last_error = Some(error.to_string());
                     status.last_tick_duration_seconds = self.tick_started.elapsed().as_secs_f64();
+                    status.sleep_time_seconds = self.config.sleep_time.as_secs_f64();
                     status.counters = self.counters.snapshot();
                 });
                 return;
@@ -175,6 +176,7 @@ impl Manager {
             last_error: None,
             last_success_seconds: Some(now.as_secs()),
             last_tick_duration_seconds: self.tick_started.elapsed().as_secs_f64(),
+            sleep_time_seconds: self.config.sleep_time.as_secs_f64(),
             staged: report.staged,
             pools: self.pools.iter().map(|p| p.status(now)).collect(),
             unserved: report.pools.unserved.clone(),
