@@ -14,7 +14,6 @@ use codalab_wm_core::testing::require_service;
 use codalab_wm_core::{LaunchRequest, WorkerBackend, WorkerJob, WorkerOptions};
 use std::collections::BTreeSet;
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::time::Duration;
 
 fn endpoint() -> String {
@@ -31,9 +30,7 @@ fn moto_available() -> bool {
         .ok()
         .and_then(|addr| TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok())
         .is_some();
-    let services = std::env::var_os("SERVICES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.services"));
+    let services = codalab_wm_core::testing::services_dir();
     answers && services.join("moto/docker.sock").exists()
 }
 

@@ -37,9 +37,7 @@ fn endpoint_address() -> String {
 }
 
 fn docker_stub_socket() -> PathBuf {
-    let services = std::env::var_os("SERVICES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.services"));
+    let services = codalab_wm_core::testing::services_dir();
     services.join("moto/docker.sock")
 }
 

@@ -19,9 +19,7 @@ use std::process::Command;
 const KUBERNETES_VERSION: &str = "1.37.0";
 
 fn validator() -> PathBuf {
-    let services = std::env::var_os("SERVICES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.services"));
+    let services = codalab_wm_core::testing::services_dir();
     services.join("k8s-validate/venv/bin/kubernetes-validate")
 }
 

@@ -15,9 +15,7 @@ fn repo() -> PathBuf {
 }
 
 fn validator() -> PathBuf {
-    let dir = std::env::var_os("SERVICES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".services"));
+    let dir = codalab_wm_core::testing::services_dir();
     dir.join("k8s-validate/venv/bin/kubernetes-validate")
 }
 

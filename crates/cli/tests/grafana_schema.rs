@@ -34,9 +34,7 @@ fn check(dashboard: &Path) -> (bool, String) {
 /// field option are refused by name.
 #[test]
 fn the_dashboard_is_valid_against_grafanas_schema() {
-    let services = std::env::var_os("SERVICES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".services"));
+    let services = codalab_wm_core::testing::services_dir();
     let tsc = services.join("grafana-schema/node_modules/.bin/tsc");
     if !require_service("grafana-schema", tsc.exists()) {
         return;

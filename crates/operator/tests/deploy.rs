@@ -32,9 +32,7 @@ fn dir() -> PathBuf {
 }
 
 fn venv() -> PathBuf {
-    let services = std::env::var_os("SERVICES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".services"));
+    let services = codalab_wm_core::testing::services_dir();
     services.join("k8s-validate/venv/bin")
 }
 

@@ -135,9 +135,7 @@ fn validate_crds(python: &Path, objects: &str) -> (bool, String) {
 /// and the validator is strict (a misspelt field and a malformed duration are refused, by name).
 #[test]
 fn the_monitoring_objects_validate_strictly_against_the_operators_crds() {
-    let services = std::env::var_os("SERVICES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".services"));
+    let services = codalab_wm_core::testing::services_dir();
     let python = services.join("k8s-validate/venv/bin/python");
     if !require_service("k8s-validate", python.exists()) {
         return;

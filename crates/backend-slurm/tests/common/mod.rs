@@ -8,7 +8,6 @@ use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::{Harness, Polling, require_service, wait_for_job};
 use codalab_wm_core::{JobState, WorkerBackend, WorkerJob, WorkerOptions};
 use codalab_wm_slurm::{SlurmBackend, SlurmConfig};
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,11 +17,7 @@ pub static NODE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 pub const PASSWORD: &str = "not-a-real-password";
 
-pub fn services_dir() -> PathBuf {
-    std::env::var_os("SERVICES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.services"))
-}
+pub use codalab_wm_core::testing::services_dir;
 
 fn succeeds(program: &str, args: &[&str]) -> bool {
     Command::new(program)

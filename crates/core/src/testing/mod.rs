@@ -35,6 +35,14 @@ pub fn require_service(name: &str, available: bool) -> bool {
     false
 }
 
+/// Where `cargo xtask services` keeps the services' state (venvs, sockets, logs):
+/// `SERVICES_DIR` when set, else the workspace's `.services`, as the service scripts decide.
+pub fn services_dir() -> std::path::PathBuf {
+    std::env::var_os("SERVICES_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.services"))
+}
+
 /// What Debian's `promtool check metrics` (prometheus 2.42) objects to in the metrics `text`
 /// (the OpenMetrics text a `/metrics` serves): its lines, less one artefact of that version,
 /// which reads the text format and so reports an OpenMetrics counter's sample `x_total` as a

@@ -238,7 +238,13 @@ fn measure_side(
     wait_checked_in(&root, run, &private_id)?;
     let mut uuids = Vec::new();
     for batch in &TRACE {
-        uuids.extend(stage(run, batch)?);
+        uuids.extend(real_run::stage(
+            batch.user,
+            batch.n,
+            batch.cpus,
+            &run.tag,
+            batch.command,
+        )?);
     }
     let t0 = Instant::now();
     let mut args: Vec<String> = side.flags.iter().map(|s| s.to_string()).collect();
@@ -291,13 +297,6 @@ fn wait_checked_in(root: &Rest, run: &RunDirs, id: &str) -> Result<()> {
         "the private worker did not check in within 90 s; see {}",
         run.dir.join("private-worker.log").display()
     )
-}
-
-fn stage(run: &RunDirs, batch: &Batch) -> Result<Vec<String>> {
-    let flags = ["--request-cpus", batch.cpus, "--request-memory", "256m"];
-    let queue = ["--tags", &run.tag, "--request-queue", &run.tag];
-    let flags: Vec<&str> = flags.into_iter().chain(queue).collect();
-    real_run::stage(batch.user, batch.n, &flags, batch.command)
 }
 
 /// The flags every side gets: same server, limits, pacing, worker shape and worker flags.

@@ -26,7 +26,7 @@ pub fn docker_host() -> String {
 
 /// The real `cl-worker` 1.7.5 of the codalab venv.
 pub fn cl_worker() -> PathBuf {
-    repo_root().join(".services/codalab/venv/bin/cl-worker")
+    services_dir().join("codalab/venv/bin/cl-worker")
 }
 
 /// The first service that is not running, as a sentence, or `None`.
@@ -52,13 +52,15 @@ pub fn missing_service() -> Option<String> {
     None
 }
 
-/// Stages `n` bundles as `user` with `stage.sh` (`flags` are `cl run`'s, `command` the
-/// bundle's, `{i}` its index); returns their uuids once all are staged.
-pub fn stage(user: &str, n: usize, flags: &[&str], command: &str) -> Result<Vec<String>> {
+/// Stages `n` bundles as `user` with `stage.sh`: `cpus` CPUs and 256m each, tagged and queued
+/// `tag` (the run's), running `command` (`{i}` is the bundle's index); returns their uuids
+/// once all are staged.
+pub fn stage(user: &str, n: usize, cpus: &str, tag: &str, command: &str) -> Result<Vec<String>> {
     let out = Command::new("bash")
         .arg(repo_root().join("xtask/services/codalab/stage.sh"))
         .args([user, &n.to_string()])
-        .args(flags)
+        .args(["--request-cpus", cpus, "--request-memory", "256m"])
+        .args(["--tags", tag, "--request-queue", tag])
         .env("STAGE_COMMAND", command)
         .env("STAGE_TIMEOUT", "300")
         .current_dir(repo_root())
@@ -79,18 +81,20 @@ pub fn stage(user: &str, n: usize, flags: &[&str], command: &str) -> Result<Vec<
 
 /// Sets `user`'s `parallel_run_quota` as the root user, with the venv's `cl uedit`.
 pub fn set_quota(user: &str, quota: u32) -> Result<()> {
+    let cl = repo_root().join("xtask/services/codalab/cl.sh");
+    let cl = cl.to_string_lossy();
     let quota = quota.to_string();
-    let args = ["codalab", "uedit", user, "--parallel-run-quota", &quota];
-    let out = Command::new("bash")
-        .arg(repo_root().join("xtask/services/codalab/cl.sh"))
-        .args(args)
-        .output()
-        .context("running cl.sh uedit")?;
-    ensure!(
-        out.status.success(),
-        "cl uedit {user}: {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
+    output(
+        "bash",
+        &[
+            &cl,
+            "codalab",
+            "uedit",
+            user,
+            "--parallel-run-quota",
+            &quota,
+        ],
+    )?;
     Ok(())
 }
 

@@ -147,10 +147,7 @@ fn one_run(bundles: usize, side: &Side, limit: Duration) -> Result<Value> {
 
 /// Stages the run's bundles with `stage.sh`; returns their uuids once all are staged.
 fn stage(run: &RunDirs, n: usize) -> Result<Vec<String>> {
-    let flags = ["--request-cpus", "1", "--request-memory", "256m"];
-    let queue = ["--tags", &run.tag, "--request-queue", &run.tag];
-    let flags: Vec<&str> = flags.into_iter().chain(queue).collect();
-    real_run::stage(USER.0, n, &flags, "echo staged-ready-{i} > out.txt")
+    real_run::stage(USER.0, n, "1", &run.tag, "echo staged-ready-{i} > out.txt")
 }
 
 /// The flags both managers get: same server, limits, worker shape and worker flags.
