@@ -19,256 +19,12 @@
 //!   backs off after its failure.
 
 mod support;
+use support::slurm_pools::{CLUSTER, PartitionState, Scratch, fake_server, slurm_available};
 use support::{codalab_running, stage, stage_queued};
 
 use codalab_wm_core::testing::require_service;
-use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
-use std::process::{Child, Command};
+use codalab_wm_fake_codalab::FakeBundle;
 use std::time::Duration;
-
-const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
-
-/// The tests change partitions of the one cluster: one at a time.
-static CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn succeeds(program: &str, args: &[&str]) -> bool {
-    Command::new(program)
-        .args(args)
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-fn slurm_available() -> bool {
-    require_service(
-        "slurm",
-        succeeds("scontrol", &["ping"]) && succeeds("sinfo", &["-h"]),
-    )
-}
-
-fn run(program: &str, args: &[&str]) -> String {
-    let output = Command::new(program).args(args).output().unwrap();
-    assert!(
-        output.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-/// Stand-in for cl-worker: runs until the file `stop` appears next to it (at most 5 minutes).
-const STAND_IN: &str = "#!/bin/sh\ndir=$(dirname \"$0\")\ni=0\nwhile [ ! -e \"$dir/stop\" ] && [ $i -lt 1500 ]; do i=$((i + 1)); sleep 0.2; done\n";
-
-/// A scratch directory with the stand-in, the manager's logs and the jobs' files; on drop
-/// stops the stand-ins, cancels this test's jobs and kills the manager if still running.
-struct Scratch {
-    dir: tempfile::TempDir,
-    prefix: String,
-    manager: Option<Child>,
-    /// The CodaLab user the manager logs in as.
-    user: (&'static str, &'static str),
-}
-
-impl Scratch {
-    fn new() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("codalab-wm-pools-")
-            .tempdir()
-            .unwrap();
-        let path = dir.path().join("cl-worker-stand-in.sh");
-        std::fs::write(&path, STAND_IN).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let unique = codalab_wm_core::backend::new_unique();
-        Self {
-            dir,
-            prefix: format!("wmpools{}", &unique[..8]),
-            manager: None,
-            user: ("alice", "alicepw"),
-        }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// One `[[pools]]` entry on the real cluster; its jobs are named `<user>-<prefix>_<pool>-…`.
-    fn pool(&self, name: &str, partition: &str, gpus: u32, extra: &str) -> String {
-        format!(
-            "[[pools]]\nname = \"{name}\"\nbackend = \"slurm-batch\"\nmin_seconds_between_workers = 0\nstartup_grace = 5\n{extra}\n\
-             [pools.slurm_batch]\njob_name = \"{prefix}_{name}\"\npartition = \"{partition}\"\ncpus = 1\n\
-             gpus = {gpus}\nmemory_mb = 1024\ntime = \"10\"\nslurm_work_dir = \"{work}\"\n",
-            prefix = self.prefix,
-            work = self.path("slurm").display(),
-        )
-    }
-
-    /// Starts the manager on `pools` against `server`, one tick per second, logs in a file.
-    fn start(&mut self, server: &str, pools: &[String]) {
-        self.start_with(server, "", pools);
-    }
-
-    /// Starts the manager with extra top-level settings (`top`, TOML lines).
-    fn start_with(&mut self, server: &str, top: &str, pools: &[String]) {
-        let config = self.path("wm.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "server = \"{server}\"\nsleep_time = 1\n{top}\n[worker]\nexecutable = \"{}\"\n{}",
-                self.path("cl-worker-stand-in.sh").display(),
-                pools.join("\n")
-            ),
-        )
-        .unwrap();
-        let log = std::fs::File::create(self.path("manager.log")).unwrap();
-        let child = Command::new(BIN)
-            .args(["--config", config.to_str().unwrap()])
-            .env("CODALAB_USERNAME", self.user.0)
-            .env("CODALAB_PASSWORD", self.user.1)
-            .env("NO_COLOR", "1")
-            .env_remove("CODALAB_WM_LOG")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.manager = Some(child);
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(self.path("manager.log")).unwrap_or_default()
-    }
-
-    /// This test's jobs as `(pool, partition, state, gres)`, from one squeue call.
-    fn jobs(&self) -> Vec<(String, String, String, String)> {
-        let out = run("squeue", &["-h", "--states=all", "-o", "%j|%P|%T|%b"]);
-        out.lines()
-            .filter_map(|line| {
-                let fields: Vec<&str> = line.split('|').collect();
-                let pool = fields[0]
-                    .split(&format!("{}_", self.prefix))
-                    .nth(1)?
-                    .split('-')
-                    .next()?
-                    .to_owned();
-                Some((
-                    pool,
-                    fields[1].to_owned(),
-                    fields[2].to_owned(),
-                    fields[3].to_owned(),
-                ))
-            })
-            .collect()
-    }
-
-    /// A busy worker for each running job of this test, as the real server lists the workers
-    /// that checked in (`GET /rest/workers/info`; the stand-in itself never checks in).
-    fn running_workers(&self) -> Vec<serde_json::Value> {
-        let out = run("squeue", &["-h", "-t", "RUNNING", "-o", "%j"]);
-        out.lines()
-            .filter(|name| name.contains(&self.prefix))
-            .map(|name| {
-                serde_json::json!({"worker_id": format!("vm-{name}"),
-                    "run_uuids": ["0x0123"], "is_terminating": false})
-            })
-            .collect()
-    }
-
-    /// Polls the cluster (at most 90 s) until `accept` holds for this test's jobs.
-    fn wait_for(
-        &self,
-        what: &str,
-        accept: impl Fn(&[(String, String, String, String)]) -> bool,
-    ) -> Vec<(String, String, String, String)> {
-        let mut jobs = Vec::new();
-        for _ in 0..450 {
-            jobs = self.jobs();
-            if accept(&jobs) {
-                return jobs;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        panic!(
-            "{what} never happened; jobs {jobs:?}\nlogs:\n{}",
-            self.logs()
-        );
-    }
-
-    /// Polls the manager's logs (at most 60 s) until they contain `text`.
-    fn wait_for_log(&self, text: &str) {
-        for _ in 0..300 {
-            if self.logs().contains(text) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        panic!("the logs never said `{text}`:\n{}", self.logs());
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.manager.take() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-            for _ in 0..100 {
-                if matches!(child.try_wait(), Ok(Some(_))) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::write(self.path("stop"), "");
-        let ids = Command::new("squeue")
-            .args(["-h", "-o", "%i %j"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
-        for line in ids.lines().filter(|l| l.contains(&self.prefix)) {
-            if let Some(id) = line.split_whitespace().next() {
-                let _ = Command::new("scancel").arg(id).status();
-            }
-        }
-    }
-}
-
-/// Sets a partition's state and puts it back `UP` when dropped.
-struct PartitionState(&'static str);
-
-impl PartitionState {
-    fn set(partition: &'static str, state: &str) -> Self {
-        run(
-            "scontrol",
-            &[
-                "update",
-                &format!("PartitionName={partition}"),
-                &format!("State={state}"),
-            ],
-        );
-        Self(partition)
-    }
-}
-
-impl Drop for PartitionState {
-    fn drop(&mut self) {
-        let _ = Command::new("scontrol")
-            .args(["update", &format!("PartitionName={}", self.0), "State=UP"])
-            .status();
-    }
-}
-
-fn fake_server(bundles: Vec<FakeBundle>) -> (tokio::runtime::Runtime, FakeCodaLab) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let server = runtime.block_on(FakeCodaLab::start()).unwrap();
-    server.set_bundles(bundles);
-    (runtime, server)
-}
 
 #[test]
 fn gpu_bundles_get_gpu_workers_and_a_pool_whose_submits_fail_backs_off() {
@@ -487,4 +243,101 @@ fn workers_nobody_sees_check_in_are_kept_and_each_pool_backs_off() {
         2,
         "each kept job logged once:\n{logs}"
     );
+}
+
+/// The spill test's pools (issue #32): the free Slurm partition `cpu`, accepting a wait of
+/// `spill_after` seconds, and a paid pool on the local backend. One worker each at most.
+fn priced_pools(scratch: &Scratch, tag: &str, spill_after: u64) -> [String; 2] {
+    let rules = format!("max = 1\ntag = \"{tag}\"");
+    [
+        scratch.pool(
+            "cpu",
+            "cpu",
+            0,
+            &format!("{rules}\nspill_after = {spill_after}"),
+        ),
+        scratch.local_pool("paid", &format!("{rules}\ncost_per_hour = 1.0")),
+    ]
+}
+
+/// Starts the manager on the priced pools with a bundle staged for them on the REAL CodaLab
+/// server, the real cluster's one node filled by another job, and waits until Slurm holds
+/// the manager's job on the free pool (`Resources`).
+fn queued_on_the_free_pool(scratch: &mut Scratch, spill_after: u64) {
+    let tag = format!("spill-{}", scratch.prefix);
+    scratch.fill_the_node();
+    stage_queued("alice", 1, &tag, &[]);
+    let pools = priced_pools(scratch, &tag, spill_after);
+    scratch.start_with(
+        "http://127.0.0.1:2900",
+        &format!("search = [\"tags={tag}\"]"),
+        &pools,
+    );
+    scratch.wait_for("the free pool's job pending behind the blocker", |jobs| {
+        jobs.iter().any(|j| j.0 == "cpu" && j.2 == "PENDING")
+    });
+}
+
+/// Ticks the manager has logged (one decision line of the free pool each).
+fn ticks(scratch: &Scratch) -> usize {
+    scratch.logs().matches("pool cpu: ").count()
+}
+
+#[test]
+fn past_spill_after_a_bundle_queued_on_the_free_slurm_pool_spills_to_the_paid_one() {
+    if !slurm_available() || !require_service("codalab", codalab_running()) {
+        return;
+    }
+    let _cluster = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let mut scratch = Scratch::new();
+    queued_on_the_free_pool(&mut scratch, 10);
+    scratch.wait_for_log("spilled to paid: cpu estimated ");
+    let logs = scratch.logs();
+    let line = (logs.lines())
+        .find(|l| l.contains("spilled to paid"))
+        .unwrap();
+    // The reason's figure is the held job's age, past the 10 s the admin accepts, and names
+    // Slurm's own reason for the hold.
+    assert!(line.contains(" > spill_after 10 s (job "), "{line}");
+    assert!(line.contains(": Resources)"), "{line}");
+    let seconds: u64 = line
+        .split("cpu estimated ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no figure in {line}"));
+    assert!(seconds > 10, "{line}");
+    scratch.wait_for_log(
+        "pool paid: 1 bundles assigned, 0 active, 0 pending, 0 stopping (min=0, max=1): launch 1",
+    );
+    // Nothing more is bought on the queued pool: its one job still pends.
+    let jobs = scratch.jobs();
+    let free: Vec<_> = jobs.iter().filter(|j| j.0 == "cpu").collect();
+    assert_eq!(free.len(), 1, "{jobs:?}");
+    assert_eq!(free[0].2, "PENDING", "{jobs:?}");
+}
+
+#[test]
+fn within_spill_after_the_bundle_waits_on_the_free_slurm_pool() {
+    if !slurm_available() || !require_service("codalab", codalab_running()) {
+        return;
+    }
+    let _cluster = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let mut scratch = Scratch::new();
+    queued_on_the_free_pool(&mut scratch, 600);
+    // Twenty ticks past the hold (twice the wait that spills in the test above): the bundle
+    // still waits on the free pool, and the paid one buys nothing.
+    let held_at = ticks(&scratch);
+    for _ in 0..600 {
+        if ticks(&scratch) >= held_at + 20 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(ticks(&scratch) >= held_at + 20, "{}", scratch.logs());
+    let logs = scratch.logs();
+    assert!(!logs.contains("spilled to"), "{logs}");
+    assert!(!logs.contains("pool paid: 1 bundles assigned"), "{logs}");
+    let jobs = scratch.jobs();
+    assert!(jobs.iter().all(|j| j.0 != "paid"), "{jobs:?}");
 }

@@ -463,6 +463,7 @@ fn waiting_status() -> Status {
     };
     let observed = PoolsObservation {
         server: None,
+        times: Vec::new(),
         bundles: vec![
             bundle(1, 64, "gpuq"),
             bundle(2, 0, ""),

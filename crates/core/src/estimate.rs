@@ -4,8 +4,9 @@
 //!
 //! - **now**: a checked-in worker has room for it ([`PoolsDecision::on_workers`]);
 //! - **when a worker checks in**: a starting worker of its pool takes it (the pool's
-//!   launch → check-in time less the worker's age), or a new one (that time, after the
-//!   launches paced ahead of it);
+//!   launch → check-in time less the worker's age; a job still pending past that time is
+//!   queued on its platform: about as long again as it has waited), or a new one (that time,
+//!   not before the pool's most queued job, after the launches paced ahead of it);
 //! - **after runs end**: its pool is at its max; it starts when enough runs on the pool's
 //!   workers end (each run's expected length less its age, then one run length a bundle);
 //! - **after the backoff**: its pool backs off; the backoff's end, then a worker's check-in;
@@ -22,14 +23,16 @@ use std::fmt;
 /// What the manager knows of one pool's times, in seconds.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PoolTimes {
-    /// From a launch to the worker's first check-in: learned from the pool's own launches,
-    /// or the prior.
+    /// From a launch to the worker's first check-in, of launches the platform did not queue:
+    /// learned from the pool's own launches, or the prior.
     pub checkin_seconds: u64,
+    /// The same, of launches the platform queued (seen pending with a reason), once one of
+    /// them has checked in: how long the platform's queue held them.
+    pub queued_seconds: Option<u64>,
     /// How long a run takes on the pool's workers, once one was seen to end.
     pub run_seconds: Option<u64>,
-    /// The pool's starting workers (pending, or running and not checked in): job id and
-    /// seconds since launch, oldest first.
-    pub coming: Vec<(String, u64)>,
+    /// The pool's starting workers (pending, or running and not checked in), oldest first.
+    pub coming: Vec<Starting>,
     /// Seconds since each run on the pool's workers was first seen.
     pub run_ages: Vec<u64>,
     /// Seconds between two launches of the pool beyond this tick's (its pacing).
@@ -38,6 +41,105 @@ pub struct PoolTimes {
     /// A bundle the decision puts on a new worker beyond these waits for runs to end (compat
     /// pools assign every bundle, as upstream counts them).
     pub room: Option<usize>,
+}
+
+/// A starting worker of a pool: launched, not yet checked in.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Starting {
+    /// Its job id.
+    pub job: String,
+    /// Seconds since its launch.
+    pub age: u64,
+    /// Still pending on its platform (queued, not yet running).
+    pub pending: bool,
+    /// The platform's reason for its state (Slurm's `Resources`, `Priority` …), when it
+    /// gives one.
+    pub reason: Option<String>,
+}
+
+impl Starting {
+    /// Whether its platform holds it in a queue: pending with a reason.
+    pub fn held(&self) -> bool {
+        self.pending && self.reason.is_some()
+    }
+
+    /// Seconds until it checks in when such a launch takes `typical` seconds: the rest of
+    /// that time; a job still pending past it, about as long again as it has waited (the
+    /// one figure a queue gives away).
+    fn wait(&self, typical: u64) -> u64 {
+        if self.pending && self.age >= typical {
+            self.age
+        } else {
+            typical.saturating_sub(self.age)
+        }
+    }
+}
+
+impl PoolTimes {
+    /// Seconds until worker `worker` of the pool checks in (its index as in
+    /// [`crate::pools::BundleAssignment::worker`]; pacing aside): a starting one after the
+    /// launch → check-in time of its kind (queued by its platform, or not) less its age, or,
+    /// pending past it, as long again as it has waited; a new one after the pool's check-in
+    /// time, and not before the queued job ahead of it.
+    pub fn worker_wait(&self, worker: usize) -> u64 {
+        match self.coming.get(worker) {
+            Some(starting) => self.wait_of(starting),
+            None => (self.ahead())
+                .map_or(0, |s| self.wait_of(s))
+                .max(self.checkin_seconds),
+        }
+    }
+
+    /// What [`PoolTimes::worker_wait`] rests on for worker `worker`, in words: "job 12
+    /// pending 35 min: Resources" or "a worker checks in in ~2 min".
+    pub fn wait_basis(&self, worker: usize) -> String {
+        let queued = match self.coming.get(worker) {
+            Some(starting) => Some(starting).filter(|s| self.is_queued(s)),
+            None => self.ahead(),
+        };
+        let Some(s) = queued else {
+            return format!("a worker checks in in ~{}", minutes(self.checkin_seconds));
+        };
+        let reason = (s.reason.as_deref()).map_or_else(String::new, |r| format!(": {r}"));
+        let learned = match self.queued_seconds {
+            Some(typical) if s.held() && s.age < typical => {
+                format!("; queued launches took ~{}", minutes(typical))
+            }
+            _ => String::new(),
+        };
+        format!("job {} pending {}{reason}{learned}", s.job, minutes(s.age))
+    }
+
+    fn wait_of(&self, starting: &Starting) -> u64 {
+        let typical = match self.queued_seconds {
+            Some(queued) if starting.held() => queued,
+            _ => self.checkin_seconds,
+        };
+        starting.wait(typical)
+    }
+
+    /// Queued: held by its platform, or pending past the pool's check-in time.
+    fn is_queued(&self, starting: &Starting) -> bool {
+        starting.held() || (starting.pending && starting.age >= self.checkin_seconds)
+    }
+
+    /// The queued job a new launch would wait behind the longest, if any.
+    fn ahead(&self) -> Option<&Starting> {
+        (self.coming.iter())
+            .filter(|s| self.is_queued(s))
+            .max_by_key(|s| self.wait_of(s))
+    }
+}
+
+/// `seconds` in words: "45 s", "4 min", "2 h 5 min" (whole minutes rounded up, so a longer
+/// time never reads shorter).
+pub fn minutes(seconds: u64) -> String {
+    let whole = seconds.div_ceil(60);
+    match seconds {
+        0..120 => format!("{seconds} s"),
+        _ if whole < 120 => format!("{whole} min"),
+        _ => format!("{} h {} min", whole / 60, whole % 60),
+    }
 }
 
 /// When a staged bundle is expected to start, and why.
@@ -148,8 +250,12 @@ pub struct BundleEstimate {
     pub estimate: StartEstimate,
     /// Seconds from the tick until it starts, when there is an estimate.
     pub seconds: Option<u64>,
-    /// The estimate in words (what `status` and the page show).
+    /// The estimate in words (what `status` and the page show), with how `spill_after`
+    /// weighed on its pool, when it did.
     pub text: String,
+    /// How `spill_after` weighed on its pool ([`crate::pools::Spill`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spill: Option<crate::pools::Spill>,
 }
 
 impl BundleEstimate {
@@ -160,13 +266,24 @@ impl BundleEstimate {
             seconds: estimate.seconds(),
             text: estimate.to_string(),
             estimate,
+            spill: None,
         }
+    }
+
+    /// This estimate, saying how `spill_after` weighed on its pool.
+    fn with_spill(mut self, spill: Option<&crate::pools::Spill>) -> Self {
+        if let Some(spill) = spill {
+            self.text = format!("{}; {spill}", self.text);
+            self.spill = Some(spill.clone());
+        }
+        self
     }
 }
 
 /// A pool nothing is known of.
 static UNKNOWN: PoolTimes = PoolTimes {
     checkin_seconds: 0,
+    queued_seconds: None,
     run_seconds: None,
     coming: Vec::new(),
     run_ages: Vec::new(),
@@ -203,7 +320,9 @@ pub fn estimate(decision: &PoolsDecision, times: &[PoolTimes]) -> Vec<BundleEsti
         } else {
             on_worker(pool, times, assignment.worker, launches)
         };
-        out.push(BundleEstimate::new(&assignment.uuid, estimate));
+        out.push(
+            BundleEstimate::new(&assignment.uuid, estimate).with_spill(assignment.spill.as_ref()),
+        );
     }
     for unserved in &decision.unserved {
         let pool = (unserved.pools.iter())
@@ -236,15 +355,15 @@ pub fn estimate(decision: &PoolsDecision, times: &[PoolTimes]) -> Vec<BundleEsti
 }
 
 /// A bundle for worker `worker` of `pool` (see [`crate::pools::BundleAssignment::worker`]):
-/// a starting one checks in after the pool's check-in time less its age; a new one after
-/// that time, once the launches ahead of it (this tick's start now, the others one pacing
-/// interval apart) are made.
+/// it checks in as [`PoolTimes::worker_wait`] says; a new one once the launches ahead of it
+/// (this tick's start now, the others one pacing interval apart) are made.
 fn on_worker(pool: &str, times: &PoolTimes, worker: usize, launches: usize) -> StartEstimate {
-    if let Some((job, age)) = times.coming.get(worker) {
+    let wait = times.worker_wait(worker);
+    if let Some(starting) = times.coming.get(worker) {
         return StartEstimate::WorkerCheckin {
             pool: pool.to_owned(),
-            job: Some(job.clone()),
-            seconds: times.checkin_seconds.saturating_sub(*age),
+            job: Some(starting.job.clone()),
+            seconds: wait,
         };
     }
     let new = worker - times.coming.len();
@@ -252,7 +371,7 @@ fn on_worker(pool: &str, times: &PoolTimes, worker: usize, launches: usize) -> S
     StartEstimate::WorkerCheckin {
         pool: pool.to_owned(),
         job: None,
-        seconds: paced * times.launch_interval + times.checkin_seconds,
+        seconds: paced * times.launch_interval + wait,
     }
 }
 

@@ -130,6 +130,8 @@ pub struct Manager {
     /// Unserved bundles already logged, with the reason logged.
     reported: HashMap<String, &'static str>,
     reported_malformed: HashSet<String>,
+    /// Bundles logged as spilled past a cheaper pool, and the pool they went to.
+    spilled: HashMap<String, String>,
     num_failed: u32,
     ticks: u64,
     counters: Counters,
@@ -200,6 +202,7 @@ impl Manager {
             window: Vec::new(),
             reported: HashMap::new(),
             reported_malformed: HashSet::new(),
+            spilled: HashMap::new(),
             num_failed: 0,
             ticks: 0,
             counters: Counters::default(),

@@ -240,7 +240,7 @@ proptest! {
             for (sim, churn) in sims.iter_mut().zip(&churns) {
                 sim.churn(churn);
             }
-            let observed = PoolsObservation {
+            let observed = PoolsObservation { times: Vec::new(),
 server: None,
                 bundles,
                 pools: sims.iter().zip(&churns).map(|(s, c)| s.observe(now, c)).collect(),
@@ -330,7 +330,7 @@ server: None,
                 PoolObservation { jobs, stopping, ..PoolObservation::default() }
             })
             .collect();
-        let observed = PoolsObservation { bundles: bundles.clone(), pools: pools.clone(), server: None };
+        let observed = PoolsObservation { times: Vec::new(), bundles: bundles.clone(), pools: pools.clone(), server: None };
         let decision = plan_pools(&observed, &policies, Duration::from_secs(1000));
         for (i, pool) in decision.pools.iter().enumerate() {
             let new_workers = decision

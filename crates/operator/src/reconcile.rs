@@ -315,6 +315,8 @@ async fn observe(
         server: None,
         bundles: search.bundles,
         pools: vec![observation],
+        // One pool: nothing to spill to (`spill_after` is a manager's pools' setting).
+        times: Vec::new(),
     };
     Ok((observed, remembered))
 }

@@ -78,8 +78,25 @@ pub fn text(report: &SimReport) -> String {
     for pool in &report.pools {
         let _ = writeln!(out, "  {}: {}", pool.name, pool.shape);
     }
+    out.push_str(&costs(report));
     out.push_str(&estimates(report));
     out
+}
+
+/// What the pools with a `cost_per_hour` cost (worker-hours × the price), and in all.
+fn costs(report: &SimReport) -> String {
+    let priced: Vec<(&str, f64)> = (report.pools.iter())
+        .filter_map(|p| Some((p.name.as_str(), p.cost?)))
+        .collect();
+    if priced.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = priced.iter().map(|(n, c)| format!("{n} {c:.2}")).collect();
+    let total: f64 = priced.iter().map(|(_, c)| c).sum();
+    format!(
+        "cost (worker-hours × cost_per_hour): {}; total {total:.2}\n",
+        each.join(", ")
+    )
 }
 
 /// The start-time estimates' errors: each bundle's first estimate with a time, scored when

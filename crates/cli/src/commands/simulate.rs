@@ -102,9 +102,13 @@ pub struct Args {
     #[arg(long, value_name = "SECONDS", default_value_t = 86_400)]
     pub drain_seconds: u64,
 
-    /// What-if: change a pool setting, [POOL.]KEY=VALUE (no POOL: every pool), repeatable. KEY: min, max, cost, pending_timeout (0: none), startup_grace, launch_mode, max_launches_per_tick, min_seconds_between_workers, cpus, gpus, memory_mb
+    /// What-if: change a pool setting, [POOL.]KEY=VALUE (no POOL: every pool), repeatable. KEY: min, max, cost, cost_per_hour (0: none), spill_after (0: none), pending_timeout (0: none), startup_grace, launch_mode, max_launches_per_tick, min_seconds_between_workers, cpus, gpus, memory_mb
     #[arg(long = "set", value_name = "[POOL.]KEY=VALUE")]
     pub set: Vec<String>,
+
+    /// How a pool's platform starts its jobs, POOL:latency=MIN-MAX,slots=N,busy=EVERY/FOR (seconds; any of the keys), repeatable: its own start latency; at most N of its jobs placed at once; others fill it for the first FOR of every EVERY. A job with no place pends (reason Resources), as on a full Slurm partition
+    #[arg(long = "platform", value_name = "POOL:SPEC")]
+    pub platform: Vec<String>,
 
     /// An owner's parallel_run_quota, OWNER=N (the trace's owner column), repeatable: the simulated manager runs as the root user, so its workers are shared and the owner runs at most N at once
     #[arg(long = "quota", value_name = "OWNER=N")]
@@ -156,6 +160,7 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
         seed: args.seed,
         drain: Duration::from_secs(args.drain_seconds),
         quotas: what_if::quotas(&args.quota)?,
+        platforms: what_if::platforms(&args.platform, &policies)?,
         ..SimConfig::default()
     };
     let started = Instant::now();

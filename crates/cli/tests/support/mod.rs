@@ -8,6 +8,7 @@ pub mod bundles;
 pub mod forwarder;
 pub mod manager;
 pub mod moto;
+pub mod slurm_pools;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -29,6 +29,7 @@ fn assigned(uuid: &str, coverage: Coverage, worker: usize) -> BundleAssignment {
         pool: "cpu".into(),
         coverage,
         worker,
+        spill: None,
     }
 }
 
@@ -43,11 +44,21 @@ fn unserved(uuid: &str, reason: Reason) -> UnservedBundle {
     }
 }
 
+fn starting(job: &str, age: u64, pending: bool) -> Starting {
+    Starting {
+        job: job.into(),
+        age,
+        pending,
+        reason: (pending && age >= 40).then(|| "Resources".into()),
+    }
+}
+
 fn times() -> PoolTimes {
     PoolTimes {
         checkin_seconds: 40,
+        queued_seconds: None,
         run_seconds: Some(100),
-        coming: vec![("job-7".into(), 30), ("job-9".into(), 5)],
+        coming: vec![starting("job-7", 30, false), starting("job-9", 5, false)],
         run_ages: vec![10, 70],
         launch_interval: 60,
         room: None,
@@ -206,4 +217,50 @@ fn a_backing_off_pool_and_held_bundles() {
         estimates[1].estimate.to_string(),
         "not yet: 7 has no parallel_run_quota left for shared workers (0 left)"
     );
+}
+
+#[test]
+fn a_job_pending_past_the_checkin_time_is_queued_and_new_workers_queue_behind_it() {
+    // Check-in takes 40 s. Job q has been pending 100 s (Slurm: Resources): about as long
+    // again; a new worker waits behind it. A running job past 40 s is booting: any moment.
+    let queued = PoolTimes {
+        coming: vec![starting("q", 100, true), starting("boot", 50, false)],
+        ..times()
+    };
+    assert_eq!(queued.worker_wait(0), 100);
+    assert_eq!(queued.worker_wait(1), 0);
+    assert_eq!(queued.worker_wait(2), 100);
+    assert_eq!(queued.wait_basis(0), "job q pending 100 s: Resources");
+    assert_eq!(queued.wait_basis(2), "job q pending 100 s: Resources");
+    assert_eq!(queued.wait_basis(1), "a worker checks in in ~40 s");
+    // Once queued launches were seen to take 30 min, a held job waits the rest of that, and
+    // a new launch behind it as long.
+    let learned = PoolTimes {
+        queued_seconds: Some(1800),
+        ..queued.clone()
+    };
+    assert_eq!(
+        (learned.worker_wait(0), learned.worker_wait(2)),
+        (1700, 1700)
+    );
+    assert_eq!(
+        learned.wait_basis(2),
+        "job q pending 100 s: Resources; queued launches took ~30 min"
+    );
+    // Nothing queued: a new worker takes the check-in time; a young pending job the rest.
+    let young = PoolTimes {
+        coming: vec![starting("young", 10, true)],
+        ..times()
+    };
+    assert_eq!((young.worker_wait(0), young.worker_wait(1)), (30, 40));
+}
+
+#[test]
+fn minutes_reads_as_a_person_would_say_it() {
+    assert_eq!(minutes(45), "45 s");
+    assert_eq!(minutes(119), "119 s");
+    assert_eq!(minutes(121), "3 min");
+    assert_eq!(minutes(2100), "35 min");
+    assert_eq!(minutes(7500), "2 h 5 min");
+    assert_eq!(minutes(7199), "2 h 0 min");
 }

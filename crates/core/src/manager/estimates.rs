@@ -1,7 +1,7 @@
 //! What the manager learns for the start-time estimates ([`crate::estimate`]) and how it
 //! scores them. Per pool it learns how long its launches take to check in (launch → the
 //! worker's first listing by the server; until one has, the pool's `startup_grace` is the
-//! prior) and how long a run takes on its workers (a run id listed on one of its workers,
+//! prior; launches their platform queued, seen pending with a reason, are learned apart) and how long a run takes on its workers (a run id listed on one of its workers,
 //! then gone from that worker while the worker is still listed); the median of the last
 //! [`SAMPLES`] of each. Every staged bundle's first estimate with a time is scored when the
 //! bundle leaves `staged`: the error is the distance between the predicted start and the tick
@@ -10,7 +10,7 @@
 use super::runtime::PoolRuntime;
 use crate::backend::JobState;
 use crate::checkin::CheckinView;
-use crate::estimate::{BundleEstimate, PoolTimes};
+use crate::estimate::{BundleEstimate, PoolTimes, Starting};
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -35,7 +35,13 @@ pub struct ScoredEstimate {
 struct Learned {
     /// Launch time (manager clock) of each job launched here whose worker has not checked in.
     launched: FxHashMap<String, Duration>,
+    /// Of those, the jobs seen pending with a reason (queued by their platform: Slurm's
+    /// `Resources`, `Priority` …): their check-in is learned apart, as how long the queue
+    /// holds a launch, not as the launch → check-in time of a free platform.
+    queued: FxHashSet<String>,
     checkins: VecDeque<u64>,
+    /// Launch → check-in of the launches their platform queued.
+    queued_checkins: VecDeque<u64>,
     runs: VecDeque<u64>,
     /// Runs on the pool's workers: run uuid → (worker id, first seen).
     running: FxHashMap<String, (String, Duration)>,
@@ -77,6 +83,15 @@ impl EstimateMemory {
         learned
             .launched
             .retain(|id, _| listed.contains(id.as_str()));
+        learned
+            .queued
+            .retain(|id| learned.launched.contains_key(id));
+        for job in &runtime.listed {
+            let held = job.state == JobState::Pending && job.reason.is_some();
+            if held && learned.launched.contains_key(&job.id) {
+                learned.queued.insert(job.id.clone());
+            }
+        }
         let mut workers = FxHashSet::default();
         let mut runs = FxHashSet::default();
         for job in &runtime.listed {
@@ -84,7 +99,11 @@ impl EstimateMemory {
                 continue;
             };
             if let Some(at) = learned.launched.remove(&job.id) {
-                push(&mut learned.checkins, now.saturating_sub(at).as_secs());
+                let samples = match learned.queued.remove(&job.id) {
+                    true => &mut learned.queued_checkins,
+                    false => &mut learned.checkins,
+                };
+                push(samples, now.saturating_sub(at).as_secs());
             }
             workers.insert(worker.worker_id.as_str());
             for run in &worker.run_uuids {
@@ -113,15 +132,20 @@ impl EstimateMemory {
         let learned = self.pools.get(runtime.name());
         let checkin_seconds =
             (learned.and_then(|l| median(&l.checkins))).unwrap_or(policy.startup_grace.as_secs());
-        let mut coming: Vec<(String, u64)> = (runtime.listed.iter())
+        let mut coming: Vec<Starting> = (runtime.listed.iter())
             .filter(|job| !runtime.stopping.contains(&job.id))
             .filter_map(|job| {
                 let launched = *learned?.launched.get(&job.id)?;
                 let starting = matches!(job.state, JobState::Pending | JobState::Active);
-                starting.then(|| (job.id.clone(), now.saturating_sub(launched).as_secs()))
+                starting.then(|| Starting {
+                    job: job.id.clone(),
+                    age: now.saturating_sub(launched).as_secs(),
+                    pending: job.state == JobState::Pending,
+                    reason: job.reason.clone(),
+                })
             })
             .collect();
-        coming.sort_by_key(|(_, age)| std::cmp::Reverse(*age));
+        coming.sort_by_key(|s| std::cmp::Reverse(s.age));
         let run_ages = (learned.iter())
             .flat_map(|l| l.running.values())
             .map(|(_, since)| now.saturating_sub(*since).as_secs())
@@ -133,6 +157,7 @@ impl EstimateMemory {
         let per_tick = u64::from(policy.max_launches_per_tick.max(1));
         PoolTimes {
             checkin_seconds,
+            queued_seconds: learned.and_then(|l| median(&l.queued_checkins)),
             run_seconds: learned.and_then(|l| median(&l.runs)),
             coming,
             run_ages,

@@ -184,6 +184,26 @@ pub(crate) fn log_decisions(
     }
 }
 
+/// Logs the bundles that spilled past a cheaper pool's `spill_after` when they first do (or
+/// go to another pool), one line per reason; `spilled` remembers the bundles logged.
+pub(crate) fn note_spills(spilled: &mut HashMap<String, String>, decision: &PoolsDecision) {
+    let mut lines: BTreeMap<String, (&str, usize)> = BTreeMap::new();
+    let mut now = HashMap::new();
+    for assignment in &decision.assignments {
+        let Some(spill @ crate::pools::Spill::Spilled { to, .. }) = &assignment.spill else {
+            continue;
+        };
+        if spilled.get(&assignment.uuid) != Some(to) {
+            lines.entry(spill.to_string()).or_insert((to, 0)).1 += 1;
+        }
+        now.insert(assignment.uuid.clone(), to.clone());
+    }
+    for (why, (to, bundles)) in lines {
+        tracing::info!(pool = to, bundles, "{bundles} bundle(s) {why}");
+    }
+    *spilled = now;
+}
+
 /// Upstream's INFO line for one of its own rules, verbatim (grep-based alerts written for the
 /// Python manager keep working): `Want to launch a worker because we have 3 > 0 staged
 /// bundles`, `Don't launch because …`, `Launch a worker because we are under the minimum …`.

@@ -76,6 +76,10 @@ impl Manager {
             ));
         }
         observed.pools.server = self.server_view(now);
+        let tick = self.config.sleep_time;
+        observed.pools.times = (self.pools.iter())
+            .map(|runtime| self.estimates.times(runtime, now, tick))
+            .collect();
         self.read_staged(&mut observed).await?;
         self.read_quotas(&mut observed).await;
         Ok(observed)
@@ -128,7 +132,8 @@ impl Manager {
     async fn read_staged(&mut self, observed: &mut Observed) -> Result<()> {
         let policies = self.policies();
         let need = Need::new(&policies, &observed.pools.pools, observed.now)
-            .with_server(observed.pools.server.as_ref());
+            .with_server(observed.pools.server.as_ref())
+            .with_times(&observed.pools.times);
         let search = match self.client.staged_for(&observed.keywords, &need).await {
             Ok(search) => search,
             Err(error) => {

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::estimate::{BundleEstimate, estimate};
 use crate::events::EventKind;
 use crate::policy::Decision;
-use crate::pools::{PoolDecision, PoolPolicy, PoolsDecision, plan_pools};
+use crate::pools::{PoolDecision, PoolPolicy, PoolsDecision, PoolsObservation, plan_pools};
 use tokio::time::Instant;
 
 /// What one tick saw and did.
@@ -91,16 +91,13 @@ impl Manager {
         (self.server).take(&decision.on_workers, &read, observed.now);
         let filtered = logs::note_unserved(&mut self.reported, &policies, &decision);
         logs::log_decisions(&policies, &decision, observed.staged, observed.removed);
+        logs::note_spills(&mut self.spilled, &decision);
         let totals = |f: fn(&PoolDecision) -> usize| decision.pools.iter().map(f).sum::<usize>();
         let (active, pending) = (totals(|d| d.active), totals(|d| d.pending));
         let mut events = observed.events;
         events.extend(logs::decision_events(&decision));
-        let (estimates, scored) = self.estimate(
-            &observed.pools.bundles,
-            &decision,
-            observed.now,
-            observed.complete,
-        );
+        let (estimates, scored) =
+            self.estimate(&observed.pools, &decision, observed.now, observed.complete);
         TickReport {
             keywords: observed.keywords,
             staged: observed.staged,
@@ -126,17 +123,13 @@ impl Manager {
     /// Every read bundle's start-time estimate, and the scores of those that left `staged`.
     fn estimate(
         &mut self,
-        bundles: &[crate::bundle::StagedBundle],
+        observed: &PoolsObservation,
         decision: &PoolsDecision,
         now: std::time::Duration,
         complete: bool,
     ) -> (Vec<BundleEstimate>, Vec<ScoredEstimate>) {
-        let tick = self.config.sleep_time;
-        let times: Vec<_> = (self.pools.iter())
-            .map(|runtime| self.estimates.times(runtime, now, tick))
-            .collect();
-        let estimates = estimate(decision, &times);
-        let read = bundles.iter().map(|b| b.uuid.as_str()).collect();
+        let estimates = estimate(decision, &observed.times);
+        let read = observed.bundles.iter().map(|b| b.uuid.as_str()).collect();
         let scored = (self.estimates).take(&estimates, &read, complete, now);
         (estimates, scored)
     }

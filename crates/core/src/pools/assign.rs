@@ -1,12 +1,14 @@
 //! Which pool a staged bundle goes to: shape and queue matching (as the CodaLab server matches
 //! bundles to workers) and the capacity-aware assignment in preference order.
 
+use super::spill::{self, Candidate, PoolWait, Spill};
 use super::{PoolPolicy, ServerView};
 use crate::bundle::StagedBundle;
 use crate::dispatch::{
     DispatchInput, Hold, Placement, QueuedBundle, Resources, Unmet, dispatch, held_back,
     server_order,
 };
+use crate::estimate::PoolTimes;
 use crate::policy::Reason;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
@@ -62,6 +64,10 @@ pub struct BundleAssignment {
     /// Which of the pool's workers takes it: its starting ones first (oldest first), then new
     /// ones in launch order (a compat pool: the bundle's place among the pool's bundles).
     pub worker: usize,
+    /// How `spill_after` weighed: it waits on a pool that has one, or it spilled past
+    /// cheaper pools (see `pools/spill.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spill: Option<Spill>,
 }
 
 /// One pool's verdict on a bundle it does not take.
@@ -116,8 +122,9 @@ pub struct BundleOnWorker {
 /// Where the bundles go (see [`assign`]).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Assigned {
-    /// (pool index, bundle index, coverage, worker index: see [`BundleAssignment::worker`]).
-    pub assigned: Vec<(usize, usize, Coverage, usize)>,
+    /// (pool index, bundle index, coverage, worker index: see [`BundleAssignment::worker`],
+    /// how `spill_after` weighed).
+    pub assigned: Vec<(usize, usize, Coverage, usize, Option<Spill>)>,
     /// Bundles no pool takes, and bundles held back for their owner.
     pub unserved: Vec<UnservedBundle>,
     /// Bundles a checked-in worker takes now.
@@ -134,7 +141,8 @@ pub(super) struct Assigned {
 /// worker of this manager (their owner's quota, their own worker, workers private to another
 /// user); the others go in the server's order, each to the most preferred fitting pool, onto a
 /// worker of that pool that still has room for it (starting ones first), else a new one while
-/// the pool has room. A worker has room while the CPUs, GPUs and memory of the pool's shape,
+/// the pool has room; past a pool's `spill_after` (by `times`), to a later pool that starts it
+/// sooner ([`spill`]). A worker has room while the CPUs, GPUs and memory of the pool's shape,
 /// less the requests of the bundles it took (with the server's defaults), cover the bundle; a
 /// worker with no bundle yet takes any bundle that fits the pool ([`misfit`]).
 pub(super) fn assign(
@@ -142,6 +150,7 @@ pub(super) fn assign(
     policies: &[PoolPolicy],
     order: &[usize],
     slots: &[Slots],
+    times: &[PoolTimes],
     server: Option<&ServerView>,
 ) -> Assigned {
     let mut out = Assigned {
@@ -169,24 +178,12 @@ pub(super) fn assign(
             .filter(|&p| misfit(&policies[p], bundle).is_none())
             .collect();
         let request = Resources::requested(bundle);
-        let placed = fitting.iter().find_map(|&p| {
-            let slot = &slots[p];
-            if slot.unavailable.is_some() {
-                return None;
-            }
-            if slot.compat {
-                bins[p].compat += 1;
-                return Some((p, Coverage::Compat, bins[p].compat - 1));
-            }
-            let (coverage, worker) = bins[p].take(&request)?;
-            Some((p, coverage, worker))
-        });
-        match placed {
-            Some((p, coverage, worker)) => {
+        match place(&request, &fitting, policies, slots, times, &mut bins) {
+            Some((p, coverage, worker, spill)) => {
                 if let Some(owners) = owners.as_mut() {
                     owners.spend(bundle);
                 }
-                out.assigned.push((p, b, coverage, worker));
+                out.assigned.push((p, b, coverage, worker, spill));
             }
             None => out
                 .unserved
@@ -197,6 +194,61 @@ pub(super) fn assign(
         *workers = bins.used();
     }
     out
+}
+
+/// The pool of `fitting` (in preference order) that takes a bundle holding `request`, as
+/// [`spill::choose`] rules on each pool's wait ([`PoolTimes::worker_wait`]); it takes the
+/// bundle. `None`: no fitting pool can take it this tick.
+fn place(
+    request: &Resources,
+    fitting: &[usize],
+    policies: &[PoolPolicy],
+    slots: &[Slots],
+    times: &[PoolTimes],
+    bins: &mut [Bins],
+) -> Option<(usize, Coverage, usize, Option<Spill>)> {
+    let peeked: Vec<Option<usize>> = (fitting.iter())
+        .map(|&p| match &slots[p] {
+            slot if slot.unavailable.is_some() => None,
+            slot if slot.compat => Some(usize::MAX),
+            _ => bins[p].peek(request).map(|(_, worker)| worker),
+        })
+        .collect();
+    let wait = |p: usize, worker: usize| times.get(p).map_or(0, |t| t.worker_wait(worker));
+    let candidates: Vec<Candidate> = (fitting.iter().zip(&peeked))
+        .map(|(&p, worker)| Candidate {
+            wait: worker.map(|worker| wait(p, worker)),
+            spill_after: policies[p].spill_after.map(|d| d.as_secs()),
+        })
+        .collect();
+    let (chosen, passed) = spill::choose(&candidates);
+    let chosen = chosen?;
+    let pool_wait = |k: usize| {
+        let (p, worker) = (fitting[k], peeked[k].unwrap_or(usize::MAX));
+        Some(PoolWait {
+            pool: policies[p].name.clone(),
+            wait_seconds: candidates[k].wait?,
+            spill_after_seconds: candidates[k].spill_after?,
+            basis: times
+                .get(p)
+                .map(|t| t.wait_basis(worker))
+                .unwrap_or_default(),
+        })
+    };
+    let spill = match passed.is_empty() {
+        false => Some(Spill::Spilled {
+            to: policies[fitting[chosen]].name.clone(),
+            from: passed.iter().filter_map(|&k| pool_wait(k)).collect(),
+        }),
+        true => pool_wait(chosen).map(|on| Spill::Waits { on }),
+    };
+    let p = fitting[chosen];
+    if slots[p].compat {
+        bins[p].compat += 1;
+        return Some((p, Coverage::Compat, bins[p].compat - 1, spill));
+    }
+    let (coverage, worker) = bins[p].take(request)?;
+    Some((p, coverage, worker, spill))
 }
 
 /// The workers of one pool the assignment fills: its starting ones, then new ones.
@@ -245,32 +297,33 @@ impl Bins {
         }
     }
 
-    /// Gives a bundle holding `request` to the first worker with room for it, or to a new one
-    /// while the pool has room; how it is covered and which worker, or `None`.
+    /// The worker that would take a bundle holding `request`: the first with room for it, or
+    /// a new one while the pool has room; how it is covered and which worker, or `None`.
+    fn peek(&self, request: &Resources) -> Option<(Coverage, usize)> {
+        match self.bins.iter().position(|bin| bin.has_room(request)) {
+            Some(index) if self.bins[index].coming => Some((Coverage::PendingWorker, index)),
+            Some(index) => Some((Coverage::NewWorker, index)),
+            None if self.room > 0 => Some((Coverage::NewWorker, self.bins.len())),
+            None => None,
+        }
+    }
+
+    /// Gives a bundle holding `request` to the worker [`Bins::peek`] names.
     fn take(&mut self, request: &Resources) -> Option<(Coverage, usize)> {
-        let index = match self.bins.iter().position(|bin| bin.has_room(request)) {
-            Some(index) => index,
-            None if self.room > 0 => {
-                self.room -= 1;
-                self.bins.push(Bin {
-                    free: self.shape,
-                    runs_left: self.runs,
-                    taken: 0,
-                    coming: false,
-                });
-                self.bins.len() - 1
-            }
-            None => return None,
-        };
+        let (coverage, index) = self.peek(request)?;
+        if index == self.bins.len() {
+            self.room -= 1;
+            self.bins.push(Bin {
+                free: self.shape,
+                runs_left: self.runs,
+                taken: 0,
+                coming: false,
+            });
+        }
         let bin = &mut self.bins[index];
         bin.free = bin.free.minus(*request);
         bin.runs_left = bin.runs_left.map(|n| n - 1);
         bin.taken += 1;
-        let coverage = if bin.coming {
-            Coverage::PendingWorker
-        } else {
-            Coverage::NewWorker
-        };
         Some((coverage, index))
     }
 

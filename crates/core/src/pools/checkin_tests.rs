@@ -62,6 +62,7 @@ fn plan_seen(
     checkins_seen: bool,
 ) -> PoolDecision {
     let observed = PoolsObservation {
+        times: Vec::new(),
         server: None,
         bundles: (0..bundles)
             .map(|i| StagedBundle::new(format!("0x{i}")))

@@ -53,6 +53,9 @@ pub mod need;
 #[cfg(test)]
 mod packing_tests;
 mod single;
+pub mod spill;
+#[cfg(test)]
+mod spill_tests;
 #[cfg(test)]
 mod tests;
 pub mod unmet;
@@ -61,6 +64,7 @@ pub use assign::{BundleAssignment, BundleOnWorker, Coverage, PoolVerdict, Unserv
 pub use backoff::PoolHealth;
 pub use need::Need;
 pub use single::SingleBackendFlags;
+pub use spill::{PoolWait, Spill};
 pub use unmet::{BundleClass, UnmetDemand, UnmetReason};
 
 use crate::backend::JobState;
@@ -133,8 +137,12 @@ pub struct PoolPolicy {
     pub match_request_queue: bool,
     /// Check bundles against `shape` (`false` with `--no-prefilter`).
     pub check_shape: bool,
-    /// Preference: lower is preferred; ties go to the pool declared first.
+    /// Preference among pools of the same price (`cost_per_hour`): lower is preferred; ties go
+    /// to the pool declared first.
     pub cost: f64,
+    /// The longest wait the admin accepts on this pool while a pricier one would start a
+    /// bundle sooner ([`preference_order`], `pools/spill.rs`); `None`: any wait.
+    pub spill_after: Option<Duration>,
     /// Stop jobs pending longer than this (target mode only).
     pub pending_timeout: Option<Duration>,
     /// A job active for less than this is still starting its worker (which has not yet taken
@@ -151,7 +159,8 @@ pub struct PoolPolicy {
     pub min_seconds_between_workers: u64,
     /// The pool's budget per rolling day (see [`crate::budget`]).
     pub budget: crate::budget::BudgetLimits,
-    /// What one worker-hour of this pool costs, for `max_cost_per_day`.
+    /// What one worker-hour of this pool costs: its price in the preference order, and
+    /// what `max_cost_per_day` meters.
     pub cost_per_hour: Option<f64>,
     /// Bundles a worker runs before it exits (`--exit-after-num-runs`), when limited: the
     /// assignment gives a worker no more (the manager sets it from the pool's worker options).
@@ -173,6 +182,7 @@ impl PoolPolicy {
             match_request_queue: true,
             check_shape: true,
             cost: 0.0,
+            spill_after: None,
             pending_timeout: None,
             startup_grace: DEFAULT_STARTUP_GRACE,
             checkin_timeout: crate::checkin::DEFAULT_CHECKIN_TIMEOUT,
@@ -206,6 +216,11 @@ impl PoolPolicy {
             if self.pending_timeout.is_some() {
                 return Err(format!(
                     "pool {name}: pending_timeout needs launch_mode = \"target\" (compat keeps upstream's rules)"
+                ));
+            }
+            if self.spill_after.is_some() {
+                return Err(format!(
+                    "pool {name}: spill_after needs launch_mode = \"target\" (compat keeps upstream's rules)"
                 ));
             }
             if self.max_launches_per_tick > 1 {
@@ -334,6 +349,9 @@ pub struct PoolsObservation {
     pub pools: Vec<PoolObservation>,
     /// The server's side, when known (see [`ServerView`]).
     pub server: Option<ServerView>,
+    /// What the manager learned of each pool's times, in the order of the policies (empty or
+    /// short: nothing known of the rest). A pool's `spill_after` weighs them.
+    pub times: Vec<crate::estimate::PoolTimes>,
 }
 
 /// What one pool does this tick, and why.
@@ -405,13 +423,15 @@ impl PoolsDecision {
     }
 }
 
-/// Pool indices in preference order: lower cost first, then declaration order.
+/// Pool indices in preference order: the cheapest first (`cost_per_hour`, none = free), then
+/// the lower `cost`, then declaration order.
 pub fn preference_order(policies: &[PoolPolicy]) -> Vec<usize> {
+    let price = |p: &PoolPolicy| p.cost_per_hour.unwrap_or(0.0);
     let mut order: Vec<usize> = (0..policies.len()).collect();
     order.sort_by(|&a, &b| {
-        policies[a]
-            .cost
-            .total_cmp(&policies[b].cost)
+        let (a_, b_) = (&policies[a], &policies[b]);
+        (price(a_).total_cmp(&price(b_)))
+            .then(a_.cost.total_cmp(&b_.cost))
             .then(a.cmp(&b))
     });
     order
@@ -451,6 +471,7 @@ fn assignment(
     policies: &[PoolPolicy],
     now: Duration,
     server: Option<&ServerView>,
+    times: &[crate::estimate::PoolTimes],
 ) -> Assignment {
     let packs = server.is_some();
     let censuses: Vec<Census> = policies
@@ -471,7 +492,7 @@ fn assignment(
         })
         .collect();
     let order = preference_order(policies);
-    let assigned = assign::assign(bundles, policies, &order, &slots, server);
+    let assigned = assign::assign(bundles, policies, &order, &slots, times, server);
     let mut demand = vec![0usize; policies.len()];
     for (p, ..) in &assigned.assigned {
         demand[*p] += 1;
@@ -534,7 +555,14 @@ pub fn plan_pools(
         assigned,
         demand,
         workers,
-    } = assignment(&observed.bundles, &observations, policies, now, server);
+    } = assignment(
+        &observed.bundles,
+        &observations,
+        policies,
+        now,
+        server,
+        &observed.times,
+    );
     let pools: Vec<PoolDecision> = policies
         .iter()
         .enumerate()
@@ -555,11 +583,12 @@ pub fn plan_pools(
     } = assigned;
     let assignments = assigned
         .into_iter()
-        .map(|(p, b, coverage, worker)| BundleAssignment {
+        .map(|(p, b, coverage, worker, spill)| BundleAssignment {
             uuid: observed.bundles[b].uuid.clone(),
             pool: policies[p].name.clone(),
             coverage,
             worker,
+            spill,
         })
         .collect::<Vec<_>>();
     let starting: Vec<usize> = censuses.iter().map(|c| c.free(server.is_some())).collect();

@@ -35,6 +35,7 @@ pub struct Need<'a> {
     now: Duration,
     caps: Vec<usize>,
     server: Option<&'a ServerView>,
+    times: &'a [crate::estimate::PoolTimes],
 }
 
 impl<'a> Need<'a> {
@@ -48,6 +49,7 @@ impl<'a> Need<'a> {
             now,
             caps: Vec::new(),
             server: None,
+            times: &[],
         };
         need.caps = need.caps_now();
         need
@@ -58,6 +60,13 @@ impl<'a> Need<'a> {
     pub fn with_server(mut self, server: Option<&'a ServerView>) -> Self {
         self.server = server;
         self.caps = self.caps_now();
+        self
+    }
+
+    /// The same need with the pools' times known: bundles spill as `spill_after` says
+    /// ([`super::spill`]).
+    pub fn with_times(mut self, times: &'a [crate::estimate::PoolTimes]) -> Self {
+        self.times = times;
         self
     }
 
@@ -93,6 +102,7 @@ impl<'a> Need<'a> {
             self.policies,
             self.now,
             self.server,
+            self.times,
         )
         .workers;
         self.caps

@@ -78,6 +78,7 @@ fn plan(
     server: Option<ServerView>,
 ) -> PoolsDecision {
     let observed = PoolsObservation {
+        times: Vec::new(),
         bundles,
         pools: vec![PoolObservation {
             jobs,

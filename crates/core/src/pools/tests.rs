@@ -68,6 +68,7 @@ fn plan2(
 ) -> PoolsDecision {
     plan_pools(
         &PoolsObservation {
+            times: Vec::new(),
             bundles,
             pools,
             server: None,
@@ -523,6 +524,7 @@ fn a_backing_off_pool_is_skipped_and_its_demand_falls_back() {
     // Over: at 10_200 the pool is back.
     let decision = plan_pools(
         &PoolsObservation {
+            times: Vec::new(),
             server: None,
             bundles: cpu_bundles(1),
             pools: vec![backing_off.clone()],

@@ -292,6 +292,7 @@ mod tests {
             backoff_until: Some(S(700)),
         };
         let observed = PoolsObservation {
+            times: Vec::new(),
             server: None,
             bundles: vec![
                 bundle(1, 64, "gpuq"),
@@ -356,6 +357,7 @@ mod tests {
     fn bundles_a_launch_covers_are_not_unmet() {
         let policies = [pool("cpu", 0, 10, None)];
         let observed = PoolsObservation {
+            times: Vec::new(),
             server: None,
             bundles: vec![bundle(1, 0, ""), bundle(2, 0, "")],
             pools: vec![PoolObservation::default()],

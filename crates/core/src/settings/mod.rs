@@ -250,9 +250,13 @@ pub struct PoolRules {
     /// The pool's workers run only bundles of their tag.
     #[serde(default)]
     pub tag_exclusive: bool,
-    /// Preference weight: the cheapest fitting pool gets a bundle (ties: file order).
+    /// Preference weight among pools of the same `cost_per_hour`: the cheapest fitting pool
+    /// gets a bundle (ties: file order).
     #[serde(default)]
     pub cost: f64,
+    /// Seconds a bundle may be expected to wait for a worker of this pool while a pricier
+    /// fitting pool would start it sooner; beyond it the bundle goes there [default: any wait].
+    pub spill_after: Option<u64>,
     /// Seconds a job may stay pending before it is stopped and replaced elsewhere.
     pub pending_timeout: Option<u64>,
     /// Seconds a job that just became active counts as free capacity (its worker has not yet
@@ -273,7 +277,8 @@ pub struct PoolRules {
     pub max_worker_hours_per_day: Option<f64>,
     /// Cost per rolling 24 hours for this pool (needs `cost_per_hour`).
     pub max_cost_per_day: Option<f64>,
-    /// What one worker-hour of this pool costs.
+    /// What one worker-hour of this pool costs: bundles go to the cheapest fitting pool
+    /// first (none = free), and `max_cost_per_day` meters it.
     pub cost_per_hour: Option<f64>,
 }
 
@@ -300,6 +305,7 @@ impl PoolRules {
             tag_exclusive: self.tag_exclusive,
             check_shape: !settings.no_prefilter,
             cost: self.cost,
+            spill_after: self.spill_after.map(std::time::Duration::from_secs),
             pending_timeout: self.pending_timeout.map(std::time::Duration::from_secs),
             startup_grace: self.startup_grace.map_or(
                 crate::pools::DEFAULT_STARTUP_GRACE,

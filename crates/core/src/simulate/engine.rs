@@ -18,6 +18,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
+mod platform;
 mod serve;
 mod tick;
 
@@ -85,6 +86,12 @@ struct Job {
     /// Since when it has had a run (busy time), while it has one.
     busy_since: Option<u64>,
     idle_generation: u32,
+    /// Pending in its platform's queue, not yet given a place (see [`SimConfig::platforms`]).
+    queued: bool,
+    /// Holds one of its platform's places (from its start until it ends).
+    placed: bool,
+    /// Milliseconds from its place to its worker being active (the start latency drawn).
+    latency: u64,
 }
 
 /// Bundles of one request and owner (for the policy's view and the server's dispatch).
@@ -107,6 +114,8 @@ type Event = (u64, u64, u8, u32, u32);
 const READY: u8 = 0;
 const FINISH: u8 = 1;
 const IDLE_EXIT: u8 = 2;
+/// A pool's platform's busy spell ends (the event's job is the pool's index).
+const UNBLOCK: u8 = 3;
 
 #[derive(Debug, Default)]
 struct Stats {
@@ -155,6 +164,8 @@ pub(super) struct Sim<'a> {
     stats: Vec<Stats>,
     series: Series,
     ticks: u64,
+    /// Per pool: its platform's state.
+    platforms: Vec<platform::PlatformState>,
 }
 
 impl<'a> Sim<'a> {
@@ -217,6 +228,9 @@ impl<'a> Sim<'a> {
             stats: (0..n).map(|_| Stats::default()).collect(),
             series: Series::new(3 * n),
             ticks: 0,
+            platforms: (policies.iter())
+                .map(|p| platform::PlatformState::new(config.platforms.get(&p.name)))
+                .collect(),
         }
     }
 
@@ -258,6 +272,7 @@ impl<'a> Sim<'a> {
                     match kind {
                         READY => self.ready(job, at),
                         FINISH => self.finish(job, generation, at),
+                        UNBLOCK => self.unblock(job as usize, at),
                         _ => self.idle_exit(job, generation, at),
                     }
                 }
@@ -417,6 +432,7 @@ impl<'a> Sim<'a> {
                 worker.phase = Phase::Failed;
                 self.stats[pool].failures += 1;
                 self.stats[pool].live -= 1;
+                self.release(job, now);
             }
             Fate::Start => {
                 worker.phase = Phase::Active;
@@ -472,6 +488,7 @@ impl<'a> Sim<'a> {
         stats.live -= 1;
         stats.active -= 1;
         stats.unused += u64::from(unused);
+        self.release(job, now);
     }
 
     fn sample(&mut self, now_ms: u64) {
@@ -525,6 +542,8 @@ impl<'a> Sim<'a> {
                     peak_workers: stats.peak,
                     worker_hours: hours(stats.worker_ms),
                     busy_hours: hours(stats.busy_ms),
+                    cost: (policy.cost_per_hour)
+                        .map(|price| (hours(stats.worker_ms) * price * 1000.0).round() / 1000.0),
                     bundles_run: stats.waits.len(),
                     wait: WaitStats::of(&mut stats.waits),
                 }

@@ -25,6 +25,11 @@
 //!   the bounds), then becomes active, or fails (`failure_rate`), or never starts
 //!   (`stuck_rate`: it stays pending until the policy's `pending_timeout` stops it). Failed
 //!   jobs are listed once as failed, so backoff applies.
+//! - **A pool's platform** ([`SimConfig::platforms`]) may have its own start latency, room
+//!   for at most `slots` of the pool's jobs at once, and others filling it for part of
+//!   every period (`busy`): a job ready while the platform is full stays pending, in launch
+//!   order (listed with Slurm's reason `Resources`), until a slot frees or the busy spell
+//!   ends. That is a free but queued Slurm partition beside a paid cloud pool (issue #32).
 //! - **Workers** with no bundle for `worker_idle` exit (0: never), as `cl-worker
 //!   --idle-seconds` does, and after `worker_max_runs` bundles when set. A worker that ends
 //!   without having run a bundle is an unused launch.
@@ -44,6 +49,8 @@
 mod engine;
 pub mod report;
 pub mod rng;
+#[cfg(test)]
+mod spill_tests;
 #[cfg(test)]
 mod tests;
 pub mod what_if;
@@ -93,6 +100,8 @@ pub struct SimConfig {
     /// Owners' `parallel_run_quota` (the trace's `owner`): the simulated manager runs as the
     /// root user, so its workers are shared and each owner runs at most this many at once.
     pub quotas: std::collections::BTreeMap<String, u32>,
+    /// Per pool (by name): how its platform starts jobs, when not as `start_latency` says.
+    pub platforms: std::collections::BTreeMap<String, Platform>,
     /// The policy plans on the server's dispatch model (workers hold several bundles, quotas
     /// hold bundles back), as the manager does when it knows its identity and the server's
     /// workers; false: one bundle a worker, as before (and when the server does not say).
@@ -111,9 +120,22 @@ impl Default for SimConfig {
             seed: 1,
             drain: Duration::from_secs(24 * 3600),
             quotas: Default::default(),
+            platforms: Default::default(),
             server_model: true,
         }
     }
+}
+
+/// How one pool's platform starts its jobs (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Platform {
+    /// This pool's start latency bounds, instead of [`SimConfig::start_latency`].
+    pub start_latency: Option<(Duration, Duration)>,
+    /// At most this many of the pool's jobs are active at once; the others stay pending.
+    pub slots: Option<u32>,
+    /// `(every, for)`: others fill the platform for the first `for` of every `every` (from
+    /// time 0); the pool's jobs that become ready then stay pending until it ends.
+    pub busy: Option<(Duration, Duration)>,
 }
 
 impl SimConfig {
@@ -135,6 +157,21 @@ impl SimConfig {
         }
         if self.start_latency.0 > self.start_latency.1 {
             return bad("the start latency's lower bound exceeds its upper bound".into());
+        }
+        for (pool, platform) in &self.platforms {
+            if platform.start_latency.is_some_and(|(low, high)| low > high) {
+                return bad(format!(
+                    "pool {pool}: the start latency's lower bound exceeds its upper bound"
+                ));
+            }
+            if platform
+                .busy
+                .is_some_and(|(every, spell)| every.is_zero() || spell > every)
+            {
+                return bad(format!(
+                    "pool {pool}: a busy spell must be a positive period and last no longer"
+                ));
+            }
         }
         Ok(())
     }

@@ -64,6 +64,9 @@ pub struct PoolReport {
     pub worker_hours: f64,
     /// Time workers spent running bundles, hours.
     pub busy_hours: f64,
+    /// What the active worker time cost, when the pool has a `cost_per_hour`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
     /// Bundles started on the pool's workers.
     pub bundles_run: usize,
     /// Queue waits of those bundles.

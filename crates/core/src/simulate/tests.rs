@@ -323,6 +323,7 @@ fn policy_view_is_exact() {
         let plan = |bundles: Vec<StagedBundle>| {
             let decision = plan_pools(
                 &PoolsObservation {
+                    times: Vec::new(),
                     server: server.clone(),
                     bundles,
                     pools: observations.clone(),

@@ -2,13 +2,13 @@
 //! setting of one pool's policy (no POOL: of every pool), and `--start-latency` (`N` or
 //! `MIN-MAX` seconds) is how long a simulated job pends. Pure; errors name the bad flag.
 
-use super::SimError;
+use super::{Platform, SimError};
 use crate::pools::PoolPolicy;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The keys `--set` knows, as the error for an unknown one lists them.
-const KEYS: &str = "min, max, cost, pending_timeout, startup_grace, launch_mode, max_launches_per_tick, min_seconds_between_workers, cpus, gpus, memory_mb";
+const KEYS: &str = "min, max, cost, cost_per_hour, spill_after, pending_timeout, startup_grace, launch_mode, max_launches_per_tick, min_seconds_between_workers, cpus, gpus, memory_mb";
 
 /// Applies one `--set [POOL.]KEY=VALUE` to the named pool, or to every pool without `POOL.`.
 pub fn apply(policies: &mut [PoolPolicy], change: &str) -> Result<(), SimError> {
@@ -55,6 +55,13 @@ fn set(policy: &mut PoolPolicy, key: &str, value: &str) -> Result<(), String> {
                 .parse()
                 .map_err(|_| format!("`{value}` is not a number"))?
         }
+        "cost_per_hour" => {
+            let price: f64 = (value.parse()).map_err(|_| format!("`{value}` is not a number"))?;
+            policy.cost_per_hour = Some(price).filter(|p| *p > 0.0)
+        }
+        "spill_after" => {
+            policy.spill_after = Some(number()?).filter(|s| *s > 0).map(Duration::from_secs)
+        }
         "pending_timeout" => {
             policy.pending_timeout = Some(number()?).filter(|s| *s > 0).map(Duration::from_secs)
         }
@@ -90,6 +97,59 @@ pub fn start_latency(text: &str) -> Result<(Duration, Duration), SimError> {
     }
 }
 
+/// Pools' platforms from `POOL:latency=MIN-MAX,slots=N,busy=EVERY/FOR` specs (`simulate
+/// --platform`, seconds; any subset of the keys): the pool must be one of `policies`.
+pub fn platforms(
+    specs: &[String],
+    policies: &[PoolPolicy],
+) -> Result<BTreeMap<String, Platform>, SimError> {
+    let bad = |spec: &str, why: String| SimError::Config(format!("--platform {spec}: {why}"));
+    let mut platforms = BTreeMap::new();
+    for spec in specs {
+        let (pool, keys) =
+            (spec.split_once(':')).ok_or_else(|| bad(spec, "expected POOL:KEY=VALUE,…".into()))?;
+        if !policies.iter().any(|p| p.name == pool) {
+            let names: Vec<&str> = policies.iter().map(|p| p.name.as_str()).collect();
+            let why = format!("no pool named {pool} (pools: {})", names.join(", "));
+            return Err(bad(spec, why));
+        }
+        let mut platform = Platform::default();
+        for pair in keys.split(',') {
+            platform_key(&mut platform, pair.trim()).map_err(|why| bad(spec, why))?;
+        }
+        platforms.insert(pool.to_owned(), platform);
+    }
+    Ok(platforms)
+}
+
+/// Sets one `KEY=VALUE` of a `--platform` spec.
+fn platform_key(platform: &mut Platform, pair: &str) -> Result<(), String> {
+    let (key, value) = pair
+        .split_once('=')
+        .ok_or_else(|| format!("`{pair}` is not KEY=VALUE"))?;
+    let seconds = |s: &str| -> Result<Duration, String> {
+        (s.trim().parse().map(Duration::from_secs))
+            .map_err(|_| format!("`{s}` is not a whole number of seconds"))
+    };
+    match key.trim() {
+        "latency" => {
+            let latency = start_latency(value).map_err(|e| e.to_string())?;
+            platform.start_latency = Some(latency);
+        }
+        "slots" => {
+            let slots = value.trim().parse();
+            platform.slots = Some(slots.map_err(|_| format!("`{value}` is not a whole number"))?);
+        }
+        "busy" => {
+            let (every, spell) = (value.split_once('/'))
+                .ok_or_else(|| format!("busy `{value}`: expected EVERY/FOR seconds"))?;
+            platform.busy = Some((seconds(every)?, seconds(spell)?));
+        }
+        other => return Err(format!("unknown key `{other}`: use latency, slots, busy")),
+    }
+    Ok(())
+}
+
 /// Owners' quotas from `OWNER=N` specs (`simulate --quota`).
 pub fn quotas(specs: &[String]) -> Result<BTreeMap<String, u32>, SimError> {
     let bad = |spec: &str, why: &str| SimError::Config(format!("--quota {spec}: {why}"));
@@ -118,6 +178,32 @@ mod tests {
     }
 
     #[test]
+    fn platforms_are_pool_colon_keys() {
+        let spec = |s: &str| vec![s.to_owned()];
+        let parsed = platforms(&spec("a:latency=30-60,slots=4,busy=7200/3600"), &pools()).unwrap();
+        let s = Duration::from_secs;
+        assert_eq!(
+            parsed["a"],
+            Platform {
+                start_latency: Some((s(30), s(60))),
+                slots: Some(4),
+                busy: Some((s(7200), s(3600))),
+            }
+        );
+        for (bad, says) in [
+            ("a", "expected POOL:KEY=VALUE"),
+            ("zz:slots=1", "no pool named zz (pools: a, b)"),
+            ("a:slots", "`slots` is not KEY=VALUE"),
+            ("a:slots=x", "`x` is not a whole number"),
+            ("a:busy=60", "expected EVERY/FOR"),
+            ("a:color=red", "unknown key `color`"),
+        ] {
+            let error = platforms(&spec(bad), &pools()).unwrap_err().to_string();
+            assert!(error.contains(says) && error.contains(bad), "{error}");
+        }
+    }
+
+    #[test]
     fn quotas_are_owner_equals_count() {
         let specs = ["carol=1".to_owned(), " bob = 3".to_owned()];
         let parsed = quotas(&specs).unwrap();
@@ -142,6 +228,12 @@ mod tests {
         assert_eq!(pools[0].shape.memory_bytes, 2048 << 20);
         apply(&mut pools, "pending_timeout=0").unwrap();
         assert_eq!(pools[0].pending_timeout, None);
+        apply(&mut pools, "spill_after=600").unwrap();
+        assert_eq!(pools[1].spill_after, Some(Duration::from_secs(600)));
+        apply(&mut pools, "spill_after=0").unwrap();
+        assert_eq!(pools[0].spill_after, None);
+        apply(&mut pools, "cost_per_hour=0.5").unwrap();
+        assert_eq!(pools[1].cost_per_hour, Some(0.5));
     }
 
     #[test]

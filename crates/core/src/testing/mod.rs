@@ -608,6 +608,7 @@ pub fn reaction_ticks(scenario: &ReactionScenario) -> Option<u64> {
                 since_last_launch: last_launch.map(|t: Duration| now - t),
                 ..PoolObservation::default()
             }],
+            times: Vec::new(),
         };
         let launches = plan_pools(&observed, std::slice::from_ref(&policy), now).launches();
         idle = if launches == 0 { idle + 1 } else { 0 };

@@ -19,6 +19,8 @@
 //! - `gce-fake`, `ours-gce`: Compute Engine calls per tick against the in-repo fake Compute API;
 //! - `packing`: only the simulated comparison of planning as the server dispatches
 //!   (`packing.rs`, issue #29), printed;
+//! - `spill`: only the simulated comparison of spilling by estimated wait (`spill.rs`,
+//!   issue #32), printed;
 //! - `staged-ready`: only the time from staged to ready with real workers on real Slurm
 //!   (`staged_ready.rs`), merged into the last results;
 //! - `packing-real`: only planning as the server dispatches, measured with real workers on
@@ -50,6 +52,7 @@ mod server_cost;
 #[allow(dead_code, reason = "parse_pids is for bench-ours")]
 mod server_cpu;
 mod slurm_real;
+mod spill;
 mod staged_ready;
 mod stats;
 
@@ -60,7 +63,7 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((command, rest)) = args.split_first() else {
         bail!(
-            "usage: bench-harness run [--quick] | staged-ready [--quick] | packing [--quick] | packing-real [--before PATH] | server-cost [--quick] [--sizes N,M] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure … | gce-fake … | ours-gce …"
+            "usage: bench-harness run [--quick] | staged-ready [--quick] | packing [--quick] | spill [--quick] | packing-real [--before PATH] | server-cost [--quick] [--sizes N,M] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure … | gce-fake … | ours-gce …"
         );
     };
     match command.as_str() {
@@ -72,6 +75,7 @@ fn main() -> Result<()> {
         "staged-ready" => staged_ready::only(rest),
         "packing" => packing::only(rest),
         "packing-real" => packing_real::only(rest),
+        "spill" => spill::only(rest),
         "server-cost" => server_cost::only(rest),
         "k8s-fake" => k8s::serve(rest),
         "ours-k8s" => k8s::run(rest),

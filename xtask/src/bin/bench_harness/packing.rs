@@ -112,21 +112,14 @@ fn row(name: &str, workload: &Workload, report: &SimReport) -> Value {
 
 /// `bench-harness packing [--quick]`: only this section, printed.
 pub fn only(args: &[String]) -> anyhow::Result<()> {
-    let quick = args.iter().any(|a| a == "--quick");
-    let mut out = String::new();
-    render(&mut out, &json!({ "packing_model": measure(quick) }));
-    print!("{out}");
-    Ok(())
+    crate::report::print_section(args, "packing_model", measure, render)
 }
 
 /// The section of BENCH.md.
 pub fn render(out: &mut String, results: &Value) {
-    let Some(rows) = results["packing_model"].as_array() else {
+    let Some((rows, bundles)) = crate::report::section_rows(results, "packing_model") else {
         return;
     };
-    let bundles = rows
-        .first()
-        .map_or(0, |r| r["bundles"].as_u64().unwrap_or(0));
     let _ = writeln!(
         out,
         "\n### Planning as the server dispatches (#29), simulated\n\n\
@@ -140,10 +133,7 @@ pub fn render(out: &mut String, results: &Value) {
          | policy | finished | launches | unused | worker-seconds | of which running a bundle | wait p50 | wait p90 | estimate error p90, new worker (n) | all estimates p90 (n) |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
-    let seconds = |v: &Value| {
-        v.as_f64()
-            .map_or_else(|| "—".into(), |s| format!("{s:.0} s"))
-    };
+    let seconds = crate::report::seconds;
     let estimate = |v: &Value| {
         v["p90_s"]
             .as_f64()
@@ -165,7 +155,7 @@ pub fn render(out: &mut String, results: &Value) {
             estimate(&row["estimate_all"]),
         );
     }
-    if let [_, before, ours] = rows.as_slice() {
+    if let [_, before, ours] = rows {
         floor(out, before, ours);
     }
 }

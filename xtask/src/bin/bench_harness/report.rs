@@ -9,6 +9,33 @@ use std::path::Path;
 const BEGIN: &str = "<!-- bench:begin (written by `cargo xtask bench`) -->";
 const END: &str = "<!-- bench:end -->";
 
+/// `bench-harness <section> [--quick]` for a simulated section: measures it and prints it
+/// alone, under the results key `key` its `render` reads.
+pub fn print_section(
+    args: &[String],
+    key: &str,
+    measure: fn(bool) -> Vec<Value>,
+    render: fn(&mut String, &Value),
+) -> anyhow::Result<()> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let mut out = String::new();
+    render(&mut out, &serde_json::json!({ key: measure(quick) }));
+    print!("{out}");
+    Ok(())
+}
+
+/// A simulated section's rows under `key`, and the bundles its trace has (from the first).
+pub fn section_rows<'a>(results: &'a Value, key: &str) -> Option<(&'a [Value], u64)> {
+    let rows = results[key].as_array()?;
+    let bundles = (rows.first()).map_or(0, |r| r["bundles"].as_u64().unwrap_or(0));
+    Some((rows, bundles))
+}
+
+/// Seconds as a table shows them ("90 s"), or "—".
+pub fn seconds(value: &Value) -> String {
+    (value.as_f64()).map_or_else(|| "—".into(), |s| format!("{s:.0} s"))
+}
+
 fn summary(value: &Value) -> Option<Summary> {
     value.is_object().then(|| Summary::from_json(value))
 }
@@ -134,6 +161,7 @@ pub fn render(results: &Value) -> String {
     reaction(&mut out, results);
     crate::packing::render(&mut out, results);
     crate::packing_real::render(&mut out, results);
+    crate::spill::render(&mut out, results);
     crate::staged_ready::render(&mut out, results);
     crate::server_cost::render(&mut out, results);
     targets(&mut out, results);

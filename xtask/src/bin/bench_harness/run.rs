@@ -138,6 +138,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let reaction = reaction(&plan, python)?;
     let reaction_model = reaction_model(&plan);
     let packing_model = crate::packing::measure(quick);
+    let spill_model = crate::spill::measure(quick);
     let staged_ready = crate::staged_ready::measure_all(quick)?;
     let packing_real = crate::packing_real::measure_full(quick, args)?;
     let server_cost = crate::server_cost::measure_all(quick)?;
@@ -153,6 +154,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "reaction": reaction,
         "reaction_model": reaction_model,
         "packing_model": packing_model,
+        "spill_model": spill_model,
         "staged_ready": staged_ready,
         "packing_real": packing_real,
         "server_cost": server_cost,

@@ -181,6 +181,7 @@ fn a_misfit_heavy_queue_still_finds_the_fitting_bundles() {
     assert!(fitting >= 11, "{fitting} fitting bundles read");
     let decision = plan_pools(
         &PoolsObservation {
+            times: Vec::new(),
             server: None,
             bundles: read,
             pools: observed.to_vec(),
@@ -305,6 +306,7 @@ fn policy_sees_enough() {
         let plan = |bundles: Vec<StagedBundle>| {
             outcome(&plan_pools(
                 &PoolsObservation {
+                    times: Vec::new(),
                     server: None,
                     bundles,
                     pools: observed.clone(),

@@ -5,7 +5,7 @@
 //! staged bundle starts, as `Manager::tick` does; each estimate is scored when its bundle
 //! leaves staged.
 
-use super::{Fate, Job, Phase, READY, ROOT, Sim};
+use super::{Fate, Job, Phase, ROOT, Sim};
 use crate::backend::{JobState, WorkerJob};
 use crate::bundle::StagedBundle;
 use crate::checkin::{CheckedInWorker, CheckinView, Sighting};
@@ -36,7 +36,10 @@ impl Sim<'_> {
                             JobState::Failed
                         }
                     };
-                    WorkerJob::new(job.id.clone(), state)
+                    WorkerJob {
+                        reason: job.queued.then(|| "Resources".to_owned()),
+                        ..WorkerJob::new(job.id.clone(), state)
+                    }
                 })
                 .collect();
             // The news (failures, recoveries) is the runtime's own business: it backs off.
@@ -51,19 +54,23 @@ impl Sim<'_> {
             fresh: true,
             fresh_since: Duration::ZERO,
         };
+        let tick = self.config.sleep_time;
         let observed = PoolsObservation {
             server: self.server_view(&view),
             pools: (self.runtimes.iter_mut())
                 .map(|r| r.observation(now, None, Some(sighting)))
                 .collect(),
             bundles: self.policy_view(),
+            times: (self.runtimes.iter())
+                .map(|runtime| self.estimates.times(runtime, now, tick))
+                .collect(),
         };
         let decision = plan_pools(&observed, &self.policies, now);
-        self.estimate(&observed.bundles, &decision, now);
+        self.estimate(&observed, &decision, now);
         for (pool, decision) in decision.pools.iter().enumerate() {
             if !decision.stops.is_empty() {
                 for id in &decision.stops {
-                    self.stop(pool, id);
+                    self.stop(pool, id, now_ms);
                 }
                 let runtime = &mut self.runtimes[pool];
                 let _ = runtime.fail(
@@ -123,13 +130,9 @@ impl Sim<'_> {
 
     /// The tick's start-time estimates, as the manager makes them; scores those of the
     /// bundles that left staged.
-    fn estimate(&mut self, read: &[StagedBundle], decision: &PoolsDecision, now: Duration) {
-        let tick = self.config.sleep_time;
-        let times: Vec<_> = (self.runtimes.iter())
-            .map(|runtime| self.estimates.times(runtime, now, tick))
-            .collect();
-        let estimates = estimate(decision, &times);
-        let read: FxHashSet<&str> = read.iter().map(|b| b.uuid.as_str()).collect();
+    fn estimate(&mut self, observed: &PoolsObservation, decision: &PoolsDecision, now: Duration) {
+        let estimates = estimate(decision, &observed.times);
+        let read: FxHashSet<&str> = (observed.bundles.iter()).map(|b| b.uuid.as_str()).collect();
         for scored in self.estimates.take(&estimates, &read, true, now) {
             (self.estimate_errors).push((scored.kind, scored.error_seconds * 1000));
         }
@@ -148,7 +151,7 @@ impl Sim<'_> {
         picked.into_iter().map(|b| self.staged_bundle(b)).collect()
     }
 
-    fn stop(&mut self, pool: usize, id: &str) {
+    fn stop(&mut self, pool: usize, id: &str, now_ms: u64) {
         let found = self.pool_jobs[pool]
             .iter()
             .copied()
@@ -160,6 +163,7 @@ impl Sim<'_> {
             self.stats[pool].live -= 1;
             self.stats[pool].stuck_stops += 1;
             self.runtimes[pool].stopping.insert(id.to_owned());
+            self.release(job, now_ms);
         }
     }
 
@@ -173,7 +177,8 @@ impl Sim<'_> {
         let id = format!("{}-{unique}", self.policies[pool].name);
         self.runtimes[pool].record.launching(&unique);
         let draw = self.rng.next_f64();
-        let (low, high) = self.config.start_latency;
+        let platform = self.platforms[pool].platform.start_latency;
+        let (low, high) = platform.unwrap_or(self.config.start_latency);
         let latency = self
             .rng
             .between(low.as_millis() as u64, high.as_millis() as u64);
@@ -200,10 +205,13 @@ impl Sim<'_> {
             started: 0,
             busy_since: None,
             idle_generation: 0,
+            queued: false,
+            placed: false,
+            latency,
         });
         self.pool_jobs[pool].push(job);
         if fate != Fate::Stuck {
-            self.schedule(now_ms + latency, READY, job, 0);
+            self.place(job, now_ms);
         }
     }
 }

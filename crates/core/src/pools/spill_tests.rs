@@ -1,0 +1,155 @@
+//! The spill rule in the plan (issue #32): a free, queued pool and a paid one. The times are
+//! what the manager learned ([`PoolTimes`]); the rule itself is table-tested in `spill.rs`.
+
+use super::*;
+use crate::estimate::{PoolTimes, Starting};
+
+const S: fn(u64) -> Duration = Duration::from_secs;
+
+/// A free Slurm pool that accepts a 10-minute wait, and a paid cloud pool.
+fn pools() -> Vec<PoolPolicy> {
+    let shape = WorkerShape::from_flags(4, 0, 8192);
+    let base = PoolPolicy {
+        min_seconds_between_workers: 0,
+        max_launches_per_tick: 10,
+        max: 4,
+        ..PoolPolicy::new("cpu-slurm", shape)
+    };
+    vec![
+        PoolPolicy {
+            spill_after: Some(S(600)),
+            ..base.clone()
+        },
+        PoolPolicy {
+            name: "gce".into(),
+            cost_per_hour: Some(0.2),
+            ..base
+        },
+    ]
+}
+
+/// The Slurm pool with one job of ours pending `age` seconds (Slurm says `Resources`), and
+/// its launches checking in after 120 s; the cloud's after 90 s.
+fn plan(bundles: u32, age: u64) -> PoolsDecision {
+    let pending = ObservedJob {
+        launched_here: true,
+        ..ObservedJob::new("12", JobState::Pending, S(age), S(0))
+    };
+    let slurm = PoolTimes {
+        checkin_seconds: 120,
+        coming: vec![Starting {
+            job: "12".into(),
+            age,
+            pending: true,
+            reason: Some("Resources".into()),
+        }],
+        ..PoolTimes::default()
+    };
+    let gce = PoolTimes {
+        checkin_seconds: 90,
+        ..PoolTimes::default()
+    };
+    let observed = PoolsObservation {
+        bundles: (0..bundles)
+            .map(|i| StagedBundle::new(format!("0x{i}")))
+            .collect(),
+        pools: vec![
+            PoolObservation {
+                jobs: vec![pending],
+                ..PoolObservation::default()
+            },
+            PoolObservation::default(),
+        ],
+        server: None,
+        times: vec![slurm, gce],
+    };
+    plan_pools(&observed, &pools(), S(10_000))
+}
+
+fn placed(decision: &PoolsDecision) -> Vec<(&str, String)> {
+    (decision.assignments.iter())
+        .map(|a| {
+            let spill = a.spill.as_ref().map(ToString::to_string);
+            (a.pool.as_str(), spill.unwrap_or_default())
+        })
+        .collect()
+}
+
+#[test]
+fn within_spill_after_the_free_pool_keeps_its_bundles() {
+    // Job 12 pending 4 min, under the 2-minute check-in: no, past it; 240 s ≤ 600 s.
+    let decision = plan(2, 240);
+    assert_eq!(
+        placed(&decision),
+        [
+            (
+                "cpu-slurm",
+                "waiting on cpu-slurm: estimated 4 min ≤ spill_after 10 min".into()
+            ),
+            (
+                "cpu-slurm",
+                "waiting on cpu-slurm: estimated 4 min ≤ spill_after 10 min".into()
+            ),
+        ]
+    );
+    let launches: Vec<u32> = decision.pools.iter().map(|p| p.launches).collect();
+    assert_eq!(
+        launches,
+        [1, 0],
+        "the pending job takes one; a new one the other"
+    );
+}
+
+#[test]
+fn past_spill_after_bundles_spill_to_the_paid_pool_that_starts_them_sooner() {
+    // Job 12 pending 35 min: the queue says about as long again, for it and behind it.
+    let decision = plan(2, 2100);
+    let why = "spilled to gce: cpu-slurm estimated 35 min > spill_after 10 min \
+               (job 12 pending 35 min: Resources)";
+    assert_eq!(
+        placed(&decision),
+        [("gce", why.into()), ("gce", why.into())]
+    );
+    let launches: Vec<u32> = decision.pools.iter().map(|p| p.launches).collect();
+    assert_eq!(
+        launches,
+        [0, 2],
+        "nothing more is bought on the queued pool"
+    );
+    // The estimate says where it went and why.
+    let estimates = crate::estimate::estimate(&decision, &[PoolTimes::default(), gce_times()]);
+    assert!(estimates[0].text.ends_with(why), "{}", estimates[0].text);
+}
+
+fn gce_times() -> PoolTimes {
+    PoolTimes {
+        checkin_seconds: 90,
+        ..PoolTimes::default()
+    }
+}
+
+#[test]
+fn without_spill_after_or_times_nothing_spills() {
+    let mut policies = pools();
+    policies[0].spill_after = None;
+    let observed = PoolsObservation {
+        bundles: vec![StagedBundle::new("0x1")],
+        pools: vec![PoolObservation::default(), PoolObservation::default()],
+        server: None,
+        times: Vec::new(),
+    };
+    let decision = plan_pools(&observed, &policies, S(10_000));
+    assert_eq!(placed(&decision), [("cpu-slurm", String::new())]);
+    // spill_after but no times learned: a wait of 0 is within it.
+    let decision = plan_pools(&observed, &pools(), S(10_000));
+    assert_eq!(decision.assignments[0].pool, "cpu-slurm");
+}
+
+#[test]
+fn the_price_orders_pools_before_cost_and_declaration() {
+    let mut policies = pools();
+    policies.swap(0, 1);
+    policies[1].cost = 5.0;
+    // gce is declared first and has the lower `cost`, but cpu-slurm is free.
+    assert_eq!(preference_order(&policies), [1, 0]);
+}

@@ -1,0 +1,86 @@
+//! A pool's platform as [`SimConfig::platforms`](super::super::SimConfig::platforms) models
+//! it, as Slurm schedules: a launched job gets a place at once when the platform has room
+//! (fewer than `slots` of the pool's jobs hold one, and no busy spell), and its worker is
+//! active a start latency later; otherwise it pends in the platform's queue (listed with the
+//! reason `Resources`) and gets a place, in launch order, when one frees or the spell ends.
+
+use super::super::Platform;
+use super::{READY, Sim, UNBLOCK};
+use std::collections::VecDeque;
+
+/// One pool's platform during a run.
+#[derive(Debug, Default)]
+pub(super) struct PlatformState {
+    pub platform: Platform,
+    /// Jobs pending for a place, in launch order.
+    queue: VecDeque<u32>,
+    /// Jobs holding a place (starting or active).
+    placed: usize,
+}
+
+impl PlatformState {
+    pub fn new(platform: Option<&Platform>) -> Self {
+        Self {
+            platform: platform.copied().unwrap_or_default(),
+            ..Self::default()
+        }
+    }
+
+    /// Whether the platform gives no place at `now`.
+    fn full(&self, now: u64) -> bool {
+        let taken = (self.platform.slots).is_some_and(|slots| self.placed >= slots as usize);
+        taken || busy_until(&self.platform, now).is_some()
+    }
+}
+
+impl Sim<'_> {
+    /// A launched `job` gets a place (its worker is active after its latency), or queues.
+    pub(super) fn place(&mut self, job: u32, now: u64) {
+        let pool = self.jobs[job as usize].pool;
+        let state = &mut self.platforms[pool];
+        if state.full(now) {
+            self.jobs[job as usize].queued = true;
+            state.queue.push_back(job);
+            if let Some(end) = busy_until(&state.platform, now) {
+                self.schedule(end, UNBLOCK, pool as u32, 0);
+            }
+            return;
+        }
+        state.placed += 1;
+        let worker = &mut self.jobs[job as usize];
+        (worker.queued, worker.placed) = (false, true);
+        let at = now + worker.latency;
+        self.schedule(at, READY, job, 0);
+    }
+
+    /// `job` ended (exited, failed or was stopped): its place, if it had one, goes to the
+    /// next queued job.
+    pub(super) fn release(&mut self, job: u32, now: u64) {
+        let worker = &mut self.jobs[job as usize];
+        let pool = worker.pool;
+        if std::mem::take(&mut worker.placed) {
+            self.platforms[pool].placed -= 1;
+        }
+        self.unblock(pool, now);
+    }
+
+    /// Gives `pool`'s queued jobs places, in launch order, while the platform has room.
+    pub(super) fn unblock(&mut self, pool: usize, now: u64) {
+        while !self.platforms[pool].full(now) {
+            let Some(job) = self.platforms[pool].queue.pop_front() else {
+                return;
+            };
+            if self.jobs[job as usize].phase == super::Phase::Pending {
+                self.place(job, now);
+            }
+        }
+    }
+}
+
+/// When the platform's busy spell that holds `now` ends, if one does.
+fn busy_until(platform: &Platform, now: u64) -> Option<u64> {
+    let (every, spell) = platform.busy?;
+    let (every, spell) = (every.as_millis() as u64, spell.as_millis() as u64);
+    let phase = now % every.max(1);
+    (phase < spell).then(|| now - phase + spell)
+}

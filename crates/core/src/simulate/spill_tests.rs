@@ -1,0 +1,92 @@
+//! The simulator with a free, queued Slurm partition beside a paid pool (issue #32): the
+//! platform model and `spill_after` together, against hand-computed timelines.
+
+use super::*;
+use crate::bundle::WorkerShape;
+
+const S: fn(u64) -> Duration = Duration::from_secs;
+
+/// A free Slurm pool (accepting a 10-minute wait when `spill_after`) and a paid one.
+fn pools(spill_after: Option<u64>) -> Vec<PoolPolicy> {
+    let base = PoolPolicy {
+        max: 5,
+        min_seconds_between_workers: 0,
+        max_launches_per_tick: 10,
+        ..PoolPolicy::new("slurm", WorkerShape::from_flags(2, 0, 4096))
+    };
+    vec![
+        PoolPolicy {
+            spill_after: spill_after.map(S),
+            ..base.clone()
+        },
+        PoolPolicy {
+            name: "cloud".into(),
+            cost_per_hour: Some(1.0),
+            ..base
+        },
+    ]
+}
+
+/// Slurm starts jobs in 30 s but is full for the first hour of every two.
+fn config() -> SimConfig {
+    let slurm = Platform {
+        start_latency: Some((S(30), S(30))),
+        busy: Some((S(7200), S(3600))),
+        slots: None,
+    };
+    SimConfig {
+        platforms: [("slurm".to_owned(), slurm)].into(),
+        ..SimConfig::default()
+    }
+}
+
+fn one_bundle() -> Workload {
+    Workload::parse("time,cpus,duration\n0,1,100\n").unwrap()
+}
+
+#[test]
+fn without_spill_after_the_bundle_waits_out_the_busy_hour_on_the_free_pool() {
+    let report = simulate(&one_bundle(), &pools(None), &config()).unwrap();
+    let (slurm, cloud) = (&report.pools[0], &report.pools[1]);
+    assert_eq!((slurm.launches, cloud.launches), (1, 0));
+    // Pending behind the busy spell until 3600 s, then placed and active 30 s later.
+    assert_eq!(slurm.wait.max_seconds, Some(3630.0));
+}
+
+#[test]
+fn past_spill_after_it_spills_to_the_paid_pool() {
+    let report = simulate(&one_bundle(), &pools(Some(600)), &config()).unwrap();
+    let (slurm, cloud) = (&report.pools[0], &report.pools[1]);
+    assert_eq!((slurm.launches, cloud.launches), (1, 1));
+    assert_eq!(cloud.bundles_run, 1, "the paid pool's worker runs it");
+    // The Slurm job is queued once it has pended past its check-in time; its wait reads
+    // as its age, past 600 s at the tick of 605 s: cloud launches, active 60 s later.
+    assert_eq!(cloud.wait.max_seconds, Some(665.0));
+}
+
+#[test]
+fn slots_hold_jobs_beyond_them_pending_in_launch_order() {
+    let one_slot = SimConfig {
+        platforms: [(
+            "slurm".to_owned(),
+            Platform {
+                slots: Some(1),
+                ..Platform::default()
+            },
+        )]
+        .into(),
+        worker_max_runs: Some(1),
+        ..SimConfig::default()
+    };
+    let two = Workload::parse("time,cpus,duration\n0,2,100\n0,2,100\n").unwrap();
+    let report = simulate(&two, &pools(None)[..1], &one_slot).unwrap();
+    // One slot: the second job gets it when the first exits after its run (60 + 100 s), and
+    // its worker is active a start latency (60 s) later.
+    assert_eq!(report.pools[0].wait.max_seconds, Some(220.0));
+    let free = SimConfig {
+        platforms: Default::default(),
+        ..one_slot
+    };
+    let report = simulate(&two, &pools(None)[..1], &free).unwrap();
+    assert_eq!(report.pools[0].wait.max_seconds, Some(60.0));
+}
