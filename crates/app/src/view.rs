@@ -75,6 +75,8 @@ struct PoolView {
     tag: Option<String>,
     tag_exclusive: bool,
     cost: f64,
+    cost_per_hour: Option<f64>,
+    spill_after_seconds: Option<u64>,
     active: usize,
     pending: usize,
     failed: usize,
@@ -221,6 +223,12 @@ pub fn render(status: &StatusView) -> String {
 fn render_pool(out: &mut String, pool: &PoolView, now: u64) {
     let shape = &pool.shape;
     let mut limits = format!("min {}, max {}, cost {}", pool.min, pool.max, pool.cost);
+    if let Some(price) = pool.cost_per_hour {
+        let _ = write!(limits, ", cost_per_hour {price}");
+    }
+    if let Some(spill) = pool.spill_after_seconds {
+        let _ = write!(limits, ", spill_after {spill} s");
+    }
     if let Some(tag) = &pool.tag {
         let exclusive = if pool.tag_exclusive {
             " (exclusive)"

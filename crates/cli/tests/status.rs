@@ -28,6 +28,8 @@ fn pool(name: &str, shape: ShapeStatus) -> PoolStatus {
         tag: None,
         tag_exclusive: false,
         cost: 1.0,
+        cost_per_hour: None,
+        spill_after_seconds: None,
         active: 0,
         pending: 0,
         failed: 0,
@@ -43,6 +45,7 @@ fn pool(name: &str, shape: ShapeStatus) -> PoolStatus {
 /// A manager 200 s up with a busy CPU pool and a GPU pool that backs off.
 fn known_status() -> Status {
     let cpu = PoolStatus {
+        spill_after_seconds: Some(600),
         active: 3,
         pending: 1,
         failed: 1,
@@ -80,6 +83,7 @@ fn known_status() -> Status {
         tag: Some("gpu".into()),
         tag_exclusive: true,
         cost: 10.0,
+        cost_per_hour: Some(2.5),
         health: PoolHealth {
             failures: 2,
             last_failure: Some(Duration::from_secs(150)),
@@ -207,13 +211,13 @@ const KNOWN_VIEW: &str = "\
 cl-worker-manager: up 3m 20s, 41 ticks, last successful tick 2 s ago
 staged bundles: 4 (2 assigned and 2 unserved among those read)
 
-pool cpu (slurm-batch, target): 4 cpus, 0 gpus, 8 GiB per worker; min 0, max 4, cost 1
+pool cpu (slurm-batch, target): 4 cpus, 0 gpus, 8 GiB per worker; min 0, max 4, cost 1, spill_after 600 s
   workers   3 active, 1 pending, 1 failed, 0 stopping
   backoff   none
   decision  launch 0 (target 4, demand 2): want_workers (staged=2); target (capacity=4, target=4); max_reached (jobs=4, max=4)
   bundles   2 assigned
 
-pool gpu (slurm-batch, target): 8 cpus, 1 gpus, 1.5 GiB per worker; min 0, max 4, cost 10, tag gpu (exclusive)
+pool gpu (slurm-batch, target): 8 cpus, 1 gpus, 1.5 GiB per worker; min 0, max 4, cost 10, cost_per_hour 2.5, tag gpu (exclusive)
   workers   0 active, 0 pending, 0 failed, 0 stopping
   backoff   backing off for 70 more s after 2 failures
   decision  launch 0 (demand 0): backing_off (failures=2, remaining_seconds=70, until_seconds=270)

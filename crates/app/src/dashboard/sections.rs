@@ -121,7 +121,7 @@ fn pool_row(out: &mut String, pool: &PoolStatus, status: &Status) {
     let _ = write!(
         out,
         "<tr data-pool=\"{name}\"><td data-field=\"name\"><b>{name}</b><br><span class=\"muted\" \
-         data-field=\"backend\">{} · {} · {} cpus, {} gpus, {}</span></td>\
+         data-field=\"backend\">{} · {} · {} cpus, {} gpus, {}{}</span></td>\
          <td class=\"n\"><span data-field=\"min\">{}</span> / <span data-field=\"max\">{}</span></td>\
          <td class=\"n\" data-field=\"target\">{}</td>",
         escape(&pool.backend),
@@ -129,6 +129,7 @@ fn pool_row(out: &mut String, pool: &PoolStatus, status: &Status) {
         pool.shape.cpus,
         pool.shape.gpus,
         memory(pool.shape.memory_bytes),
+        price(pool),
         pool.min,
         pool.max,
         target.map_or("–".to_owned(), |t| t.to_string())
@@ -165,6 +166,22 @@ fn pool_row(out: &mut String, pool: &PoolStatus, status: &Status) {
     let budget = status.budgets.iter().find(|b| b.scope == pool.name);
     budget_cell(out, budget);
     out.push_str("</tr>");
+}
+
+/// " · 0.4 an hour · spills after 10 min": the pool's price and `spill_after`, when set.
+fn price(pool: &PoolStatus) -> String {
+    let mut out = String::new();
+    if let Some(price) = pool.cost_per_hour {
+        let _ = write!(out, " · <span data-field=\"price\">{price} an hour</span>");
+    }
+    if let Some(spill) = pool.spill_after_seconds {
+        let after = codalab_wm_core::estimate::minutes(spill);
+        let _ = write!(
+            out,
+            " · <span data-field=\"spill\">spills after {after}</span>"
+        );
+    }
+    out
 }
 
 fn backoff_cell(out: &mut String, pool: &PoolStatus, now: u64) {

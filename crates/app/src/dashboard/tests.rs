@@ -43,6 +43,8 @@ fn pool(name: &str) -> PoolStatus {
         tag: None,
         tag_exclusive: false,
         cost: 1.0,
+        cost_per_hour: None,
+        spill_after_seconds: None,
         active: 2,
         pending: 1,
         failed: 0,
@@ -173,6 +175,26 @@ fn the_page_says_when_each_bundle_is_expected_to_start() {
         html.contains("in ~300 s, when runs on the workers of cpu end (1 ahead of it)"),
         "{html}"
     );
+}
+
+#[test]
+fn a_pool_shows_its_price_and_how_long_a_wait_it_accepts() {
+    let mut status = fixture();
+    status.pools[0].cost_per_hour = Some(0.4);
+    status.pools[0].spill_after_seconds = Some(600);
+    let html = render(&status, &History::new(), &page());
+    assert_eq!(
+        text_after(&html, "<span data-field=\"price\""),
+        "0.4 an hour"
+    );
+    assert_eq!(
+        text_after(&html, "<span data-field=\"spill\""),
+        "spills after 10 min"
+    );
+    // Unset: nothing said (a free pool that takes any wait).
+    let html = render(&fixture(), &History::new(), &page());
+    assert!(!html.contains("data-field=\"price\""), "{html}");
+    assert!(!html.contains("data-field=\"spill\""), "{html}");
 }
 
 fn page() -> Page {

@@ -52,6 +52,8 @@ fn pool(active: usize) -> PoolStatus {
         tag: None,
         tag_exclusive: false,
         cost: 0.0,
+        cost_per_hour: None,
+        spill_after_seconds: None,
         active,
         pending: 1,
         failed: 0,

@@ -452,6 +452,8 @@ impl PoolRuntime {
             tag: policy.tag.clone(),
             tag_exclusive: policy.tag_exclusive,
             cost: policy.cost,
+            cost_per_hour: policy.cost_per_hour,
+            spill_after_seconds: policy.spill_after.map(|d| d.as_secs()),
             active: decision.map_or(0, |d| d.active),
             pending: decision.map_or(0, |d| d.pending),
             failed: self.failed_listed,

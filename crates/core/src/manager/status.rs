@@ -52,8 +52,14 @@ pub struct PoolStatus {
     pub tag: Option<String>,
     /// Whether the pool is exclusive to its tag.
     pub tag_exclusive: bool,
-    /// Preference weight.
+    /// Preference weight among pools of one price.
     pub cost: f64,
+    /// What one worker-hour costs: the pool's price in the preference order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_per_hour: Option<f64>,
+    /// The wait accepted here before bundles spill to a pricier pool, seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spill_after_seconds: Option<u64>,
     /// Active jobs at the last tick.
     pub active: usize,
     /// Pending jobs at the last tick.
