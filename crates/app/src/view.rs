@@ -45,6 +45,22 @@ struct EstimateView {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
+struct FallbackView {
+    pool: String,
+    capacity: CapacityView,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct CapacityView {
+    state: String,
+    since_seconds: u64,
+    retry_at_seconds: Option<u64>,
+    why: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 struct BudgetView {
     scope: String,
     worker_hours: f64,
@@ -77,6 +93,7 @@ struct PoolView {
     cost: f64,
     cost_per_hour: Option<f64>,
     spill_after_seconds: Option<u64>,
+    fallback: Option<FallbackView>,
     active: usize,
     pending: usize,
     failed: usize,
@@ -276,6 +293,9 @@ fn render_pool(out: &mut String, pool: &PoolView, now: u64) {
         );
     }
     let _ = writeln!(out, "  backoff   {backoff}");
+    if let Some(fallback) = &pool.fallback {
+        let _ = writeln!(out, "  capacity  {}", capacity(fallback, now));
+    }
     let decision = match &pool.last_decision {
         Some(d) => {
             let mut head = format!("launch {}", d.launches);
@@ -294,6 +314,24 @@ fn render_pool(out: &mut String, pool: &PoolView, now: u64) {
     };
     let _ = writeln!(out, "  decision  {decision}");
     let _ = writeln!(out, "  bundles   {} assigned", pool.assigned.len());
+}
+
+/// Where a pool with a `fallback` takes its new launches, in words.
+fn capacity(fallback: &FallbackView, now: u64) -> String {
+    let (to, state) = (&fallback.pool, &fallback.capacity);
+    match state.state.as_str() {
+        "fallback" => format!(
+            "new launches go to {to} (for {} s; one tries this pool again in {} s): {}",
+            now.saturating_sub(state.since_seconds),
+            state.retry_at_seconds.unwrap_or(now).saturating_sub(now),
+            state.why.as_deref().unwrap_or("its capacity failed")
+        ),
+        "retrying" => format!(
+            "one launch tries this pool again (for {} s); the rest go to {to} until it checks in",
+            now.saturating_sub(state.since_seconds)
+        ),
+        _ => format!("its own (fallback: {to})"),
+    }
 }
 
 /// Worker-hours (and cost) of the last 24 hours; each budget set, and whether it is used up.

@@ -348,16 +348,16 @@ impl GceBackend {
                 }
             }
         }
-        // Not temporary: a temporary error is retried at the next tick without backoff, and
-        // a stockout usually lasts longer than a tick.
-        Err(Error::backend(
-            BACKEND,
-            "insert an instance",
-            format!(
+        // No capacity, not temporary: a temporary error is retried at the next tick without
+        // backoff, and a stockout usually lasts longer than a tick. It is a capacity event
+        // for the pool's `fallback`.
+        Err(Error::NoCapacity {
+            backend: BACKEND.into(),
+            message: format!(
                 "ZONE_RESOURCE_POOL_EXHAUSTED in every zone ({})",
                 exhausted.join(", ")
             ),
-        ))
+        })
     }
 
     /// Waits for every remembered delete operation: each instance with the outcome.

@@ -292,8 +292,10 @@ async fn an_exhausted_zone_falls_back_to_the_next() {
     assert_eq!(fake.instance(&job.id).unwrap().zone, ZONE_B);
     fake.exhaust_zone(ZONE_B);
     let error = start(&backend, "bbbb").await.unwrap_err();
-    // A launch failure (the pool backs off), not a temporary error retried at every tick.
+    // A launch failure (the pool backs off), not a temporary error retried at every tick;
+    // and no capacity, which counts toward the pool's `fallback`.
     assert!(!error.is_temporary(), "{error}");
+    assert!(matches!(error, Error::NoCapacity { .. }), "{error:?}");
     let text = error.to_string();
     assert!(
         text.contains("ZONE_RESOURCE_POOL_EXHAUSTED in every zone (us-central1-a, us-central1-b)"),

@@ -248,6 +248,25 @@ fn each_kind_of_problem_is_reported_at_its_line() {
             "`search` (--search, 4000 bytes)",
         ),
         (
+            "a fallback that is not a pool",
+            "[[pools]]\nname = \"spot\"\nbackend = \"local\"\nfallback = \"standrd\"\n[pools.local]\nstate_dir = \"/tmp/a\"\n\
+             [[pools]]\nname = \"standard\"\nbackend = \"local\"\n[pools.local]\nstate_dir = \"/tmp/b\"\n",
+            4,
+            "pool spot: fallback standrd is not a pool (pools: spot, standard)",
+        ),
+        (
+            "fallback keys without a fallback",
+            "[[pools]]\nname = \"spot\"\nbackend = \"local\"\nmin_on_demand = 1\n",
+            4,
+            "pool spot: `min_on_demand` needs `fallback`",
+        ),
+        (
+            "a fallback in compat mode",
+            "[[pools]]\nname = \"spot\"\nbackend = \"local\"\nlaunch_mode = \"compat\"\nfallback = \"spot2\"\n",
+            5,
+            "pool spot: fallback needs launch_mode = \"target\"",
+        ),
+        (
             "pool sub-table of another backend",
             "[[pools]]\nname = \"p\"\nbackend = \"local\"\n[pools.slurm_batch]\npartition = \"cpu\"\n",
             4,

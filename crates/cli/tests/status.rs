@@ -30,6 +30,7 @@ fn pool(name: &str, shape: ShapeStatus) -> PoolStatus {
         cost: 1.0,
         cost_per_hour: None,
         spill_after_seconds: None,
+        fallback: None,
         active: 0,
         pending: 0,
         failed: 0,
@@ -84,6 +85,14 @@ fn known_status() -> Status {
         tag_exclusive: true,
         cost: 10.0,
         cost_per_hour: Some(2.5),
+        fallback: Some(codalab_wm_core::manager::status::FallbackStatus {
+            pool: "gpu-standard".into(),
+            capacity: codalab_wm_core::pools::fallback::CapacityState::Fallback {
+                since_seconds: 100,
+                retry_at_seconds: 1900,
+                why: "2 capacity events in 30 min, the last: job 9 preempted".into(),
+            },
+        }),
         health: PoolHealth {
             failures: 2,
             last_failure: Some(Duration::from_secs(150)),
@@ -220,6 +229,7 @@ pool cpu (slurm-batch, target): 4 cpus, 0 gpus, 8 GiB per worker; min 0, max 4, 
 pool gpu (slurm-batch, target): 8 cpus, 1 gpus, 1.5 GiB per worker; min 0, max 4, cost 10, cost_per_hour 2.5, tag gpu (exclusive)
   workers   0 active, 0 pending, 0 failed, 0 stopping
   backoff   backing off for 70 more s after 2 failures
+  capacity  new launches go to gpu-standard (for 100 s; one tries this pool again in 1700 s): 2 capacity events in 30 min, the last: job 9 preempted
   decision  launch 0 (demand 0): backing_off (failures=2, remaining_seconds=70, until_seconds=270)
   bundles   0 assigned
 

@@ -87,6 +87,16 @@ pub enum Error {
         #[source]
         source: Option<BoxError>,
     },
+    /// The platform has no capacity for a worker now: a Spot stockout, every zone
+    /// exhausted. A launch failure (the pool backs off) and a capacity event for the pool's
+    /// `fallback` ([`crate::pools::fallback`]).
+    #[error("{backend} has no capacity for a worker now: {message}")]
+    NoCapacity {
+        /// The backend name.
+        backend: String,
+        /// What the platform said.
+        message: String,
+    },
     /// The backend cannot do this.
     #[error("{backend} does not support {operation}")]
     Unsupported {
@@ -107,9 +117,10 @@ impl Error {
             }
             Error::Server { status, .. } => *status >= 500 || *status == 429 || *status == 408,
             Error::Backend { temporary, .. } => *temporary,
-            Error::Unauthenticated { .. } | Error::InvalidConfig(_) | Error::Unsupported { .. } => {
-                false
-            }
+            Error::Unauthenticated { .. }
+            | Error::InvalidConfig(_)
+            | Error::Unsupported { .. }
+            | Error::NoCapacity { .. } => false,
         }
     }
 

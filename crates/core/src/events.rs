@@ -44,6 +44,40 @@ impl Event {
     }
 }
 
+/// A pool with a `fallback` changed where its new launches go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CapacitySwitch {
+    /// The pool.
+    pub pool: String,
+    /// Its fallback.
+    pub fallback: String,
+    /// `to_fallback`, `retry` or `restored`.
+    pub switch: &'static str,
+    /// Why (to the fallback).
+    pub why: Option<String>,
+}
+
+impl fmt::Display for CapacitySwitch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (pool, fallback) = (&self.pool, &self.fallback);
+        match self.switch {
+            "to_fallback" => write!(
+                f,
+                "pool {pool}: new launches go to {fallback}: {}",
+                self.why.as_deref().unwrap_or("its capacity failed")
+            ),
+            "retry" => write!(
+                f,
+                "pool {pool}: cool-down over; one launch tries it again, the rest go to {fallback}"
+            ),
+            _ => write!(
+                f,
+                "pool {pool}: a worker checked in; it takes its launches again ({fallback} no longer gets them)"
+            ),
+        }
+    }
+}
+
 /// How much an event matters to an admin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -118,6 +152,9 @@ pub enum EventKind {
         /// The job.
         job_id: String,
     },
+    /// A pool with a `fallback` changed where its new launches go
+    /// ([`crate::pools::fallback`]).
+    CapacitySwitched(CapacitySwitch),
     /// A budget is used up: no launches until the window rolls on.
     BudgetReached {
         /// The pool, or `all pools` for the overall budget.
@@ -159,6 +196,7 @@ impl EventKind {
             EventKind::WorkerPreempted { .. } => "worker_preempted",
             EventKind::WorkerReaped { .. } => "worker_reaped",
             EventKind::StuckPendingStopped { .. } => "stuck_pending_stopped",
+            EventKind::CapacitySwitched(_) => "capacity_switched",
             EventKind::BudgetReached { .. } => "budget_reached",
             EventKind::BudgetRestored { .. } => "budget_restored",
             EventKind::ConfigReloaded { .. } => "config_reloaded",
@@ -177,6 +215,7 @@ impl EventKind {
         "worker_preempted",
         "worker_reaped",
         "stuck_pending_stopped",
+        "capacity_switched",
         "budget_reached",
         "budget_restored",
         "config_reloaded",
@@ -193,6 +232,9 @@ impl EventKind {
             | EventKind::StuckPendingStopped { .. }
             | EventKind::BudgetReached { .. }
             | EventKind::ServerUnreachable { .. } => Severity::Warning,
+            EventKind::CapacitySwitched(switch) if switch.switch == "to_fallback" => {
+                Severity::Warning
+            }
             _ => Severity::Info,
         }
     }
@@ -221,6 +263,7 @@ impl EventKind {
             | EventKind::WorkerPreempted { pool, .. }
             | EventKind::WorkerReaped { pool, .. }
             | EventKind::StuckPendingStopped { pool, .. } => Some(pool),
+            EventKind::CapacitySwitched(switch) => Some(&switch.pool),
             _ => None,
         }
     }
@@ -264,6 +307,7 @@ impl fmt::Display for EventKind {
             EventKind::StuckPendingStopped { pool, job_id } => {
                 write!(f, "pool {pool}: job {job_id} pending too long, stopped")
             }
+            EventKind::CapacitySwitched(switch) => write!(f, "{switch}"),
             EventKind::BudgetReached { scope, detail } => {
                 write!(f, "budget of {scope} reached: {detail}; no new launches")
             }

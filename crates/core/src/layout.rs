@@ -330,6 +330,14 @@ pub fn conflicts(pools: &[PoolLayout]) -> Vec<String> {
                 ));
             }
         }
+        let names: Vec<&str> = pools.iter().map(|p| p.policy.name.as_str()).collect();
+        if let Some(fallback) = &a.policy.fallback {
+            found.extend(crate::pools::fallback::unknown(
+                &a.policy.name,
+                &fallback.pool,
+                &names,
+            ));
+        }
     }
     found
 }

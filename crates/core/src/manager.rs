@@ -33,6 +33,7 @@ use tokio::time::Instant;
 
 mod act;
 mod budgets;
+mod capacity;
 mod checkins;
 pub mod down;
 mod error_policy;

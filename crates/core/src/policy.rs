@@ -135,6 +135,17 @@ pub enum Reason {
         /// Failures in the current streak.
         failures: u32,
     },
+    /// Pool policy: the pool's capacity failed; its new launches go to its `fallback`
+    /// ([`crate::pools::fallback`]).
+    OnFallback {
+        /// The pool the launches go to.
+        fallback: String,
+        /// Seconds until one launch tries the pool again; `None`: that launch is being made
+        /// (the rest still go to the fallback until its worker checks in).
+        retry_in_seconds: Option<u64>,
+        /// Why, in words.
+        why: String,
+    },
     /// Pool policy: a job waited longer than the pool's `pending_timeout` and is stopped.
     PendingTimeout {
         /// The stuck job.
@@ -239,6 +250,7 @@ impl Reason {
             Reason::Target { .. } => "target",
             Reason::LaunchCapReached { .. } => "launch_cap_reached",
             Reason::BackingOff { .. } => "backing_off",
+            Reason::OnFallback { .. } => "on_fallback",
             Reason::PendingTimeout { .. } => "pending_timeout",
             Reason::WorkerLost { .. } => "worker_lost",
             Reason::NotStopped { .. } => "not_stopped",
@@ -250,6 +262,20 @@ impl Reason {
             Reason::NoFittingPool => "no_fitting_pool",
             Reason::Misfit { .. } => "misfit",
         }
+    }
+}
+
+/// [`Reason::OnFallback`] in words.
+fn on_fallback(f: &mut fmt::Formatter<'_>, to: &str, retry: Option<u64>, why: &str) -> fmt::Result {
+    match retry {
+        Some(retry) => write!(
+            f,
+            "new launches go to {to} (one tries this pool again in {retry} s): {why}"
+        ),
+        None => write!(
+            f,
+            "one launch tries this pool again; the rest go to {to} until its worker checks in"
+        ),
     }
 }
 
@@ -296,6 +322,11 @@ impl fmt::Display for Reason {
                 f,
                 "skipped: backing off for {remaining_seconds} more seconds after {failures} failures"
             ),
+            Reason::OnFallback {
+                fallback,
+                retry_in_seconds,
+                why,
+            } => on_fallback(f, fallback, *retry_in_seconds, why),
             Reason::PendingTimeout {
                 job_id,
                 pending_seconds,

@@ -177,6 +177,7 @@ impl SimPool {
                 detail: "room".into(),
             }),
             checkins_seen: true,
+            capacity: Default::default(),
         }
     }
 }

@@ -111,6 +111,8 @@ pub fn pool_observation(
         budget_reached: None,
         budget_room: None,
         checkins_seen: remembered.workers_seen || seen_now,
+        // A fallback is between a manager's pools; a pool resource stands alone.
+        capacity: Default::default(),
     }
 }
 

@@ -11,6 +11,7 @@ use codalab_wm_core::checkin::WorkerState;
 use codalab_wm_core::events::Severity;
 use codalab_wm_core::manager::status::{PoolStatus, Status};
 use codalab_wm_core::pools::UnmetReason;
+use codalab_wm_core::pools::fallback::CapacityState;
 use std::fmt::Write as _;
 
 /// Unserved bundles listed at most (the rest are counted).
@@ -168,7 +169,8 @@ fn pool_row(out: &mut String, pool: &PoolStatus, status: &Status) {
     out.push_str("</tr>");
 }
 
-/// " · 0.4 an hour · spills after 10 min": the pool's price and `spill_after`, when set.
+/// " · 0.4 an hour · spills after 10 min · launches go to gpu-standard": the pool's price,
+/// `spill_after` and where its launches go when it has a `fallback`, when set.
 fn price(pool: &PoolStatus) -> String {
     let mut out = String::new();
     if let Some(price) = pool.cost_per_hour {
@@ -179,6 +181,21 @@ fn price(pool: &PoolStatus) -> String {
         let _ = write!(
             out,
             " · <span data-field=\"spill\">spills after {after}</span>"
+        );
+    }
+    if let Some(fallback) = &pool.fallback {
+        let to = escape(&fallback.pool);
+        let (text, why) = match &fallback.capacity {
+            CapacityState::Own => (format!("fallback {to}"), String::new()),
+            CapacityState::Fallback { why, .. } => (format!("launches go to {to}"), escape(why)),
+            CapacityState::Retrying { .. } => (
+                format!("retrying; the rest go to {to}"),
+                String::from("one launch tries this pool again"),
+            ),
+        };
+        let _ = write!(
+            out,
+            " · <span data-field=\"capacity\" title=\"{why}\">{text}</span>"
         );
     }
     out

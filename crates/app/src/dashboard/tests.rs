@@ -45,6 +45,7 @@ fn pool(name: &str) -> PoolStatus {
         cost: 1.0,
         cost_per_hour: None,
         spill_after_seconds: None,
+        fallback: None,
         active: 2,
         pending: 1,
         failed: 0,
@@ -191,10 +192,25 @@ fn a_pool_shows_its_price_and_how_long_a_wait_it_accepts() {
         text_after(&html, "<span data-field=\"spill\""),
         "spills after 10 min"
     );
+    // A Spot pool on its fallback says where its launches go, and why in the tooltip.
+    status.pools[0].fallback = Some(codalab_wm_core::manager::status::FallbackStatus {
+        pool: "standard".into(),
+        capacity: codalab_wm_core::pools::fallback::CapacityState::Fallback {
+            since_seconds: 0,
+            retry_at_seconds: 1800,
+            why: "3 capacity events in 30 min, the last: job 9 preempted".into(),
+        },
+    });
+    let html = render(&status, &History::new(), &page());
+    assert!(
+        html.contains("<span data-field=\"capacity\" title=\"3 capacity events in 30 min, the last: job 9 preempted\">launches go to standard</span>"),
+        "{html}"
+    );
     // Unset: nothing said (a free pool that takes any wait).
     let html = render(&fixture(), &History::new(), &page());
     assert!(!html.contains("data-field=\"price\""), "{html}");
     assert!(!html.contains("data-field=\"spill\""), "{html}");
+    assert!(!html.contains("data-field=\"capacity\""), "{html}");
 }
 
 fn page() -> Page {

@@ -54,6 +54,7 @@ fn pool(active: usize) -> PoolStatus {
         cost: 0.0,
         cost_per_hour: None,
         spill_after_seconds: None,
+        fallback: None,
         active,
         pending: 1,
         failed: 0,

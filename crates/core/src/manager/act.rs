@@ -113,12 +113,10 @@ impl Manager {
         if stuck.is_empty() {
             return;
         }
-        let news = runtime.fail(
-            now,
-            "pending_timeout",
-            format!("jobs {} pending too long", stuck.join(", ")),
-        );
+        let what = format!("jobs {} pending too long", stuck.join(", "));
+        let news = runtime.fail(now, "pending_timeout", what.clone());
         report.events.extend(news.events);
+        report.events.extend(runtime.capacity_event(now, what));
         runtime::remember(&mut self.recent_failures, news.failures);
     }
 
@@ -168,6 +166,9 @@ impl Manager {
                 report.launch_errors.push(error.to_string());
                 let news = runtime.fail(now, "submit_failed", error.to_string());
                 news_events = news.events;
+                if matches!(error, crate::Error::NoCapacity { .. }) {
+                    news_events.extend(runtime.capacity_event(now, error.to_string()));
+                }
                 runtime::remember(&mut self.recent_failures, news.failures);
                 let compat = runtime.pool.policy.launch_mode == LaunchMode::Compat;
                 (LaunchResult::Failed, error.to_string(), compat)

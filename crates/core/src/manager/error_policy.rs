@@ -97,7 +97,7 @@ pub(super) fn tick_error_kind(error: &Error) -> &'static str {
         Error::Server { .. } => "client_error",
         Error::Unauthenticated { .. } => "unauthenticated",
         Error::InvalidReply { .. } => "invalid_reply",
-        Error::Backend { .. } | Error::Unsupported { .. } => "backend",
+        Error::Backend { .. } | Error::Unsupported { .. } | Error::NoCapacity { .. } => "backend",
         _ => "other",
     }
 }

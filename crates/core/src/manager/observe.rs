@@ -59,6 +59,7 @@ impl Manager {
             now,
         };
         for (runtime, listing) in self.pools.iter_mut().zip(listings) {
+            observed.events.extend(runtime.capacity_tick(now));
             let unobserved = match listing {
                 Ok(news) => {
                     self.num_failed += news.newly_failed.len() as u32;

@@ -244,6 +244,7 @@ fn pool_changes(old: &Pool, new: &Pool, changes: &mut Vec<Change>) {
     diff.note("tag_exclusive", &a.tag_exclusive, &b.tag_exclusive);
     diff.note_shown("cost", &a.cost, &b.cost);
     diff.note("spill_after", &a.spill_after, &b.spill_after);
+    diff.note("fallback", &a.fallback, &b.fallback);
     diff.note("pending_timeout", &a.pending_timeout, &b.pending_timeout);
     diff.note("startup_grace", &a.startup_grace, &b.startup_grace);
     diff.note("check_shape", &a.check_shape, &b.check_shape);

@@ -86,6 +86,8 @@ pub(crate) struct PoolRuntime {
     pub kept_noted: FxHashSet<String>,
     /// Listed jobs this manager did not launch, already said (`note_foreign`).
     pub foreign_noted: FxHashSet<String>,
+    /// Where new launches go, for a pool with a `fallback` (`capacity.rs`).
+    pub capacity: crate::pools::fallback::Capacity,
 }
 
 /// What a new listing showed, besides the observation.
@@ -123,6 +125,7 @@ impl PoolRuntime {
             announced_backoff: false,
             usage: crate::budget::UsageWindow::default(),
             metered_at: None,
+            capacity: Default::default(),
         }
     }
 
@@ -226,7 +229,7 @@ impl PoolRuntime {
                 JobState::Preempted => {
                     if !self.failed_seen.contains(&job.id) {
                         self.failed_seen.insert(job.id.clone());
-                        self.note_preempted(job, &mut news);
+                        self.note_preempted(job, now, &mut news);
                     }
                 }
                 JobState::Ended => {
@@ -317,14 +320,19 @@ impl PoolRuntime {
     /// A preempted job, once: logged and counted, but neither a failure nor a reason to back
     /// off (the worker did run, or would have; the platform took it away). Its demand is
     /// served again by the normal rules, as it is no longer capacity.
-    fn note_preempted(&mut self, job: &WorkerJob, news: &mut ListingNews) {
+    fn note_preempted(&mut self, job: &WorkerJob, now: Duration, news: &mut ListingNews) {
         let reason = job.reason.clone();
         tracing::warn!(pool = self.name(), job = %job.id, reason = reason.as_deref().unwrap_or("unknown"), "worker job was preempted; its demand is launched again by the normal rules");
+        let what = match &reason {
+            Some(reason) => format!("job {} preempted ({reason})", job.id),
+            None => format!("job {} preempted", job.id),
+        };
         news.events.push(TickEvent::JobPreempted {
             pool: self.name().to_owned(),
             job_id: job.id.clone(),
             reason,
         });
+        news.events.extend(self.capacity_event(now, what));
     }
 
     /// Takes in a fresh view of the server's workers: a first check-in forgets the pool's
@@ -333,20 +341,22 @@ impl PoolRuntime {
         let news = self.checkins.take(view, &self.listed, now);
         let first = |j: &&WorkerJob| news.first_checkins.contains(&j.id);
         self.record.checked_in_now(self.listed.iter().filter(first));
+        let mut events = match news.first_checkins.is_empty() {
+            true => Vec::new(),
+            false => self.capacity_checked_in(),
+        };
         if !news.first_checkins.is_empty() && self.health.failures > 0 {
             tracing::info!(pool = self.name(), job = %news.first_checkins[0], "a worker checked in; the pool's failure streak is forgotten");
             self.health.record_success();
         }
-        news.vanished
-            .into_iter()
-            .map(|job_id| {
-                tracing::warn!(pool = self.name(), job = %job_id, "the worker of job {job_id} checked in, then vanished from the server's list (a network partition, a worker's nap?); it is presumed busy and not stopped: its bundles resume when it checks in again");
-                TickEvent::WorkerVanished {
-                    pool: self.name().to_owned(),
-                    job_id,
-                }
-            })
-            .collect()
+        events.extend(news.vanished.into_iter().map(|job_id| {
+            tracing::warn!(pool = self.name(), job = %job_id, "the worker of job {job_id} checked in, then vanished from the server's list (a network partition, a worker's nap?); it is presumed busy and not stopped: its bundles resume when it checks in again");
+            TickEvent::WorkerVanished {
+                pool: self.name().to_owned(),
+                job_id,
+            }
+        }));
+        events
     }
 
     /// The pure observation of this pool, its jobs' check-ins judged by `sighting`.
@@ -394,6 +404,7 @@ impl PoolRuntime {
             budget_reached: None,
             budget_room: None,
             checkins_seen: self.record.checkins_seen(),
+            capacity: self.capacity.state.clone(),
         }
     }
 
@@ -454,6 +465,10 @@ impl PoolRuntime {
             cost: policy.cost,
             cost_per_hour: policy.cost_per_hour,
             spill_after_seconds: policy.spill_after.map(|d| d.as_secs()),
+            fallback: (policy.fallback.as_ref()).map(|f| super::status::FallbackStatus {
+                pool: f.pool.clone(),
+                capacity: self.capacity.state.clone(),
+            }),
             active: decision.map_or(0, |d| d.active),
             pending: decision.map_or(0, |d| d.pending),
             failed: self.failed_listed,

@@ -60,6 +60,9 @@ pub struct PoolStatus {
     /// The wait accepted here before bundles spill to a pricier pool, seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spill_after_seconds: Option<u64>,
+    /// The pool its new launches go to when its capacity fails, and where they go now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<FallbackStatus>,
     /// Active jobs at the last tick.
     pub active: usize,
     /// Pending jobs at the last tick.
@@ -256,6 +259,17 @@ pub enum TickEvent {
         /// The job.
         job_id: String,
     },
+    /// A pool with a `fallback` changed where its new launches go.
+    CapacitySwitched(crate::events::CapacitySwitch),
+}
+
+/// A pool's fallback and where its new launches go ([`crate::pools::fallback`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FallbackStatus {
+    /// The fallback pool.
+    pub pool: String,
+    /// Own, on the fallback (since when, until when, why) or retrying.
+    pub capacity: crate::pools::fallback::CapacityState,
 }
 
 /// A running total in [`Status::counters`].
@@ -318,6 +332,11 @@ impl TickEvent {
             TickEvent::WorkerVanished { pool, .. } => {
                 ("workers_vanished", pool.clone(), "vanished".to_owned())
             }
+            TickEvent::CapacitySwitched(switch) => (
+                "capacity_switches",
+                switch.pool.clone(),
+                switch.switch.to_owned(),
+            ),
         }
     }
 }

@@ -275,6 +275,7 @@ fn from_tick_event(event: &TickEvent, now_seconds: u64) -> Option<EventKind> {
             job_id: job_id.clone(),
             reason: reason.clone(),
         },
+        TickEvent::CapacitySwitched(switch) => EventKind::CapacitySwitched(switch.clone()),
         TickEvent::JobReaped { pool, job_id } => EventKind::WorkerReaped {
             pool: pool.clone(),
             job_id: job_id.clone(),

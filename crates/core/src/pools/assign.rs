@@ -207,6 +207,7 @@ fn place(
     times: &[PoolTimes],
     bins: &mut [Bins],
 ) -> Option<(usize, Coverage, usize, Option<Spill>)> {
+    let fitting = &on_demand_first(fitting, policies, slots, bins);
     let peeked: Vec<Option<usize>> = (fitting.iter())
         .map(|&p| match &slots[p] {
             slot if slot.unavailable.is_some() => None,
@@ -249,6 +250,37 @@ fn place(
     }
     let (coverage, worker) = bins[p].take(request)?;
     Some((p, coverage, worker, spill))
+}
+
+/// `fitting` with the first available pool's `fallback` tried first while the fallback has
+/// fewer than the pool's `min_on_demand` workers (jobs, and new ones this tick).
+fn on_demand_first(
+    fitting: &[usize],
+    policies: &[PoolPolicy],
+    slots: &[Slots],
+    bins: &[Bins],
+) -> Vec<usize> {
+    let mut order = fitting.to_vec();
+    let Some(&first) = fitting.iter().find(|&&p| slots[p].unavailable.is_none()) else {
+        return order;
+    };
+    let Some(rules) = policies[first]
+        .fallback
+        .as_ref()
+        .filter(|f| f.min_on_demand > 0)
+    else {
+        return order;
+    };
+    let Some(at) = order.iter().position(|&p| policies[p].name == rules.pool) else {
+        return order;
+    };
+    let fallback = order[at];
+    let workers = slots[fallback].jobs_and_max.0 + bins[fallback].launched();
+    if workers < rules.min_on_demand as usize {
+        order.remove(at);
+        order.insert(0, fallback);
+    }
+    order
 }
 
 /// The workers of one pool the assignment fills: its starting ones, then new ones.
@@ -325,6 +357,11 @@ impl Bins {
         bin.runs_left = bin.runs_left.map(|n| n - 1);
         bin.taken += 1;
         Some((coverage, index))
+    }
+
+    /// New workers this tick's bundles fill.
+    fn launched(&self) -> usize {
+        self.bins.iter().filter(|bin| !bin.coming).count()
     }
 
     /// Workers given at least one bundle.

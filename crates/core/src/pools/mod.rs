@@ -49,6 +49,7 @@ pub mod backoff;
 mod census;
 #[cfg(test)]
 mod checkin_tests;
+pub mod fallback;
 pub mod need;
 #[cfg(test)]
 mod packing_tests;
@@ -143,6 +144,8 @@ pub struct PoolPolicy {
     /// The longest wait the admin accepts on this pool while a pricier one would start a
     /// bundle sooner ([`preference_order`], `pools/spill.rs`); `None`: any wait.
     pub spill_after: Option<Duration>,
+    /// Where new launches go when this pool's capacity fails ([`fallback`]).
+    pub fallback: Option<fallback::Fallback>,
     /// Stop jobs pending longer than this (target mode only).
     pub pending_timeout: Option<Duration>,
     /// A job active for less than this is still starting its worker (which has not yet taken
@@ -183,6 +186,7 @@ impl PoolPolicy {
             check_shape: true,
             cost: 0.0,
             spill_after: None,
+            fallback: None,
             pending_timeout: None,
             startup_grace: DEFAULT_STARTUP_GRACE,
             checkin_timeout: crate::checkin::DEFAULT_CHECKIN_TIMEOUT,
@@ -218,15 +222,30 @@ impl PoolPolicy {
                     "pool {name}: pending_timeout needs launch_mode = \"target\" (compat keeps upstream's rules)"
                 ));
             }
-            if self.spill_after.is_some() {
-                return Err(format!(
-                    "pool {name}: spill_after needs launch_mode = \"target\" (compat keeps upstream's rules)"
-                ));
+            for (key, set) in [
+                ("spill_after", self.spill_after.is_some()),
+                ("fallback", self.fallback.is_some()),
+            ] {
+                if set {
+                    return Err(format!(
+                        "pool {name}: {key} needs launch_mode = \"target\" (compat keeps upstream's rules)"
+                    ));
+                }
             }
             if self.max_launches_per_tick > 1 {
                 return Err(format!(
                     "pool {name}: max_launches_per_tick {} needs launch mode target (compat launches at most one worker per tick, as upstream)",
                     self.max_launches_per_tick
+                ));
+            }
+        }
+        if let Some(fallback) = &self.fallback {
+            if fallback.pool == *name {
+                return Err(format!("pool {name}: fallback names the pool itself"));
+            }
+            if fallback.after == 0 || fallback.window.is_zero() {
+                return Err(format!(
+                    "pool {name}: fallback_after and fallback_window must be at least 1"
                 ));
             }
         }
@@ -313,6 +332,8 @@ pub struct PoolObservation {
     /// (now or before a restart): the manager's view shows the pool's workers, so one that
     /// never checks in is broken, not invisible.
     pub checkins_seen: bool,
+    /// Where the pool's new launches go, when it has a `fallback` ([`fallback`]).
+    pub capacity: fallback::CapacityState,
 }
 
 /// The server's side of a tick, for the dispatch model ([`crate::dispatch`]): its checked-in
@@ -437,6 +458,44 @@ pub fn preference_order(policies: &[PoolPolicy]) -> Vec<usize> {
     order
 }
 
+/// Launches the pool may still make before `max`; while it retries after its fallback, one
+/// at most, and none while a job of it is starting.
+fn room(policy: &PoolPolicy, observed: &PoolObservation, census: &Census, now: Duration) -> usize {
+    let room = (policy.max as usize).saturating_sub(census.jobs);
+    match on_fallback(policy, observed, now)
+        .as_ref()
+        .and_then(retrying)
+    {
+        Some(()) if census.pending + census.starting > 0 => 0,
+        Some(()) => room.min(1),
+        None => room,
+    }
+}
+
+/// The preference order with each pool's `fallback` moved right after it (when it came
+/// later): a bundle its pool cannot take goes there first.
+pub fn with_fallbacks(mut order: Vec<usize>, policies: &[PoolPolicy]) -> Vec<usize> {
+    for p in 0..policies.len() {
+        let Some(fallback) = &policies[p].fallback else {
+            continue;
+        };
+        let Some(f) = policies.iter().position(|q| q.name == fallback.pool) else {
+            continue;
+        };
+        let (at, from) = (
+            order.iter().position(|&i| i == p),
+            order.iter().position(|&i| i == f),
+        );
+        if let (Some(at), Some(from)) = (at, from)
+            && from > at + 1
+        {
+            let moved = order.remove(from);
+            order.insert(at + 1, moved);
+        }
+    }
+    order
+}
+
 /// Stands in for a pool that has no observation (counts as unobserved).
 static NOT_OBSERVED: std::sync::LazyLock<PoolObservation> =
     std::sync::LazyLock::new(|| PoolObservation {
@@ -484,14 +543,14 @@ fn assignment(
         .zip(observations)
         .zip(&censuses)
         .map(|((policy, obs), census)| Slots {
-            unavailable: unavailable(obs, census),
+            unavailable: unavailable(policy, obs, census, now),
             compat: policy.launch_mode == LaunchMode::Compat,
             coming: census.free(packs),
-            room: (policy.max as usize).saturating_sub(census.jobs),
+            room: room(policy, obs, census, now),
             jobs_and_max: (census.jobs, policy.max),
         })
         .collect();
-    let order = preference_order(policies);
+    let order = with_fallbacks(preference_order(policies), policies);
     let assigned = assign::assign(bundles, policies, &order, &slots, times, server);
     let mut demand = vec![0usize; policies.len()];
     for (p, ..) in &assigned.assigned {
@@ -528,7 +587,12 @@ fn assignment(
 }
 
 /// Why a pool takes no bundle this tick (unobserved, backing off, stuck or lost job), if so.
-fn unavailable(observed: &PoolObservation, census: &Census) -> Option<Reason> {
+fn unavailable(
+    policy: &PoolPolicy,
+    observed: &PoolObservation,
+    census: &Census,
+    now: Duration,
+) -> Option<Reason> {
     observed
         .unobserved
         .as_ref()
@@ -537,8 +601,43 @@ fn unavailable(observed: &PoolObservation, census: &Census) -> Option<Reason> {
         })
         .or_else(|| observed.budget_reached.clone())
         .or_else(|| census.backing_off.clone())
+        .or_else(|| on_fallback(policy, observed, now).filter(|r| retrying(r).is_none()))
         .or_else(|| census.stuck.first().cloned())
         .or_else(|| census.lost.first().cloned())
+}
+
+/// The pool's `on_fallback` reason, when its capacity failed ([`fallback`]).
+fn on_fallback(policy: &PoolPolicy, observed: &PoolObservation, now: Duration) -> Option<Reason> {
+    let fallback = policy.fallback.as_ref()?.pool.clone();
+    match &observed.capacity {
+        fallback::CapacityState::Own => None,
+        fallback::CapacityState::Fallback {
+            retry_at_seconds,
+            why,
+            ..
+        } => Some(Reason::OnFallback {
+            fallback,
+            retry_in_seconds: Some(retry_at_seconds.saturating_sub(now.as_secs())),
+            why: why.clone(),
+        }),
+        fallback::CapacityState::Retrying { .. } => Some(Reason::OnFallback {
+            fallback,
+            retry_in_seconds: None,
+            why: "the cool-down is over".into(),
+        }),
+    }
+}
+
+/// `Some(())` when `reason` is a retry: one launch tries the pool again.
+fn retrying(reason: &Reason) -> Option<()> {
+    matches!(
+        reason,
+        Reason::OnFallback {
+            retry_in_seconds: None,
+            ..
+        }
+    )
+    .then_some(())
 }
 
 /// Decides launches, stops and assignments for every pool. Pure: `now` is the manager clock.
@@ -572,7 +671,7 @@ pub fn plan_pools(
                 workers: workers[i],
                 packs: server.is_some(),
             };
-            decide(policy, observations[i], &censuses[i], demand)
+            decide(policy, observations[i], &censuses[i], demand, now)
         })
         .collect();
     let Assigned {
@@ -623,6 +722,7 @@ fn decide(
     observed: &PoolObservation,
     census: &Census,
     demand: Demand,
+    now: Duration,
 ) -> PoolDecision {
     let mut decision = PoolDecision {
         pool: policy.name.clone(),
@@ -679,12 +779,24 @@ fn decide(
         decision.reasons.push(budget.clone());
         return decision;
     }
+    let fallback = on_fallback(policy, observed, now);
+    if let Some(reason) = fallback.as_ref() {
+        decision.reasons.push(reason.clone());
+        if retrying(reason).is_none() {
+            return decision;
+        }
+    }
     if !census.stuck_ids.is_empty() || !census.lost_ids.is_empty() {
         // The pool just showed it cannot start jobs (or workers): it launches nothing this
         // tick; the manager backs it off, and the next tick replaces the stopped jobs.
         return decision;
     }
     decide_target(policy, observed, census, demand, &mut decision);
+    if fallback.is_some() {
+        // Retrying: one launch tries the pool again, none while one is starting.
+        let probe = room(policy, observed, census, now) as u32;
+        decision.launches = decision.launches.min(probe);
+    }
     cap_to_budget(observed, &mut decision);
     decision
 }

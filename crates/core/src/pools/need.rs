@@ -76,7 +76,8 @@ impl<'a> Need<'a> {
             .iter()
             .zip(&self.observations)
             .map(|(policy, observed)| {
-                cap(policy, &census(policy, observed, self.now), observed, packs)
+                let census = census(policy, observed, self.now);
+                cap(policy, &census, observed, packs, self.now)
             })
             .collect()
     }
@@ -121,8 +122,14 @@ impl<'a> Need<'a> {
 }
 
 /// The demand past which the decision of `policy` no longer changes (the module doc says why).
-fn cap(policy: &PoolPolicy, census: &Census, observed: &PoolObservation, packs: bool) -> usize {
-    if unavailable(observed, census).is_some() {
+fn cap(
+    policy: &PoolPolicy,
+    census: &Census,
+    observed: &PoolObservation,
+    packs: bool,
+    now: Duration,
+) -> usize {
+    if unavailable(policy, observed, census, now).is_some() {
         return 0;
     }
     match policy.launch_mode {

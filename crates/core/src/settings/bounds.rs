@@ -80,6 +80,9 @@ impl PoolRules {
                 "min_seconds_between_workers",
                 self.min_seconds_between_workers,
             ),
+            ("spill_after", self.spill_after),
+            ("fallback_window", self.fallback_window),
+            ("fallback_cooldown", self.fallback_cooldown),
         ];
         for (key, value) in keys {
             let Some(value) = value else { continue };
@@ -90,6 +93,12 @@ impl PoolRules {
                 min: 0,
             }
             .check()?;
+        }
+        if let Some(key) = self.fallback_keys_alone() {
+            return Err(format!(
+                "pool {}: `{key}` needs `fallback` (the pool new launches go to)",
+                self.name
+            ));
         }
         Ok(())
     }

@@ -257,6 +257,19 @@ pub struct PoolRules {
     /// Seconds a bundle may be expected to wait for a worker of this pool while a pricier
     /// fitting pool would start it sooner; beyond it the bundle goes there [default: any wait].
     pub spill_after: Option<u64>,
+    /// The pool new launches go to when this pool's capacity fails (a Spot pool's on-demand
+    /// twin): after `fallback_after` capacity events within `fallback_window`.
+    pub fallback: Option<String>,
+    /// Capacity events (preemptions, stockouts, jobs pending past `pending_timeout`) within
+    /// `fallback_window` that switch to the fallback [default: 3].
+    pub fallback_after: Option<u32>,
+    /// Seconds capacity events count for [default: 1800].
+    pub fallback_window: Option<u64>,
+    /// Seconds on the fallback, since the last capacity event, before one launch tries this
+    /// pool again [default: 1800].
+    pub fallback_cooldown: Option<u64>,
+    /// Workers kept on the fallback whenever this pool has bundles [default: 0].
+    pub min_on_demand: Option<u32>,
     /// Seconds a job may stay pending before it is stopped and replaced elsewhere.
     pub pending_timeout: Option<u64>,
     /// Seconds a job that just became active counts as free capacity (its worker has not yet
@@ -295,6 +308,35 @@ fn default_pool_cap() -> u32 {
 }
 
 impl PoolRules {
+    /// The pool's fallback rules, when it names a fallback (the other keys' defaults in
+    /// [`crate::pools::fallback`]).
+    fn fallback(&self) -> Option<crate::pools::fallback::Fallback> {
+        use crate::pools::fallback::{DEFAULT_AFTER, DEFAULT_COOLDOWN, DEFAULT_WINDOW, Fallback};
+        let seconds = std::time::Duration::from_secs;
+        Some(Fallback {
+            pool: self.fallback.clone()?,
+            after: self.fallback_after.unwrap_or(DEFAULT_AFTER),
+            window: self.fallback_window.map_or(DEFAULT_WINDOW, seconds),
+            cooldown: self.fallback_cooldown.map_or(DEFAULT_COOLDOWN, seconds),
+            min_on_demand: self.min_on_demand.unwrap_or(0),
+        })
+    }
+
+    /// Keys that mean something only beside `fallback`, when set without it.
+    pub fn fallback_keys_alone(&self) -> Option<&'static str> {
+        if self.fallback.is_some() {
+            return None;
+        }
+        [
+            ("fallback_after", self.fallback_after.is_some()),
+            ("fallback_window", self.fallback_window.is_some()),
+            ("fallback_cooldown", self.fallback_cooldown.is_some()),
+            ("min_on_demand", self.min_on_demand.is_some()),
+        ]
+        .into_iter()
+        .find_map(|(key, set)| set.then_some(key))
+    }
+
     /// The pool's rules for a backend whose workers have `shape` (what `run` starts the pool
     /// with and what a reload applies).
     pub fn policy(&self, settings: &Settings, shape: crate::WorkerShape) -> crate::PoolPolicy {
@@ -306,6 +348,7 @@ impl PoolRules {
             check_shape: !settings.no_prefilter,
             cost: self.cost,
             spill_after: self.spill_after.map(std::time::Duration::from_secs),
+            fallback: self.fallback(),
             pending_timeout: self.pending_timeout.map(std::time::Duration::from_secs),
             startup_grace: self.startup_grace.map_or(
                 crate::pools::DEFAULT_STARTUP_GRACE,

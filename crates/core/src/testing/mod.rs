@@ -341,6 +341,8 @@ impl FakeBackend {
     }
 
     /// Makes `start_worker_job` fail (permanently) with `message`, or succeed again with `None`.
+    /// A message that starts with `no capacity: ` fails as the platform having no capacity
+    /// ([`Error::NoCapacity`]: a stockout).
     pub fn fail_starting(&self, message: Option<&str>) {
         self.state().fail_start = message.map(str::to_owned);
     }
@@ -371,6 +373,12 @@ impl WorkerBackend for FakeBackend {
     async fn start_worker_job(&self, request: &LaunchRequest<'_>) -> Result<WorkerJob> {
         let mut state = self.state();
         if let Some(message) = &state.fail_start {
+            if let Some(stockout) = message.strip_prefix("no capacity: ") {
+                return Err(Error::NoCapacity {
+                    backend: "fake".into(),
+                    message: stockout.to_owned(),
+                });
+            }
             return Err(Error::backend(
                 "fake",
                 "submit a worker job",

@@ -7,6 +7,7 @@ use crate::config::schema;
 use codalab_wm_core::WorkerShape;
 use codalab_wm_core::describe::{BackendKind, Placement};
 use codalab_wm_core::layout;
+use codalab_wm_core::pools::fallback;
 use codalab_wm_core::settings::{PoolRules, PoolSettings, Settings};
 use serde_json::{Map, Value};
 use toml_edit::{Item, TableLike};
@@ -126,16 +127,29 @@ impl Checker<'_> {
         if let Some(Value::Object(object)) = given.map(to_json) {
             identity.extend(object);
         }
+        let fallback =
+            (entry.rules.fallback.clone()).map(|f| (f, self.key_line(place, "fallback")));
         Some(Owner {
             pool: name,
             backend,
             line: name_line,
             identity,
+            fallback,
         })
     }
 
-    /// Pools that would list (and so count, stop and adopt) each other's jobs.
+    /// Pools that would list (and so count, stop and adopt) each other's jobs, and fallbacks
+    /// that name no pool.
     fn owners(&mut self, owners: &[Owner]) {
+        let names: Vec<&str> = owners.iter().map(|o| o.pool.as_str()).collect();
+        for owner in owners {
+            let Some((fallback, line)) = &owner.fallback else {
+                continue;
+            };
+            if let Some(message) = fallback::unknown(&owner.pool, fallback, &names) {
+                self.push(*line, Kind::Invalid, message);
+            }
+        }
         for (i, a) in owners.iter().enumerate() {
             for b in &owners[i + 1..] {
                 if a.pool == b.pool {
@@ -170,4 +184,6 @@ struct Owner {
     backend: &'static dyn BackendKind,
     line: usize,
     identity: Map<String, Value>,
+    /// The pool its `fallback` names, and the key's line.
+    fallback: Option<(String, usize)>,
 }

@@ -257,6 +257,7 @@ fn random_observation(rng: &mut SplitMix64, max: u32) -> PoolObservation {
         budget_reached: None,
         budget_room: None,
         checkins_seen: true,
+        capacity: Default::default(),
     }
 }
 
