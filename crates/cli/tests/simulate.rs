@@ -326,3 +326,74 @@ fn man_page_mentions_every_upstream_global_flag() {
         assert!(page.contains(subcommand), "{subcommand}");
     }
 }
+
+/// Two priced pools (a free queued Slurm partition and a paid cloud), as an admin asks
+/// "what would spilling have cost?": the CLI's `--platform` and `--set spill_after`.
+#[test]
+fn spill_after_and_a_queued_platform_are_what_ifs_with_a_cost_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("wm.toml");
+    std::fs::write(
+        &config,
+        "[[pools]]\nname = \"slurm\"\nbackend = \"local\"\nmax = 100\nmax_launches_per_tick = 10\n\
+         [pools.local]\ncpus = 4\nstate_dir = \"/tmp/a\"\n\
+         [[pools]]\nname = \"cloud\"\nbackend = \"local\"\nmax = 10\nmax_launches_per_tick = 10\n\
+         cost_per_hour = 0.8\n[pools.local]\ncpus = 4\nstate_dir = \"/tmp/b\"\n",
+    )
+    .unwrap();
+    let run = |spill: &str| {
+        let output = manager(&[
+            "--config",
+            config.to_str().unwrap(),
+            "simulate",
+            "--arrivals",
+            "poisson:2",
+            "--bundles",
+            "200",
+            "--platform",
+            "slurm:latency=30-60,busy=7200/3600",
+            "--set",
+            &format!("slurm.spill_after={spill}"),
+            "--json",
+        ]);
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
+    };
+    let hours = |report: &serde_json::Value, pool: usize| {
+        report["pools"][pool]["worker_hours"].as_f64().unwrap()
+    };
+    let (stays, spills) = (run("0"), run("300"));
+    // Without spill_after the paid pool buys nothing while the free one has room (max 100);
+    // with it, the bundles that meet the busy hour spill, and the paid pool has a cost.
+    assert_eq!(hours(&stays, 1), 0.0, "{stays}");
+    assert!(hours(&spills, 1) > 0.0, "{spills}");
+    assert!(spills["pools"][1]["cost"].as_f64().unwrap() > 0.0);
+    assert!(
+        stays["pools"][0].get("cost").is_none(),
+        "a free pool has no cost"
+    );
+    let p90 = |r: &serde_json::Value| r["total_wait"]["p90_seconds"].as_f64().unwrap();
+    assert!(
+        p90(&spills) < p90(&stays),
+        "{} vs {}",
+        p90(&spills),
+        p90(&stays)
+    );
+    // A bad platform names the flag and the key.
+    let bad = Command::new(BIN)
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "simulate",
+            "--arrivals",
+            "poisson:2",
+        ])
+        .args(["--platform", "slurm:busy=60"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success());
+    assert!(
+        stderr.contains("--platform slurm:busy=60: busy `60`: expected EVERY/FOR seconds"),
+        "{stderr}"
+    );
+}

@@ -92,7 +92,7 @@ fn costs(report: &SimReport) -> String {
         return String::new();
     }
     let each: Vec<String> = priced.iter().map(|(n, c)| format!("{n} {c:.2}")).collect();
-    let total: f64 = priced.iter().map(|(_, c)| c).sum();
+    let total = report.cost().unwrap_or_default();
     format!(
         "cost (worker-hours × cost_per_hour): {}; total {total:.2}\n",
         each.join(", ")

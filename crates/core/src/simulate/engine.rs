@@ -3,7 +3,7 @@
 //! (`engine/tick.rs`) runs the manager's pool memory and `plan_pools`.
 
 use super::SimConfig;
-use super::report::{PoolReport, Series, SimReport, WaitStats};
+use super::report::{Series, SimReport};
 use super::rng::SplitMix64;
 use super::workload::Workload;
 use crate::backend::{LaunchRequest, WorkerBackend, WorkerJob};
@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 mod platform;
 mod serve;
+mod summary;
 mod tick;
 
 /// The user the simulated manager runs as: the root user, so its workers are shared and the
@@ -57,6 +58,8 @@ enum Fate {
     Start,
     Fail,
     Stuck,
+    /// Preempted by its platform before its worker is active.
+    Preempt,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +68,8 @@ enum Phase {
     Active,
     /// Failed before active: listed once more, then gone.
     Failed,
+    /// Preempted before active: listed once more, then gone.
+    Preempted,
     Gone,
 }
 
@@ -434,10 +439,17 @@ impl<'a> Sim<'a> {
                 self.stats[pool].live -= 1;
                 self.release(job, now);
             }
+            Fate::Preempt => {
+                worker.phase = Phase::Preempted;
+                self.stats[pool].live -= 1;
+                self.release(job, now);
+            }
             Fate::Start => {
                 worker.phase = Phase::Active;
                 worker.active_at = now;
                 self.stats[pool].active += 1;
+                // Its worker checks in at once: a retrying pool takes its launches back.
+                let _ = self.runtimes[pool].capacity_checked_in();
                 self.serve(now);
                 self.idle_or_exit(job, now);
             }
@@ -490,87 +502,6 @@ impl<'a> Sim<'a> {
         stats.unused += u64::from(unused);
         self.release(job, now);
     }
-
-    fn sample(&mut self, now_ms: u64) {
-        let n = self.policies.len();
-        let mut row = vec![0u32; 3 * n];
-        for class in &self.classes {
-            if let Some(p) = class.preferred {
-                row[3 * p] += class.queue.len() as u32;
-            }
-        }
-        for (p, stats) in self.stats.iter().enumerate() {
-            row[3 * p + 1] = stats.live as u32;
-            row[3 * p + 2] = stats.active as u32;
-        }
-        self.series.push(now_ms, &row);
-    }
-
-    fn report(mut self, end: u64, drained: bool) -> SimReport {
-        for job in &self.jobs {
-            if job.phase == Phase::Active {
-                let stats = &mut self.stats[job.pool];
-                stats.worker_ms += end.saturating_sub(job.active_at);
-                if let Some(since) = job.busy_since {
-                    stats.busy_ms += end.saturating_sub(since);
-                }
-                stats.unused += u64::from(job.started == 0);
-            }
-        }
-        let no_pool = (self.classes.iter())
-            .filter(|c| c.preferred.is_none())
-            .map(|c| c.queue.len())
-            .sum();
-        let estimates = super::report::EstimateReport::of(&mut self.estimate_errors);
-        let mut all_waits = Vec::new();
-        let pools: Vec<PoolReport> = self
-            .policies
-            .iter()
-            .zip(&mut self.stats)
-            .map(|(policy, stats)| {
-                all_waits.extend_from_slice(&stats.waits);
-                PoolReport {
-                    name: policy.name.clone(),
-                    launch_mode: policy.launch_mode,
-                    shape: policy.shape.to_string(),
-                    min: policy.min,
-                    max: policy.max,
-                    launches: stats.launches,
-                    unused_launches: stats.unused,
-                    failures: stats.failures,
-                    stuck_stops: stats.stuck_stops,
-                    peak_workers: stats.peak,
-                    worker_hours: hours(stats.worker_ms),
-                    busy_hours: hours(stats.busy_ms),
-                    cost: (policy.cost_per_hour)
-                        .map(|price| (hours(stats.worker_ms) * price * 1000.0).round() / 1000.0),
-                    bundles_run: stats.waits.len(),
-                    wait: WaitStats::of(&mut stats.waits),
-                }
-            })
-            .collect();
-        SimReport {
-            seed: self.config.seed,
-            sleep_seconds: self.config.sleep_time.as_secs_f64(),
-            simulated_seconds: end as f64 / 1000.0,
-            ticks: self.ticks,
-            bundles: self.workload.arrivals.len(),
-            started: self.started,
-            finished: self.finished,
-            unfinished: self.workload.arrivals.len() - self.finished - self.unrunnable,
-            unrunnable: self.unrunnable,
-            staged_for_no_pool: no_pool,
-            drained,
-            total_wait: WaitStats::of(&mut all_waits),
-            estimates,
-            pools,
-            series: self.series,
-        }
-    }
-}
-
-fn hours(ms: u64) -> f64 {
-    (ms as f64 / 3_600_000.0 * 1000.0).round() / 1000.0
 }
 
 /// The uuid of simulated bundle `bundle`.

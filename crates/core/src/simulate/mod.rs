@@ -30,6 +30,9 @@
 //!   every period (`busy`): a job ready while the platform is full stays pending, in launch
 //!   order (listed with Slurm's reason `Resources`), until a slot frees or the busy spell
 //!   ends. That is a free but queued Slurm partition beside a paid cloud pool (issue #32).
+//!   A Spot pool's platform may have no capacity for part of every period (`stockout`: a
+//!   launch fails as `Error::NoCapacity`) and preempt a share of its launches before their
+//!   worker is active (`preempt`): capacity events for the pool's `fallback`.
 //! - **Workers** with no bundle for `worker_idle` exit (0: never), as `cl-worker
 //!   --idle-seconds` does, and after `worker_max_runs` bundles when set. A worker that ends
 //!   without having run a bundle is an unused launch.
@@ -127,7 +130,7 @@ impl Default for SimConfig {
 }
 
 /// How one pool's platform starts its jobs (see the module doc).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Platform {
     /// This pool's start latency bounds, instead of [`SimConfig::start_latency`].
     pub start_latency: Option<(Duration, Duration)>,
@@ -136,6 +139,12 @@ pub struct Platform {
     /// `(every, for)`: others fill the platform for the first `for` of every `every` (from
     /// time 0); the pool's jobs that become ready then stay pending until it ends.
     pub busy: Option<(Duration, Duration)>,
+    /// `(every, for)`: the platform has no capacity for the first `for` of every `every`: a
+    /// launch then fails as a Spot stockout does (`Error::NoCapacity`).
+    pub stockout: Option<(Duration, Duration)>,
+    /// The share of launches preempted before their worker is active (a Spot VM reclaimed
+    /// while it boots): listed once as preempted, then gone.
+    pub preempt: f64,
 }
 
 impl SimConfig {
@@ -164,12 +173,16 @@ impl SimConfig {
                     "pool {pool}: the start latency's lower bound exceeds its upper bound"
                 ));
             }
-            if platform
-                .busy
-                .is_some_and(|(every, spell)| every.is_zero() || spell > every)
-            {
+            for (what, spells) in [("busy", platform.busy), ("stockout", platform.stockout)] {
+                if spells.is_some_and(|(every, spell)| every.is_zero() || spell > every) {
+                    return bad(format!(
+                        "pool {pool}: a {what} spell must be a positive period and last no longer"
+                    ));
+                }
+            }
+            if !(0.0..=1.0).contains(&platform.preempt) {
                 return bad(format!(
-                    "pool {pool}: a busy spell must be a positive period and last no longer"
+                    "pool {pool}: the preempt share is not between 0 and 1"
                 ));
             }
         }

@@ -217,6 +217,15 @@ pub struct SimReport {
     pub series: Series,
 }
 
+impl SimReport {
+    /// What the pools with a `cost_per_hour` cost in all; `None` when none has one.
+    pub fn cost(&self) -> Option<f64> {
+        let mut priced = self.pools.iter().filter_map(|p| p.cost).peekable();
+        priced.peek()?;
+        Some(priced.fold(0.0, |a, b| a + b))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

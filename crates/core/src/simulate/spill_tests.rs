@@ -32,7 +32,7 @@ fn config() -> SimConfig {
     let slurm = Platform {
         start_latency: Some((S(30), S(30))),
         busy: Some((S(7200), S(3600))),
-        slots: None,
+        ..Platform::default()
     };
     SimConfig {
         platforms: [("slurm".to_owned(), slurm)].into(),
@@ -89,4 +89,34 @@ fn slots_hold_jobs_beyond_them_pending_in_launch_order() {
     };
     let report = simulate(&two, &pools(None)[..1], &free).unwrap();
     assert_eq!(report.pools[0].wait.max_seconds, Some(60.0));
+}
+
+#[test]
+fn a_stocked_out_spot_pool_sends_its_launches_to_its_fallback() {
+    let spot = PoolPolicy {
+        fallback: Some(crate::pools::fallback::Fallback {
+            after: 1,
+            ..crate::pools::fallback::Fallback::to("cloud")
+        }),
+        ..pools(None).remove(0)
+    };
+    let cloud = pools(None).remove(1);
+    let config = SimConfig {
+        platforms: [(
+            "slurm".to_owned(),
+            Platform {
+                stockout: Some((S(7200), S(3600))),
+                ..Platform::default()
+            },
+        )]
+        .into(),
+        ..SimConfig::default()
+    };
+    let report = simulate(&one_bundle(), &[spot, cloud], &config).unwrap();
+    let (spot, cloud) = (&report.pools[0], &report.pools[1]);
+    // The tick at 0 s meets the stockout (a capacity event: on the fallback at once); the
+    // tick at 5 s launches on the fallback, whose worker is active 60 s later.
+    assert_eq!((spot.failures, spot.launches, spot.bundles_run), (1, 0, 0));
+    assert_eq!((cloud.launches, cloud.bundles_run), (1, 1));
+    assert_eq!(cloud.wait.max_seconds, Some(65.0));
 }

@@ -97,8 +97,9 @@ pub fn start_latency(text: &str) -> Result<(Duration, Duration), SimError> {
     }
 }
 
-/// Pools' platforms from `POOL:latency=MIN-MAX,slots=N,busy=EVERY/FOR` specs (`simulate
-/// --platform`, seconds; any subset of the keys): the pool must be one of `policies`.
+/// Pools' platforms from `POOL:latency=MIN-MAX,slots=N,busy=EVERY/FOR,stockout=EVERY/FOR,
+/// preempt=SHARE` specs (`simulate --platform`, seconds; any subset of the keys): the pool
+/// must be one of `policies`.
 pub fn platforms(
     specs: &[String],
     policies: &[PoolPolicy],
@@ -140,12 +141,28 @@ fn platform_key(platform: &mut Platform, pair: &str) -> Result<(), String> {
             let slots = value.trim().parse();
             platform.slots = Some(slots.map_err(|_| format!("`{value}` is not a whole number"))?);
         }
-        "busy" => {
+        "busy" | "stockout" => {
             let (every, spell) = (value.split_once('/'))
-                .ok_or_else(|| format!("busy `{value}`: expected EVERY/FOR seconds"))?;
-            platform.busy = Some((seconds(every)?, seconds(spell)?));
+                .ok_or_else(|| format!("{key} `{value}`: expected EVERY/FOR seconds"))?;
+            let spells = Some((seconds(every)?, seconds(spell)?));
+            match key.trim() {
+                "busy" => platform.busy = spells,
+                _ => platform.stockout = spells,
+            }
         }
-        other => return Err(format!("unknown key `{other}`: use latency, slots, busy")),
+        "preempt" => {
+            let share: f64 =
+                (value.trim().parse()).map_err(|_| format!("`{value}` is not a number"))?;
+            if !(0.0..=1.0).contains(&share) {
+                return Err(format!("preempt `{value}` is not a share between 0 and 1"));
+            }
+            platform.preempt = share;
+        }
+        other => {
+            return Err(format!(
+                "unknown key `{other}`: use latency, slots, busy, stockout, preempt"
+            ));
+        }
     }
     Ok(())
 }
@@ -180,7 +197,8 @@ mod tests {
     #[test]
     fn platforms_are_pool_colon_keys() {
         let spec = |s: &str| vec![s.to_owned()];
-        let parsed = platforms(&spec("a:latency=30-60,slots=4,busy=7200/3600"), &pools()).unwrap();
+        let text = "a:latency=30-60,slots=4,busy=7200/3600,stockout=3600/600,preempt=0.2";
+        let parsed = platforms(&spec(text), &pools()).unwrap();
         let s = Duration::from_secs;
         assert_eq!(
             parsed["a"],
@@ -188,6 +206,8 @@ mod tests {
                 start_latency: Some((s(30), s(60))),
                 slots: Some(4),
                 busy: Some((s(7200), s(3600))),
+                stockout: Some((s(3600), s(600))),
+                preempt: 0.2,
             }
         );
         for (bad, says) in [
@@ -197,6 +217,7 @@ mod tests {
             ("a:slots=x", "`x` is not a whole number"),
             ("a:busy=60", "expected EVERY/FOR"),
             ("a:color=red", "unknown key `color`"),
+            ("a:preempt=2", "not a share between 0 and 1"),
         ] {
             let error = platforms(&spec(bad), &pools()).unwrap_err().to_string();
             assert!(error.contains(says) && error.contains(bad), "{error}");

@@ -21,6 +21,8 @@
 //!   (`packing.rs`, issue #29), printed;
 //! - `spill`: only the simulated comparison of spilling by estimated wait (`spill.rs`,
 //!   issue #32), printed;
+//! - `fallback`: only the simulated comparison of Spot with an on-demand fallback
+//!   (`fallback.rs`, issue #32), printed;
 //! - `staged-ready`: only the time from staged to ready with real workers on real Slurm
 //!   (`staged_ready.rs`), merged into the last results;
 //! - `packing-real`: only planning as the server dispatches, measured with real workers on
@@ -38,6 +40,7 @@ mod azure;
 mod backends;
 mod codalab_rest;
 mod count_proxy;
+mod fallback;
 mod gce;
 mod k8s;
 mod listing;
@@ -63,7 +66,7 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((command, rest)) = args.split_first() else {
         bail!(
-            "usage: bench-harness run [--quick] | staged-ready [--quick] | packing [--quick] | spill [--quick] | packing-real [--before PATH] | server-cost [--quick] [--sizes N,M] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure … | gce-fake … | ours-gce …"
+            "usage: bench-harness run [--quick] | staged-ready [--quick] | packing [--quick] | spill [--quick] | fallback [--quick] | packing-real [--before PATH] | server-cost [--quick] [--sizes N,M] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure … | gce-fake … | ours-gce …"
         );
     };
     match command.as_str() {
@@ -76,6 +79,7 @@ fn main() -> Result<()> {
         "packing" => packing::only(rest),
         "packing-real" => packing_real::only(rest),
         "spill" => spill::only(rest),
+        "fallback" => fallback::only(rest),
         "server-cost" => server_cost::only(rest),
         "k8s-fake" => k8s::serve(rest),
         "ours-k8s" => k8s::run(rest),

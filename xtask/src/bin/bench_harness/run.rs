@@ -139,6 +139,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let reaction_model = reaction_model(&plan);
     let packing_model = crate::packing::measure(quick);
     let spill_model = crate::spill::measure(quick);
+    let fallback_model = crate::fallback::measure(quick);
     let staged_ready = crate::staged_ready::measure_all(quick)?;
     let packing_real = crate::packing_real::measure_full(quick, args)?;
     let server_cost = crate::server_cost::measure_all(quick)?;
@@ -155,6 +156,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "reaction_model": reaction_model,
         "packing_model": packing_model,
         "spill_model": spill_model,
+        "fallback_model": fallback_model,
         "staged_ready": staged_ready,
         "packing_real": packing_real,
         "server_cost": server_cost,

@@ -23,7 +23,7 @@ const SPILL_AFTER: u64 = 300;
 
 /// The trace: a burst of 12 bundles (1 or 2 CPUs, one every 5 s, runs of 10 min on
 /// average) every 45 minutes, so each burst finds the last one's workers gone.
-fn workload(bursts: u64) -> Workload {
+pub fn workload(bursts: u64) -> Workload {
     let mix: Vec<BundleTemplate> = [
         "cpus=1,memory=2g,duration=600,weight=2",
         "cpus=2,memory=4g,duration=600,weight=1",
@@ -68,7 +68,7 @@ fn config() -> SimConfig {
     let slurm = Platform {
         start_latency: Some((S(30), S(60))),
         busy: Some((S(7200), S(3600))),
-        slots: None,
+        ..Platform::default()
     };
     SimConfig {
         start_latency: (S(60), S(120)),
@@ -113,7 +113,7 @@ fn busy_arrivals(workload: &Workload, config: &SimConfig) -> usize {
 }
 
 fn row(name: &str, workload: &Workload, report: &SimReport) -> Value {
-    let cost = (report.pools.iter().filter_map(|p| p.cost)).fold(0.0, |a, b| a + b);
+    let cost = report.cost().unwrap_or(0.0);
     let hours = |pool: &str| {
         (report.pools.iter())
             .find(|p| p.name == pool)

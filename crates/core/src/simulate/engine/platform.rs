@@ -7,6 +7,7 @@
 use super::super::Platform;
 use super::{READY, Sim, UNBLOCK};
 use std::collections::VecDeque;
+use std::time::Duration;
 
 /// One pool's platform during a run.
 #[derive(Debug, Default)]
@@ -77,9 +78,21 @@ impl Sim<'_> {
     }
 }
 
+impl Sim<'_> {
+    /// Whether `pool`'s platform has no capacity at `now` (a stockout spell).
+    pub(super) fn stocked_out(&self, pool: usize, now: u64) -> bool {
+        spell_until(self.platforms[pool].platform.stockout, now).is_some()
+    }
+}
+
 /// When the platform's busy spell that holds `now` ends, if one does.
 fn busy_until(platform: &Platform, now: u64) -> Option<u64> {
-    let (every, spell) = platform.busy?;
+    spell_until(platform.busy, now)
+}
+
+/// When the spell of `(every, for)` that holds `now` ends, if one does.
+fn spell_until(spells: Option<(Duration, Duration)>, now: u64) -> Option<u64> {
+    let (every, spell) = spells?;
     let (every, spell) = (every.as_millis() as u64, spell.as_millis() as u64);
     let phase = now % every.max(1);
     (phase < spell).then(|| now - phase + spell)

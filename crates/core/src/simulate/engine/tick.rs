@@ -31,6 +31,10 @@ impl Sim<'_> {
                     let state = match job.phase {
                         Phase::Pending => JobState::Pending,
                         Phase::Active => JobState::Active,
+                        Phase::Preempted => {
+                            job.phase = Phase::Gone;
+                            JobState::Preempted
+                        }
                         _ => {
                             job.phase = Phase::Gone;
                             JobState::Failed
@@ -44,6 +48,7 @@ impl Sim<'_> {
                 .collect();
             // The news (failures, recoveries) is the runtime's own business: it backs off.
             let _ = self.runtimes[pool].take_listing(listing, now);
+            let _ = self.runtimes[pool].capacity_tick(now);
         }
         let view = self.checkin_view();
         for runtime in &self.runtimes {
@@ -80,7 +85,9 @@ impl Sim<'_> {
                 );
             }
             for _ in 0..decision.launches {
-                self.launch(pool, now_ms);
+                if !self.launch(pool, now_ms) {
+                    break;
+                }
             }
         }
         self.sample(now_ms);
@@ -167,7 +174,19 @@ impl Sim<'_> {
         }
     }
 
-    fn launch(&mut self, pool: usize, now_ms: u64) {
+    /// One launch on `pool`; `false` when its platform had no capacity (the manager then
+    /// launches no more there this tick, and the pool backs off).
+    fn launch(&mut self, pool: usize, now_ms: u64) -> bool {
+        let now = Duration::from_millis(now_ms);
+        if self.stocked_out(pool, now_ms) {
+            let what = "simulated has no capacity for a worker now: stockout".to_owned();
+            self.stats[pool].failures += 1;
+            let runtime = &mut self.runtimes[pool];
+            runtime.last_launch = Some(now);
+            let _ = runtime.fail(now, "submit_failed", what.clone());
+            let _ = runtime.capacity_event(now, what);
+            return false;
+        }
         let stats = &mut self.stats[pool];
         stats.launches += 1;
         stats.live += 1;
@@ -182,14 +201,16 @@ impl Sim<'_> {
         let latency = self
             .rng
             .between(low.as_millis() as u64, high.as_millis() as u64);
+        let preempt = self.platforms[pool].platform.preempt;
         let fate = if draw < self.config.stuck_rate {
             Fate::Stuck
         } else if draw < self.config.stuck_rate + self.config.failure_rate {
             Fate::Fail
+        } else if draw < self.config.stuck_rate + self.config.failure_rate + preempt {
+            Fate::Preempt
         } else {
             Fate::Start
         };
-        let now = Duration::from_millis(now_ms);
         self.runtimes[pool].launched(&WorkerJob::new(id.clone(), JobState::Pending), now);
         self.estimates.launched(&self.policies[pool].name, &id, now);
         let job = self.jobs.len() as u32;
@@ -213,5 +234,6 @@ impl Sim<'_> {
         if fate != Fate::Stuck {
             self.place(job, now_ms);
         }
+        true
     }
 }

@@ -1,0 +1,87 @@
+//! The end of a run: the plot's samples and the report.
+
+use super::super::report::{EstimateReport, PoolReport, SimReport, WaitStats};
+use super::{Phase, Sim};
+
+impl Sim<'_> {
+    pub(super) fn sample(&mut self, now_ms: u64) {
+        let n = self.policies.len();
+        let mut row = vec![0u32; 3 * n];
+        for class in &self.classes {
+            if let Some(p) = class.preferred {
+                row[3 * p] += class.queue.len() as u32;
+            }
+        }
+        for (p, stats) in self.stats.iter().enumerate() {
+            row[3 * p + 1] = stats.live as u32;
+            row[3 * p + 2] = stats.active as u32;
+        }
+        self.series.push(now_ms, &row);
+    }
+
+    pub(super) fn report(mut self, end: u64, drained: bool) -> SimReport {
+        for job in &self.jobs {
+            if job.phase == Phase::Active {
+                let stats = &mut self.stats[job.pool];
+                stats.worker_ms += end.saturating_sub(job.active_at);
+                if let Some(since) = job.busy_since {
+                    stats.busy_ms += end.saturating_sub(since);
+                }
+                stats.unused += u64::from(job.started == 0);
+            }
+        }
+        let no_pool = (self.classes.iter())
+            .filter(|c| c.preferred.is_none())
+            .map(|c| c.queue.len())
+            .sum();
+        let estimates = EstimateReport::of(&mut self.estimate_errors);
+        let mut all_waits = Vec::new();
+        let pools: Vec<PoolReport> = self
+            .policies
+            .iter()
+            .zip(&mut self.stats)
+            .map(|(policy, stats)| {
+                all_waits.extend_from_slice(&stats.waits);
+                PoolReport {
+                    name: policy.name.clone(),
+                    launch_mode: policy.launch_mode,
+                    shape: policy.shape.to_string(),
+                    min: policy.min,
+                    max: policy.max,
+                    launches: stats.launches,
+                    unused_launches: stats.unused,
+                    failures: stats.failures,
+                    stuck_stops: stats.stuck_stops,
+                    peak_workers: stats.peak,
+                    worker_hours: hours(stats.worker_ms),
+                    busy_hours: hours(stats.busy_ms),
+                    cost: (policy.cost_per_hour)
+                        .map(|price| (hours(stats.worker_ms) * price * 1000.0).round() / 1000.0),
+                    bundles_run: stats.waits.len(),
+                    wait: WaitStats::of(&mut stats.waits),
+                }
+            })
+            .collect();
+        SimReport {
+            seed: self.config.seed,
+            sleep_seconds: self.config.sleep_time.as_secs_f64(),
+            simulated_seconds: end as f64 / 1000.0,
+            ticks: self.ticks,
+            bundles: self.workload.arrivals.len(),
+            started: self.started,
+            finished: self.finished,
+            unfinished: self.workload.arrivals.len() - self.finished - self.unrunnable,
+            unrunnable: self.unrunnable,
+            staged_for_no_pool: no_pool,
+            drained,
+            total_wait: WaitStats::of(&mut all_waits),
+            estimates,
+            pools,
+            series: self.series,
+        }
+    }
+}
+
+fn hours(ms: u64) -> f64 {
+    (ms as f64 / 3_600_000.0 * 1000.0).round() / 1000.0
+}
