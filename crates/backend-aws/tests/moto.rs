@@ -389,6 +389,36 @@ async fn a_stopped_job_is_ended_not_failed() {
     assert_eq!(ended.state, JobState::Ended, "{ended:?}");
 }
 
+/// A Spot reclaim, as AWS Batch reports it (the job FAILED with `Host EC2 (instance …)
+/// terminated.`), set here through the real `TerminateJob` API on moto: the backend lists it
+/// as preempted, a capacity event for a pool's `fallback` (issue #32), not a failure.
+#[tokio::test]
+async fn a_job_whose_spot_host_was_reclaimed_is_listed_as_preempted() {
+    if !require_service("moto", moto_available()) {
+        return;
+    }
+    let config = fresh_config();
+    let backend = backend(&config).await;
+    let job = launch(&backend).await;
+    (sdk_client(&config).await.terminate_job())
+        .job_id(&job.id)
+        .reason("Host EC2 (instance i-0123456789abcdef0) terminated.")
+        .send()
+        .await
+        .unwrap();
+    let polling = Polling {
+        interval: Duration::from_millis(250),
+        attempts: 120,
+    };
+    let ended = codalab_wm_core::testing::wait_for_job(&backend, &job.id, polling, "ended", |j| {
+        j.is_some_and(|j| !j.state.is_capacity())
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(ended.state, JobState::Preempted, "{ended:?}");
+}
+
 /// Child half of `the_endpoint_comes_from_the_environment`: the standard chain, nothing set
 /// in code.
 #[tokio::test]

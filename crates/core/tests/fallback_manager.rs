@@ -37,6 +37,11 @@ fn policy(name: &str, price: f64) -> PoolPolicy {
 }
 
 async fn setup() -> Setup {
+    setup_with(|policy| policy).await
+}
+
+/// The setup with the Spot pool's policy changed by `spot`.
+async fn setup_with(spot: impl FnOnce(PoolPolicy) -> PoolPolicy) -> Setup {
     let server = FakeCodaLab::start().await.unwrap();
     let credentials = Credentials {
         username: "alice".into(),
@@ -52,6 +57,7 @@ async fn setup() -> Setup {
         }),
         ..policy("spot", 0.3)
     };
+    let spot_policy = spot(spot_policy);
     let spot = FakeBackend::named("fake-spot", spot_policy.shape);
     let standard = FakeBackend::named("fake-standard", spot_policy.shape);
     spot.unique_names(true);
@@ -183,5 +189,50 @@ async fn a_preemption_and_a_stockout_send_launches_to_the_fallback_until_a_retry
         s.standard.jobs().len(),
         2,
         "the fallback got two launches in all"
+    );
+}
+
+#[tokio::test]
+async fn a_spot_job_pending_past_its_timeout_is_a_capacity_event() {
+    // Spot capacity that never comes: AWS Batch keeps the job RUNNABLE. One event switches.
+    let mut s = setup_with(|policy| PoolPolicy {
+        pending_timeout: Some(MIN),
+        fallback: policy.fallback.map(|f| Fallback { after: 1, ..f }),
+        ..policy
+    })
+    .await;
+    s.server.set_bundles(vec![bundle(1)]);
+    let report = s.manager.tick().await.unwrap();
+    let job = report.launched[0].id.clone();
+    s.manager.advance_clock(MIN + Duration::from_secs(1));
+    let report = s.manager.tick().await.unwrap();
+    assert!((report.events.iter()).any(
+        |e| matches!(e, TickEvent::Stop { job_id, reason: "pending_timeout", .. } if *job_id == job)
+    ));
+    assert_eq!(switches(&report.events), ["to_fallback"]);
+    // The stuck job's pool takes nothing this tick: the bundle goes to the fallback at once.
+    assert_eq!(
+        launches(&report.events, "standard", LaunchResult::Started),
+        1
+    );
+    let event = (s.manager.status().events.into_iter())
+        .find(|e| e.kind.code() == "capacity_switched")
+        .unwrap();
+    assert!(
+        event
+            .message
+            .ends_with(&format!("the last: jobs {job} pending too long")),
+        "{}",
+        event.message
+    );
+    // Past the timeout's backoff the Spot pool still launches nothing: it is on the fallback.
+    s.manager.advance_clock(5 * MIN);
+    s.server.set_bundles(vec![bundle(1), bundle(2)]);
+    let report = s.manager.tick().await.unwrap();
+    assert_eq!(report.pools.pools[0].reason_codes(), "on_fallback");
+    assert_eq!(launches(&report.events, "spot", LaunchResult::Started), 0);
+    assert_eq!(
+        launches(&report.events, "standard", LaunchResult::Started),
+        1
     );
 }

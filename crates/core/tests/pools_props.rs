@@ -5,6 +5,7 @@
 
 use codalab_wm_core::budget::LaunchRoom;
 use codalab_wm_core::policy::Reason;
+use codalab_wm_core::pools::fallback::{CapacityState, Fallback};
 use codalab_wm_core::pools::{
     Coverage, LaunchMode, ObservedJob, PoolHealth, PoolObservation, PoolPolicy, PoolsObservation,
     misfit, plan_pools,
@@ -53,6 +54,16 @@ fn policy_strategy(index: usize) -> impl Strategy<Value = PoolPolicy> {
         )
 }
 
+/// Every target pool but the first falls back to the first.
+fn with_fallbacks(mut policies: Vec<PoolPolicy>) -> Vec<PoolPolicy> {
+    for policy in policies.iter_mut().skip(1) {
+        if policy.launch_mode == LaunchMode::Target {
+            policy.fallback = Some(Fallback::to("pool0"));
+        }
+    }
+    policies
+}
+
 fn policies_strategy() -> impl Strategy<Value = Vec<PoolPolicy>> {
     (1usize..4).prop_flat_map(|n| (0..n).map(policy_strategy).collect::<Vec<_>>())
 }
@@ -83,6 +94,8 @@ struct Churn {
     over_budget: bool,
     /// The budget's room for launches this tick, when it has a limit.
     budget_room: Option<u32>,
+    /// Where a pool with a `fallback` takes its launches: 0 its own, 1 the fallback, 2 a retry.
+    capacity: u8,
 }
 
 fn churn_strategy() -> impl Strategy<Value = Churn> {
@@ -94,9 +107,19 @@ fn churn_strategy() -> impl Strategy<Value = Churn> {
         prop::bool::weighted(0.05),
         prop::bool::weighted(0.1),
         prop::option::weighted(0.3, 0u32..4),
+        0u8..3,
     )
         .prop_map(
-            |(activate, end, gone_stopping, fail_submit, unobserved, over_budget, budget_room)| {
+            |(
+                activate,
+                end,
+                gone_stopping,
+                fail_submit,
+                unobserved,
+                over_budget,
+                budget_room,
+                capacity,
+            )| {
                 Churn {
                     activate,
                     end,
@@ -105,6 +128,7 @@ fn churn_strategy() -> impl Strategy<Value = Churn> {
                     unobserved,
                     over_budget,
                     budget_room,
+                    capacity,
                 }
             },
         )
@@ -177,7 +201,15 @@ impl SimPool {
                 detail: "room".into(),
             }),
             checkins_seen: true,
-            capacity: Default::default(),
+            capacity: match churn.capacity {
+                0 => CapacityState::Own,
+                1 => CapacityState::Fallback {
+                    since_seconds: 0,
+                    retry_at_seconds: now.as_secs() + 600,
+                    why: "stockouts".into(),
+                },
+                _ => CapacityState::Retrying { since_seconds: 0 },
+            },
         }
     }
 }
@@ -223,11 +255,13 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
 
     /// Whatever is observed, tick after tick, a pool's jobs (pending, active, stuck and being
-    /// stopped) never exceed its max, launches never exceed the per-tick cap, and a pool that
-    /// is backing off or over its budget launches nothing (in either launch mode).
+    /// stopped) never exceed its max, launches never exceed the per-tick cap, a pool that
+    /// is backing off or over its budget launches nothing (in either launch mode), and a
+    /// target pool with a `fallback` launches nothing on the fallback and at most one in a
+    /// retry.
     #[test]
     fn no_pool_ever_exceeds_its_max(
-        policies in policies_strategy(),
+        policies in policies_strategy().prop_map(with_fallbacks),
         steps in prop::collection::vec(
             (bundles_strategy(), prop::collection::vec(churn_strategy(), 3), 1u64..400),
             1..25,
@@ -262,6 +296,10 @@ server: None,
                 }
                 if policy.launch_mode == LaunchMode::Target && sim.health.backing_off(now).is_some() {
                     prop_assert_eq!(pool.launches, 0, "backing off: {:?}", pool);
+                }
+                if policy.fallback.is_some() {
+                    let most = [u32::MAX, 0, 1][usize::from(churns[i].capacity)];
+                    prop_assert!(pool.launches <= most, "capacity {}: {:?}", churns[i].capacity, pool);
                 }
                 for id in &pool.stops {
                     let id: u64 = id.parse().unwrap();
