@@ -143,7 +143,37 @@ pub const EXTRA_DOCS: &[(&str, &str, &str)] = &[
     (
         "pools",
         "cost",
-        "Preference: the cheapest fitting pool gets a bundle (ties: file order)",
+        "Preference among pools of the same cost_per_hour: the lower first (ties: file order)",
+    ),
+    (
+        "pools",
+        "spill_after",
+        "Seconds a bundle may be expected to wait for this pool while a pricier fitting pool would start it sooner; past it the bundle goes there [default: any wait]",
+    ),
+    (
+        "pools",
+        "fallback",
+        "The pool new launches go to when this pool's capacity fails (a Spot pool's on-demand twin)",
+    ),
+    (
+        "pools",
+        "fallback_after",
+        "Capacity events (preemptions, stockouts, jobs pending past pending_timeout) within fallback_window that switch to the fallback [default: 3]",
+    ),
+    (
+        "pools",
+        "fallback_window",
+        "Seconds capacity events count for [default: 1800]",
+    ),
+    (
+        "pools",
+        "fallback_cooldown",
+        "Seconds on the fallback, since the last capacity event, before one launch tries this pool again [default: 1800]",
+    ),
+    (
+        "pools",
+        "min_on_demand",
+        "Workers kept on the fallback whenever this pool has bundles [default: 0]",
     ),
     (
         "pools",
@@ -188,7 +218,7 @@ pub const EXTRA_DOCS: &[(&str, &str, &str)] = &[
     (
         "pools",
         "cost_per_hour",
-        "What one worker-hour of this pool costs (the platform's price), for the cost budgets",
+        "What one worker-hour of this pool costs (the platform's price): bundles go to the cheapest fitting pool first (unset: free), and the cost budgets meter it",
     ),
 ];
 
@@ -221,4 +251,10 @@ pub const EXAMPLES: &[(&str, &str, &str)] = &[
     ("pools", "max_worker_hours_per_day", "96"),
     ("pools", "max_cost_per_day", "50"),
     ("pools", "cost_per_hour", "0.5"),
+    ("pools", "spill_after", "600"),
+    ("pools", "fallback", "\"gpu-standard\""),
+    ("pools", "fallback_after", "3"),
+    ("pools", "fallback_window", "1800"),
+    ("pools", "fallback_cooldown", "1800"),
+    ("pools", "min_on_demand", "1"),
 ];

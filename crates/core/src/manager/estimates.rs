@@ -1,7 +1,8 @@
 //! What the manager learns for the start-time estimates ([`crate::estimate`]) and how it
 //! scores them. Per pool it learns how long its launches take to check in (launch → the
 //! worker's first listing by the server; until one has, the pool's `startup_grace` is the
-//! prior; launches their platform queued, seen pending with a reason, are learned apart) and how long a run takes on its workers (a run id listed on one of its workers,
+//! prior; launches their platform queued, seen pending with a reason, are learned apart)
+//! and how long a run takes on its workers (a run id listed on one of its workers,
 //! then gone from that worker while the worker is still listed); the median of the last
 //! [`SAMPLES`] of each. Every staged bundle's first estimate with a time is scored when the
 //! bundle leaves `staged`: the error is the distance between the predicted start and the tick
