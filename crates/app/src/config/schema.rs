@@ -252,7 +252,7 @@ pub const EXAMPLES: &[(&str, &str, &str)] = &[
     ("pools", "max_cost_per_day", "50"),
     ("pools", "cost_per_hour", "0.5"),
     ("pools", "spill_after", "600"),
-    ("pools", "fallback", "\"gpu-standard\""),
+    ("pools", "fallback", "\"gpu_standard\""),
     ("pools", "fallback_after", "3"),
     ("pools", "fallback_window", "1800"),
     ("pools", "fallback_cooldown", "1800"),
