@@ -160,6 +160,23 @@ async fn clean_up(backend: &AwsBatchBackend) {
     }
 }
 
+/// How the tests wait for moto to move a job: its docker stub and state manager take a few
+/// requests per status.
+const POLLING: Polling = Polling {
+    interval: Duration::from_millis(250),
+    attempts: 120,
+};
+
+/// Job `id` of `backend` once it no longer counts as a worker (at most [`POLLING`]).
+async fn ended(backend: &AwsBatchBackend, id: &str) -> WorkerJob {
+    codalab_wm_core::testing::wait_for_job(backend, id, POLLING, "ended", |j| {
+        j.is_some_and(|j| !j.state.is_capacity())
+    })
+    .await
+    .unwrap()
+    .unwrap()
+}
+
 /// Holding new jobs makes them wait in SUBMITTED: moto's state manager then needs a million
 /// steps per status. Dropping the guard (also on a failed assertion) lets them go on.
 struct MotoHarness {
@@ -208,10 +225,7 @@ impl Harness for MotoHarness {
         assert!(ended, "the docker stub cannot end job {}: {reply}", job.id);
     }
     fn polling(&self) -> Polling {
-        Polling {
-            interval: Duration::from_millis(250),
-            attempts: 120,
-        }
+        POLLING
     }
     fn worker_options(&self) -> WorkerOptions {
         worker()
@@ -376,16 +390,7 @@ async fn a_stopped_job_is_ended_not_failed() {
     let backend = backend(&fresh_config()).await;
     let job = launch(&backend).await;
     backend.stop_worker_job(&job).await.unwrap();
-    let polling = Polling {
-        interval: Duration::from_millis(250),
-        attempts: 120,
-    };
-    let ended = codalab_wm_core::testing::wait_for_job(&backend, &job.id, polling, "ended", |j| {
-        j.is_some_and(|j| !j.state.is_capacity())
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let ended = ended(&backend, &job.id).await;
     assert_eq!(ended.state, JobState::Ended, "{ended:?}");
 }
 
@@ -406,16 +411,7 @@ async fn a_job_whose_spot_host_was_reclaimed_is_listed_as_preempted() {
         .send()
         .await
         .unwrap();
-    let polling = Polling {
-        interval: Duration::from_millis(250),
-        attempts: 120,
-    };
-    let ended = codalab_wm_core::testing::wait_for_job(&backend, &job.id, polling, "ended", |j| {
-        j.is_some_and(|j| !j.state.is_capacity())
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let ended = ended(&backend, &job.id).await;
     assert_eq!(ended.state, JobState::Preempted, "{ended:?}");
 }
 

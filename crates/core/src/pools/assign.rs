@@ -11,6 +11,7 @@ use crate::dispatch::{
 use crate::estimate::PoolTimes;
 use crate::policy::Reason;
 use rustc_hash::{FxHashMap, FxHashSet};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// Why `pool` cannot run `bundle`, or `None` when it can. Mirrors the server's
@@ -253,34 +254,32 @@ fn place(
 }
 
 /// `fitting` with the first available pool's `fallback` tried first while the fallback has
-/// fewer than the pool's `min_on_demand` workers (jobs, and new ones this tick).
-fn on_demand_first(
-    fitting: &[usize],
+/// fewer than the pool's `min_on_demand` workers (jobs, and new ones this tick); `fitting`
+/// itself, not copied, otherwise (every bundle of every tick comes here).
+fn on_demand_first<'a>(
+    fitting: &'a [usize],
     policies: &[PoolPolicy],
     slots: &[Slots],
     bins: &[Bins],
-) -> Vec<usize> {
-    let mut order = fitting.to_vec();
-    let Some(&first) = fitting.iter().find(|&&p| slots[p].unavailable.is_none()) else {
-        return order;
+) -> Cow<'a, [usize]> {
+    let short = || {
+        let first = *fitting.iter().find(|&&p| slots[p].unavailable.is_none())?;
+        let rules = (policies[first].fallback.as_ref()).filter(|f| f.min_on_demand > 0)?;
+        let at = fitting
+            .iter()
+            .position(|&p| policies[p].name == rules.pool)?;
+        let workers = slots[fitting[at]].jobs_and_max.0 + bins[fitting[at]].launched();
+        (workers < rules.min_on_demand as usize).then_some(at)
     };
-    let Some(rules) = policies[first]
-        .fallback
-        .as_ref()
-        .filter(|f| f.min_on_demand > 0)
-    else {
-        return order;
-    };
-    let Some(at) = order.iter().position(|&p| policies[p].name == rules.pool) else {
-        return order;
-    };
-    let fallback = order[at];
-    let workers = slots[fallback].jobs_and_max.0 + bins[fallback].launched();
-    if workers < rules.min_on_demand as usize {
-        order.remove(at);
-        order.insert(0, fallback);
+    match short() {
+        Some(at) => {
+            let mut order = fitting.to_vec();
+            let fallback = order.remove(at);
+            order.insert(0, fallback);
+            Cow::Owned(order)
+        }
+        None => Cow::Borrowed(fitting),
     }
-    order
 }
 
 /// The workers of one pool the assignment fills: its starting ones, then new ones.

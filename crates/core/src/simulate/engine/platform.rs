@@ -30,7 +30,7 @@ impl PlatformState {
     /// Whether the platform gives no place at `now`.
     fn full(&self, now: u64) -> bool {
         let taken = (self.platform.slots).is_some_and(|slots| self.placed >= slots as usize);
-        taken || busy_until(&self.platform, now).is_some()
+        taken || spell_until(self.platform.busy, now).is_some()
     }
 }
 
@@ -42,7 +42,7 @@ impl Sim<'_> {
         if state.full(now) {
             self.jobs[job as usize].queued = true;
             state.queue.push_back(job);
-            if let Some(end) = busy_until(&state.platform, now) {
+            if let Some(end) = spell_until(state.platform.busy, now) {
                 self.schedule(end, UNBLOCK, pool as u32, 0);
             }
             return;
@@ -83,11 +83,6 @@ impl Sim<'_> {
     pub(super) fn stocked_out(&self, pool: usize, now: u64) -> bool {
         spell_until(self.platforms[pool].platform.stockout, now).is_some()
     }
-}
-
-/// When the platform's busy spell that holds `now` ends, if one does.
-fn busy_until(platform: &Platform, now: u64) -> Option<u64> {
-    spell_until(platform.busy, now)
 }
 
 /// When the spell of `(every, for)` that holds `now` ends, if one does.
