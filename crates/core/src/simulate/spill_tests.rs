@@ -65,6 +65,32 @@ fn past_spill_after_it_spills_to_the_paid_pool() {
 }
 
 #[test]
+fn a_check_in_on_one_pool_is_not_taken_for_another_pools_queued_job() {
+    let two = Workload::parse("time,cpus,duration\n0,1,100\n2000,1,100\n").unwrap();
+    let report = simulate(&two, &pools(Some(600)), &config()).unwrap();
+    let (slurm, cloud) = (&report.pools[0], &report.pools[1]);
+    // The first spills; its cloud worker checks in at 665 s and is gone by 1365 s. The Slurm
+    // job is still queued at 2000 s (launch uniques differ across pools, so that check-in
+    // is not its own), so the second bundle spills too, to a second cloud worker.
+    assert_eq!((slurm.launches, cloud.launches), (1, 2));
+    assert_eq!((slurm.bundles_run, cloud.bundles_run), (0, 2));
+}
+
+#[test]
+fn a_job_placed_when_the_spell_ends_runs_so_a_new_bundle_waits_for_it() {
+    let two = Workload::parse("time,cpus,duration\n0,1,100\n3605,1,100\n").unwrap();
+    let report = simulate(&two, &pools(Some(600)), &config()).unwrap();
+    let (slurm, cloud) = (&report.pools[0], &report.pools[1]);
+    // The first spills (as above). Its Slurm job gets a place when the spell ends at 3600 s
+    // and is listed running, as Slurm lists it, while its worker starts: no longer queued,
+    // so the second bundle is expected on it within the check-in time and does not spill.
+    // Its worker is active at 3630 s: a 25 s wait.
+    assert_eq!((slurm.launches, cloud.launches), (1, 1));
+    assert_eq!((slurm.bundles_run, cloud.bundles_run), (1, 1));
+    assert_eq!(slurm.wait.max_seconds, Some(25.0));
+}
+
+#[test]
 fn slots_hold_jobs_beyond_them_pending_in_launch_order() {
     let one_slot = SimConfig {
         platforms: [(

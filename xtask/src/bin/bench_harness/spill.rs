@@ -114,6 +114,7 @@ fn busy_arrivals(workload: &Workload, config: &SimConfig) -> usize {
 
 fn row(name: &str, workload: &Workload, report: &SimReport) -> Value {
     let cost = report.cost().unwrap_or(0.0);
+    let cloud = report.pools.iter().find(|p| p.name == "cloud");
     let hours = |pool: &str| {
         (report.pools.iter())
             .find(|p| p.name == pool)
@@ -128,6 +129,9 @@ fn row(name: &str, workload: &Workload, report: &SimReport) -> Value {
         "free_worker_hours": hours("slurm"),
         "paid_worker_hours": hours("cloud"),
         "cost": cost,
+        "paid_bundles": cloud.map_or(0, |p| p.bundles_run),
+        "paid_launches": cloud.map_or(0, |p| p.launches),
+        "paid_unused": cloud.map_or(0, |p| p.unused_launches),
     })
 }
 
@@ -187,19 +191,24 @@ fn target(out: &mut String, paid: &Value, spill: &Value, bundles: u64) {
     let _ = writeln!(
         out,
         "\nSpill by estimate against paid only: p90 wait {wait:.2}× (target ≤ 1.2×: {}), cost \
-         {cost:.2}× (target ≤ 0.5×: {}).",
+         {cost:.3}× (target ≤ 0.5×: {}).",
         met(wait <= 1.2),
         met(cost <= 0.5),
     );
     let busy = spill["busy_arrivals"].as_u64().unwrap_or(0);
     let share = busy as f64 / bundles.max(1) as f64;
+    let count = |row: &Value, key: &str| row[key].as_u64().unwrap_or(0);
     let _ = writeln!(
         out,
         "\n{busy} of the {bundles} bundles ({share:.2}) arrive while others fill `slurm`: starting \
-         them within the p90 takes paid capacity for them, about {share:.2}× paid only's cost \
-         (spill's {cost:.2}× is {:.2}× above that share; this section does not break the \
-         difference down). Below it, bundles wait for the free pool (a higher `spill_after`), \
-         and the p90 with them.",
-        cost - share,
+         them within the p90 takes paid capacity for them, about {share:.2}× paid only's cost. \
+         Spill ran {} bundles on `cloud` (some arrived after a spell and found a `cloud` worker \
+         still idle) and bought {} of its {} workers that no bundle used (paid only: {} of {}). \
+         Below that share, bundles would wait for the free pool, and the p90 with them.",
+        count(spill, "paid_bundles"),
+        count(spill, "paid_unused"),
+        count(spill, "paid_launches"),
+        count(paid, "paid_unused"),
+        count(paid, "paid_launches"),
     );
 }

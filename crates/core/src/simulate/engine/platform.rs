@@ -3,6 +3,7 @@
 //! (fewer than `slots` of the pool's jobs hold one, and no busy spell), and its worker is
 //! active a start latency later; otherwise it pends in the platform's queue (listed with the
 //! reason `Resources`) and gets a place, in launch order, when one frees or the spell ends.
+//! While its worker starts, a placed job is listed running, as Slurm lists it.
 
 use super::super::Platform;
 use super::{READY, Sim, UNBLOCK};
@@ -25,6 +26,13 @@ impl PlatformState {
             platform: platform.copied().unwrap_or_default(),
             ..Self::default()
         }
+    }
+
+    /// Whether the platform is modelled as a queue (`slots` or `busy`), as Slurm is: a job
+    /// it gives a place runs (Slurm's RUNNING) while its worker starts. Elsewhere a job is
+    /// pending until its worker is up (a VM or container booting).
+    pub fn is_queue(&self) -> bool {
+        self.platform.slots.is_some() || self.platform.busy.is_some()
     }
 
     /// Whether the platform gives no place at `now`.

@@ -24,11 +24,14 @@ impl Sim<'_> {
         for pool in 0..self.policies.len() {
             let jobs = &mut self.jobs;
             self.pool_jobs[pool].retain(|&j| jobs[j as usize].phase != Phase::Gone);
+            // A queue (Slurm) runs a job it gives a place: RUNNING while its worker starts.
+            let runs_placed = self.platforms[pool].is_queue();
             let listing = self.pool_jobs[pool]
                 .iter()
                 .map(|&j| {
                     let job = &mut jobs[j as usize];
                     let state = match job.phase {
+                        Phase::Pending if job.placed && runs_placed => JobState::Active,
                         Phase::Pending => JobState::Pending,
                         Phase::Active => JobState::Active,
                         Phase::Preempted => {
@@ -192,7 +195,8 @@ impl Sim<'_> {
         stats.live += 1;
         stats.peak = stats.peak.max(stats.live);
         // A launch unique ends the id, as on every platform: the pool's launch record holds it.
-        let unique = format!("{:032x}", stats.launches);
+        // Unique across pools, as the manager's are: the server's view names workers by it.
+        let unique = format!("{:032x}", self.jobs.len() + 1);
         let id = format!("{}-{unique}", self.policies[pool].name);
         self.runtimes[pool].record.launching(&unique);
         let draw = self.rng.next_f64();
