@@ -291,7 +291,7 @@ fn past_spill_after_a_bundle_queued_on_the_free_slurm_pool_spills_to_the_paid_on
     let _cluster = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
     let mut scratch = Scratch::new();
     queued_on_the_free_pool(&mut scratch, 10);
-    scratch.wait_for_log("spilled to paid: cpu estimated ");
+    scratch.wait_for_log("spilled to paid (estimated ");
     let logs = scratch.logs();
     let line = (logs.lines())
         .find(|l| l.contains("spilled to paid"))
@@ -300,13 +300,24 @@ fn past_spill_after_a_bundle_queued_on_the_free_slurm_pool_spills_to_the_paid_on
     // Slurm's own reason for the hold.
     assert!(line.contains(" > spill_after 10 s (job "), "{line}");
     assert!(line.contains(": Resources)"), "{line}");
-    let seconds: u64 = line
-        .split("cpu estimated ")
-        .nth(1)
-        .and_then(|rest| rest.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no figure in {line}"));
-    assert!(seconds > 10, "{line}");
+    let figure = |after: &str| -> u64 {
+        (line.split(after).nth(1))
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no figure after {after:?} in {line}"))
+    };
+    let (theirs, ours) = (
+        figure("cpu estimated "),
+        figure("spilled to paid (estimated "),
+    );
+    assert!(theirs > 10, "{line}");
+    // It went to the paid pool because that pool's own estimate is sooner (both in seconds
+    // here: under 2 min).
+    assert!(
+        line.contains(&format!("(estimated {ours} s): cpu estimated {theirs} s")),
+        "{line}"
+    );
+    assert!(ours < theirs, "{line}");
     scratch.wait_for_log(
         "pool paid: 1 bundles assigned, 0 active, 0 pending, 0 stopping (min=0, max=1): launch 1",
     );

@@ -240,6 +240,7 @@ fn place(
     let spill = match passed.is_empty() {
         false => Some(Spill::Spilled {
             to: policies[fitting[chosen]].name.clone(),
+            wait_seconds: candidates[chosen].wait.unwrap_or(0),
             from: passed.iter().filter_map(|&k| pool_wait(k)).collect(),
         }),
         true => pool_wait(chosen).map(|on| Spill::Waits { on }),

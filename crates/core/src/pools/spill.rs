@@ -81,6 +81,8 @@ pub enum Spill {
     Spilled {
         /// The pool that takes it.
         to: String,
+        /// Seconds until that pool's worker would check in (its own estimate: why it wins).
+        wait_seconds: u64,
         /// The pools passed over, in preference order.
         from: Vec<PoolWait>,
     },
@@ -99,8 +101,13 @@ impl fmt::Display for Spill {
                 on.compared(),
                 on.basis
             ),
-            Spill::Spilled { to, from } => {
-                write!(f, "spilled to {to}: ")?;
+            Spill::Spilled {
+                to,
+                wait_seconds,
+                from,
+            } => {
+                let shown = shown_beside(*wait_seconds, from);
+                write!(f, "spilled to {to} (estimated {shown}): ")?;
                 for (i, passed) in from.iter().enumerate() {
                     let sep = if i == 0 { "" } else { "; " };
                     let (pool, compared) = (&passed.pool, passed.compared());
@@ -109,6 +116,15 @@ impl fmt::Display for Spill {
                 Ok(())
             }
         }
+    }
+}
+
+/// The taking pool's wait in words, in seconds when it would read like a passed pool's.
+fn shown_beside(wait_seconds: u64, passed: &[PoolWait]) -> String {
+    let shown = minutes(wait_seconds);
+    match passed.iter().any(|p| minutes(p.wait_seconds) == shown) {
+        true => format!("{wait_seconds} s"),
+        false => shown,
     }
 }
 
@@ -208,6 +224,31 @@ mod tests {
                 _ => proptest::prop_assert!(false, "{shown}"),
             }
         }
+
+        /// A spilled bundle's pool reads sooner than the pool it passed over (the rule takes
+        /// a later pool only when it is).
+        #[test]
+        fn the_taking_pool_reads_sooner_than_the_one_passed_over(
+            passed in 1u64..20_000,
+            sooner_by in 1u64..300,
+        ) {
+            let taken = passed.saturating_sub(sooner_by);
+            let spilled = Spill::Spilled {
+                to: "gce".into(),
+                wait_seconds: taken,
+                from: vec![wait("cpu", passed, 0)],
+            };
+            let text = spilled.to_string();
+            let figure = (text.split_once("(estimated ").unwrap().1)
+                .split_once("):")
+                .unwrap()
+                .0;
+            let theirs = (text.split_once("cpu estimated ").unwrap().1)
+                .split_once(" > ")
+                .unwrap()
+                .0;
+            proptest::prop_assert!(read(figure) < read(theirs), "{text}");
+        }
     }
 
     fn wait(pool: &str, wait_seconds: u64, spill_after_seconds: u64) -> PoolWait {
@@ -230,11 +271,12 @@ mod tests {
         );
         let spilled = Spill::Spilled {
             to: "gce-spot".into(),
+            wait_seconds: 90,
             from: vec![wait("cpu-slurm", 2100, 600)],
         };
         assert_eq!(
             spilled.to_string(),
-            "spilled to gce-spot: cpu-slurm estimated 35 min > spill_after 10 min (job 12 pending 35 min: Resources)"
+            "spilled to gce-spot (estimated 90 s): cpu-slurm estimated 35 min > spill_after 10 min (job 12 pending 35 min: Resources)"
         );
         // Minutes that would read alike are given in seconds.
         let close = Spill::Waits {

@@ -104,7 +104,7 @@ fn within_spill_after_the_free_pool_keeps_its_bundles() {
 fn past_spill_after_bundles_spill_to_the_paid_pool_that_starts_them_sooner() {
     // Job 12 pending 35 min: the queue says about as long again, for it and behind it.
     let decision = plan(2, 2100);
-    let why = "spilled to gce: cpu-slurm estimated 35 min > spill_after 10 min \
+    let why = "spilled to gce (estimated 90 s): cpu-slurm estimated 35 min > spill_after 10 min \
                (job 12 pending 35 min: Resources)";
     assert_eq!(
         placed(&decision),
