@@ -14,7 +14,7 @@ import boto3
 ACCOUNT = "123456789012"
 ROLE = "codalab-wm-batch-service"
 COMPUTE_ENVIRONMENT = "codalab-wm-test"
-QUEUES = ["codalab-batch-cpu"]
+QUEUES = ["codalab-batch-cpu", "codalab-batch-spot"]
 TRUST = {
     "Version": "2012-10-17",
     "Statement": [{"Effect": "Allow", "Principal": {"Service": "batch.amazonaws.com"}, "Action": "sts:AssumeRole"}],
