@@ -378,6 +378,32 @@ fn spill_after_and_a_queued_platform_are_what_ifs_with_a_cost_line() {
         p90(&spills),
         p90(&stays)
     );
+    // A platform that reclaims active workers loses the runs on them, and says so.
+    let output = manager(&[
+        "--config",
+        config.to_str().unwrap(),
+        "simulate",
+        "--arrivals",
+        "poisson:2",
+        "--bundles",
+        "200",
+        "--platform",
+        "cloud:reclaim=600",
+        "--set",
+        "slurm.max=0",
+    ]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    let lost = (text.split(" lost with a reclaimed worker").next())
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or_else(|| panic!("no lost runs in:\n{text}"));
+    assert!(lost > 0, "{text}");
+    assert!(
+        text.contains(&format!(
+            "runs lost with reclaimed workers (worker_offline on the server, not staged again): cloud {lost}\n"
+        )),
+        "{text}"
+    );
     // A bad platform names the flag and the key.
     let bad = Command::new(BIN)
         .args([

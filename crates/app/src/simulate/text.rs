@@ -14,9 +14,13 @@ pub fn text(report: &SimReport) -> String {
         report.sleep_seconds,
         report.seed
     );
+    let lost = match report.lost {
+        0 => String::new(),
+        n => format!(", {n} lost with a reclaimed worker"),
+    };
     let _ = writeln!(
         out,
-        "bundles: {} arrived, {} started, {} finished, {} unfinished, {} no pool can run{}",
+        "bundles: {} arrived, {} started, {} finished, {} unfinished{lost}, {} no pool can run{}",
         report.bundles,
         report.started,
         report.finished,
@@ -78,9 +82,26 @@ pub fn text(report: &SimReport) -> String {
     for pool in &report.pools {
         let _ = writeln!(out, "  {}: {}", pool.name, pool.shape);
     }
+    out.push_str(&lost_runs(report));
     out.push_str(&costs(report));
     out.push_str(&estimates(report));
     out
+}
+
+/// Where runs were lost with reclaimed workers, if any were.
+fn lost_runs(report: &SimReport) -> String {
+    let pools: Vec<String> = (report.pools.iter())
+        .filter(|p| p.lost_runs > 0)
+        .map(|p| format!("{} {}", p.name, p.lost_runs))
+        .collect();
+    match pools.is_empty() {
+        true => String::new(),
+        false => format!(
+            "runs lost with reclaimed workers (worker_offline on the server, not staged again): \
+             {}\n",
+            pools.join(", ")
+        ),
+    }
 }
 
 /// What the pools with a `cost_per_hour` cost (worker-hours × the price), and in all.

@@ -68,7 +68,7 @@ enum Phase {
     Active,
     /// Failed before active: listed once more, then gone.
     Failed,
-    /// Preempted before active: listed once more, then gone.
+    /// Preempted (before active, or reclaimed while active): listed once more, then gone.
     Preempted,
     Gone,
 }
@@ -121,6 +121,8 @@ const FINISH: u8 = 1;
 const IDLE_EXIT: u8 = 2;
 /// A pool's platform's busy spell ends (the event's job is the pool's index).
 const UNBLOCK: u8 = 3;
+/// The platform reclaims an active worker (a Spot VM's end).
+const RECLAIM: u8 = 4;
 
 #[derive(Debug, Default)]
 struct Stats {
@@ -135,6 +137,8 @@ struct Stats {
     waits: Vec<u64>,
     /// Workers that ended without running a bundle.
     unused: u64,
+    /// Runs lost with a reclaimed worker.
+    lost: usize,
 }
 
 /// One simulation run.
@@ -165,6 +169,8 @@ pub(super) struct Sim<'a> {
     unrunnable: usize,
     started: usize,
     finished: usize,
+    /// Runs lost with reclaimed workers (`worker_offline` on the server).
+    lost: usize,
     last_finish: u64,
     stats: Vec<Stats>,
     series: Series,
@@ -229,6 +235,7 @@ impl<'a> Sim<'a> {
             unrunnable: 0,
             started: 0,
             finished: 0,
+            lost: 0,
             last_finish: 0,
             stats: (0..n).map(|_| Stats::default()).collect(),
             series: Series::new(3 * n),
@@ -278,6 +285,7 @@ impl<'a> Sim<'a> {
                         READY => self.ready(job, at),
                         FINISH => self.finish(job, generation, at),
                         UNBLOCK => self.unblock(job as usize, at),
+                        RECLAIM => self.reclaim(job, at),
                         _ => self.idle_exit(job, generation, at),
                     }
                 }
@@ -450,6 +458,7 @@ impl<'a> Sim<'a> {
                 self.stats[pool].active += 1;
                 // Its worker checks in at once: a retrying pool takes its launches back.
                 let _ = self.runtimes[pool].capacity_checked_in();
+                self.reclaim_later(job, now);
                 self.serve(now);
                 self.idle_or_exit(job, now);
             }

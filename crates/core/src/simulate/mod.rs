@@ -31,8 +31,9 @@
 //!   order (listed with Slurm's reason `Resources`), until a slot frees or the busy spell
 //!   ends. That is a free but queued Slurm partition beside a paid cloud pool (issue #32).
 //!   A Spot pool's platform may have no capacity for part of every period (`stockout`: a
-//!   launch fails as `Error::NoCapacity`) and preempt a share of its launches before their
-//!   worker is active (`preempt`): capacity events for the pool's `fallback`.
+//!   launch fails as `Error::NoCapacity`), preempt a share of its launches before their
+//!   worker is active (`preempt`) and reclaim active workers (`reclaim`, losing their runs,
+//!   as the server marks them `worker_offline`): capacity events for the pool's `fallback`.
 //! - **Workers** with no bundle for `worker_idle` exit (0: never), as `cl-worker
 //!   --idle-seconds` does, and after `worker_max_runs` bundles when set. A worker that ends
 //!   without having run a bundle is an unused launch.
@@ -145,6 +146,10 @@ pub struct Platform {
     /// The share of launches preempted before their worker is active (a Spot VM reclaimed
     /// while it boots): listed once as preempted, then gone.
     pub preempt: f64,
+    /// An active worker is reclaimed after this long on average (exponentially distributed,
+    /// as a Spot VM's life): listed once as preempted, then gone. The runs on it are lost:
+    /// CodaLab 1.7.5 marks them `worker_offline`, and nothing stages them again.
+    pub reclaim: Option<Duration>,
 }
 
 impl SimConfig {
@@ -179,6 +184,11 @@ impl SimConfig {
                         "pool {pool}: a {what} spell must be a positive period and last no longer"
                     ));
                 }
+            }
+            if platform.reclaim.is_some_and(|mean| mean.is_zero()) {
+                return bad(format!(
+                    "pool {pool}: the mean time to a reclaim must be positive"
+                ));
             }
             if !(0.0..=1.0).contains(&platform.preempt) {
                 return bad(format!(

@@ -69,6 +69,8 @@ pub struct PoolReport {
     pub cost: Option<f64>,
     /// Bundles started on the pool's workers.
     pub bundles_run: usize,
+    /// Of those, runs lost with a reclaimed worker ([`super::Platform::reclaim`]).
+    pub lost_runs: usize,
     /// Queue waits of those bundles.
     pub wait: WaitStats,
 }
@@ -198,8 +200,11 @@ pub struct SimReport {
     pub started: usize,
     /// Bundles that finished.
     pub finished: usize,
-    /// Bundles some pool could run that had not finished at the end.
+    /// Bundles some pool could run that had not finished at the end (lost runs aside).
     pub unfinished: usize,
+    /// Runs lost with reclaimed workers: CodaLab 1.7.5 marks them `worker_offline`, and
+    /// nothing stages them again.
+    pub lost: usize,
     /// Bundles no pool's workers can run (tag or resources).
     pub unrunnable: usize,
     /// Bundles still staged at the end that the policy fits to no pool.

@@ -146,3 +146,38 @@ fn a_stocked_out_spot_pool_sends_its_launches_to_its_fallback() {
     assert_eq!((cloud.launches, cloud.bundles_run), (1, 1));
     assert_eq!(cloud.wait.max_seconds, Some(65.0));
 }
+
+#[test]
+fn a_reclaimed_worker_loses_its_runs_and_sends_the_next_launches_to_the_fallback() {
+    let spot = PoolPolicy {
+        fallback: Some(crate::pools::fallback::Fallback {
+            after: 1,
+            ..crate::pools::fallback::Fallback::to("cloud")
+        }),
+        ..pools(None).remove(0)
+    };
+    let cloud = pools(None).remove(1);
+    // Spot VMs live about a second once active: the first bundle's run (an hour) is lost
+    // with its worker; the second, arriving after that, goes to the fallback.
+    let config = SimConfig {
+        platforms: [(
+            "slurm".to_owned(),
+            Platform {
+                reclaim: Some(S(1)),
+                ..Platform::default()
+            },
+        )]
+        .into(),
+        ..SimConfig::default()
+    };
+    let two = Workload::parse("time,cpus,duration\n0,1,3600\n600,1,100\n").unwrap();
+    let report = simulate(&two, &[spot, cloud], &config).unwrap();
+    let (spot, cloud) = (&report.pools[0], &report.pools[1]);
+    assert_eq!((spot.launches, spot.bundles_run, spot.lost_runs), (1, 1, 1));
+    assert_eq!(
+        (cloud.launches, cloud.bundles_run, cloud.lost_runs),
+        (1, 1, 0)
+    );
+    assert_eq!((report.lost, report.finished, report.unfinished), (1, 1, 0));
+    assert!(!report.drained, "a lost run does not hold the run open");
+}

@@ -98,7 +98,7 @@ pub fn start_latency(text: &str) -> Result<(Duration, Duration), SimError> {
 }
 
 /// Pools' platforms from `POOL:latency=MIN-MAX,slots=N,busy=EVERY/FOR,stockout=EVERY/FOR,
-/// preempt=SHARE` specs (`simulate --platform`, seconds; any subset of the keys): the pool
+/// preempt=SHARE,reclaim=MEAN` specs (`simulate --platform`, seconds; any subset of the keys): the pool
 /// must be one of `policies`.
 pub fn platforms(
     specs: &[String],
@@ -158,9 +158,16 @@ fn platform_key(platform: &mut Platform, pair: &str) -> Result<(), String> {
             }
             platform.preempt = share;
         }
+        "reclaim" => {
+            let mean = seconds(value)?;
+            if mean.is_zero() {
+                return Err(format!("reclaim `{value}`: the mean must be positive"));
+            }
+            platform.reclaim = Some(mean);
+        }
         other => {
             return Err(format!(
-                "unknown key `{other}`: use latency, slots, busy, stockout, preempt"
+                "unknown key `{other}`: use latency, slots, busy, stockout, preempt, reclaim"
             ));
         }
     }
@@ -197,7 +204,8 @@ mod tests {
     #[test]
     fn platforms_are_pool_colon_keys() {
         let spec = |s: &str| vec![s.to_owned()];
-        let text = "a:latency=30-60,slots=4,busy=7200/3600,stockout=3600/600,preempt=0.2";
+        let text =
+            "a:latency=30-60,slots=4,busy=7200/3600,stockout=3600/600,preempt=0.2,reclaim=7200";
         let parsed = platforms(&spec(text), &pools()).unwrap();
         let s = Duration::from_secs;
         assert_eq!(
@@ -208,6 +216,7 @@ mod tests {
                 busy: Some((s(7200), s(3600))),
                 stockout: Some((s(3600), s(600))),
                 preempt: 0.2,
+                reclaim: Some(s(7200)),
             }
         );
         for (bad, says) in [
@@ -218,6 +227,8 @@ mod tests {
             ("a:busy=60", "expected EVERY/FOR"),
             ("a:color=red", "unknown key `color`"),
             ("a:preempt=2", "not a share between 0 and 1"),
+            ("a:reclaim=0", "reclaim `0`: the mean must be positive"),
+            ("a:reclaim=soon", "`soon` is not a whole number of seconds"),
         ] {
             let error = platforms(&spec(bad), &pools()).unwrap_err().to_string();
             assert!(error.contains(says) && error.contains(bad), "{error}");

@@ -6,7 +6,7 @@
 //! While its worker starts, a placed job is listed running, as Slurm lists it.
 
 use super::super::Platform;
-use super::{READY, Sim, UNBLOCK};
+use super::{Phase, READY, RECLAIM, Sim, UNBLOCK};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -87,6 +87,43 @@ impl Sim<'_> {
 }
 
 impl Sim<'_> {
+    /// When `job`'s platform reclaims active workers, draws when it reclaims this one.
+    pub(super) fn reclaim_later(&mut self, job: u32, now: u64) {
+        let pool = self.jobs[job as usize].pool;
+        if let Some(mean) = self.platforms[pool].platform.reclaim {
+            let after = self.rng.exponential(mean.as_millis() as f64) as u64;
+            self.schedule(now + after, RECLAIM, job, 0);
+        }
+    }
+
+    /// The platform takes `job`'s worker away: the runs on it are lost (the server marks
+    /// them `worker_offline`), and the job is listed once as preempted.
+    pub(super) fn reclaim(&mut self, job: u32, now: u64) {
+        let worker = &mut self.jobs[job as usize];
+        if worker.phase != Phase::Active {
+            return;
+        }
+        worker.phase = Phase::Preempted;
+        let runs = std::mem::take(&mut worker.running);
+        let (pool, unused) = (worker.pool, worker.started == 0);
+        let busy = worker.busy_since.take().map_or(0, |since| now - since);
+        let active_for = now - worker.active_at;
+        for (bundle, _) in &runs {
+            let owner = self.workload.arrivals[*bundle as usize].owner;
+            *self.owner_runs.entry(owner).or_default() -= 1;
+        }
+        self.runnable_left -= runs.len();
+        self.lost += runs.len();
+        let stats = &mut self.stats[pool];
+        stats.lost += runs.len();
+        stats.busy_ms += busy;
+        stats.worker_ms += active_for;
+        stats.unused += u64::from(unused);
+        stats.live -= 1;
+        stats.active -= 1;
+        self.release(job, now);
+    }
+
     /// Whether `pool`'s platform has no capacity at `now` (a stockout spell).
     pub(super) fn stocked_out(&self, pool: usize, now: u64) -> bool {
         spell_until(self.platforms[pool].platform.stockout, now).is_some()

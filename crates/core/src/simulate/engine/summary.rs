@@ -58,6 +58,7 @@ impl Sim<'_> {
                     cost: (policy.cost_per_hour)
                         .map(|price| (hours(stats.worker_ms) * price * 1000.0).round() / 1000.0),
                     bundles_run: stats.waits.len(),
+                    lost_runs: stats.lost,
                     wait: WaitStats::of(&mut stats.waits),
                 }
             })
@@ -70,7 +71,8 @@ impl Sim<'_> {
             bundles: self.workload.arrivals.len(),
             started: self.started,
             finished: self.finished,
-            unfinished: self.workload.arrivals.len() - self.finished - self.unrunnable,
+            unfinished: self.workload.arrivals.len() - self.finished - self.unrunnable - self.lost,
+            lost: self.lost,
             unrunnable: self.unrunnable,
             staged_for_no_pool: no_pool,
             drained,
