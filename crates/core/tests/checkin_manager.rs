@@ -267,3 +267,53 @@ async fn one_call_a_tick_jobs_or_not() {
         .count();
     assert_eq!(calls, 2);
 }
+
+#[tokio::test]
+async fn memory_held_by_runs_it_read_keeps_a_worker_from_looking_free() {
+    // A 4-CPU 16 GiB worker runs two bundles of 8g the manager read while staged: its CPUs
+    // have room, its memory none. The worker list does not say what memory runs hold; the
+    // manager sums their requests, so a third 8g bundle gets a worker of its own rather than
+    // the estimate "now: worker … has room" on one the server will not give it.
+    let mut s = setup(0).await;
+    let big = |n| FakeBundle {
+        memory: "8g".into(),
+        ..FakeBundle::new("alice", n)
+    };
+    let shape = WorkerShape::from_flags(4, 0, 16 * 1024);
+    let pool = Pool {
+        policy: PoolPolicy {
+            max: 3,
+            min_seconds_between_workers: 0,
+            ..PoolPolicy::new("cpu", shape)
+        },
+        backend: Arc::new(s.backend.clone()),
+        worker: WorkerOptions::default(),
+    };
+    let credentials = Credentials {
+        username: "alice".into(),
+        password: Secret::new("alicepw"),
+    };
+    let client = CodaLabClient::new(&s.server.url(), credentials).unwrap();
+    let config = ManagerConfig {
+        sleep_time: Duration::ZERO,
+        ..ManagerConfig::default()
+    };
+    s.manager = Manager::with_pools(config, client, vec![pool]).unwrap();
+    s.server.set_bundles(vec![big(1), big(2)]);
+    let report = s.manager.tick().await.unwrap();
+    assert_eq!(report.launched.len(), 1, "both fit one worker");
+    let job = s.backend.jobs()[0].name.clone();
+    let (b1, b2) = (big(1).uuid, big(2).uuid);
+    let mut worker = checked_in(&job, &[&b1, &b2]);
+    worker["cpus"] = 4.into();
+    worker["memory_bytes"] = (16u64 << 30).into();
+    s.server.set_workers(vec![worker]);
+    s.server.set_bundles(vec![big(3)]);
+    let report = s.manager.tick().await.unwrap();
+    assert_eq!(report.launched.len(), 1, "{:?}", report.events);
+    let status = s.manager.status();
+    let estimate = (status.estimates.iter())
+        .find(|e| e.uuid == big(3).uuid)
+        .unwrap();
+    assert!(!estimate.text.starts_with("now"), "{}", estimate.text);
+}

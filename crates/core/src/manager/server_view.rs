@@ -2,11 +2,15 @@
 //! of the last `GET /rest/workers/info` that answered and who the manager is (`GET /rest/user`), and
 //! what the manager remembers between ticks: since when the model has put each bundle on a
 //! checked-in worker (a bundle the server has not started there within [`ON_WORKER_GRACE`] is
-//! launched for), and whether it has said why it falls back to one bundle a worker.
+//! launched for), whether it has said why it falls back to one bundle a worker, and the
+//! memory each bundle it read asks for: the worker list does not say what memory runs hold,
+//! so a worker's is the sum of its runs' requests (the server's default for a run the
+//! manager never read).
 
+use crate::bundle::StagedBundle;
 use crate::checkin::CheckedInWorker;
 use crate::codalab::UserIdentity;
-use crate::dispatch::{Owners, ServerWorker};
+use crate::dispatch::{DEFAULT_REQUEST_MEMORY, Owners, Resources, ServerWorker};
 use crate::pools::{BundleOnWorker, ServerView};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::time::Duration;
@@ -26,6 +30,44 @@ pub(crate) struct ServerMemory {
     overdue_noted: FxHashSet<String>,
     /// Why the last tick had no server view, as logged (each reason once in a row).
     fallback: Option<String>,
+    /// The memory each bundle read asks for, for the memory its run holds.
+    requests: RunRequests,
+}
+
+/// The memory (bytes, as the server reserves it) each bundle the manager read asks for,
+/// kept while a listed worker runs it: `GET /rest/workers/info` does not say what memory a
+/// worker's runs hold, so it is the sum of their requests (the server's default for a run
+/// never read, as one the server started before the manager read it).
+#[derive(Debug, Default)]
+pub(crate) struct RunRequests {
+    memory: FxHashMap<String, i64>,
+}
+
+impl RunRequests {
+    /// Notes the memory the bundles read this tick ask for.
+    pub fn read(&mut self, bundles: &[StagedBundle]) {
+        for bundle in bundles {
+            let memory = Resources::requested(bundle).memory_bytes;
+            self.memory.insert(bundle.uuid.clone(), memory);
+        }
+    }
+
+    /// The memory `worker`'s runs hold.
+    pub fn in_use(&self, worker: &CheckedInWorker) -> u64 {
+        let held = (worker.run_uuids.iter())
+            .map(|run| (self.memory.get(run).copied()).unwrap_or(DEFAULT_REQUEST_MEMORY))
+            .sum::<i64>();
+        u64::try_from(held).unwrap_or(0)
+    }
+
+    /// Forgets the bundles no listed worker runs (one still staged is read again after this,
+    /// in the same tick).
+    pub fn forget(&mut self, workers: &[CheckedInWorker]) {
+        let running: FxHashSet<&str> = (workers.iter())
+            .flat_map(|w| w.run_uuids.iter().map(String::as_str))
+            .collect();
+        (self.memory).retain(|uuid, _| running.contains(uuid.as_str()));
+    }
 }
 
 impl ServerMemory {
@@ -38,7 +80,9 @@ impl ServerMemory {
         group_shared: bool,
         now: Duration,
     ) -> Option<ServerView> {
-        match server_view(identity, workers, group_shared) {
+        self.requests.forget(workers.unwrap_or_default());
+        let requests = &self.requests;
+        match server_view(identity, workers, group_shared, &|w| requests.in_use(w)) {
             Ok(mut view) => {
                 if self.fallback.take().is_some() {
                     tracing::info!(
@@ -68,6 +112,11 @@ impl ServerMemory {
         }
     }
 
+    /// Notes the memory the bundles read this tick ask for.
+    pub fn read(&mut self, bundles: &[StagedBundle]) {
+        self.requests.read(bundles);
+    }
+
     /// Takes the tick's placements on checked-in workers at `now`, and the bundles it read:
     /// an overdue bundle is remembered while it is read.
     pub fn take(&mut self, placed: &[BundleOnWorker], read: &FxHashSet<&str>, now: Duration) {
@@ -87,11 +136,13 @@ impl ServerMemory {
     }
 }
 
-/// The server view of `workers` for the manager `identity`, or why there is none.
+/// The server view of `workers` for the manager `identity`, each worker's runs holding
+/// `memory_in_use` bytes, or why there is none.
 pub fn server_view(
     identity: Option<&UserIdentity>,
     workers: Option<&[CheckedInWorker]>,
     group_shared: bool,
+    memory_in_use: &dyn Fn(&CheckedInWorker) -> u64,
 ) -> Result<ServerView, String> {
     let identity = identity
         .ok_or("the server did not say who the manager is (GET /rest/user gave no data.id)")?;
@@ -99,8 +150,7 @@ pub fn server_view(
     let workers = workers
         .iter()
         .map(|worker| {
-            // The reply does not say what memory the runs hold: counted as none.
-            ServerWorker::from_checkin(worker, 0).map_err(|field| {
+            ServerWorker::from_checkin(worker, memory_in_use(worker)).map_err(|field| {
                 format!(
                     "the server's worker list gives worker {} no `{field}`",
                     worker.worker_id
@@ -129,6 +179,8 @@ pub fn server_view(
 mod tests {
     use super::*;
 
+    const NONE: fn(&CheckedInWorker) -> u64 = |_| 0;
+
     fn identity(root: bool) -> UserIdentity {
         UserIdentity {
             id: "0".into(),
@@ -152,20 +204,20 @@ mod tests {
     #[test]
     fn no_view_without_identity_list_or_field_and_the_reason_says_which() {
         let workers = [worker(Some(4))];
-        let view = server_view(Some(&identity(true)), Some(&workers), false).unwrap();
+        let view = server_view(Some(&identity(true)), Some(&workers), false, &NONE).unwrap();
         assert_eq!(
             (view.owners.root.as_str(), view.owners.manager.as_str()),
             ("0", "0")
         );
-        let private = server_view(Some(&identity(false)), Some(&workers), false).unwrap();
+        let private = server_view(Some(&identity(false)), Some(&workers), false, &NONE).unwrap();
         assert_eq!(
             private.owners.root, "",
             "a normal user's view names no root"
         );
         let errors = [
-            server_view(None, Some(&workers), false).unwrap_err(),
-            server_view(Some(&identity(true)), None, false).unwrap_err(),
-            server_view(Some(&identity(true)), Some(&[worker(None)]), false).unwrap_err(),
+            server_view(None, Some(&workers), false, &NONE).unwrap_err(),
+            server_view(Some(&identity(true)), None, false, &NONE).unwrap_err(),
+            server_view(Some(&identity(true)), Some(&[worker(None)]), false, &NONE).unwrap_err(),
         ];
         assert!(errors[0].contains("who the manager is"), "{}", errors[0]);
         assert!(
@@ -207,5 +259,34 @@ mod tests {
         assert_eq!(view(&mut memory, at(65)), ["0xa".to_owned()].into());
         memory.take(&[], &FxHashSet::default(), at(70));
         assert!(view(&mut memory, at(75)).is_empty(), "forgotten once gone");
+    }
+
+    #[test]
+    fn a_workers_memory_in_use_is_its_runs_requests_as_read() {
+        let mut requests = RunRequests::default();
+        let staged = |uuid: &str, memory: u64| StagedBundle {
+            request_memory: memory,
+            ..StagedBundle::new(uuid)
+        };
+        requests.read(&[staged("0xa", 8 << 30), staged("0xb", 0)]);
+        let running = |runs: &[&str]| CheckedInWorker {
+            run_uuids: runs.iter().map(|r| r.to_string()).collect(),
+            ..worker(Some(4))
+        };
+        // Read with 8 GiB; read without a request (the server's default, 2 GiB); never read
+        // (the default too).
+        let worker = running(&["0xa", "0xb", "0xc"]);
+        assert_eq!(requests.in_use(&worker), (8 + 2 + 2) << 30);
+        let view = server_view(
+            Some(&identity(true)),
+            Some(std::slice::from_ref(&worker)),
+            false,
+            &|w| requests.in_use(w),
+        )
+        .unwrap();
+        assert_eq!(view.workers[0].in_use.memory_bytes, 12 << 30);
+        // Once no listed worker runs it, a request is forgotten.
+        requests.forget(&[running(&["0xb"])]);
+        assert_eq!(requests.in_use(&worker), (2 + 2 + 2) << 30);
     }
 }

@@ -89,6 +89,7 @@ impl Manager {
             .map(|b| b.uuid.as_str())
             .collect();
         (self.server).take(&decision.on_workers, &read, observed.now);
+        (self.server).read(&observed.pools.bundles);
         let filtered = logs::note_unserved(&mut self.reported, &policies, &decision);
         logs::log_decisions(&policies, &decision, observed.staged, observed.removed);
         logs::note_spills(&mut self.spilled, &decision);

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::manager::Pool;
 use crate::manager::estimates::EstimateMemory;
 use crate::manager::runtime::PoolRuntime;
+use crate::manager::server_view::RunRequests;
 use crate::pools::{PoolPolicy, misfit, preference_order};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -160,6 +161,8 @@ pub(super) struct Sim<'a> {
     /// Each owner's runs on the (shared) workers, by owner index.
     owner_runs: HashMap<u32, i64>,
     estimates: EstimateMemory,
+    /// The memory of the runs the manager read, as it keeps it for the server view.
+    requests: RunRequests,
     /// Each scored estimate: its kind and error in milliseconds.
     estimate_errors: Vec<(&'static str, u64)>,
     events: BinaryHeap<Reverse<Event>>,
@@ -227,6 +230,7 @@ impl<'a> Sim<'a> {
             quotas,
             owner_runs: HashMap::new(),
             estimates: EstimateMemory::default(),
+            requests: RunRequests::default(),
             estimate_errors: Vec::new(),
             events: BinaryHeap::new(),
             sequence: 0,

@@ -54,6 +54,7 @@ impl Sim<'_> {
             let _ = self.runtimes[pool].capacity_tick(now);
         }
         let view = self.checkin_view();
+        self.requests.forget(view.workers());
         for runtime in &self.runtimes {
             self.estimates.take_view(runtime, &view, now);
         }
@@ -75,6 +76,7 @@ impl Sim<'_> {
         };
         let decision = plan_pools(&observed, &self.policies, now);
         self.estimate(&observed, &decision, now);
+        self.requests.read(&observed.bundles);
         for (pool, decision) in decision.pools.iter().enumerate() {
             if !decision.stops.is_empty() {
                 for id in &decision.stops {
@@ -133,7 +135,9 @@ impl Sim<'_> {
             id: ROOT.to_owned(),
             root: true,
         };
-        let mut server = server_view(Some(&identity), Some(view.workers()), false).ok()?;
+        let requests = &self.requests;
+        let in_use = |worker: &_| requests.in_use(worker);
+        let mut server = server_view(Some(&identity), Some(view.workers()), false, &in_use).ok()?;
         server.owners.quota_left = self.owners().quota_left;
         Some(server)
     }
