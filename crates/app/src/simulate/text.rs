@@ -14,24 +14,7 @@ pub fn text(report: &SimReport) -> String {
         report.sleep_seconds,
         report.seed
     );
-    let lost = match report.lost {
-        0 => String::new(),
-        n => format!(", {n} lost with a reclaimed worker"),
-    };
-    let _ = writeln!(
-        out,
-        "bundles: {} arrived, {} started, {} finished, {} unfinished{lost}, {} no pool can run{}",
-        report.bundles,
-        report.started,
-        report.finished,
-        report.unfinished,
-        report.unrunnable,
-        if report.drained {
-            " (stopped at the drain limit)"
-        } else {
-            ""
-        }
-    );
+    out.push_str(&bundles_line(report));
     out.push('\n');
     let header = [
         "pool", "mode", "min", "max", "launches", "unused", "failed", "stuck", "peak", "worker-h",
@@ -86,6 +69,23 @@ pub fn text(report: &SimReport) -> String {
     out.push_str(&costs(report));
     out.push_str(&estimates(report));
     out
+}
+
+/// "bundles: N arrived, …": what became of the workload's bundles.
+fn bundles_line(report: &SimReport) -> String {
+    let lost = match report.lost {
+        0 => String::new(),
+        n => format!(", {n} lost with a reclaimed worker"),
+    };
+    let drained = match report.drained {
+        true => " (stopped at the drain limit)",
+        false => "",
+    };
+    format!(
+        "bundles: {} arrived, {} started, {} finished, {} unfinished{lost}, {} no pool can \
+         run{drained}\n",
+        report.bundles, report.started, report.finished, report.unfinished, report.unrunnable,
+    )
 }
 
 /// Where runs were lost with reclaimed workers, if any were.
