@@ -6,55 +6,15 @@
 //!
 //! Set `AWS_ENDPOINT_URL` to use another moto than `http://127.0.0.1:5055`.
 
-use codalab_wm_aws::client::sdk_loader;
+mod support;
+
 use codalab_wm_aws::{AwsBatchBackend, AwsBatchConfig, BatchClient, HostEnvironment};
 use codalab_wm_core::backend::new_unique;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::require_service;
 use codalab_wm_core::{LaunchRequest, WorkerBackend, WorkerJob, WorkerOptions};
 use std::collections::BTreeSet;
-use std::net::TcpStream;
-use std::time::Duration;
-
-fn endpoint() -> String {
-    std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| "http://127.0.0.1:5055".to_owned())
-}
-
-fn moto_available() -> bool {
-    let address = endpoint()
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_owned();
-    let answers = address
-        .parse()
-        .ok()
-        .and_then(|addr| TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok())
-        .is_some();
-    let services = codalab_wm_core::testing::services_dir();
-    answers && services.join("moto/docker.sock").exists()
-}
-
-fn fresh_config() -> AwsBatchConfig {
-    let name = format!("wmdown-{}", &new_unique()[..12]);
-    AwsBatchConfig {
-        job_definition_name: name.clone(),
-        manager_id: Some(name),
-        ..AwsBatchConfig::default()
-    }
-}
-
-async fn sdk_client(config: &AwsBatchConfig) -> aws_sdk_batch::Client {
-    aws_sdk_batch::Client::new(&sdk_config(config).await)
-}
-
-async fn sdk_config(config: &AwsBatchConfig) -> aws_config::SdkConfig {
-    let credentials = aws_sdk_batch::config::Credentials::new("test", "test", None, None, "test");
-    sdk_loader(config)
-        .endpoint_url(endpoint())
-        .credentials_provider(credentials)
-        .load()
-        .await
-}
+use support::moto::{POLLING, fresh_config, moto_available, sdk_client, sdk_config};
 
 fn worker(prefix: &str) -> WorkerOptions {
     WorkerOptions {
@@ -121,11 +81,11 @@ async fn down(backend: &AwsBatchBackend) -> Vec<codalab_wm_core::CleanupItem> {
     for job in live(&backend.get_worker_jobs().await.unwrap()) {
         backend.stop_worker_job(job).await.unwrap();
     }
-    for _ in 0..120 {
+    for _ in 0..POLLING.attempts {
         if live(&backend.get_worker_jobs().await.unwrap()).is_empty() {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(POLLING.interval).await;
     }
     backend.cleanup(false).await.unwrap()
 }

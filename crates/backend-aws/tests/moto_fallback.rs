@@ -15,7 +15,7 @@ use codalab_wm_core::codalab::CodaLabClient;
 use codalab_wm_core::manager::status::{LaunchResult, TickEvent};
 use codalab_wm_core::pools::fallback::{CapacityState, Fallback};
 use codalab_wm_core::secret::{Credentials, Secret};
-use codalab_wm_core::testing::require_service;
+use codalab_wm_core::testing::{capacity_switches, require_service};
 use codalab_wm_core::{JobState, Manager, ManagerConfig, Pool, PoolPolicy, WorkerBackend};
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::sync::Arc;
@@ -73,15 +73,6 @@ fn launches(events: &[TickEvent], pool: &str) -> Vec<String> {
         .collect()
 }
 
-fn switches(events: &[TickEvent]) -> Vec<&'static str> {
-    (events.iter())
-        .filter_map(|e| match e {
-            TickEvent::CapacitySwitched(switch) => Some(switch.switch),
-            _ => None,
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn a_reclaimed_spot_host_and_a_job_stuck_runnable_send_new_launches_to_on_demand() {
     if !require_service("moto", moto_available()) {
@@ -133,7 +124,11 @@ async fn a_reclaimed_spot_host_and_a_job_stuck_runnable_send_new_launches_to_on_
         "{:?}",
         report.events
     );
-    assert!(switches(&report.events).is_empty(), "{:?}", report.events);
+    assert!(
+        capacity_switches(&report.events).is_empty(),
+        "{:?}",
+        report.events
+    );
     let second = launches(&report.events, "spot");
     assert_eq!(second.len(), 1, "{:?}", report.events);
 
@@ -146,7 +141,7 @@ async fn a_reclaimed_spot_host_and_a_job_stuck_runnable_send_new_launches_to_on_
         "{:?}",
         report.events
     );
-    assert_eq!(switches(&report.events), ["to_fallback"]);
+    assert_eq!(capacity_switches(&report.events), ["to_fallback"]);
     let on_demand = launches(&report.events, "standard");
     assert_eq!(on_demand.len(), 1, "{:?}", report.events);
     assert!(launches(&report.events, "spot").is_empty());

@@ -9,7 +9,7 @@ use codalab_wm_core::codalab::CodaLabClient;
 use codalab_wm_core::manager::status::{LaunchResult, TickEvent};
 use codalab_wm_core::pools::fallback::Fallback;
 use codalab_wm_core::secret::{Credentials, Secret};
-use codalab_wm_core::testing::FakeBackend;
+use codalab_wm_core::testing::{FakeBackend, capacity_switches};
 use codalab_wm_core::{
     JobState, Manager, ManagerConfig, Pool, PoolPolicy, WorkerOptions, WorkerShape,
 };
@@ -106,15 +106,6 @@ fn launches(events: &[TickEvent], pool: &str, result: LaunchResult) -> usize {
         .count()
 }
 
-fn switches(events: &[TickEvent]) -> Vec<&'static str> {
-    (events.iter())
-        .filter_map(|e| match e {
-            TickEvent::CapacitySwitched(switch) => Some(switch.switch),
-            _ => None,
-        })
-        .collect()
-}
-
 /// The server lists the worker of `backend`'s job `index`: it checked in.
 fn check_in(s: &Setup, backend: &FakeBackend, index: usize) {
     let name = backend.jobs()[index].name.clone();
@@ -141,7 +132,7 @@ async fn a_preemption_and_a_stockout_send_launches_to_the_fallback_until_a_retry
     ));
     let report = s.manager.tick().await.unwrap();
     assert_eq!(launches(&report.events, "spot", LaunchResult::Failed), 1);
-    assert_eq!(switches(&report.events), ["to_fallback"]);
+    assert_eq!(capacity_switches(&report.events), ["to_fallback"]);
     let status = s.manager.status();
     let event = (status.events.iter())
         .find(|e| e.kind.code() == "capacity_switched")
@@ -172,7 +163,7 @@ async fn a_preemption_and_a_stockout_send_launches_to_the_fallback_until_a_retry
     s.server.set_bundles(vec![bundle(1), bundle(2), bundle(3)]);
     s.manager.advance_clock(24 * MIN);
     let report = s.manager.tick().await.unwrap();
-    assert_eq!(switches(&report.events), ["retry"]);
+    assert_eq!(capacity_switches(&report.events), ["retry"]);
     assert_eq!(launches(&report.events, "spot", LaunchResult::Started), 1);
     assert_eq!(
         launches(&report.events, "standard", LaunchResult::Started),
@@ -183,7 +174,7 @@ async fn a_preemption_and_a_stockout_send_launches_to_the_fallback_until_a_retry
     s.spot.set_state(&s.spot.jobs()[probe].id, JobState::Active);
     check_in(&s, &s.spot, probe);
     let report = s.manager.tick().await.unwrap();
-    assert_eq!(switches(&report.events), ["restored"]);
+    assert_eq!(capacity_switches(&report.events), ["restored"]);
     assert!(!report.pools.pools[0].reason_codes().contains("on_fallback"));
     assert_eq!(
         s.standard.jobs().len(),
@@ -209,7 +200,7 @@ async fn a_spot_job_pending_past_its_timeout_is_a_capacity_event() {
     assert!((report.events.iter()).any(
         |e| matches!(e, TickEvent::Stop { job_id, reason: "pending_timeout", .. } if *job_id == job)
     ));
-    assert_eq!(switches(&report.events), ["to_fallback"]);
+    assert_eq!(capacity_switches(&report.events), ["to_fallback"]);
     // The stuck job's pool takes nothing this tick: the bundle goes to the fallback at once.
     assert_eq!(
         launches(&report.events, "standard", LaunchResult::Started),

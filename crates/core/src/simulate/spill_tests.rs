@@ -40,6 +40,21 @@ fn config() -> SimConfig {
     }
 }
 
+/// The first pool as Spot on `platform`, falling back to the paid pool at its first
+/// capacity event.
+fn spot_and_fallback(platform: Platform) -> (Vec<PoolPolicy>, SimConfig) {
+    let mut pools = pools(None);
+    pools[0].fallback = Some(crate::pools::fallback::Fallback {
+        after: 1,
+        ..crate::pools::fallback::Fallback::to("cloud")
+    });
+    let config = SimConfig {
+        platforms: [("slurm".to_owned(), platform)].into(),
+        ..SimConfig::default()
+    };
+    (pools, config)
+}
+
 fn one_bundle() -> Workload {
     Workload::parse("time,cpus,duration\n0,1,100\n").unwrap()
 }
@@ -119,26 +134,11 @@ fn slots_hold_jobs_beyond_them_pending_in_launch_order() {
 
 #[test]
 fn a_stocked_out_spot_pool_sends_its_launches_to_its_fallback() {
-    let spot = PoolPolicy {
-        fallback: Some(crate::pools::fallback::Fallback {
-            after: 1,
-            ..crate::pools::fallback::Fallback::to("cloud")
-        }),
-        ..pools(None).remove(0)
-    };
-    let cloud = pools(None).remove(1);
-    let config = SimConfig {
-        platforms: [(
-            "slurm".to_owned(),
-            Platform {
-                stockout: Some((S(7200), S(3600))),
-                ..Platform::default()
-            },
-        )]
-        .into(),
-        ..SimConfig::default()
-    };
-    let report = simulate(&one_bundle(), &[spot, cloud], &config).unwrap();
+    let (pools, config) = spot_and_fallback(Platform {
+        stockout: Some((S(7200), S(3600))),
+        ..Platform::default()
+    });
+    let report = simulate(&one_bundle(), &pools, &config).unwrap();
     let (spot, cloud) = (&report.pools[0], &report.pools[1]);
     // The tick at 0 s meets the stockout (a capacity event: on the fallback at once); the
     // tick at 5 s launches on the fallback, whose worker is active 60 s later.
@@ -149,29 +149,14 @@ fn a_stocked_out_spot_pool_sends_its_launches_to_its_fallback() {
 
 #[test]
 fn a_reclaimed_worker_loses_its_runs_and_sends_the_next_launches_to_the_fallback() {
-    let spot = PoolPolicy {
-        fallback: Some(crate::pools::fallback::Fallback {
-            after: 1,
-            ..crate::pools::fallback::Fallback::to("cloud")
-        }),
-        ..pools(None).remove(0)
-    };
-    let cloud = pools(None).remove(1);
     // Spot VMs live about a second once active: the first bundle's run (an hour) is lost
     // with its worker; the second, arriving after that, goes to the fallback.
-    let config = SimConfig {
-        platforms: [(
-            "slurm".to_owned(),
-            Platform {
-                reclaim: Some(S(1)),
-                ..Platform::default()
-            },
-        )]
-        .into(),
-        ..SimConfig::default()
-    };
+    let (pools, config) = spot_and_fallback(Platform {
+        reclaim: Some(S(1)),
+        ..Platform::default()
+    });
     let two = Workload::parse("time,cpus,duration\n0,1,3600\n600,1,100\n").unwrap();
-    let report = simulate(&two, &[spot, cloud], &config).unwrap();
+    let report = simulate(&two, &pools, &config).unwrap();
     let (spot, cloud) = (&report.pools[0], &report.pools[1]);
     assert_eq!((spot.launches, spot.bundles_run, spot.lost_runs), (1, 1, 1));
     assert_eq!(

@@ -19,6 +19,16 @@ use crate::error::{Error, Result};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// The capacity switches among a tick's `events`, in order (`to_fallback`, `retry`, …).
+pub fn capacity_switches(events: &[crate::manager::status::TickEvent]) -> Vec<&'static str> {
+    (events.iter())
+        .filter_map(|e| match e {
+            crate::manager::status::TickEvent::CapacitySwitched(switch) => Some(switch.switch),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Whether a test that needs service `name` can run. When the service is missing: under
 /// `CI=true` this panics (a CI run must never skip), elsewhere it prints how to start the
 /// service and returns `false` so the test returns early.
