@@ -44,11 +44,14 @@ pub(crate) struct RunRequests {
 }
 
 impl RunRequests {
-    /// Notes the memory the bundles read this tick ask for.
+    /// Notes the memory the bundles read this tick ask for (those asking for the default
+    /// need no entry: a run not found counts the default).
     pub fn read(&mut self, bundles: &[StagedBundle]) {
         for bundle in bundles {
             let memory = Resources::requested(bundle).memory_bytes;
-            self.memory.insert(bundle.uuid.clone(), memory);
+            if memory != DEFAULT_REQUEST_MEMORY {
+                self.memory.insert(bundle.uuid.clone(), memory);
+            }
         }
     }
 
@@ -63,6 +66,9 @@ impl RunRequests {
     /// Forgets the bundles no listed worker runs (one still staged is read again after this,
     /// in the same tick).
     pub fn forget(&mut self, workers: &[CheckedInWorker]) {
+        if self.memory.is_empty() {
+            return;
+        }
         let running: FxHashSet<&str> = (workers.iter())
             .flat_map(|w| w.run_uuids.iter().map(String::as_str))
             .collect();
