@@ -85,6 +85,7 @@ pub fn run(_args: &[String]) -> Result<()> {
         step("fuzz --seconds 20", &mut timings, || {
             crate::fuzz::run(&["--seconds".into(), "20".into()])
         })?;
+        step("a fresh CodaLab for the demo", &mut timings, fresh_codalab)?;
         // Last: the README's first command, as a newcomer runs it (its real workers stay
         // registered on the server for a minute after they exit; nothing runs after it).
         step("demo", &mut timings, || {
@@ -94,6 +95,32 @@ pub fn run(_args: &[String]) -> Result<()> {
     })();
     eprintln!("==> ci step timings (s): {timings:?}");
     result
+}
+
+/// The tests leave alice's bundles staged (a test stages what it needs and checks what the
+/// manager does; nothing deletes them), and the demo's workers, alice's, would run those
+/// first: the demo, as a newcomer runs it, gets an empty server. The test step's server logs
+/// are kept in `.services/ci-logs/codalab-before-demo`.
+fn fresh_codalab() -> Result<()> {
+    let root = repo_root();
+    let logs = root.join(".services/codalab/logs");
+    let kept = root.join(".services/ci-logs/codalab-before-demo");
+    std::fs::create_dir_all(root.join(".services/ci-logs"))?;
+    if logs.is_dir() {
+        let _ = std::fs::remove_dir_all(&kept);
+        std::fs::rename(&logs, &kept).with_context(|| format!("moving {}", logs.display()))?;
+    }
+    eprintln!("==> bash xtask/services/codalab/down.sh --purge");
+    let status = Command::new("bash")
+        .args(["xtask/services/codalab/down.sh", "--purge"])
+        .env("SERVICES_DIR", root.join(".services"))
+        .current_dir(&root)
+        .status()
+        .context("running xtask/services/codalab/down.sh --purge")?;
+    if !status.success() {
+        bail!("xtask/services/codalab/down.sh --purge failed ({status})");
+    }
+    Ok(())
 }
 
 /// `cargo xtask ARGS…` as a child process (the demo replaces its process with a script).
