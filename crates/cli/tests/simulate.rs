@@ -341,15 +341,15 @@ fn spill_after_and_a_queued_platform_are_what_ifs_with_a_cost_line() {
          cost_per_hour = 0.8\n[pools.local]\ncpus = 4\nstate_dir = \"/tmp/b\"\n",
     )
     .unwrap();
+    // 200 bundles on the two pools, and `extra`.
+    let simulate = |extra: &[&str]| {
+        let mut args = vec!["--config", config.to_str().unwrap(), "simulate"];
+        args.extend(["--arrivals", "poisson:2", "--bundles", "200"]);
+        args.extend_from_slice(extra);
+        manager(&args)
+    };
     let run = |spill: &str| {
-        let output = manager(&[
-            "--config",
-            config.to_str().unwrap(),
-            "simulate",
-            "--arrivals",
-            "poisson:2",
-            "--bundles",
-            "200",
+        let output = simulate(&[
             "--platform",
             "slurm:latency=30-60,busy=7200/3600",
             "--set",
@@ -379,19 +379,7 @@ fn spill_after_and_a_queued_platform_are_what_ifs_with_a_cost_line() {
         p90(&stays)
     );
     // A platform that reclaims active workers loses the runs on them, and says so.
-    let output = manager(&[
-        "--config",
-        config.to_str().unwrap(),
-        "simulate",
-        "--arrivals",
-        "poisson:2",
-        "--bundles",
-        "200",
-        "--platform",
-        "cloud:reclaim=600",
-        "--set",
-        "slurm.max=0",
-    ]);
+    let output = simulate(&["--platform", "cloud:reclaim=600", "--set", "slurm.max=0"]);
     let text = String::from_utf8_lossy(&output.stdout);
     let lost = (text.split(" lost with a reclaimed worker").next())
         .and_then(|head| head.rsplit(' ').next())

@@ -22,6 +22,12 @@ struct Setup {
 }
 
 async fn setup(bundles: u64) -> Setup {
+    // 1-CPU workers, each filled by one of the fake's 1-CPU bundles: launches count bundles.
+    setup_shaped(bundles, WorkerShape::from_flags(1, 0, 8192)).await
+}
+
+/// The setup with workers of `shape`.
+async fn setup_shaped(bundles: u64, shape: WorkerShape) -> Setup {
     let server = FakeCodaLab::start().await.unwrap();
     server.set_bundles((1..=bundles).map(|n| FakeBundle::new("alice", n)).collect());
     let credentials = Credentials {
@@ -29,15 +35,14 @@ async fn setup(bundles: u64) -> Setup {
         password: Secret::new("alicepw"),
     };
     let client = CodaLabClient::new(&server.url(), credentials).unwrap();
-    // 1-CPU workers, each filled by one of the fake's 1-CPU bundles: launches count bundles.
-    let backend = FakeBackend::named("fake", WorkerShape::from_flags(1, 0, 8192));
+    let backend = FakeBackend::named("fake", shape);
     backend.start_active(true);
     backend.unique_names(true);
     let policy = PoolPolicy {
         max: 3,
         min_seconds_between_workers: 0,
         max_launches_per_tick: 3,
-        ..PoolPolicy::new("cpu", WorkerShape::from_flags(1, 0, 8192))
+        ..PoolPolicy::new("cpu", shape)
     };
     let pool = Pool {
         policy,
@@ -274,31 +279,11 @@ async fn memory_held_by_runs_it_read_keeps_a_worker_from_looking_free() {
     // have room, its memory none. The worker list does not say what memory runs hold; the
     // manager sums their requests, so a third 8g bundle gets a worker of its own rather than
     // the estimate "now: worker … has room" on one the server will not give it.
-    let mut s = setup(0).await;
+    let mut s = setup_shaped(0, WorkerShape::from_flags(4, 0, 16 * 1024)).await;
     let big = |n| FakeBundle {
         memory: "8g".into(),
         ..FakeBundle::new("alice", n)
     };
-    let shape = WorkerShape::from_flags(4, 0, 16 * 1024);
-    let pool = Pool {
-        policy: PoolPolicy {
-            max: 3,
-            min_seconds_between_workers: 0,
-            ..PoolPolicy::new("cpu", shape)
-        },
-        backend: Arc::new(s.backend.clone()),
-        worker: WorkerOptions::default(),
-    };
-    let credentials = Credentials {
-        username: "alice".into(),
-        password: Secret::new("alicepw"),
-    };
-    let client = CodaLabClient::new(&s.server.url(), credentials).unwrap();
-    let config = ManagerConfig {
-        sleep_time: Duration::ZERO,
-        ..ManagerConfig::default()
-    };
-    s.manager = Manager::with_pools(config, client, vec![pool]).unwrap();
     s.server.set_bundles(vec![big(1), big(2)]);
     let report = s.manager.tick().await.unwrap();
     assert_eq!(report.launched.len(), 1, "both fit one worker");

@@ -172,8 +172,6 @@ pub(super) struct Sim<'a> {
     unrunnable: usize,
     started: usize,
     finished: usize,
-    /// Runs lost with reclaimed workers (`worker_offline` on the server).
-    lost: usize,
     last_finish: u64,
     stats: Vec<Stats>,
     series: Series,
@@ -239,7 +237,6 @@ impl<'a> Sim<'a> {
             unrunnable: 0,
             started: 0,
             finished: 0,
-            lost: 0,
             last_finish: 0,
             stats: (0..n).map(|_| Stats::default()).collect(),
             series: Series::new(3 * n),
@@ -505,8 +502,13 @@ impl<'a> Sim<'a> {
 
     /// An active worker ends (idle, or its run count reached).
     fn exit(&mut self, job: u32, now: u64) {
+        self.end_active(job, now, Phase::Gone);
+    }
+
+    /// An active worker's end, counted: `Gone`, or `Preempted` (listed once more, then gone).
+    fn end_active(&mut self, job: u32, now: u64, phase: Phase) {
         let worker = &mut self.jobs[job as usize];
-        worker.phase = Phase::Gone;
+        worker.phase = phase;
         let (pool, unused) = (worker.pool, worker.started == 0);
         let stats = &mut self.stats[pool];
         stats.worker_ms += now - worker.active_at;

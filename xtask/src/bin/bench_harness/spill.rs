@@ -99,12 +99,13 @@ pub fn measure(quick: bool) -> Vec<Value> {
     // The admin's knob, swept: what other waits accepted on the free pool give.
     variants.extend(OTHER_SPILL_AFTERS.iter().map(|&after| spill(after)));
     let config = config();
+    let busy = busy_arrivals(&workload, &config);
     variants
         .iter()
         .map(|(name, pools)| {
             let report = simulate(&workload, pools, &config).expect("valid settings");
             let mut row = row(name, &workload, &report);
-            row["busy_arrivals"] = busy_arrivals(&workload, &config).into();
+            row["busy_arrivals"] = busy.into();
             row["spill_after_s"] = pools[0].spill_after.map(|d| d.as_secs()).into();
             row
         })

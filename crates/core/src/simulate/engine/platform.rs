@@ -103,25 +103,18 @@ impl Sim<'_> {
         if worker.phase != Phase::Active {
             return;
         }
-        worker.phase = Phase::Preempted;
         let runs = std::mem::take(&mut worker.running);
-        let (pool, unused) = (worker.pool, worker.started == 0);
+        let pool = worker.pool;
         let busy = worker.busy_since.take().map_or(0, |since| now - since);
-        let active_for = now - worker.active_at;
         for (bundle, _) in &runs {
             let owner = self.workload.arrivals[*bundle as usize].owner;
             *self.owner_runs.entry(owner).or_default() -= 1;
         }
         self.runnable_left -= runs.len();
-        self.lost += runs.len();
         let stats = &mut self.stats[pool];
         stats.lost += runs.len();
         stats.busy_ms += busy;
-        stats.worker_ms += active_for;
-        stats.unused += u64::from(unused);
-        stats.live -= 1;
-        stats.active -= 1;
-        self.release(job, now);
+        self.end_active(job, now, Phase::Preempted);
     }
 
     /// Whether `pool`'s platform has no capacity at `now` (a stockout spell).

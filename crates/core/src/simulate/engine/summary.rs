@@ -35,6 +35,8 @@ impl Sim<'_> {
             .map(|c| c.queue.len())
             .sum();
         let estimates = EstimateReport::of(&mut self.estimate_errors);
+        // Runs lost with reclaimed workers (`worker_offline` on the server).
+        let lost = self.stats.iter().map(|s| s.lost).sum::<usize>();
         let mut all_waits = Vec::new();
         let pools: Vec<PoolReport> = self
             .policies
@@ -71,8 +73,8 @@ impl Sim<'_> {
             bundles: self.workload.arrivals.len(),
             started: self.started,
             finished: self.finished,
-            unfinished: self.workload.arrivals.len() - self.finished - self.unrunnable - self.lost,
-            lost: self.lost,
+            unfinished: self.workload.arrivals.len() - self.finished - self.unrunnable - lost,
+            lost,
             unrunnable: self.unrunnable,
             staged_for_no_pool: no_pool,
             drained,
