@@ -9,9 +9,11 @@
 //! (crashes). Every scenario cancels its jobs afterwards, whatever happened. Exits non-zero
 //! when a scenario fails, a manager crashed or more than `--max-workers` jobs ran at once.
 
+mod auth;
 mod event;
 mod gce;
 mod harness;
+mod held;
 mod hostile;
 mod moto;
 mod scenarios;

@@ -83,6 +83,16 @@ pub const ALL: &[Scenario] = &[
         super::hostile::hostile_server,
     ),
     (
+        "relogin-refused",
+        "tokens revoked, then the token endpoint answers 401, 400 invalid_grant, 503 for 20 s each",
+        super::auth::relogin_refused,
+    ),
+    (
+        "held-job",
+        "one running worker job requeued and held (`scontrol requeuehold`) for 15 s",
+        super::held::held_job,
+    ),
+    (
         "sigkill-after-submit",
         "SIGKILL right after a submit, restart, SIGTERM",
         sigkill_after_submit,
