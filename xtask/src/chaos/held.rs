@@ -34,12 +34,30 @@ fn state_and_reason(id: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
+/// One of the scenario's jobs that Slurm runs (a pending one cannot be requeued), bounded wait.
+fn running_job(job_name: &str) -> Result<String> {
+    let start = Instant::now();
+    while start.elapsed() < RECOVER {
+        let jobs = harness::slurm_jobs(job_name).context("squeue failed")?;
+        if let Some((id, _)) = jobs
+            .iter()
+            .find(|(id, _)| state_and_reason(id).is_some_and(|s| s.starts_with("RUNNING")))
+        {
+            return Ok(id.clone());
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+    bail!(
+        "no job of `{job_name}` running within {} s",
+        RECOVER.as_secs()
+    )
+}
+
 pub fn held_job(setup: &Setup) -> Result<Findings> {
     let mut findings = Findings::default();
     let mut manager = setup.spec.spawn("held-job")?;
     wait_for_jobs(&mut manager, &setup.spec.job_name, MAX_WORKERS, RECOVER)?;
-    let jobs = harness::slurm_jobs(&setup.spec.job_name).context("squeue failed")?;
-    let (id, _) = jobs.first().context("no job to hold")?.clone();
+    let id = running_job(&setup.spec.job_name)?;
     // The manager submits with --no-requeue; an admin may requeue it all the same.
     scontrol(&["update", &format!("JobId={id}"), "Requeue=1"])?;
     scontrol(&["requeuehold", &id])?;
