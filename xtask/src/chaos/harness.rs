@@ -167,6 +167,15 @@ fn make_executable(path: &Path) -> Result<()> {
 }
 
 impl ManagerProcess {
+    /// A manager a scenario started with its own arguments, logging to `log`.
+    pub fn adopt(child: Child, log: PathBuf) -> Self {
+        Self {
+            child,
+            log,
+            expected_exit: false,
+        }
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -10,6 +10,7 @@
 //! when a scenario fails, a manager crashed or more than `--max-workers` jobs ran at once.
 
 mod auth;
+mod dispatch;
 mod event;
 mod gce;
 mod harness;

@@ -93,6 +93,11 @@ pub const ALL: &[Scenario] = &[
         super::held::held_job,
     ),
     (
+        "dispatch-stopped",
+        "CodaLab's bundle manager paused for 180 s under one staged bundle; real cl-workers check in idle",
+        super::dispatch::dispatch_stopped,
+    ),
+    (
         "sigkill-after-submit",
         "SIGKILL right after a submit, restart, SIGTERM",
         sigkill_after_submit,
