@@ -30,6 +30,7 @@ fn assigned(uuid: &str, coverage: Coverage, worker: usize) -> BundleAssignment {
         coverage,
         worker,
         spill: None,
+        overdue: false,
     }
 }
 
