@@ -188,6 +188,7 @@ impl SimPool {
                     },
                     checkin: Default::default(),
                     launched_here: true,
+                    on_hold: false,
                 })
                 .collect(),
             stopping: self.stopping.len(),
@@ -360,7 +361,7 @@ server: None,
                 left -= active;
                 let pending = (*pending).min(left);
                 let mut jobs: Vec<ObservedJob> = (0..active)
-                    .map(|i| ObservedJob { id: format!("a{i}"), state: JobState::Active, pending_for: Duration::ZERO, active_for: Duration::from_secs(30 * (i as u64)), checkin: Default::default(), launched_here: true })
+                    .map(|i| ObservedJob { id: format!("a{i}"), state: JobState::Active, pending_for: Duration::ZERO, active_for: Duration::from_secs(30 * (i as u64)), checkin: Default::default(), launched_here: true, on_hold: false })
                     .collect();
                 jobs.extend((0..pending).map(|i| ObservedJob {
                     id: format!("p{i}"),
@@ -369,6 +370,7 @@ server: None,
                     active_for: Duration::ZERO,
                     checkin: Default::default(),
                     launched_here: true,
+                    on_hold: false,
                 }));
                 PoolObservation { jobs, stopping, ..PoolObservation::default() }
             })

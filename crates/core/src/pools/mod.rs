@@ -280,6 +280,11 @@ pub struct ObservedJob {
     /// This manager launched the job (its launch record holds the job's unique). A job matched
     /// only by name, label or filter may be another manager's or a person's: no rule stops it.
     pub launched_here: bool,
+    /// Pending, and its platform holds it by itself (an admin or user hold, a dependency, a
+    /// begin time: [`crate::backend::WorkerBackend::on_hold`]), not for capacity: it counts
+    /// toward `max` but is no starting worker (bundles do not wait for it; the pool launches
+    /// beside it) and it stretches no estimate.
+    pub on_hold: bool,
 }
 
 impl ObservedJob {
@@ -298,6 +303,7 @@ impl ObservedJob {
             active_for,
             checkin: JobCheckin::Unknown,
             launched_here: false,
+            on_hold: false,
         }
     }
 
@@ -776,7 +782,7 @@ fn decide(
         demand: demand.bundles,
         workers_needed: demand.workers,
         active: census.active,
-        pending: census.pending + census.stuck_ids.len(),
+        pending: census.pending + census.on_hold + census.stuck_ids.len(),
         stopping: observed.stopping,
         reasons: Vec::new(),
     };
