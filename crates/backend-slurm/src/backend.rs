@@ -203,6 +203,12 @@ impl WorkerBackend for SlurmBackend {
         self.settings.worker_shape()
     }
 
+    /// A hold, a dependency, a begin time or unavailable requested nodes
+    /// ([`squeue::is_hold`]): Slurm keeps that job back, not the partition's queue.
+    fn on_hold(&self, job: &WorkerJob) -> bool {
+        job.reason.as_deref().is_some_and(squeue::is_hold)
+    }
+
     /// Without a password file, the manager's own account (handed to the job); with one, the
     /// user on its first line, as `cl-worker` reads it, when the manager can read the same
     /// file: an absolute path on this machine. Over SSH, or with a relative path (read in

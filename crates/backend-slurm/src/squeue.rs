@@ -64,6 +64,15 @@ pub fn job_state(state: &str) -> JobState {
     }
 }
 
+/// Whether Slurm's pending `reason` (`%r`) holds that one job back rather than queueing it
+/// for resources: a hold (`JobHeldAdmin`, `JobHeldUser`, `launch failed requeued held`), a
+/// dependency, a begin time, or nodes it asked for being unavailable (`ReqNodeNotAvail, …`).
+/// Slurm would start a new job beside it at once.
+pub fn is_hold(reason: &str) -> bool {
+    const HOLDS: [&str; 4] = ["JobHeld", "Dependency", "BeginTime", "ReqNodeNotAvail"];
+    HOLDS.iter().any(|hold| reason.starts_with(hold)) || reason.ends_with("requeued held")
+}
+
 /// Parses the listing and keeps the jobs whose name starts with `prefix`, of every origin.
 pub fn parse(output: &str, prefix: &str) -> Result<Vec<WorkerJob>> {
     parse_own(output, prefix, None)
@@ -154,6 +163,31 @@ mod tests {
     use super::*;
 
     const PREFIX: &str = "root-codalab-slurm-worker-";
+
+    #[test]
+    fn holds_are_told_from_queue_reasons() {
+        // Review 2026-11-27 §7: a hold keeps that one job back; Slurm starts new jobs at once.
+        let cases = [
+            ("JobHeldAdmin", true),
+            ("JobHeldUser", true),
+            ("Dependency", true),
+            ("DependencyNeverSatisfied", true),
+            ("BeginTime", true),
+            ("ReqNodeNotAvail, UnavailableNodes:node[1-2]", true),
+            ("launch failed requeued held", true),
+            ("Resources", false),
+            ("Priority", false),
+            ("QOSMaxJobsPerUserLimit", false),
+            ("AssocGrpCpuLimit", false),
+        ];
+        for (reason, hold) in cases {
+            assert_eq!(is_hold(reason), hold, "{reason}");
+        }
+        let line = "12|root-codalab-slurm-worker-1|PENDING|JobHeldAdmin|2026-11-21T20:44:46|(null)";
+        let job = &parse(line, PREFIX).unwrap()[0];
+        assert_eq!(job.reason.as_deref(), Some("JobHeldAdmin"));
+        assert!(is_hold(job.reason.as_deref().unwrap()));
+    }
 
     #[test]
     fn every_state_maps() {

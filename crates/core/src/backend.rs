@@ -211,6 +211,14 @@ pub trait WorkerBackend: Send + Sync + Debug + 'static {
         None
     }
 
+    /// Whether the platform holds pending `job` by itself rather than for capacity (Slurm's
+    /// `JobHeldAdmin`, `Dependency`, `BeginTime` …): such a job counts toward `max` but is no
+    /// starting worker, stretches no estimated wait and spills nothing ([`crate::pools`]).
+    /// The backend says which of its reasons are holds; none by default.
+    fn on_hold(&self, _job: &WorkerJob) -> bool {
+        false
+    }
+
     /// The ids of jobs the platform had stopped (a preempted VM left STOPPED, …) that this
     /// backend deleted since the last call, so the manager reports them (`worker_reaped`).
     /// Most platforms clean up themselves: none by default.

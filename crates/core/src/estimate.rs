@@ -31,7 +31,8 @@ pub struct PoolTimes {
     pub queued_seconds: Option<u64>,
     /// How long a run takes on the pool's workers, once one was seen to end.
     pub run_seconds: Option<u64>,
-    /// The pool's starting workers (pending, or running and not checked in), oldest first.
+    /// The pool's starting workers (pending, or running and not checked in), oldest first;
+    /// those on hold ([`Starting::on_hold`]) are left out of every wait.
     pub coming: Vec<Starting>,
     /// Seconds since each run on the pool's workers was first seen.
     pub run_ages: Vec<u64>,
@@ -55,6 +56,10 @@ pub struct Starting {
     /// The platform's reason for its state (Slurm's `Resources`, `Priority` …), when it
     /// gives one.
     pub reason: Option<String>,
+    /// Its platform holds it by itself, not for capacity (Slurm's `JobHeldAdmin`,
+    /// `Dependency` …: [`crate::backend::WorkerBackend::on_hold`]): no starting worker of
+    /// the pool, and no queue a new one waits behind.
+    pub on_hold: bool,
 }
 
 impl Starting {
@@ -76,13 +81,29 @@ impl Starting {
 }
 
 impl PoolTimes {
+    /// The pool's starting workers bundles may wait for (those not on hold), oldest first.
+    fn waiting(&self) -> impl Iterator<Item = &Starting> {
+        self.coming.iter().filter(|s| !s.on_hold)
+    }
+
+    /// How many starting workers bundles may wait for (not on hold): the pool's first workers
+    /// in [`crate::pools::BundleAssignment::worker`]'s numbering.
+    pub fn starting(&self) -> usize {
+        self.waiting().count()
+    }
+
+    /// Starting worker `worker` (not on hold), if it is one.
+    fn starting_at(&self, worker: usize) -> Option<&Starting> {
+        self.waiting().nth(worker)
+    }
+
     /// Seconds until worker `worker` of the pool checks in (its index as in
     /// [`crate::pools::BundleAssignment::worker`]; pacing aside): a starting one after the
     /// launch → check-in time of its kind (queued by its platform, or not) less its age, or,
     /// pending past it, as long again as it has waited; a new one after the pool's check-in
     /// time, and not before the queued job ahead of it.
     pub fn worker_wait(&self, worker: usize) -> u64 {
-        match self.coming.get(worker) {
+        match self.starting_at(worker) {
             Some(starting) => self.wait_of(starting),
             None => (self.ahead())
                 .map_or(0, |s| self.wait_of(s))
@@ -93,7 +114,7 @@ impl PoolTimes {
     /// What [`PoolTimes::worker_wait`] rests on for worker `worker`, in words: "job 12
     /// pending 35 min: Resources" or "a worker checks in in ~2 min".
     pub fn wait_basis(&self, worker: usize) -> String {
-        let queued = match self.coming.get(worker) {
+        let queued = match self.starting_at(worker) {
             Some(starting) => Some(starting).filter(|s| self.is_queued(s)),
             None => self.ahead(),
         };
@@ -125,7 +146,7 @@ impl PoolTimes {
 
     /// The queued job a new launch would wait behind the longest, if any.
     fn ahead(&self) -> Option<&Starting> {
-        (self.coming.iter())
+        (self.waiting())
             .filter(|s| self.is_queued(s))
             .max_by_key(|s| self.wait_of(s))
     }
@@ -311,8 +332,7 @@ pub fn estimate(decision: &PoolsDecision, times: &[PoolTimes]) -> Vec<BundleEsti
     for assignment in &decision.assignments {
         let (times, launches) = times_of(&assignment.pool);
         let pool = assignment.pool.as_str();
-        let beyond =
-            (times.room).is_some_and(|room| assignment.worker >= times.coming.len() + room);
+        let beyond = (times.room).is_some_and(|room| assignment.worker >= times.starting() + room);
         let estimate = if beyond {
             let position = ahead.entry(pool).or_default();
             *position += 1;
@@ -359,14 +379,14 @@ pub fn estimate(decision: &PoolsDecision, times: &[PoolTimes]) -> Vec<BundleEsti
 /// (this tick's start now, the others one pacing interval apart) are made.
 fn on_worker(pool: &str, times: &PoolTimes, worker: usize, launches: usize) -> StartEstimate {
     let wait = times.worker_wait(worker);
-    if let Some(starting) = times.coming.get(worker) {
+    if let Some(starting) = times.starting_at(worker) {
         return StartEstimate::WorkerCheckin {
             pool: pool.to_owned(),
             job: Some(starting.job.clone()),
             seconds: wait,
         };
     }
-    let new = worker - times.coming.len();
+    let new = worker - times.starting();
     let paced = (new + 1).saturating_sub(launches) as u64;
     StartEstimate::WorkerCheckin {
         pool: pool.to_owned(),

@@ -228,6 +228,12 @@ pub enum Reason {
         /// Why, in words.
         detail: String,
     },
+    /// Pool policy: the server has not started this bundle on a checked-in worker the
+    /// dispatch model gave it to (it is overdue: [`crate::pools::ServerView::overdue`]), and
+    /// the one worker launched for it did not start it either: something the model does not
+    /// see holds it back (its `request_disk`, a stopped bundle-manager, a permission). No
+    /// more workers are launched for it.
+    NotStartedByServer,
     /// Pool policy: a bundle fits no pool (shape or queue).
     NoFittingPool,
     /// Pool policy: why one pool cannot take a bundle (shape or queue).
@@ -259,6 +265,7 @@ impl Reason {
             Reason::BudgetRoom { .. } => "budget_room",
             Reason::Packed { .. } => "packed",
             Reason::Held { code, .. } => code.code(),
+            Reason::NotStartedByServer => "not_started_by_server",
             Reason::NoFittingPool => "no_fitting_pool",
             Reason::Misfit { .. } => "misfit",
         }
@@ -354,6 +361,10 @@ impl fmt::Display for Reason {
             Reason::Packed { bundles, workers } => write!(
                 f,
                 "the {bundles} staged bundles fit on {workers} workers of the pool's shape"
+            ),
+            Reason::NotStartedByServer => write!(
+                f,
+                "the server does not start it on an idle worker that fits: one worker was launched for it, no more are (something the dispatch model does not see holds it: its request_disk, the bundle manager, a permission)"
             ),
             Reason::NoFittingPool => write!(f, "no pool can run this bundle"),
             Reason::Misfit { detail } | Reason::Held { detail, .. } => write!(f, "{detail}"),

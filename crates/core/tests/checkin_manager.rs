@@ -302,3 +302,35 @@ async fn memory_held_by_runs_it_read_keeps_a_worker_from_looking_free() {
         .unwrap();
     assert!(!estimate.text.starts_with("now"), "{}", estimate.text);
 }
+
+#[tokio::test]
+async fn a_bundle_the_server_never_starts_costs_one_launch_beyond_the_first_not_max() {
+    // Review 2026-11-27 §4: the server never starts the one staged bundle (a `request_disk`,
+    // a stopped bundle-manager: nothing the dispatch model sees). Every worker launched
+    // checks in and stays idle. Once the bundle is overdue the pools launch for it once;
+    // the idle workers of its shape are not bought again and again up to `max` (3).
+    let mut s = setup(1).await;
+    let uuid = FakeBundle::new("alice", 1).uuid;
+    let mut last = None;
+    for _ in 0..40 {
+        let report = s.manager.tick().await.unwrap();
+        last = (report.estimates.iter()).find(|e| e.uuid == uuid).cloned();
+        let idle: Vec<_> = (s.backend.jobs().iter())
+            .map(|job| checked_in(&job.name, &[]))
+            .collect();
+        s.server.set_workers(idle);
+        s.manager.advance_clock(Duration::from_secs(20));
+    }
+    assert_eq!(
+        s.backend.launches().len(),
+        2,
+        "the first worker, then one for the overdue bundle"
+    );
+    let last = last.unwrap();
+    assert!(
+        last.text
+            .contains("the server does not start it on an idle worker that fits"),
+        "{}",
+        last.text
+    );
+}

@@ -1,17 +1,21 @@
 //! Property tests of the pure pool policy (`pools::plan_pools`): over random pools and random
 //! sequences of observations, no pool ever exceeds its `max` (jobs being stopped included),
-//! every reason is true of its figures, and no bundle that fits a pool is left without a
-//! worker when capacity and rate allow.
+//! every reason is true of its figures, no bundle that fits a pool is left without a
+//! worker when capacity and rate allow, and a bundle the server does not start on the
+//! worker the model gives it (overdue) costs one launch at most, ever.
 
 use codalab_wm_core::budget::LaunchRoom;
+use codalab_wm_core::checkin::JobCheckin;
+use codalab_wm_core::dispatch::Owners;
 use codalab_wm_core::policy::Reason;
 use codalab_wm_core::pools::fallback::{CapacityState, Fallback};
 use codalab_wm_core::pools::{
     Coverage, LaunchMode, ObservedJob, PoolHealth, PoolObservation, PoolPolicy, PoolsObservation,
-    misfit, plan_pools,
+    ServerView, misfit, plan_pools,
 };
 use codalab_wm_core::{JobState, StagedBundle, WorkerShape};
 use proptest::prelude::*;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 const TAGS: [&str; 3] = ["", "gpuq", "nlp"];
@@ -184,6 +188,7 @@ impl SimPool {
                     },
                     checkin: Default::default(),
                     launched_here: true,
+                    on_hold: false,
                 })
                 .collect(),
             stopping: self.stopping.len(),
@@ -356,7 +361,7 @@ server: None,
                 left -= active;
                 let pending = (*pending).min(left);
                 let mut jobs: Vec<ObservedJob> = (0..active)
-                    .map(|i| ObservedJob { id: format!("a{i}"), state: JobState::Active, pending_for: Duration::ZERO, active_for: Duration::from_secs(30 * (i as u64)), checkin: Default::default(), launched_here: true })
+                    .map(|i| ObservedJob { id: format!("a{i}"), state: JobState::Active, pending_for: Duration::ZERO, active_for: Duration::from_secs(30 * (i as u64)), checkin: Default::default(), launched_here: true, on_hold: false })
                     .collect();
                 jobs.extend((0..pending).map(|i| ObservedJob {
                     id: format!("p{i}"),
@@ -365,6 +370,7 @@ server: None,
                     active_for: Duration::ZERO,
                     checkin: Default::default(),
                     launched_here: true,
+                    on_hold: false,
                 }));
                 PoolObservation { jobs, stopping, ..PoolObservation::default() }
             })
@@ -405,6 +411,90 @@ server: None,
                     );
                 }
             }
+        }
+    }
+
+    /// Review 2026-11-27 §4. Every staged bundle is overdue: the server starts none of them,
+    /// on any worker. Workers are launched, check in and stay idle, and some exit idle (as
+    /// `--worker-idle-seconds` ends them); the manager remembers each tick's
+    /// `overdue_launches` as the `launched_for` of the next (`manager::server_view`).
+    /// However long it goes on, the pools launch at most one worker per overdue bundle.
+    #[test]
+    fn an_overdue_bundle_costs_one_launch_at_most_ever(
+        policies in policies_strategy(),
+        bundles in bundles_strategy(),
+        steps in prop::collection::vec((0usize..3, 0usize..3, 1u64..400), 1..30),
+    ) {
+        let policies: Vec<PoolPolicy> = policies
+            .into_iter()
+            .map(|p| PoolPolicy {
+                launch_mode: LaunchMode::Target,
+                min: 0,
+                max_launches_per_tick: p.max_launches_per_tick.max(1),
+                pending_timeout: None,
+                ..p
+            })
+            .collect();
+        let overdue: BTreeSet<String> = bundles.iter().map(|b| b.uuid.clone()).collect();
+        let mut launched_for = BTreeSet::new();
+        // Per pool: (id, active, since).
+        let mut jobs: Vec<Vec<(u64, bool, Duration)>> = vec![Vec::new(); policies.len()];
+        let (mut now, mut next_id, mut launches) = (Duration::ZERO, 0u64, 0usize);
+        for (activate, exit, advance) in steps {
+            now += Duration::from_secs(advance);
+            for pool in &mut jobs {
+                for job in pool.iter_mut().filter(|j| !j.1).take(activate) {
+                    *job = (job.0, true, now);
+                }
+                let mut exited = 0;
+                pool.retain(|j| !(j.1 && exited < exit && { exited += 1; true }));
+            }
+            let pools = jobs
+                .iter()
+                .map(|pool| PoolObservation {
+                    jobs: pool
+                        .iter()
+                        .map(|&(id, active, since)| {
+                            let (state, checkin) = match active {
+                                true => (JobState::Active, JobCheckin::CheckedIn { runs: 0, terminating: false }),
+                                false => (JobState::Pending, JobCheckin::NotYet { unseen_for: now - since }),
+                            };
+                            ObservedJob {
+                                checkin,
+                                ..ObservedJob::new(id.to_string(), state, now - since, now - since).launched_here()
+                            }
+                        })
+                        .collect(),
+                    checkins_seen: true,
+                    ..PoolObservation::default()
+                })
+                .collect();
+            let server = ServerView {
+                owners: Owners { root: "0".into(), manager: "0".into(), ..Owners::default() },
+                overdue: overdue.clone(),
+                launched_for: launched_for.clone(),
+                ..ServerView::default()
+            };
+            let observed = PoolsObservation {
+                bundles: bundles.clone(),
+                pools,
+                server: Some(server),
+                times: Vec::new(),
+            };
+            let decision = plan_pools(&observed, &policies, now);
+            launched_for.extend(decision.overdue_launches.iter().cloned());
+            for (pool, decided) in jobs.iter_mut().zip(&decision.pools) {
+                for _ in 0..decided.launches {
+                    next_id += 1;
+                    pool.push((next_id, false, now));
+                    launches += 1;
+                }
+            }
+            prop_assert!(
+                launches <= launched_for.len(),
+                "{} launches for {} overdue bundles launched for ({} staged): {:?}",
+                launches, launched_for.len(), bundles.len(), decision
+            );
         }
     }
 }

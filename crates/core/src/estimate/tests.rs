@@ -30,6 +30,7 @@ fn assigned(uuid: &str, coverage: Coverage, worker: usize) -> BundleAssignment {
         coverage,
         worker,
         spill: None,
+        overdue: false,
     }
 }
 
@@ -50,6 +51,7 @@ fn starting(job: &str, age: u64, pending: bool) -> Starting {
         age,
         pending,
         reason: (pending && age >= 40).then(|| "Resources".into()),
+        on_hold: false,
     }
 }
 
@@ -263,4 +265,32 @@ fn minutes_reads_as_a_person_would_say_it() {
     assert_eq!(minutes(2100), "35 min");
     assert_eq!(minutes(7500), "2 h 5 min");
     assert_eq!(minutes(7199), "2 h 0 min");
+}
+
+#[test]
+fn a_job_on_hold_is_no_queue_a_new_worker_waits_behind() {
+    // Review 2026-11-27 §7: job 3 is held by an admin for an hour (Slurm's `JobHeldAdmin`):
+    // it is not capacity waiting in a queue. A new worker waits the pool's check-in time,
+    // not "as long again" as the held job; the held job is no starting worker of the pool.
+    let held = Starting {
+        reason: Some("JobHeldAdmin".into()),
+        on_hold: true,
+        ..starting("job-3", 3600, true)
+    };
+    let times = PoolTimes {
+        coming: vec![held, starting("job-9", 5, true)],
+        ..times()
+    };
+    assert_eq!(
+        times.worker_wait(0),
+        35,
+        "job-9, the pool's one starting worker"
+    );
+    assert_eq!(times.worker_wait(1), 40, "a new worker");
+    assert!(
+        !times.wait_basis(1).contains("job-3"),
+        "{}",
+        times.wait_basis(1)
+    );
+    assert_eq!(times.starting(), 1);
 }

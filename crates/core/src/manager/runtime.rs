@@ -391,6 +391,7 @@ impl PoolRuntime {
                     now,
                 ),
                 launched_here: self.record.holds(j),
+                on_hold: j.state == JobState::Pending && self.pool.backend.on_hold(j),
             })
             .collect::<Vec<ObservedJob>>();
         self.note_worker_states(&jobs);

@@ -2,7 +2,7 @@
 //! of the last `GET /rest/workers/info` that answered and who the manager is (`GET /rest/user`), and
 //! what the manager remembers between ticks: since when the model has put each bundle on a
 //! checked-in worker (a bundle the server has not started there within [`ON_WORKER_GRACE`] is
-//! launched for), whether it has said why it falls back to one bundle a worker, and the
+//! overdue: the pools launch one worker for it, once, remembered while it is staged), whether it has said why it falls back to one bundle a worker, and the
 //! memory each bundle it read asks for: the worker list does not say what memory runs hold,
 //! so a worker's is the sum of its runs' requests (the server's default for a run the
 //! manager never read).
@@ -18,7 +18,7 @@ use std::time::Duration;
 /// How long the model may say a checked-in worker takes a bundle that the server has not
 /// started: the server dispatches every few seconds and workers check in every few, so past
 /// this something the model does not see (disk, a permission, a group) holds the bundle back,
-/// and the pools launch for it.
+/// and the pools launch one worker for it, once (the server may not start it there either).
 pub const ON_WORKER_GRACE: Duration = Duration::from_secs(60);
 
 /// What the manager remembers of the model's placements between ticks.
@@ -28,6 +28,8 @@ pub(crate) struct ServerMemory {
     on_worker_since: FxHashMap<String, Duration>,
     /// Overdue bundles already logged.
     overdue_noted: FxHashSet<String>,
+    /// Overdue bundles a worker was launched for: no other is, while they are staged.
+    launched_for: FxHashSet<String>,
     /// Why the last tick had no server view, as logged (each reason once in a row).
     fallback: Option<String>,
     /// The memory each bundle read asks for, for the memory its run holds.
@@ -101,9 +103,13 @@ impl ServerMemory {
                     .filter(|(_, since)| now.saturating_sub(**since) >= ON_WORKER_GRACE)
                     .map(|(uuid, _)| uuid.clone())
                     .collect();
+                view.launched_for = (view.overdue.iter())
+                    .filter(|uuid| self.launched_for.contains(*uuid))
+                    .cloned()
+                    .collect();
                 for uuid in &view.overdue {
                     if self.overdue_noted.insert(uuid.clone()) {
-                        tracing::info!(bundle = %uuid, grace_seconds = ON_WORKER_GRACE.as_secs(), "the server has not started this bundle on a checked-in worker the dispatch model gives it to; the pools launch for it");
+                        tracing::info!(bundle = %uuid, grace_seconds = ON_WORKER_GRACE.as_secs(), "the server has not started this bundle on a checked-in worker the dispatch model gives it to; the pools launch one worker for it, once");
                     }
                 }
                 Some(view)
@@ -123,9 +129,18 @@ impl ServerMemory {
         self.requests.read(bundles);
     }
 
-    /// Takes the tick's placements on checked-in workers at `now`, and the bundles it read:
-    /// an overdue bundle is remembered while it is read.
-    pub fn take(&mut self, placed: &[BundleOnWorker], read: &FxHashSet<&str>, now: Duration) {
+    /// Takes the tick's placements on checked-in workers at `now`, the overdue bundles its
+    /// launches are for, and the bundles it read: an overdue bundle, and that a worker was
+    /// launched for it, are remembered while it is read.
+    pub fn take(
+        &mut self,
+        placed: &[BundleOnWorker],
+        launched_for: &[String],
+        read: &FxHashSet<&str>,
+        now: Duration,
+    ) {
+        (self.launched_for).extend(launched_for.iter().cloned());
+        (self.launched_for).retain(|uuid| read.contains(uuid.as_str()));
         let mut since = FxHashMap::default();
         for placed in placed {
             let start = self.on_worker_since.get(&placed.uuid).copied();
@@ -178,6 +193,7 @@ pub fn server_view(
             group_shared,
         },
         overdue: Default::default(),
+        launched_for: Default::default(),
     })
 }
 
@@ -253,18 +269,47 @@ mod tests {
                 .overdue
         };
         assert!(view(&mut memory, at(0)).is_empty());
-        memory.take(&placed, &read, at(0));
-        memory.take(&placed, &read, at(30));
+        memory.take(&placed, &[], &read, at(0));
+        memory.take(&placed, &[], &read, at(30));
         assert!(
             view(&mut memory, at(59)).is_empty(),
             "placed since 0, not 30"
         );
         assert_eq!(view(&mut memory, at(60)), ["0xa".to_owned()].into());
         // Overdue, it is no longer placed; it stays overdue while it is read.
-        memory.take(&[], &read, at(60));
+        memory.take(&[], &[], &read, at(60));
         assert_eq!(view(&mut memory, at(65)), ["0xa".to_owned()].into());
-        memory.take(&[], &FxHashSet::default(), at(70));
+        memory.take(&[], &[], &FxHashSet::default(), at(70));
         assert!(view(&mut memory, at(75)).is_empty(), "forgotten once gone");
+    }
+
+    #[test]
+    fn a_launch_made_for_an_overdue_bundle_is_remembered_while_it_is_read() {
+        let mut memory = ServerMemory::default();
+        let workers = [worker(Some(4))];
+        let placed = [BundleOnWorker {
+            uuid: "0xa".into(),
+            worker_id: "w1".into(),
+        }];
+        let read: FxHashSet<&str> = ["0xa"].into_iter().collect();
+        let at = Duration::from_secs;
+        let launched_for = |memory: &mut ServerMemory, now| {
+            (memory.view(Some(&identity(true)), Some(&workers), false, now))
+                .unwrap()
+                .launched_for
+        };
+        memory.take(&placed, &[], &read, at(0));
+        assert!(launched_for(&mut memory, at(60)).is_empty());
+        memory.take(&[], &["0xa".to_owned()], &read, at(60));
+        assert_eq!(launched_for(&mut memory, at(80)), ["0xa".to_owned()].into());
+        memory.take(&[], &[], &read, at(80));
+        assert_eq!(
+            launched_for(&mut memory, at(3600)),
+            ["0xa".to_owned()].into(),
+            "ever, while it is staged"
+        );
+        memory.take(&[], &[], &FxHashSet::default(), at(3600));
+        assert!(launched_for(&mut memory, at(3620)).is_empty());
     }
 
     #[test]

@@ -88,7 +88,8 @@ impl Manager {
         let read = (observed.pools.bundles.iter())
             .map(|b| b.uuid.as_str())
             .collect();
-        (self.server).take(&decision.on_workers, &read, observed.now);
+        let overdue = &decision.overdue_launches;
+        (self.server).take(&decision.on_workers, overdue, &read, observed.now);
         (self.server).read(&observed.pools.bundles);
         let filtered = logs::note_unserved(&mut self.reported, &policies, &decision);
         logs::log_decisions(&policies, &decision, observed.staged, observed.removed);

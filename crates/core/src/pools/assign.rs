@@ -69,6 +69,10 @@ pub struct BundleAssignment {
     /// cheaper pools (see `pools/spill.rs`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spill: Option<Spill>,
+    /// The server has not started it on a checked-in worker the dispatch model gave it to
+    /// ([`super::ServerView::overdue`]): the pool's worker is launched for it once.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub overdue: bool,
 }
 
 /// One pool's verdict on a bundle it does not take.
@@ -179,13 +183,25 @@ pub(super) fn assign(
             .filter(|&p| misfit(&policies[p], bundle).is_none())
             .collect();
         let request = Resources::requested(bundle);
-        match place(&request, &fitting, policies, slots, times, &mut bins) {
+        let launched_for = server.is_some_and(|view| view.launched_for_overdue(&bundle.uuid));
+        let pools = Pools {
+            policies,
+            slots,
+            times,
+            new_workers: !launched_for,
+        };
+        match place(&request, &fitting, &pools, &mut bins) {
             Some((p, coverage, worker, spill)) => {
                 if let Some(owners) = owners.as_mut() {
                     owners.spend(bundle);
                 }
                 out.assigned.push((p, b, coverage, worker, spill));
             }
+            None if launched_for && !fitting.is_empty() => out.unserved.push(UnservedBundle {
+                uuid: bundle.uuid.clone(),
+                reason: Reason::NotStartedByServer,
+                pools: Vec::new(),
+            }),
             None => out
                 .unserved
                 .push(unserved_bundle(bundle, policies, order, slots, &fitting)),
@@ -197,23 +213,37 @@ pub(super) fn assign(
     out
 }
 
+/// What [`place`] weighs a bundle against.
+struct Pools<'a> {
+    policies: &'a [PoolPolicy],
+    slots: &'a [Slots],
+    times: &'a [PoolTimes],
+    /// Whether the bundle may have a worker launched for it (an overdue bundle already had
+    /// its one: it takes only workers that are starting or launched for others).
+    new_workers: bool,
+}
+
 /// The pool of `fitting` (in preference order) that takes a bundle holding `request`, as
 /// [`spill::choose`] rules on each pool's wait ([`PoolTimes::worker_wait`]); it takes the
 /// bundle. `None`: no fitting pool can take it this tick.
 fn place(
     request: &Resources,
     fitting: &[usize],
-    policies: &[PoolPolicy],
-    slots: &[Slots],
-    times: &[PoolTimes],
+    pools: &Pools,
     bins: &mut [Bins],
 ) -> Option<(usize, Coverage, usize, Option<Spill>)> {
+    let Pools {
+        policies,
+        slots,
+        times,
+        new_workers,
+    } = *pools;
     let fitting = &on_demand_first(fitting, policies, slots, bins);
     let peeked: Vec<Option<usize>> = (fitting.iter())
         .map(|&p| match &slots[p] {
             slot if slot.unavailable.is_some() => None,
-            slot if slot.compat => Some(usize::MAX),
-            _ => bins[p].peek(request).map(|(_, worker)| worker),
+            slot if slot.compat => new_workers.then_some(usize::MAX),
+            _ => bins[p].peek(request, new_workers).map(|(_, worker)| worker),
         })
         .collect();
     let wait = |p: usize, worker: usize| times.get(p).map_or(0, |t| t.worker_wait(worker));
@@ -250,7 +280,7 @@ fn place(
         bins[p].compat += 1;
         return Some((p, Coverage::Compat, bins[p].compat - 1, spill));
     }
-    let (coverage, worker) = bins[p].take(request)?;
+    let (coverage, worker) = bins[p].take(request, new_workers)?;
     Some((p, coverage, worker, spill))
 }
 
@@ -330,19 +360,20 @@ impl Bins {
     }
 
     /// The worker that would take a bundle holding `request`: the first with room for it, or
-    /// a new one while the pool has room; how it is covered and which worker, or `None`.
-    fn peek(&self, request: &Resources) -> Option<(Coverage, usize)> {
+    /// (`new_worker`) a new one while the pool has room; how it is covered and which worker,
+    /// or `None`.
+    fn peek(&self, request: &Resources, new_worker: bool) -> Option<(Coverage, usize)> {
         match self.bins.iter().position(|bin| bin.has_room(request)) {
             Some(index) if self.bins[index].coming => Some((Coverage::PendingWorker, index)),
             Some(index) => Some((Coverage::NewWorker, index)),
-            None if self.room > 0 => Some((Coverage::NewWorker, self.bins.len())),
+            None if self.room > 0 && new_worker => Some((Coverage::NewWorker, self.bins.len())),
             None => None,
         }
     }
 
     /// Gives a bundle holding `request` to the worker [`Bins::peek`] names.
-    fn take(&mut self, request: &Resources) -> Option<(Coverage, usize)> {
-        let (coverage, index) = self.peek(request)?;
+    fn take(&mut self, request: &Resources, new_worker: bool) -> Option<(Coverage, usize)> {
+        let (coverage, index) = self.peek(request, new_worker)?;
         if index == self.bins.len() {
             self.room -= 1;
             self.bins.push(Bin {

@@ -18,8 +18,11 @@ pub(super) struct Census {
     /// ([`super::ServerView`]) the dispatch model gives them bundles as checked-in workers,
     /// so the pool's packing counts them as busy, not as starting.
     pub(super) ready_idle: usize,
-    /// Pending and not stuck.
+    /// Pending and not stuck, not on hold.
     pub(super) pending: usize,
+    /// Pending, not stuck, and held by the platform by itself ([`ObservedJob::on_hold`]):
+    /// toward `max`, but no free capacity.
+    pub(super) on_hold: usize,
     pub(super) stuck: Vec<Reason>,
     pub(super) stuck_ids: Vec<String>,
     /// Running jobs whose worker never checked in (target mode): stopped.
@@ -98,6 +101,7 @@ pub(super) fn census(policy: &PoolPolicy, observed: &PoolObservation, now: Durat
         starting: 0,
         ready_idle: 0,
         pending: 0,
+        on_hold: 0,
         stuck: Vec::new(),
         stuck_ids: Vec::new(),
         lost: Vec::new(),
@@ -161,17 +165,23 @@ impl Census {
         }
     }
 
+    /// A pending job that is not stopped: free capacity, unless on hold.
+    fn waits(&mut self, job: &ObservedJob) {
+        match job.on_hold {
+            true => self.on_hold += 1,
+            false => self.pending += 1,
+        }
+    }
+
     fn pending_job(&mut self, policy: &PoolPolicy, job: &ObservedJob, target: bool) {
         let Some(timeout) = policy.pending_timeout.filter(|_| target) else {
-            self.pending += 1;
-            return;
+            return self.waits(job);
         };
         if job.pending_for < timeout || ever_checked_in(job) {
-            self.pending += 1;
-            return;
+            return self.waits(job);
         }
         if let Some(why) = may_not_stop(job, false, true) {
-            self.pending += 1;
+            self.waits(job);
             self.keep(job, "pending_timeout", (job.pending_for, timeout), why);
             return;
         }

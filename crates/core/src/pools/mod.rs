@@ -280,6 +280,11 @@ pub struct ObservedJob {
     /// This manager launched the job (its launch record holds the job's unique). A job matched
     /// only by name, label or filter may be another manager's or a person's: no rule stops it.
     pub launched_here: bool,
+    /// Pending, and its platform holds it by itself (an admin or user hold, a dependency, a
+    /// begin time: [`crate::backend::WorkerBackend::on_hold`]), not for capacity: it counts
+    /// toward `max` but is no starting worker (bundles do not wait for it; the pool launches
+    /// beside it) and it stretches no estimate.
+    pub on_hold: bool,
 }
 
 impl ObservedJob {
@@ -298,6 +303,7 @@ impl ObservedJob {
             active_for,
             checkin: JobCheckin::Unknown,
             launched_here: false,
+            on_hold: false,
         }
     }
 
@@ -350,9 +356,19 @@ pub struct ServerView {
     /// Bundles the model put on a checked-in worker that the server has not started for too
     /// long (something the model does not see holds them): they go to the pools instead.
     pub overdue: std::collections::BTreeSet<String>,
+    /// Of `overdue`, those a worker was already launched for ([`PoolsDecision::overdue_launches`]
+    /// of an earlier tick, as the manager remembers it): each takes a starting worker of a
+    /// pool with room, never a new one, else waits ([`Reason::NotStartedByServer`]): an
+    /// overdue bundle costs one launch, ever.
+    pub launched_for: std::collections::BTreeSet<String>,
 }
 
 impl ServerView {
+    /// Whether bundle `uuid` is overdue and already had its one worker launched for it.
+    pub fn launched_for_overdue(&self, uuid: &str) -> bool {
+        self.overdue.contains(uuid) && self.launched_for.contains(uuid)
+    }
+
     /// Whether worker `worker_id` is the root user's (shared).
     pub fn is_shared(&self, worker_id: &str) -> bool {
         self.workers
@@ -435,6 +451,10 @@ pub struct PoolsDecision {
     pub unserved: Vec<UnservedBundle>,
     /// Every staged bundle with no worker coming this tick, by pool, class and reason.
     pub unmet: Vec<UnmetDemand>,
+    /// Overdue bundles ([`ServerView::overdue`]) a worker this tick launches is for: the
+    /// manager remembers them ([`ServerView::launched_for`]) while they are staged.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub overdue_launches: Vec<String>,
 }
 
 impl PoolsDecision {
@@ -688,6 +708,7 @@ pub fn plan_pools(
             coverage,
             worker,
             spill,
+            overdue: server.is_some_and(|v| v.overdue.contains(&observed.bundles[b].uuid)),
         })
         .collect::<Vec<_>>();
     let starting: Vec<usize> = censuses.iter().map(|c| c.free(server.is_some())).collect();
@@ -699,13 +720,41 @@ pub fn plan_pools(
         &unserved,
         &starting,
     );
+    let overdue_launches = overdue_launches(&assignments, policies, &pools, &starting);
     PoolsDecision {
         pools,
         assignments,
         on_workers,
         unserved,
         unmet,
+        overdue_launches,
     }
+}
+
+/// The overdue bundles a launch of this tick is for: put on a new worker of a pool, within
+/// the launches it makes (its new workers follow its `starting` ones; a compat pool's
+/// launch counts for its overdue bundles).
+fn overdue_launches(
+    assignments: &[BundleAssignment],
+    policies: &[PoolPolicy],
+    decisions: &[PoolDecision],
+    starting: &[usize],
+) -> Vec<String> {
+    (assignments.iter())
+        .filter(|a| a.overdue)
+        .filter(|a| {
+            let Some(p) = policies.iter().position(|p| p.name == a.pool) else {
+                return false;
+            };
+            let launches = decisions[p].launches as usize;
+            match a.coverage {
+                Coverage::PendingWorker => false,
+                Coverage::Compat => launches > 0,
+                Coverage::NewWorker => a.worker.saturating_sub(starting[p]) < launches,
+            }
+        })
+        .map(|a| a.uuid.clone())
+        .collect()
 }
 
 /// A pool's demand: its bundles, and the workers they fill.
@@ -733,7 +782,7 @@ fn decide(
         demand: demand.bundles,
         workers_needed: demand.workers,
         active: census.active,
-        pending: census.pending + census.stuck_ids.len(),
+        pending: census.pending + census.on_hold + census.stuck_ids.len(),
         stopping: observed.stopping,
         reasons: Vec::new(),
     };

@@ -313,3 +313,89 @@ fn a_worker_that_exits_after_n_runs_takes_at_most_n() {
         assert_eq!(decision.pools[0].launches, workers, "{runs} runs a worker");
     }
 }
+
+#[test]
+fn an_overdue_bundle_costs_one_launch_ever_then_waits_with_the_true_reason() {
+    // Review 2026-11-27 §4. The server has not started 0x0 on the checked-in worker the model
+    // gave it to (overdue): the pools launch one worker for it, once. Once that launch is
+    // made (the manager remembers it: `launched_for`), it takes a starting worker of a pool
+    // if one has room, never a new one; with none, it waits, saying why: an idle worker of
+    // its shape does not start it, and another would not either.
+    let policy = pool(10);
+    let pending = || {
+        job(
+            "p1",
+            JobState::Pending,
+            JobCheckin::NotYet { unseen_for: S(5) },
+        )
+    };
+    let idle = || {
+        let checked_in = JobCheckin::CheckedIn {
+            runs: 0,
+            terminating: false,
+        };
+        job("a1", JobState::Active, checked_in)
+    };
+    // (launched for before, jobs) → (launches, coverage, launched for now)
+    type Case = (bool, Vec<ObservedJob>, u32, Option<Coverage>, bool);
+    let cases: [Case; 5] = [
+        (false, vec![], 1, Some(Coverage::NewWorker), true),
+        (false, vec![idle()], 1, Some(Coverage::NewWorker), true),
+        (
+            true,
+            vec![pending()],
+            0,
+            Some(Coverage::PendingWorker),
+            false,
+        ),
+        (true, vec![idle()], 0, None, false),
+        (true, vec![], 0, None, false),
+    ];
+    for (i, (before, jobs, launches, coverage, now)) in cases.into_iter().enumerate() {
+        let mut view = as_root();
+        view.overdue = ["0x0".to_owned()].into();
+        if before {
+            view.launched_for = ["0x0".to_owned()].into();
+        }
+        let decision = plan(bundles("7", 0, 1, 1), jobs, &policy, Some(view));
+        assert_eq!(
+            decision.pools[0].launches, launches,
+            "case {i}: {decision:?}"
+        );
+        let assigned = decision.assignments.first();
+        assert_eq!(assigned.map(|a| a.coverage), coverage, "case {i}");
+        assert!(assigned.is_none_or(|a| a.overdue), "case {i}");
+        let expected: Vec<String> = now.then(|| "0x0".to_owned()).into_iter().collect();
+        assert_eq!(decision.overdue_launches, expected, "case {i}");
+        if coverage.is_none() {
+            let unserved = &decision.unserved[0];
+            assert_eq!(unserved.reason.code(), "not_started_by_server", "case {i}");
+            let words = unserved.reason.to_string();
+            assert!(
+                words.starts_with("the server does not start it on an idle worker that fits"),
+                "{words}"
+            );
+            assert_eq!(decision.unmet[0].reason.code(), "not_started_by_server");
+        }
+    }
+    // Paced: no launch made this tick, so none is remembered as made for it.
+    let mut view = as_root();
+    view.overdue = ["0x0".to_owned()].into();
+    let paced = PoolPolicy {
+        min_seconds_between_workers: 600,
+        ..pool(10)
+    };
+    let observed = PoolsObservation {
+        bundles: bundles("7", 0, 1, 1),
+        pools: vec![PoolObservation {
+            since_last_launch: Some(S(5)),
+            checkins_seen: true,
+            ..PoolObservation::default()
+        }],
+        server: Some(view),
+        times: Vec::new(),
+    };
+    let decision = plan_pools(&observed, std::slice::from_ref(&paced), S(10_000));
+    assert_eq!(decision.pools[0].launches, 0);
+    assert!(decision.overdue_launches.is_empty());
+}

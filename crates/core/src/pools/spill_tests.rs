@@ -42,6 +42,7 @@ fn plan(bundles: u32, age: u64) -> PoolsDecision {
             age,
             pending: true,
             reason: Some("Resources".into()),
+            on_hold: false,
         }],
         ..PoolTimes::default()
     };
@@ -152,4 +153,49 @@ fn the_price_orders_pools_before_cost_and_declaration() {
     policies[1].cost = 5.0;
     // gce is declared first and has the lower `cost`, but cpu-slurm is free.
     assert_eq!(preference_order(&policies), [1, 0]);
+}
+
+#[test]
+fn a_job_on_hold_neither_stretches_the_wait_nor_spills() {
+    // Review 2026-11-27 §7: Slurm holds job 12 (`JobHeldAdmin`) for an hour, far past
+    // spill_after; Slurm would start a new job at once. The free pool launches for the
+    // bundle (the held job counts toward max, not as a starting worker) and nothing spills.
+    let pending = ObservedJob {
+        launched_here: true,
+        on_hold: true,
+        ..ObservedJob::new("12", JobState::Pending, S(3600), S(0))
+    };
+    let slurm = PoolTimes {
+        checkin_seconds: 120,
+        coming: vec![Starting {
+            job: "12".into(),
+            age: 3600,
+            pending: true,
+            reason: Some("JobHeldAdmin".into()),
+            on_hold: true,
+        }],
+        ..PoolTimes::default()
+    };
+    let observed = PoolsObservation {
+        bundles: vec![StagedBundle::new("0x0"), StagedBundle::new("0x1")],
+        pools: vec![
+            PoolObservation {
+                jobs: vec![pending],
+                ..PoolObservation::default()
+            },
+            PoolObservation::default(),
+        ],
+        server: None,
+        times: vec![slurm, PoolTimes::default()],
+    };
+    let decision = plan_pools(&observed, &pools(), S(10_000));
+    let spilled = (decision.assignments.iter()).filter(|a| a.pool != "cpu-slurm");
+    assert_eq!(spilled.count(), 0, "{:?}", decision.assignments);
+    assert!(
+        (decision.assignments.iter()).all(|a| a.coverage == Coverage::NewWorker),
+        "{:?}",
+        decision.assignments
+    );
+    assert_eq!(decision.pools[0].launches, 2);
+    assert_eq!(decision.pools[0].pending, 1, "still reported pending");
 }

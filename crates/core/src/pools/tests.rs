@@ -47,6 +47,7 @@ fn job(id: &str, state: JobState, seconds: u64) -> ObservedJob {
         active_for: if pending { S(0) } else { S(seconds) },
         checkin: Default::default(),
         launched_here: true,
+        on_hold: false,
     }
 }
 

@@ -83,6 +83,12 @@ pub enum UnmetReason {
         /// The owner (id).
         owner: String,
     },
+    /// The server does not start them on a checked-in worker that fits, nor on the one
+    /// worker launched for each ([`Reason::NotStartedByServer`]): no more are launched.
+    NotStartedByServer {
+        /// In words.
+        detail: String,
+    },
     /// The pool takes nothing this tick for another reason (`unobserved`, `pending_timeout`,
     /// `worker_lost`).
     PoolUnavailable {
@@ -105,6 +111,7 @@ impl UnmetReason {
             UnmetReason::QuotaExhausted { .. } => "quota_exhausted",
             UnmetReason::OwnWorker { .. } => "own_worker",
             UnmetReason::NotOurs { .. } => "not_ours",
+            UnmetReason::NotStartedByServer { .. } => "not_started_by_server",
             UnmetReason::PoolUnavailable { .. } => "pool_unavailable",
         }
     }
@@ -212,6 +219,10 @@ fn unserved_reason(bundle: &UnservedBundle) -> (Option<String>, UnmetReason) {
                 Hold::NotOurs => UnmetReason::NotOurs { owner },
             };
             return (None, reason);
+        }
+        Reason::NotStartedByServer => {
+            let detail = bundle.reason.to_string();
+            return (None, UnmetReason::NotStartedByServer { detail });
         }
         Reason::MaxReached { jobs, max } => UnmetReason::MaxReached {
             jobs: *jobs,

@@ -255,6 +255,7 @@ fn policy_view_is_exact() {
                         active_for: Duration::from_secs(rng.between(0, 100)),
                         checkin: Default::default(),
                         launched_here: true,
+                        on_hold: false,
                     })
                     .collect(),
                 ..PoolObservation::default()

@@ -87,6 +87,7 @@ pub(crate) fn jobs(busy: usize, pending: usize) -> PoolObservation {
         active_for: Duration::from_secs(if state == JobState::Active { 3600 } else { 0 }),
         checkin: Default::default(),
         launched_here: true,
+        on_hold: false,
     };
     PoolObservation {
         jobs: (0..busy)

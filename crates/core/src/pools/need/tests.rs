@@ -19,6 +19,7 @@ fn job(id: usize, state: JobState, seconds: u64) -> ObservedJob {
         active_for: Duration::from_secs(if pending { 0 } else { seconds }),
         checkin: Default::default(),
         launched_here: true,
+        on_hold: false,
     }
 }
 
