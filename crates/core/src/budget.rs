@@ -76,6 +76,30 @@ impl UsageWindow {
         self.prune(now);
     }
 
+    /// Charges `seconds` worker-seconds at `now` (a launch's minimum life, written ahead of
+    /// its submit); a negative charge (the submit failed) takes back from the newest buckets,
+    /// none below zero.
+    pub fn charge(&mut self, now: Duration, seconds: f64) {
+        if seconds >= 0.0 {
+            let hour = hour_of(now);
+            match self.buckets.back_mut() {
+                Some((h, used)) if *h >= hour => *used += seconds,
+                _ => self.buckets.push_back((hour, seconds)),
+            }
+            self.prune(now);
+            return;
+        }
+        let mut left = -seconds;
+        for (_, used) in self.buckets.iter_mut().rev() {
+            let taken = left.min(*used);
+            *used -= taken;
+            left -= taken;
+            if left <= 0.0 {
+                break;
+            }
+        }
+    }
+
     fn prune(&mut self, now: Duration) {
         while let Some(&(hour, _)) = self.buckets.front()
             && !in_window(hour, now)

@@ -283,9 +283,8 @@ impl Manager {
                 true => record::LaunchRecord::read_only(dir, identity)?,
                 false => record::LaunchRecord::open(dir, identity)?,
             };
-            runtime.usage = crate::budget::UsageWindow::from_unix(record.usage(), start);
             tracing::info!(pool = %name, record = %record.path().map(|p| p.display().to_string()).unwrap_or_default(), "launch record of pool {name}: jobs it does not hold are never stopped by this manager");
-            runtime.record = record;
+            runtime.take_record(record, start);
         }
         Ok(())
     }

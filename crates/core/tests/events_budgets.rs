@@ -37,6 +37,9 @@ async fn manager(
     };
     let client = CodaLabClient::new(&server.url(), credentials).unwrap();
     let backend = FakeBackend::named("fake", policy.shape);
+    // Jobs named after their launch unique, as every platform's are: the launch record (and
+    // so each launch's budget reservation) holds them.
+    backend.unique_names(true);
     let pool = Pool {
         policy,
         backend: Arc::new(backend.clone()),
@@ -66,10 +69,17 @@ fn cpu(max: u32) -> PoolPolicy {
     }
 }
 
-fn activate_all(backend: &FakeBackend) {
+/// Every job runs and its worker checks in (busy).
+fn activate_all(server: &FakeCodaLab, backend: &FakeBackend) {
     for job in backend.jobs() {
         backend.set_state(&job.id, JobState::Active);
     }
+    let worker = |job: &codalab_wm_core::WorkerJob| {
+        let unique = codalab_wm_core::checkin::launch_unique(&job.name).unwrap();
+        serde_json::json!({"user_id": "0", "worker_id": format!("node-{unique}"),
+            "run_uuids": ["0xrun"], "is_terminating": false, "checkin_time": 1795295461})
+    };
+    server.set_workers(backend.jobs().iter().map(worker).collect());
 }
 
 fn codes(events: &[Event]) -> Vec<&'static str> {
@@ -92,7 +102,7 @@ async fn a_pool_over_its_budget_launches_nothing_until_the_window_rolls_on() {
     let (server, backend, mut manager) = manager(policy, BudgetLimits::default(), 4).await;
     manager.tick().await.unwrap();
     assert_eq!(backend.launches().len(), 4, "one worker per staged bundle");
-    activate_all(&backend);
+    activate_all(&server, &backend);
     server.set_bundles(Vec::new()); // the workers took them
     manager.tick().await.unwrap(); // metering starts
     manager.advance_clock(10 * MIN);
@@ -174,7 +184,7 @@ async fn a_burst_tick_launches_no_more_than_the_budget_has_room_for() {
         max_launches_per_tick: 20,
         ..cpu(20)
     };
-    let (_server, backend, mut manager) = manager(policy, BudgetLimits::default(), 20).await;
+    let (server, backend, mut manager) = manager(policy, BudgetLimits::default(), 20).await;
     let report = manager.tick().await.unwrap();
     assert_eq!(backend.launches().len(), 3);
     let reasons = &report.pools.pools[0].reasons;
@@ -184,7 +194,7 @@ async fn a_burst_tick_launches_no_more_than_the_budget_has_room_for() {
             .starts_with("launch 3, not 20: the budget of cpu"),
         "{room}"
     );
-    activate_all(&backend);
+    activate_all(&server, &backend);
     manager.advance_clock(MIN);
     manager.tick().await.unwrap();
     assert_eq!(backend.launches().len(), 3, "the 3 running hold the room");
@@ -204,7 +214,7 @@ async fn the_overall_cost_budget_stops_launches() {
     };
     let (server, backend, mut manager) = manager(policy, overall, 4).await;
     manager.tick().await.unwrap();
-    activate_all(&backend);
+    activate_all(&server, &backend);
     server.set_bundles(Vec::new()); // the workers took them
     manager.tick().await.unwrap();
     manager.advance_clock(15 * MIN);

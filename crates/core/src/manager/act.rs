@@ -125,20 +125,25 @@ impl Manager {
         let unique = new_unique();
         let dry_run = self.config.dry_run;
         let now = self.clock();
+        let start = super::record::unix_now().saturating_sub(now);
         let runtime = &mut self.pools[index];
         let pool_name = runtime.name().to_owned();
+        if !dry_run {
+            // Written before the submit: a job this manager launched is always in its record,
+            // and its minimum life in the budget use (`budgets.rs`).
+            runtime.launching(&unique, now, start);
+        }
         let request = LaunchRequest {
             unique: &unique,
             worker: &runtime.pool.worker,
             dry_run,
         };
-        if !dry_run {
-            // Written before the submit: a job this manager launched is always in its record.
-            runtime.record.launching(&unique);
-        }
         let submitting = shutdown::Submitting::new(&self.stop_flags.submitting);
         let result = runtime.pool.backend.start_worker_job(&request).await;
         drop(submitting);
+        if result.is_err() && !dry_run {
+            runtime.launch_failed(&unique, now, start);
+        }
         let mut news_events = Vec::new();
         let (outcome, detail, go_on) = match result {
             Ok(job) => {

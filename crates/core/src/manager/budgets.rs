@@ -2,6 +2,14 @@
 //! windows, judges every budget (all pools, then each pool; see [`crate::budget`]), records
 //! `budget_reached` / `budget_restored` when a budget's state changes, and tells the pool
 //! policy which pools may not launch ([`PoolObservation::budget_reached`]).
+//!
+//! The use survives every restart (review §6): a launch charges its minimum life (the worker's
+//! `idle_seconds`, what the launch gate reserves) to the pool's use and writes it to the launch
+//! record *before* the job is submitted; each tick that metered new use writes it (with the
+//! time it is metered until, so the next process meters the time in between), and so does
+//! every way out of [`Manager::run`]. A job's active time uses up its launch's reservation
+//! before it is charged again: a worker costs the larger of its minimum life and its metered
+//! time, and a process killed at any point has recorded no less than that.
 
 use super::Manager;
 use crate::backend::JobState;
@@ -11,8 +19,7 @@ use crate::policy::Reason;
 use crate::pools::PoolsObservation;
 use std::time::Duration;
 
-/// How often a pool's budget use is written to its launch record.
-const USAGE_SAVE_EVERY: Duration = Duration::from_secs(60);
+use super::runtime::PoolRuntime;
 
 impl Manager {
     /// Meters, judges and applies the budgets for this tick's plan.
@@ -69,7 +76,9 @@ impl Manager {
     }
 
     /// Each pool's launch room: the tighter of its own budget's and the overall one's, each
-    /// pending or running job (of the scope) reserved the pool's minimum worker life.
+    /// pending or running job (of the scope) reserved the pool's minimum worker life. The use
+    /// holds what the launches' reservations (see [`PoolRuntime::launching`]) did not use up
+    /// yet; those are taken out of it here, as the room reserves a whole life per job.
     fn launch_rooms(&self, statuses: &[BudgetStatus]) -> Vec<Option<LaunchRoom>> {
         let committed = |runtime: &super::runtime::PoolRuntime| {
             runtime
@@ -79,11 +88,31 @@ impl Manager {
                 .count()
         };
         let all: usize = self.pools.iter().map(committed).sum();
+        // Hours reserved and not yet used, per pool, weighted by 1 and by cost per hour.
+        let outstanding = |runtime: &PoolRuntime| {
+            let hours = runtime.outstanding_hours();
+            (
+                hours,
+                hours * runtime.pool.policy.cost_per_hour.unwrap_or_default(),
+            )
+        };
         let used = |scope: &str| {
             let s = statuses.iter().find(|s| s.scope == scope);
+            let (hours, cost) = match scope == ALL_POOLS {
+                true => self
+                    .pools
+                    .iter()
+                    .map(outstanding)
+                    .fold((0.0, 0.0), |(h, c), (h2, c2)| (h + h2, c + c2)),
+                false => self
+                    .pools
+                    .iter()
+                    .find(|p| p.name() == scope)
+                    .map_or((0.0, 0.0), outstanding),
+            };
             Use {
-                worker_hours: s.map_or(0.0, |s| s.worker_hours),
-                cost: s.and_then(|s| s.cost),
+                worker_hours: s.map_or(0.0, |s| s.worker_hours - hours).max(0.0),
+                cost: s.and_then(|s| s.cost).map(|c| (c - cost).max(0.0)),
             }
         };
         self.pools
@@ -112,31 +141,27 @@ impl Manager {
         self.budgets.iter().find(|s| s.scope == scope)
     }
 
-    /// Adds each pool's active jobs (stopping ones too: they still run) since the last tick;
-    /// when a budget is set, writes each pool's use to its launch record once a minute (so a
-    /// restart goes on with the same day, losing at most a minute of use).
+    /// Whether any budget is set (the use is then saved at every tick that metered some).
+    fn budgeted(&self) -> bool {
+        self.config.budget.is_set() || self.pools.iter().any(|p| p.pool.policy.budget.is_set())
+    }
+
+    /// Meters each pool's active jobs since the last tick (see [`PoolRuntime::meter`]).
     fn meter(&mut self, now: Duration) {
-        let budgeted =
-            self.config.budget.is_set() || self.pools.iter().any(|p| p.pool.policy.budget.is_set());
+        let save = self.budgeted();
         let start = super::record::unix_now().saturating_sub(now);
         for runtime in &mut self.pools {
-            let active = runtime
-                .listed
-                .iter()
-                .filter(|j| j.state == JobState::Active)
-                .count();
-            let gap = runtime
-                .metered_at
-                .map_or(Duration::ZERO, |at| now.saturating_sub(at));
-            runtime.usage.add(now, active, gap);
-            runtime.metered_at = Some(now);
-            let due = runtime
-                .usage_saved_at
-                .is_none_or(|at| now.saturating_sub(at) >= USAGE_SAVE_EVERY);
-            if budgeted && due {
-                runtime.record.set_usage(runtime.usage.to_unix(start));
-                runtime.usage_saved_at = Some(now);
-            }
+            runtime.meter(now, start, save);
+        }
+    }
+
+    /// Writes each pool's budget use to its launch record: on every way out of
+    /// [`Manager::run`] (restart, shutdown, a fatal error).
+    pub(super) fn save_budget_use(&mut self) {
+        let now = self.clock();
+        let start = super::record::unix_now().saturating_sub(now);
+        for runtime in &mut self.pools {
+            runtime.save_use(now, start);
         }
     }
 
@@ -177,3 +202,74 @@ impl Manager {
         statuses
     }
 }
+
+impl PoolRuntime {
+    /// Adds the active jobs' time (stopping ones too: they still run) since the last tick, or
+    /// at a process's first tick since the record was last metered (`start`: the manager
+    /// clock's zero, as time since the Unix epoch); each job first uses up its launch's
+    /// reservation. Writes the use to the record when `save` and the tick metered something.
+    pub(crate) fn meter(&mut self, now: Duration, start: Duration, save: bool) {
+        let gap = match self.metered_at {
+            Some(at) => now.saturating_sub(at),
+            None => self
+                .record
+                .metered_until()
+                .map_or(Duration::ZERO, |until| (start + now).saturating_sub(until)),
+        };
+        let seconds = gap.min(crate::budget::MAX_METERED_GAP).as_secs_f64();
+        let mut charged = 0.0;
+        let mut metered = false;
+        for job in self.listed.iter().filter(|j| j.state == JobState::Active) {
+            charged += self.record.consume(job, seconds);
+            metered |= seconds > 0.0;
+        }
+        self.usage.charge(now, charged);
+        self.metered_at = Some(now);
+        let usage = self.usage.to_unix(start);
+        self.record.metered(usage, start + now, save && metered);
+    }
+
+    /// Takes `record` (read back at start, `start`: the manager clock's zero as time since
+    /// the Unix epoch) as the pool's launch record, and the budget use it holds.
+    pub(crate) fn take_record(&mut self, record: super::record::LaunchRecord, start: Duration) {
+        self.usage = crate::budget::UsageWindow::from_unix(record.usage(), start);
+        self.record = record;
+    }
+
+    /// Writes the use, as metered, to the record.
+    pub(crate) fn save_use(&mut self, now: Duration, start: Duration) {
+        let until = start + self.metered_at.unwrap_or(now);
+        let usage = self.usage.to_unix(start);
+        self.record.metered(usage, until, true);
+    }
+
+    /// A launch of `unique` is about to be submitted: its minimum life is charged to the use
+    /// and written, with the launch, to the record, in one write before the submit.
+    pub(crate) fn launching(&mut self, unique: &str, now: Duration, start: Duration) {
+        let life = self.pool.worker.idle_seconds as f64;
+        self.usage.charge(now, life);
+        let usage = self.usage.to_unix(start);
+        self.record.reserve(unique, life, Some(usage));
+    }
+
+    /// The submit of `unique` failed (no job): its reservation is taken back and the use saved.
+    pub(crate) fn launch_failed(&mut self, unique: &str, now: Duration, start: Duration) {
+        let released = self.record.unreserve(unique);
+        self.usage.charge(now, -released);
+        self.save_use(now, start);
+    }
+
+    /// Hours of the listed live jobs' reservations not used up yet.
+    fn outstanding_hours(&self) -> f64 {
+        let seconds: f64 = self
+            .listed
+            .iter()
+            .filter(|j| j.state.is_capacity())
+            .map(|j| self.record.outstanding(j))
+            .sum();
+        seconds / 3600.0
+    }
+}
+
+#[cfg(test)]
+mod tests;

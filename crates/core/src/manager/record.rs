@@ -37,13 +37,22 @@ const FORGET_AFTER: Duration = Duration::from_secs(3600);
 const VERSION: u32 = 1;
 
 /// One launch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 struct Launch {
     /// When it was launched (seconds since the Unix epoch).
     at: u64,
     /// Its worker checked in with the server at least once.
     #[serde(default)]
     checked_in: bool,
+    /// Worker-seconds of its minimum life charged to the budget use before it was submitted
+    /// (write-ahead) and not yet metered: its active time uses this up before it is charged
+    /// again (see [`LaunchRecord::reserve`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    reserved: f64,
+}
+
+fn is_zero(seconds: &f64) -> bool {
+    *seconds == 0.0
 }
 
 /// The file's content.
@@ -61,6 +70,10 @@ struct Contents {
     /// A worker of the pool has been seen checking in (the pool's check-ins are visible).
     #[serde(default)]
     checkins_seen: bool,
+    /// Until when (seconds since the Unix epoch) `usage` holds the metered use: the next
+    /// process meters from there (see [`crate::budget::MAX_METERED_GAP`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    metered_until: Option<u64>,
 }
 
 /// One pool's launch record.
@@ -151,12 +164,65 @@ impl LaunchRecord {
     /// cannot be written, the launch is still recorded in memory (after a restart the job is
     /// then not this manager's: it is never stopped, which is the safe side).
     pub fn launching(&mut self, unique: &str) {
+        self.reserve(unique, 0.0, None);
+    }
+
+    /// Records a launch of `unique` with `reserved` worker-seconds of its minimum life already
+    /// charged to `usage` (the budget use with that charge), in one write before the job is
+    /// submitted: a process killed at any point after this has recorded the launch's use.
+    pub fn reserve(&mut self, unique: &str, reserved: f64, usage: Option<Vec<(u64, f64)>>) {
         let launch = Launch {
             at: unix_now().as_secs(),
             checked_in: false,
+            reserved,
         };
         self.contents.launches.insert(unique.to_owned(), launch);
+        if let Some(usage) = usage {
+            self.contents.usage = usage;
+        }
         self.save_or_warn();
+    }
+
+    /// The reservation of `unique` (its submit failed: no job), taken back; returns its
+    /// worker-seconds. Not saved: the caller saves the budget use without it.
+    pub fn unreserve(&mut self, unique: &str) -> f64 {
+        self.contents
+            .launches
+            .get_mut(unique)
+            .map_or(0.0, |l| std::mem::take(&mut l.reserved))
+    }
+
+    /// Meters `seconds` of active time of `job`: what its reservation covers is used up from
+    /// it, and the rest returned, to be charged.
+    pub fn consume(&mut self, job: &WorkerJob, seconds: f64) -> f64 {
+        let Some(launch) = unique_of(job).and_then(|u| self.contents.launches.get_mut(u)) else {
+            return seconds;
+        };
+        let covered = launch.reserved.min(seconds);
+        launch.reserved -= covered;
+        seconds - covered
+    }
+
+    /// Worker-seconds of `job`'s reservation not yet used up.
+    pub fn outstanding(&self, job: &WorkerJob) -> f64 {
+        unique_of(job)
+            .and_then(|u| self.contents.launches.get(u))
+            .map_or(0.0, |l| l.reserved)
+    }
+
+    /// Until when the recorded use is metered (time since the Unix epoch), if known.
+    pub fn metered_until(&self) -> Option<Duration> {
+        self.contents.metered_until.map(Duration::from_secs)
+    }
+
+    /// Sets the budget use, metered until `until` (time since the Unix epoch), and saves it
+    /// when `save`.
+    pub fn metered(&mut self, usage: Vec<(u64, f64)>, until: Duration, save: bool) {
+        self.contents.usage = usage;
+        self.contents.metered_until = Some(until.as_secs());
+        if save {
+            self.save_or_warn();
+        }
     }
 
     /// Records that the workers of `jobs` checked in (those the record holds); saves when
@@ -194,14 +260,6 @@ impl LaunchRecord {
     /// The recorded budget use: `(hour since the Unix epoch, worker-seconds)`.
     pub fn usage(&self) -> &[(u64, f64)] {
         &self.contents.usage
-    }
-
-    /// Replaces the recorded budget use and saves it.
-    pub fn set_usage(&mut self, usage: Vec<(u64, f64)>) {
-        if usage != self.contents.usage {
-            self.contents.usage = usage;
-            self.save_or_warn();
-        }
     }
 
     fn save_or_warn(&self) {

@@ -10,8 +10,15 @@ use tokio::sync::watch;
 impl Manager {
     /// Ticks every `sleep_time` until a shutdown is requested (`shutdown` turns `true`: the
     /// tick in flight is cancelled, see [`SUBMIT_GRACE`](super::SUBMIT_GRACE)), one tick ran with `once`, the
-    /// restart time came, or an error is fatal.
-    pub async fn run(
+    /// restart time came, or an error is fatal. On every way out, the budget use is written to
+    /// the launch records (a restart goes on with the same day).
+    pub async fn run(&mut self, once: bool, shutdown: watch::Receiver<bool>) -> Result<Outcome> {
+        let outcome = self.run_loop(once, shutdown).await;
+        self.save_budget_use();
+        outcome
+    }
+
+    async fn run_loop(
         &mut self,
         once: bool,
         mut shutdown: watch::Receiver<bool>,

@@ -80,8 +80,6 @@ pub(crate) struct PoolRuntime {
     /// Which jobs this manager launched and which checked in, and the budget use, kept
     /// across restarts when the manager has a state dir.
     pub record: LaunchRecord,
-    /// When the budget use was last written to the record (manager clock).
-    pub usage_saved_at: Option<Duration>,
     /// Jobs a rule would stop but may not, already said (see `act.rs`).
     pub kept_noted: FxHashSet<String>,
     /// Listed jobs this manager did not launch, already said (`note_foreign`).
@@ -104,7 +102,6 @@ impl PoolRuntime {
         let record = LaunchRecord::in_memory(&pool.policy.name);
         Self {
             record,
-            usage_saved_at: None,
             kept_noted: FxHashSet::default(),
             foreign_noted: FxHashSet::default(),
             pool,

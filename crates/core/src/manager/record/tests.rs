@@ -23,7 +23,11 @@ fn launches_and_check_ins_survive_a_restart() {
         assert!(record.holds(&job(U1)));
         assert!(!record.checkins_seen());
         record.checked_in_now([&job(U1)]);
-        record.set_usage(vec![(490_000, 3600.0)]);
+        record.metered(
+            vec![(490_000, 3600.0)],
+            Duration::from_secs(1_764_000_000),
+            true,
+        );
     }
     let record = LaunchRecord::open(&state, "slurm-batch job_name=x").unwrap();
     assert!(record.holds(&job(U1)) && record.holds(&job(U2)));
@@ -31,6 +35,10 @@ fn launches_and_check_ins_survive_a_restart() {
     assert!(!record.checked_in(&job(U2)));
     assert!(record.checkins_seen());
     assert_eq!(record.usage(), [(490_000, 3600.0)]);
+    assert_eq!(
+        record.metered_until(),
+        Some(Duration::from_secs(1_764_000_000))
+    );
     let slurm = WorkerJob {
         name: format!("alice-codalab-slurm-worker-{U1}"),
         ..WorkerJob::new("4242", JobState::Active)
