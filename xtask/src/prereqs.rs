@@ -2,7 +2,8 @@
 //! README's test command works by itself on a fresh machine: the Debian packages the build
 //! links against (ssh2 builds libssh2 against the system OpenSSL), the headless browser the
 //! dashboard's test loads the page in (Debian's `chromium`), Debian's `prometheus` for
-//! `promtool`, Debian's `docker-compose` (the compose drop-in's test), and cargo-fuzz. The
+//! `promtool`, Debian's `docker-compose` (the compose drop-in's test), Debian's `systemd` for
+//! `systemd-analyze` (the unit's test), and cargo-fuzz. The
 //! services' own packages (MariaDB, Slurm, docker.io, …) are installed by their `up.sh` scripts.
 
 use anyhow::{Context, Result, bail};
@@ -22,6 +23,8 @@ const PACKAGES: &[&str] = &[
     "prometheus",
     // crates/cli/tests/compose.rs renders CodaLab's compose file with our override.
     "docker-compose",
+    // `systemd-analyze verify` checks deploy/systemd's unit (crates/cli/tests/systemd.rs).
+    "systemd",
 ];
 
 pub fn ensure() -> Result<()> {

@@ -116,11 +116,15 @@ fn check_file(args: CheckArgs) -> Result<ExitCode> {
     for diagnostic in &diagnostics {
         println!("{file}:{diagnostic}");
     }
-    if diagnostics.is_empty() {
+    // Warnings are said; only problems fail the check.
+    let problems = (diagnostics.iter())
+        .filter(|d| d.kind != check::Kind::Warning)
+        .count();
+    if problems == 0 {
         eprintln!("{file}: ok");
         Ok(ExitCode::SUCCESS)
     } else {
-        eprintln!("{file}: {} problem(s)", diagnostics.len());
+        eprintln!("{file}: {problems} problem(s)");
         Ok(ExitCode::FAILURE)
     }
 }

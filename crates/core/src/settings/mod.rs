@@ -200,14 +200,36 @@ impl Settings {
 }
 
 /// The manager's default state dir (launch records, the `local` backend's workers):
-/// `$XDG_STATE_HOME/codalab-wm`, else `~/.local/state/codalab-wm`, else
-/// `codalab-wm` in the temporary directory.
+/// `$STATE_DIRECTORY` (the first of the dirs systemd's `StateDirectory=` gives a service,
+/// itself), else `$XDG_STATE_HOME/codalab-wm`, else `~/.local/state/codalab-wm`, else
+/// `codalab-wm` in the temporary directory (which `config check` warns about: a private or
+/// cleaned `/tmp` loses the records).
 pub fn default_state_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_STATE_HOME")
+    state_dir_from(|name| std::env::var_os(name))
+}
+
+/// [`default_state_dir`] with the environment given by `var`.
+fn state_dir_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> PathBuf {
+    let set = |name: &str| var(name).filter(|value| !value.is_empty());
+    if let Some(dirs) = set("STATE_DIRECTORY") {
+        // systemd joins several StateDirectory= entries with ':'.
+        let first = dirs.to_string_lossy().split(':').next().map(PathBuf::from);
+        if let Some(first) = first.filter(|dir| dir.is_absolute()) {
+            return first;
+        }
+    }
+    let base = set("XDG_STATE_HOME")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .or_else(|| set("HOME").map(|h| PathBuf::from(h).join(".local/state")))
         .unwrap_or_else(std::env::temp_dir);
     base.join("codalab-wm")
+}
+
+/// Whether `dir` lies in the temporary directory (`$TMPDIR`, `/tmp`, `/var/tmp`), which a
+/// systemd unit's `PrivateTmp=` or a reboot empties.
+pub fn is_under_temp_dir(dir: &std::path::Path) -> bool {
+    let temp = [std::env::temp_dir(), "/tmp".into(), "/var/tmp".into()];
+    temp.iter().any(|t| dir.starts_with(t))
 }
 
 /// Creates `dir` and its missing parents, private (0700), if it does not exist (the state
@@ -382,4 +404,42 @@ pub type WorkerSettings = WorkerOptions;
 pub fn is_host_name(name: &str) -> bool {
     !name.is_empty()
         && (name.chars()).all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+}
+
+#[cfg(test)]
+mod state_dir_tests {
+    use super::*;
+    use std::ffi::OsString;
+    use std::path::Path;
+
+    fn with(vars: &[(&str, &str)]) -> PathBuf {
+        state_dir_from(|name| {
+            (vars.iter())
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| OsString::from(value))
+        })
+    }
+
+    #[test]
+    fn systemds_state_directory_comes_first_and_is_the_dir_itself() {
+        let all = [
+            ("STATE_DIRECTORY", "/var/lib/codalab-wm:/var/lib/other"),
+            ("XDG_STATE_HOME", "/xdg"),
+            ("HOME", "/home/u"),
+        ];
+        assert_eq!(with(&all), Path::new("/var/lib/codalab-wm"));
+        assert_eq!(with(&all[1..]), Path::new("/xdg/codalab-wm"));
+        assert_eq!(
+            with(&all[2..]),
+            Path::new("/home/u/.local/state/codalab-wm")
+        );
+        let relative = [("STATE_DIRECTORY", "relative"), ("HOME", "/home/u")];
+        assert_eq!(
+            with(&relative),
+            Path::new("/home/u/.local/state/codalab-wm")
+        );
+        assert_eq!(with(&[]), std::env::temp_dir().join("codalab-wm"));
+        assert!(is_under_temp_dir(&with(&[])));
+        assert!(!is_under_temp_dir(&with(&all)));
+    }
 }

@@ -35,6 +35,8 @@ pub enum Kind {
     Missing,
     /// A value or combination no manager can run with.
     Invalid,
+    /// Runs, but likely not as meant (the file still passes).
+    Warning,
 }
 
 impl fmt::Display for Kind {
@@ -46,6 +48,7 @@ impl fmt::Display for Kind {
             Kind::WrongType => "wrong type",
             Kind::Missing => "missing",
             Kind::Invalid => "invalid",
+            Kind::Warning => "warning",
         })
     }
 }
@@ -312,6 +315,21 @@ impl<'t> Checker<'t> {
                 let line = self.mentioned_line(place, &message);
                 self.push(line, Kind::Invalid, message);
             }
+        }
+        let records = settings.record_dir();
+        if codalab_wm_core::settings::is_under_temp_dir(&records) {
+            let line = match place.table.contains_key("record_dir") {
+                true => self.key_line(place, "record_dir"),
+                false => 1,
+            };
+            self.push(
+                line,
+                Kind::Warning,
+                format!(
+                    "the launch records go to {} (`record_dir`, --record-dir), in the temporary directory, which a reboot or systemd's PrivateTmp= empties: a restarted manager would no longer know the jobs it launched nor its budget's day; set `record_dir` to a kept dir (under systemd, StateDirectory= gives $STATE_DIRECTORY, the default)",
+                    records.display()
+                ),
+            );
         }
         if let Some(name) = &settings.backend {
             let line = self.key_line(place, "backend");
