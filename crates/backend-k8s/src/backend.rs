@@ -25,7 +25,9 @@ use std::sync::Mutex;
 /// `app.kubernetes.io/managed-by=codalab-wm`, `codalab-wm/manager-id=<id>`), so a restarted
 /// manager with the same id finds them again, but for those whose `codalab-wm/origin` label
 /// names another deployment (another server or CodaLab user): those are neither counted,
-/// stopped nor cleaned up. The workers' credentials live in a Secret.
+/// stopped nor cleaned up. Pods rendered with a controller owner reference (an operator
+/// pool's) are its pods only if that controller (by uid) controls them. The workers'
+/// credentials live in a Secret.
 pub struct KubernetesBackend {
     pods: Api<Pod>,
     secrets: Api<SecretObject>,
@@ -231,7 +233,8 @@ impl KubernetesBackend {
         }
     }
 
-    /// The pods of the selector, but for those of another origin.
+    /// The pods of the selector, but for those of another origin and, when the pods have a
+    /// controller, those it does not control.
     async fn list_pods(&self) -> Result<Vec<Pod>> {
         let params = ListParams::default().labels(&self.template.selector());
         let pods = self
@@ -243,7 +246,12 @@ impl KubernetesBackend {
         let own = self.template.origin();
         let marked = |p: &Pod| p.metadata.labels.as_ref()?.get(ORIGIN_LABEL).cloned();
         let listed = |p: &Pod| backend::is_listed(own, marked(p).as_deref());
-        Ok(pods.into_iter().filter(listed).collect())
+        let controller = self.template.controller_uid();
+        let controlled = |p: &Pod| controller.is_none_or(|uid| crate::pods::controlled_by(p, uid));
+        Ok(pods
+            .into_iter()
+            .filter(|p| listed(p) && controlled(p))
+            .collect())
     }
 
     /// Deletes pod `name` if it is still the pod with `uid`. A pod already gone, or replaced

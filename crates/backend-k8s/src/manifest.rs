@@ -153,6 +153,16 @@ impl WorkerTemplate {
         &self.secret_name
     }
 
+    /// The uid of the object that controls the pods (the controller owner reference of the
+    /// overrides: an operator pool), if any.
+    pub fn controller_uid(&self) -> Option<&str> {
+        self.overrides
+            .owner_references
+            .iter()
+            .find(|r| r.controller == Some(true))
+            .map(|r| r.uid.as_str())
+    }
+
     /// The label selector that finds exactly this manager's worker pods.
     pub fn selector(&self) -> String {
         names::worker_selector(&self.manager_id)

@@ -75,6 +75,31 @@ pub fn dns_label(raw: &str) -> String {
     label
 }
 
+/// Hex digits of the hash in [`hashed_label`] (64 bits: two names meet by chance about once
+/// in 2^32 pairs, and no one finds a name meeting a given one).
+const HASH_HEX: usize = 16;
+
+/// A label value standing for `raw` when `raw` cannot be one as it is (too long, or a name
+/// [`dns_label`] would change): the start of `dns_label(raw)` (readable), `_`, and the first
+/// 16 hex digits of the SHA-256 of `raw` (exact), 63 characters at most. Two different `raw`
+/// give different values, and the `_`, which no DNS name or [`dns_label`] contains, keeps
+/// them apart from every value that is a name kept as it is.
+pub fn hashed_label(raw: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(raw.as_bytes());
+    let hash: String = digest
+        .iter()
+        .take(HASH_HEX / 2)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mut readable = dns_label(raw);
+    readable.truncate(MAX_LABEL - HASH_HEX - 1);
+    while readable.ends_with('-') {
+        readable.pop();
+    }
+    format!("{readable}_{hash}")
+}
+
 /// The name of the worker pod for launch `unique` (`cl-worker-<unique>`, as upstream).
 pub fn pod_name(unique: &str) -> String {
     dns_label(&format!("cl-worker-{unique}"))
@@ -134,6 +159,30 @@ mod tests {
         let long = dns_label(&format!("cl-worker-{}", "ab-".repeat(40)));
         assert!(is_dns_label(&long), "{long}");
         assert_eq!(pod_name("0123456789abcdef0123456789abcdef").len(), 42);
+    }
+
+    #[test]
+    fn hashed_labels_are_valid_distinct_and_apart_from_names() {
+        let long = "x".repeat(70);
+        let raws = [
+            "gpu-a.b",
+            "gpu-a-b",
+            "gpu--a",
+            "gpu-a",
+            &long,
+            &format!("{long}y"),
+        ];
+        let hashed: Vec<String> = raws.iter().map(|r| hashed_label(r)).collect();
+        for (raw, value) in raws.iter().zip(&hashed) {
+            assert!(is_label_value(value) && value.len() <= 63, "{raw}: {value}");
+            assert!(value.contains('_') && !is_dns_subdomain(value), "{value}");
+            assert_eq!(value, &hashed_label(raw), "stable");
+        }
+        let distinct: std::collections::BTreeSet<&String> = hashed.iter().collect();
+        assert_eq!(distinct.len(), raws.len(), "{hashed:?}");
+        assert!(hashed[0].starts_with("gpu-a-b_"), "readable: {}", hashed[0]);
+        // A fixed value: the hash must never change between releases (pods carry it).
+        assert_eq!(hashed_label("gpu-a.b"), "gpu-a-b_fb9910caeadb1430");
     }
 
     #[test]

@@ -62,6 +62,15 @@ pub fn job_from_pod(pod: &Pod) -> WorkerJob {
     }
 }
 
+/// Whether the object with `uid` controls `pod` (its controller owner reference).
+pub fn controlled_by(pod: &Pod, uid: &str) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.controller == Some(true) && r.uid == uid)
+}
+
 /// Whether the pod has finished (succeeded or failed).
 pub fn is_finished(pod: &Pod) -> bool {
     matches!(

@@ -98,3 +98,55 @@ async fn another_deployments_pods_are_not_listed_and_pods_without_origin_are() {
     let every = backend(&fake, prod_url).await.with_origin(None);
     assert_eq!(listed(&every).await, [theirs.id.as_str()]);
 }
+
+/// A backend for the deployment whose pods `uid` controls (an operator pool's).
+fn controlled(fake: &FakeApiServer, uid: &str) -> KubernetesBackend {
+    use codalab_wm_k8s::{PodOverrides, WorkerTemplate};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    let value = json!({"cluster_host": fake.url(), "manager_id": "clwp-gpu-a-b", "request_timeout_seconds": 5});
+    let config: KubernetesConfig = serde_json::from_value(value).unwrap();
+    let credentials = Credentials {
+        username: "alice".into(),
+        password: Secret::new("hunter2-password"),
+    };
+    let owner = OwnerReference {
+        api_version: "codalab.org/v1alpha1".into(),
+        kind: "CodaLabWorkerPool".into(),
+        name: format!("pool-{uid}"),
+        uid: uid.into(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    };
+    let overrides = PodOverrides {
+        owner_references: vec![owner],
+        ..PodOverrides::default()
+    };
+    let template = WorkerTemplate::new(&config, &credentials, &worker("http://127.0.0.1:1"))
+        .unwrap()
+        .with_overrides(overrides);
+    let client = kube::Client::try_from(kube::Config::new(fake.url().parse().unwrap())).unwrap();
+    KubernetesBackend::from_template(client, template, &config)
+}
+
+/// Two operator pools whose pods carry one `manager_id` (pods an older operator made for
+/// `gpu-a.b` and `gpu-a-b`, whose ids were the same: review 2026-11-27 §1): each pool's
+/// backend lists only the pods its pool controls (owner reference by uid), never the other's,
+/// nor a pod with the same labels and no controller.
+#[tokio::test]
+async fn a_pools_backend_lists_only_the_pods_its_pool_controls() {
+    let fake = FakeApiServer::start().await;
+    fake.auto_kubelet(true);
+    let dotted = controlled(&fake, "uid-dotted");
+    let dashed = controlled(&fake, "uid-dashed");
+    let a = start(&dotted, "http://127.0.0.1:1").await;
+    let b = start(&dashed, "http://127.0.0.1:1").await;
+    fake.add_pod(
+        NS,
+        "cl-worker-nobodys",
+        dotted.template().labels(),
+        "Running",
+    );
+    assert_eq!(listed(&dotted).await, [a.id]);
+    assert_eq!(listed(&dashed).await, [b.id]);
+    assert_eq!(fake.pods(NS).len(), 3, "listing deletes nothing");
+}

@@ -3,7 +3,7 @@
 //! Kubernetes-native mode of codalab-wm (`cl-worker-manager operator`): the
 //! `CodaLabWorkerPool` custom resource ([`crd`]), how it maps onto core's pool rules and the
 //! Kubernetes backend's settings ([`spec`]), what a reconcile sees of a pool ([`observe`], from
-//! its pods and what it remembers of their check-ins, [`memory`]), the status it writes ([`status`]), the reconcile itself ([`reconcile`]),
+//! its pods and what it remembers of their check-ins, [`memory`]), the status it writes ([`status`]), the reconcile itself ([`reconcile`], with the finalizer in `finalizer`),
 //! leader election with a Lease ([`lease`]), the pools read one object at a time
 //! ([`pools`]), its metrics ([`metrics`]), `/healthz` ([`health`], served with `/metrics` by
 //! [`health_server`]) and the controller around them ([`controller`]).
@@ -18,6 +18,7 @@ pub mod command;
 pub mod controller;
 pub mod crd;
 mod fence;
+mod finalizer;
 pub mod health;
 pub mod health_server;
 pub mod lease;

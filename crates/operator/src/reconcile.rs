@@ -5,19 +5,18 @@
 //! Only the lease holder reconciles ([`crate::lease`]).
 
 use crate::crd::{CodaLabWorkerPool, CodaLabWorkerPoolStatus, FINALIZER};
+use crate::finalizer::{finalize, report_legacy_pods};
 use crate::memory::{Clocks, Remembered};
 use crate::observe::{Checkins, clock, pool_observation};
 use crate::resources::{backend, codalab_client, credentials, resolved_worker};
-use crate::spec::{ResolvedPool, manager_id, resolve};
+use crate::spec::{ResolvedPool, resolve};
 use crate::status::{Outcome, Problem, next_status, turned_on};
 use codalab_wm_core::backend::{LaunchRequest, WorkerBackend, WorkerJob, new_unique};
 use codalab_wm_core::checkin::CheckinView;
 use codalab_wm_core::codalab::{CodaLabClient, staged_keywords};
 use codalab_wm_core::pools::{Need, PoolsObservation, plan_pools};
-use codalab_wm_k8s::names::worker_selector;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
@@ -115,6 +114,7 @@ pub async fn reconcile(
         .await
         .map_err(|e| err("add the finalizer", e))?;
     }
+    report_legacy_pods(&pool, &namespace, &ctx).await;
     let status = run_policy(&pool, &namespace, &ctx).await;
     if !ctx.leader.is_leader() {
         // Lost the lease meanwhile: the new leader writes the status.
@@ -127,63 +127,6 @@ pub async fn reconcile(
     write_status(&pool, &api, status).await?;
     ctx.metrics.reconciled("ok");
     Ok(Action::requeue(ctx.sync))
-}
-
-/// Deletes the pool's pods; removes the finalizer once none is left.
-async fn finalize(
-    pool: &CodaLabWorkerPool,
-    api: &Api<CodaLabWorkerPool>,
-    ctx: &Context,
-) -> Result<Action, ReconcileError> {
-    if !pool.finalizers().iter().any(|f| f == FINALIZER) {
-        return Ok(Action::await_change());
-    }
-    // By the pool's selector alone: an invalid spec never blocks the deletion.
-    let namespace = pool.namespace().unwrap_or_default();
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-    let selector = worker_selector(&manager_id(&pool.name_any()));
-    let listed = pods
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(|e| err("list the pool's pods", e))?;
-    for pod in &listed.items {
-        if !ctx.leader.is_leader() {
-            return Err(err(
-                "delete a worker pod",
-                "this replica no longer holds the lease",
-            ));
-        }
-        match pods.delete(&pod.name_any(), &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(err("delete a worker pod", e)),
-        }
-    }
-    if !listed.items.is_empty() {
-        let note = format!(
-            "deleted {} worker pods: the pool is deleted",
-            listed.items.len()
-        );
-        publish(ctx, pool, EventType::Normal, "WorkerReaped", note).await;
-    }
-    let left: Vec<String> = pool
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
-    let patch =
-        json!({"metadata": {"finalizers": left, "resourceVersion": pool.resource_version()}});
-    api.patch(
-        &pool.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(patch),
-    )
-    .await
-    .map_err(|e| err("remove the finalizer", e))?;
-    ctx.metrics.forget_pool(&namespace, &pool.name_any());
-    ctx.forget_clocks(pool);
-    Ok(Action::await_change())
 }
 
 /// Observes, plans and acts; returns the new status.
@@ -339,7 +282,7 @@ impl Context {
     }
 
     /// Forgets `pool`'s clocks (the pool is deleted).
-    fn forget_clocks(&self, pool: &CodaLabWorkerPool) {
+    pub(crate) fn forget_clocks(&self, pool: &CodaLabWorkerPool) {
         let mut all = self.clocks.lock().unwrap_or_else(|e| e.into_inner());
         all.remove(&pool_key(pool));
     }
@@ -503,7 +446,7 @@ async fn write_status(
 }
 
 /// Publishes an Event on the pool; a failure is logged, never fatal.
-async fn publish(
+pub(crate) async fn publish(
     ctx: &Context,
     pool: &CodaLabWorkerPool,
     type_: EventType,

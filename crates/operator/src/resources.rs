@@ -6,7 +6,7 @@ use crate::access;
 use crate::crd::CodaLabWorkerPool;
 use crate::fence::Fenced;
 use crate::reconcile::{Context, POOL_LABEL, ReconcileError, err};
-use crate::spec::ResolvedPool;
+use crate::spec::{ResolvedPool, pool_label};
 use crate::status::Problem;
 use codalab_wm_core::codalab::{ClientOptions, CodaLabClient};
 use codalab_wm_core::command::WorkerOptions;
@@ -22,7 +22,9 @@ use tokio::sync::{Mutex, OnceCell};
 
 /// The pool's pods as the Kubernetes backend runs them: its template plus the pod template
 /// overrides, the owner reference and the pool label; it creates and deletes pods only while
-/// this replica is the leader ([`Fenced`]).
+/// this replica is the leader ([`Fenced`]), and lists only the pods the pool controls (its
+/// owner reference, by uid), so even a pod of another pool under the same labels is never
+/// counted or stopped.
 pub(crate) fn backend(
     pool: &CodaLabWorkerPool,
     resolved: &ResolvedPool,
@@ -35,11 +37,7 @@ pub(crate) fn backend(
         tolerations: pool.spec.pod_template.tolerations.clone(),
         priority_class_name: pool.spec.pod_template.priority_class_name.clone(),
         owner_references: pool.controller_owner_ref(&()).into_iter().collect(),
-        labels: [(
-            POOL_LABEL.to_owned(),
-            codalab_wm_k8s::names::dns_label(&pool.name_any()),
-        )]
-        .into(),
+        labels: [(POOL_LABEL.to_owned(), pool_label(&pool.name_any()))].into(),
     };
     let template = WorkerTemplate::new(&resolved.kubernetes, credentials, &worker)
         .map_err(|e| err("render the worker pods", e))?

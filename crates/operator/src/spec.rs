@@ -28,9 +28,37 @@ pub fn pool_name(name: &str) -> String {
 }
 
 /// The manager id marking the pool's pods (`codalab-wm/manager-id`): one per pool and
-/// namespace, so pools never count each other's pods.
+/// namespace, so pools never count each other's pods. `clwp-<name>` when that is a DNS label
+/// as it is (the id of earlier releases, so an upgrade finds their pods again); otherwise
+/// (a `.`, a doubled `-`, more than 58 characters) a readable start and a hash of the whole
+/// name ([`names::hashed_label`]), so that `gpu-a.b`, `gpu-a-b` and `gpu--a-b` never share one
+/// (review 2026-11-27 §1).
 pub fn manager_id(name: &str) -> String {
+    let plain = format!("clwp-{name}");
+    if names::dns_label(&plain) == plain {
+        plain
+    } else {
+        names::hashed_label(&plain)
+    }
+}
+
+/// The id releases before the fix of review 2026-11-27 §1 gave pool `name`'s pods (lossy:
+/// `gpu-a.b` and `gpu-a-b` shared it). Pods that carry it and not [`manager_id`] are an
+/// earlier operator's; they are reported, never counted or stopped, and deleted with the pool
+/// that controls them.
+pub fn legacy_manager_id(name: &str) -> String {
     names::dns_label(&format!("clwp-{name}"))
+}
+
+/// The value of the pool's label on its pods (`codalab.org/pool`): its name when that is a
+/// label value (at most 63 characters), otherwise a readable start and a hash of it
+/// ([`names::hashed_label`]); never another pool's.
+pub fn pool_label(name: &str) -> String {
+    if names::is_label_value(name) && !name.contains('_') {
+        name.to_owned()
+    } else {
+        names::hashed_label(name)
+    }
 }
 
 /// Resolves `pool` (named `name` in `namespace`); the error names the bad setting.
@@ -174,10 +202,43 @@ mod tests {
         }
     }
 
+    /// Review 2026-11-27 §1: names that differ only in `.` vs `-`, a doubled `-`, or after
+    /// character 58 once gave one id, and each pool took the other's pods for its own.
+    #[test]
+    fn two_pools_of_one_namespace_never_share_a_manager_id() {
+        assert_ne!(manager_id("gpu-a.b"), manager_id("gpu-a-b"));
+        assert_ne!(manager_id("gpu--a"), manager_id("gpu-a"));
+        let long = "x".repeat(60);
+        assert_ne!(
+            manager_id(&format!("{long}-a")),
+            manager_id(&format!("{long}-b"))
+        );
+        assert_ne!(pool_label("gpu-a.b"), pool_label("gpu-a-b"));
+        assert_ne!(
+            pool_label(&format!("{long}{long}-a")),
+            pool_label(&format!("{long}{long}-b"))
+        );
+    }
+
+    /// A name that is a label as it is keeps the id of earlier releases (its pods are found
+    /// again after an upgrade); the others get a hashed one.
+    #[test]
+    fn plain_names_keep_their_id_and_label() {
+        assert_eq!(manager_id("gpu-a"), "clwp-gpu-a");
+        assert_eq!(pool_label("gpu-a"), "gpu-a");
+        assert_eq!(pool_label("gpu-a.b"), "gpu-a.b");
+        let hashed = manager_id("gpu-a.b");
+        assert!(hashed.starts_with("clwp-gpu-a-b_"), "{hashed}");
+        assert_eq!(legacy_manager_id("gpu-a.b"), "clwp-gpu-a-b");
+    }
+
     #[test]
     fn names_become_core_pool_names_and_label_values() {
         assert_eq!(pool_name("gpu-a.b"), "gpu_a_b");
-        let long = manager_id(&"x".repeat(80));
-        assert!(names::is_label_value(&long) && long.len() <= 63, "{long}");
+        for name in ["gpu-a.b", "a--b", &"x".repeat(80), &"y.z".repeat(80)] {
+            for value in [manager_id(name), pool_label(name)] {
+                assert!(names::is_label_value(&value), "{name}: {value}");
+            }
+        }
     }
 }

@@ -7,7 +7,9 @@
 use codalab_wm_fake_k8s::FakeApiServer;
 use codalab_wm_operator::crd::{CodaLabWorkerPool, FINALIZER, crd_json};
 use codalab_wm_operator::reconcile::{Context, reconcile};
-use codalab_wm_operator::spec::manager_id;
+use codalab_wm_operator::spec::{legacy_manager_id, manager_id, pool_label};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Resource;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::runtime::events::{Recorder, Reporter};
 use serde_json::json;
@@ -46,10 +48,18 @@ async fn setup(leader: bool) -> (FakeApiServer, Api<CodaLabWorkerPool>, Arc<Cont
 }
 
 async fn create(pools: &Api<CodaLabWorkerPool>, spec: serde_json::Value) -> Arc<CodaLabWorkerPool> {
+    create_named(pools, "gpu", spec).await
+}
+
+async fn create_named(
+    pools: &Api<CodaLabWorkerPool>,
+    name: &str,
+    spec: serde_json::Value,
+) -> Arc<CodaLabWorkerPool> {
     let mut spec = spec;
     spec["server"] = json!("http://127.0.0.1:9");
     spec["credentialsSecret"] = json!("codalab-creds");
-    let pool = CodaLabWorkerPool::new("gpu", serde_json::from_value(spec).unwrap());
+    let pool = CodaLabWorkerPool::new(name, serde_json::from_value(spec).unwrap());
     Arc::new(pools.create(&PostParams::default(), &pool).await.unwrap())
 }
 
@@ -133,8 +143,15 @@ async fn a_deleted_pool_loses_its_pods_then_its_finalizer() {
         ("app.kubernetes.io/managed-by", "codalab-wm".to_owned()),
         ("codalab-wm/manager-id", manager_id("gpu")),
     ];
-    fake.add_pod("team", "cl-worker-a", labels.clone(), "Pending");
-    fake.add_pod("team", "cl-worker-b", labels, "Pending");
+    let stored = pools.get("gpu").await.unwrap();
+    fake.insert_pod(
+        "team",
+        worker_pod("cl-worker-a", &labels, &stored, "Pending"),
+    );
+    fake.insert_pod(
+        "team",
+        worker_pod("cl-worker-b", &labels, &stored, "Pending"),
+    );
     fake.add_pod("team", "someone-else", [("app", "other")], "Running");
     pools.delete("gpu", &DeleteParams::default()).await.unwrap();
     let deleting = Arc::new(pools.get("gpu").await.unwrap());
@@ -151,4 +168,75 @@ async fn a_deleted_pool_loses_its_pods_then_its_finalizer() {
         events.iter().any(|e| e["reason"] == "WorkerReaped"),
         "{events:?}"
     );
+}
+
+/// A worker pod `name` with `labels`, controlled by `pool` (as the operator creates them).
+fn worker_pod(name: &str, labels: &[(&str, String)], pool: &CodaLabWorkerPool, phase: &str) -> Pod {
+    let labels: serde_json::Map<String, serde_json::Value> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), json!(v)))
+        .collect();
+    let owner = pool
+        .controller_owner_ref(&())
+        .expect("a stored pool has a uid");
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels, "ownerReferences": [owner]},
+        "spec": {"containers": [{"name": "cl-worker", "image": "codalab/worker:fake"}]},
+        "status": {"phase": phase},
+    }))
+    .unwrap()
+}
+
+/// The labels the operator gives pool `name`'s pods: today's, or an earlier release's
+/// (`legacy`: the lossy id and pool label of review 2026-11-27 §1).
+fn pool_labels(name: &str, legacy: bool) -> Vec<(&'static str, String)> {
+    let (id, pool) = if legacy {
+        (
+            legacy_manager_id(name),
+            codalab_wm_k8s::names::dns_label(name),
+        )
+    } else {
+        (manager_id(name), pool_label(name))
+    };
+    vec![
+        ("app", "cl-worker".to_owned()),
+        ("app.kubernetes.io/managed-by", "codalab-wm".to_owned()),
+        ("codalab-wm/manager-id", id),
+        ("codalab.org/pool", pool),
+    ]
+}
+
+/// Review 2026-11-27 §1: pools `gpu-a.b` and `gpu-a-b` once shared a manager id, and deleting
+/// one deleted the other's running pods. Now the finalizer deletes only the pods its pool
+/// controls: today's, and those an earlier release made for it (the old, shared id), never
+/// the other pool's of either kind.
+#[tokio::test]
+async fn deleting_one_of_two_pools_with_similar_names_leaves_the_others_pods_alone() {
+    let (fake, pools, context) = setup(true).await;
+    for name in ["gpu-a.b", "gpu-a-b"] {
+        let pool = create_named(&pools, name, json!({"max": 2})).await;
+        reconcile(pool, context.clone()).await.unwrap();
+        let pool = pools.get(name).await.unwrap();
+        let pods = [
+            (format!("cl-worker-{name}-now"), false),
+            (format!("cl-worker-{name}-old"), true),
+        ];
+        for (pod, legacy) in pods {
+            let pod = pod.replace('.', "-dot-");
+            fake.insert_pod(
+                "team",
+                worker_pod(&pod, &pool_labels(name, legacy), &pool, "Running"),
+            );
+        }
+    }
+    pools
+        .delete("gpu-a.b", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deleting = Arc::new(pools.get("gpu-a.b").await.unwrap());
+    reconcile(deleting, context).await.unwrap();
+    let left: Vec<String> = fake.pods("team").into_keys().collect();
+    assert_eq!(left, ["cl-worker-gpu-a-b-now", "cl-worker-gpu-a-b-old"]);
+    assert!(fake.object(POOLS, "team", "gpu-a.b").is_none());
+    assert!(fake.object(POOLS, "team", "gpu-a-b").is_some());
 }
