@@ -128,6 +128,7 @@ struct FakeState {
     workers_faults: Vec<(u16, String)>,
     expires_in: u64,
     next_token: u64,
+    refuse_logins: bool,
 }
 
 /// A running fake CodaLab server on 127.0.0.1.
@@ -254,6 +255,12 @@ impl FakeCodaLab {
         state.refresh_tokens.clear();
     }
 
+    /// While `on`, the token endpoint refuses every grant (401 `invalid_grant`), the right
+    /// password too: a proxy's maintenance page, an auth backend down for a spell.
+    pub fn refuse_logins(&self, on: bool) {
+        lock(&self.state).refuse_logins = on;
+    }
+
     /// Sets `expires_in` of the tokens issued from now on.
     pub fn set_token_lifetime(&self, seconds: u64) {
         lock(&self.state).expires_in = seconds;
@@ -321,7 +328,7 @@ async fn token(
                 .into_response();
         }
     };
-    let Some(user) = user else {
+    let Some(user) = user.filter(|_| !s.refuse_logins) else {
         let body =
             json!({"error": "invalid_grant", "error_description": "Invalid credentials given."});
         return (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
