@@ -25,6 +25,20 @@ pub enum Error {
         /// What the server said.
         message: String,
     },
+    /// The CodaLab server refused the credentials it had accepted before, at a re-login (a
+    /// proxy's 401 page, an auth backend down): retried like an outage, and fatal only when
+    /// it lasts (the manager turns it into [`Error::Unauthenticated`] past its bound).
+    #[error(
+        "codalab server {server} refused the credentials of user `{username}`, which it accepted before: {message}"
+    )]
+    RefusedAgain {
+        /// The server URL.
+        server: String,
+        /// The user name that was tried.
+        username: String,
+        /// What the server said.
+        message: String,
+    },
     /// The CodaLab server answered with an HTTP error.
     #[error("codalab server answered {status} to {what}: {message}")]
     Server {
@@ -118,6 +132,7 @@ impl Error {
             Error::Server { status, .. } => *status >= 500 || *status == 429 || *status == 408,
             Error::Backend { temporary, .. } => *temporary,
             Error::Unauthenticated { .. }
+            | Error::RefusedAgain { .. }
             | Error::InvalidConfig(_)
             | Error::Unsupported { .. }
             | Error::NoCapacity { .. } => false,

@@ -52,7 +52,7 @@ pub mod status;
 mod streak;
 mod tick;
 
-pub use error_policy::TICK_ERROR_KINDS;
+pub use error_policy::{REFUSED_AGAIN_FOR, TICK_ERROR_KINDS};
 pub use reconfigure::{Change, Reconfiguration};
 pub use runtime::Pool;
 pub use shutdown::SUBMIT_GRACE;
@@ -158,6 +158,8 @@ pub struct Manager {
     journal: journal::Journal,
     /// Each budget's use, as of the last tick (for the status snapshot).
     budgets: Vec<crate::budget::BudgetStatus>,
+    /// How long refused re-logins are retried ([`error_policy::REFUSED_AGAIN_FOR`]).
+    refused_again_for: Duration,
 }
 
 /// What [`Manager::on_ready`] runs.
@@ -218,6 +220,7 @@ impl Manager {
             estimates: estimates::EstimateMemory::default(),
             journal: journal::Journal::default(),
             budgets: Vec::new(),
+            refused_again_for: error_policy::REFUSED_AGAIN_FOR,
         }
     }
 
@@ -287,6 +290,13 @@ impl Manager {
             runtime.take_record(record, start);
         }
         Ok(())
+    }
+
+    /// How long [`Manager::run`] goes on while the server refuses credentials it accepted
+    /// before (default [`REFUSED_AGAIN_FOR`], 30 minutes); then it returns
+    /// [`Error::Unauthenticated`].
+    pub fn refuse_again_for(&mut self, bound: Duration) {
+        self.refused_again_for = bound;
     }
 
     /// Runs `hook` once, at the first tick whose login succeeds (the server answered and took

@@ -232,11 +232,23 @@ impl CodaLabClient {
         let status = response.status();
         let body = limits::read_text(response, limits::MAX_TOKEN_BYTES, "login").await?;
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::BAD_REQUEST {
-            return Err(Error::Unauthenticated {
-                server: self.server.clone(),
-                username: self.credentials.username.clone(),
-                message: oauth_error(&body),
-            });
+            let (server, username) = (self.server.clone(), self.credentials.username.clone());
+            let message = oauth_error(&body);
+            // Once the server took the credentials, a refusal may be its passing trouble.
+            return Err(
+                match self.established.load(std::sync::atomic::Ordering::Relaxed) {
+                    true => Error::RefusedAgain {
+                        server,
+                        username,
+                        message,
+                    },
+                    false => Error::Unauthenticated {
+                        server,
+                        username,
+                        message,
+                    },
+                },
+            );
         }
         if !status.is_success() {
             return Err(Error::Server {

@@ -230,9 +230,13 @@ impl PoolRuntime {
     }
 
     /// Takes `record` (read back at start, `start`: the manager clock's zero as time since
-    /// the Unix epoch) as the pool's launch record, and the budget use it holds.
+    /// the Unix epoch) as the pool's launch record, and the budget use and the capacity memory
+    /// (`capacity.rs`) it holds.
     pub(crate) fn take_record(&mut self, record: super::record::LaunchRecord, start: Duration) {
         self.usage = crate::budget::UsageWindow::from_unix(record.usage(), start);
+        if let Some(capacity) = record.capacity() {
+            self.capacity = crate::pools::fallback::Capacity::from_unix(capacity, start);
+        }
         self.record = record;
     }
 

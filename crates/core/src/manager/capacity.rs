@@ -1,7 +1,8 @@
 //! A pool's capacity memory at work ([`crate::pools::fallback`]): the manager notes each
 //! capacity event (a preemption, a launch the platform had no capacity for, jobs stopped
 //! past `pending_timeout`), each first check-in and each tick's clock, and says every switch
-//! once, in the log and as a `capacity_switched` event.
+//! once, in the log and as a `capacity_switched` event. The memory is kept in the pool's launch
+//! record (review §8), so a restart goes on with it.
 
 use super::runtime::PoolRuntime;
 use super::status::TickEvent;
@@ -16,19 +17,36 @@ impl PoolRuntime {
             return Vec::new();
         };
         let switch = self.capacity.event(&rules, now, what);
+        self.save_capacity(now);
         self.switched(switch)
     }
 
     /// The clock reads `now`: the cool-down may be over.
     pub fn capacity_tick(&mut self, now: Duration) -> Vec<TickEvent> {
         let switch = self.capacity.tick(now);
+        if switch.is_some() {
+            self.save_capacity(now);
+        }
         self.switched(switch)
     }
 
     /// A worker of the pool checked in for the first time.
     pub fn capacity_checked_in(&mut self) -> Vec<TickEvent> {
         let switch = self.capacity.checked_in();
+        if switch.is_some() {
+            let now = self.metered_at.unwrap_or_default();
+            self.save_capacity(now);
+        }
         self.switched(switch)
+    }
+
+    /// Writes the capacity memory to the launch record (a restart goes on with it), for a
+    /// pool with a `fallback`; `now` is the manager clock.
+    fn save_capacity(&mut self, now: Duration) {
+        if self.pool.policy.fallback.is_some() {
+            let start = super::record::unix_now().saturating_sub(now);
+            self.record.set_capacity(self.capacity.to_unix(start));
+        }
     }
 
     fn switched(&self, switch: Option<Switch>) -> Vec<TickEvent> {

@@ -75,6 +75,65 @@ impl ErrorPolicy {
     }
 }
 
+/// How long the manager goes on while the server keeps refusing credentials it accepted
+/// before ([`Error::RefusedAgain`]: each re-login refused, retried with the backoff above)
+/// before it exits as for a wrong password (status 1). Long enough to ride out a proxy's
+/// maintenance page or an auth backend's restart; short enough that a password really
+/// changed on the server is noticed within the hour.
+pub const REFUSED_AGAIN_FOR: Duration = Duration::from_secs(30 * 60);
+
+/// A spell of refused re-logins: since when (manager clock) every tick that logged in was
+/// refused, reset by a successful tick.
+#[derive(Debug)]
+pub(super) struct RefusalSpell {
+    since: Option<Duration>,
+    bound: Duration,
+}
+
+impl RefusalSpell {
+    /// A spell that ends the manager after `bound`.
+    pub fn new(bound: Duration) -> Self {
+        Self { since: None, bound }
+    }
+
+    /// Takes in a tick's `outcome` at `now`: a refusal within the bound stays a retried error
+    /// (logged at ERROR by [`ErrorPolicy`]), one past it becomes [`Error::Unauthenticated`]
+    /// (fatal).
+    pub fn judge<T>(&mut self, outcome: Result<T, Error>, now: Duration) -> Result<T, Error> {
+        match outcome {
+            Ok(value) => {
+                self.since = None;
+                Ok(value)
+            }
+            Err(Error::RefusedAgain {
+                server,
+                username,
+                message,
+            }) => {
+                let since = *self.since.get_or_insert(now);
+                let spell = now.saturating_sub(since);
+                if spell < self.bound {
+                    return Err(Error::RefusedAgain {
+                        server,
+                        username,
+                        message,
+                    });
+                }
+                Err(Error::Unauthenticated {
+                    server,
+                    username,
+                    message: format!(
+                        "{message}; refused for {} s, though accepted before (the manager waits {} s)",
+                        spell.as_secs(),
+                        self.bound.as_secs()
+                    ),
+                })
+            }
+            Err(error) => Err(error),
+        }
+    }
+}
+
 /// Every `kind` [`tick_error_kind`] gives: the metrics start each at 0, so that a rate over
 /// them has a series before the first error.
 pub const TICK_ERROR_KINDS: [&str; 8] = [
@@ -95,7 +154,7 @@ pub(super) fn tick_error_kind(error: &Error) -> &'static str {
         Error::Server { status: 429, .. } | Error::RateLimited { .. } => "rate_limited",
         Error::Server { status, .. } if *status >= 500 => "server_error",
         Error::Server { .. } => "client_error",
-        Error::Unauthenticated { .. } => "unauthenticated",
+        Error::Unauthenticated { .. } | Error::RefusedAgain { .. } => "unauthenticated",
         Error::InvalidReply { .. } => "invalid_reply",
         Error::Backend { .. } | Error::Unsupported { .. } | Error::NoCapacity { .. } => "backend",
         _ => "other",
@@ -187,6 +246,36 @@ mod tests {
             panic!("a temporary error is retried");
         };
         assert_eq!(wait, Duration::from_millis(100));
+    }
+
+    fn refused() -> Error {
+        Error::RefusedAgain {
+            server: "https://cl.example".into(),
+            username: "alice".into(),
+            message: "invalid_grant".into(),
+        }
+    }
+
+    /// A refused re-login is retried (never fatal) until the spell passes the bound; a
+    /// successful tick ends the spell; other errors do not.
+    #[test]
+    fn a_refusal_spell_ends_the_manager_only_past_its_bound() {
+        let min = |m: u64| Duration::from_secs(60 * m);
+        let mut spell = RefusalSpell::new(REFUSED_AGAIN_FOR);
+        let fatal = |r: Result<(), Error>| r.unwrap_err().is_fatal();
+        assert!(!fatal(spell.judge(Err(refused()), min(0))));
+        assert!(!fatal(spell.judge(Err(server(502)), min(10))));
+        assert!(!fatal(spell.judge(Err(refused()), min(29))));
+        assert!(spell.judge(Ok(()), min(31)).is_ok(), "a success ends it");
+        assert!(!fatal(spell.judge(Err(refused()), min(40))));
+        let stop = spell.judge::<()>(Err(refused()), min(70)).unwrap_err();
+        assert!(stop.is_fatal(), "{stop}");
+        assert!(stop.to_string().contains("refused for 1800 s"), "{stop}");
+        let mut policy = ErrorPolicy::new(min(0), Duration::from_secs(60), Instant::now(), false);
+        assert!(matches!(
+            policy.next(Err(refused()), min(0)),
+            Action::Requeue(_)
+        ));
     }
 
     #[test]

@@ -21,6 +21,7 @@
 use crate::backend::WorkerJob;
 use crate::checkin::launch_unique;
 use crate::error::{Error, Result};
+use crate::pools::fallback::CapacityRecord;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -74,6 +75,10 @@ struct Contents {
     /// process meters from there (see [`crate::budget::MAX_METERED_GAP`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     metered_until: Option<u64>,
+    /// The pool's capacity memory, for a pool with a `fallback` (review §8: a restart must
+    /// not send its launches back to a pool that keeps being preempted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    capacity: Option<CapacityRecord>,
 }
 
 /// One pool's launch record.
@@ -213,6 +218,19 @@ impl LaunchRecord {
     /// Until when the recorded use is metered (time since the Unix epoch), if known.
     pub fn metered_until(&self) -> Option<Duration> {
         self.contents.metered_until.map(Duration::from_secs)
+    }
+
+    /// The pool's capacity memory, as last saved.
+    pub fn capacity(&self) -> Option<&CapacityRecord> {
+        self.contents.capacity.as_ref()
+    }
+
+    /// Saves the pool's capacity memory when it changed.
+    pub fn set_capacity(&mut self, capacity: CapacityRecord) {
+        if self.contents.capacity.as_ref() != Some(&capacity) {
+            self.contents.capacity = Some(capacity);
+            self.save_or_warn();
+        }
     }
 
     /// Sets the budget use, metered until `until` (time since the Unix epoch), and saves it

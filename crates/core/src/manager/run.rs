@@ -2,7 +2,7 @@
 //! and return when a shutdown is requested, one tick ran with `--once`, the restart time came,
 //! too many launches failed, or an error is fatal.
 
-use super::error_policy::{Action, ErrorPolicy};
+use super::error_policy::{Action, ErrorPolicy, RefusalSpell};
 use super::{Manager, Outcome};
 use crate::error::Result;
 use tokio::sync::watch;
@@ -29,6 +29,7 @@ impl Manager {
             self.started,
             once,
         );
+        let mut refusals = RefusalSpell::new(self.refused_again_for);
         loop {
             self.apply_reloads();
             if let Some(outcome) = self.restart_due() {
@@ -38,7 +39,8 @@ impl Manager {
                 return Ok(Outcome::Shutdown);
             };
             let launch_errors = result.as_ref().map_or(0, |r| r.launch_errors.len());
-            let delay = match errors.next(result.map(drop), self.config.sleep_time) {
+            let result = refusals.judge(result.map(drop), self.clock());
+            let delay = match errors.next(result, self.config.sleep_time) {
                 Action::Requeue(delay) => delay,
                 Action::Stop(error) => return Err(error),
             };

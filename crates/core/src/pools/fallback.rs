@@ -7,7 +7,7 @@
 //! fallback whenever the pool has bundles. The memory ([`Capacity`]) is the manager's; the
 //! plan reads its state ([`CapacityState`]). Pure: times are the manager clock.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
@@ -107,6 +107,26 @@ impl fmt::Display for Switch {
     }
 }
 
+/// A [`Capacity`] as a launch record keeps it across restarts: its times in seconds since
+/// the Unix epoch (the manager clock starts again at zero in the next process).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CapacityRecord {
+    /// Recent capacity events: when, and what.
+    #[serde(default)]
+    pub events: Vec<(u64, String)>,
+    /// `own`, `fallback` or `retrying`.
+    pub state: String,
+    /// Fallback or retrying since.
+    #[serde(default)]
+    pub since: u64,
+    /// Fallback: when a launch tries the pool again.
+    #[serde(default)]
+    pub retry_at: u64,
+    /// Fallback: why, in words.
+    #[serde(default)]
+    pub why: String,
+}
+
 /// What the manager remembers of one pool's capacity.
 #[derive(Debug, Clone, Default)]
 pub struct Capacity {
@@ -185,6 +205,59 @@ impl Capacity {
         };
         self.events.clear();
         Some(Switch::ToFallback { why })
+    }
+
+    /// The memory as a launch record keeps it (`start`: the manager clock's zero, as time
+    /// since the Unix epoch).
+    pub fn to_unix(&self, start: Duration) -> CapacityRecord {
+        let unix = |at: u64| start.as_secs() + at;
+        let events = (self.events.iter())
+            .map(|(at, what)| (unix(at.as_secs()), what.clone()))
+            .collect();
+        let (state, since, retry_at, why) = match &self.state {
+            CapacityState::Own => ("own", 0, 0, String::new()),
+            CapacityState::Fallback {
+                since_seconds,
+                retry_at_seconds,
+                why,
+            } => (
+                "fallback",
+                unix(*since_seconds),
+                unix(*retry_at_seconds),
+                why.clone(),
+            ),
+            CapacityState::Retrying { since_seconds } => {
+                ("retrying", unix(*since_seconds), 0, String::new())
+            }
+        };
+        CapacityRecord {
+            events,
+            state: state.to_owned(),
+            since,
+            retry_at,
+            why,
+        }
+    }
+
+    /// The memory `record` keeps, on the clock of a manager started at `start` (times before
+    /// it read as its start: the events count a little longer, never less).
+    pub fn from_unix(record: &CapacityRecord, start: Duration) -> Self {
+        let clock = |unix: u64| unix.saturating_sub(start.as_secs());
+        let events = (record.events.iter())
+            .map(|(at, what)| (Duration::from_secs(clock(*at)), what.clone()))
+            .collect();
+        let state = match record.state.as_str() {
+            "fallback" => CapacityState::Fallback {
+                since_seconds: clock(record.since),
+                retry_at_seconds: clock(record.retry_at),
+                why: record.why.clone(),
+            },
+            "retrying" => CapacityState::Retrying {
+                since_seconds: clock(record.since),
+            },
+            _ => CapacityState::Own,
+        };
+        Self { events, state }
     }
 
     /// "3 capacity events in 30 min, the last: job 12 preempted".

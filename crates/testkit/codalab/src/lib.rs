@@ -128,6 +128,9 @@ struct FakeState {
     workers_faults: Vec<(u16, String)>,
     expires_in: u64,
     next_token: u64,
+    refuse_logins: bool,
+    /// `GET /rest/users/<id>` answers this HTTP error while set.
+    users_fail: Option<u16>,
 }
 
 /// A running fake CodaLab server on 127.0.0.1.
@@ -152,6 +155,7 @@ impl Serving {
             .route("/rest/user", get(user))
             .route("/rest/bundles", get(bundles))
             .route("/rest/workers/info", get(workers_info))
+            .route("/rest/users/{id}", get(user_by_id))
             .with_state(state);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -254,6 +258,18 @@ impl FakeCodaLab {
         state.refresh_tokens.clear();
     }
 
+    /// While `on`, the token endpoint refuses every grant (401 `invalid_grant`), the right
+    /// password too: a proxy's maintenance page, an auth backend down for a spell.
+    pub fn refuse_logins(&self, on: bool) {
+        lock(&self.state).refuse_logins = on;
+    }
+
+    /// While `Some(status)`, `GET /rest/users/<id>` answers that HTTP error (a users table
+    /// under a migration, a proxy's 502); `None`: it answers again.
+    pub fn fail_users(&self, status: Option<u16>) {
+        lock(&self.state).users_fail = status;
+    }
+
     /// Sets `expires_in` of the tokens issued from now on.
     pub fn set_token_lifetime(&self, seconds: u64) {
         lock(&self.state).expires_in = seconds;
@@ -321,7 +337,7 @@ async fn token(
                 .into_response();
         }
     };
-    let Some(user) = user else {
+    let Some(user) = user.filter(|_| !s.refuse_logins) else {
         let body =
             json!({"error": "invalid_grant", "error_description": "Invalid credentials given."});
         return (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
@@ -354,6 +370,24 @@ async fn workers_info(State(state): State<Shared>, headers: HeaderMap) -> Respon
         }
         None => (StatusCode::UNAUTHORIZED, "User is not authenticated.").into_response(),
     }
+}
+
+/// `GET /rest/users/<id>` as the root user sees it (its `parallel_run_quota`: 2 for everyone).
+async fn user_by_id(
+    State(state): State<Shared>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    let path = format!("/rest/users/{id}");
+    if let Some(fault) = record_and_fault(&state, "GET", &path, "") {
+        return fault;
+    }
+    if let Some(status) = lock(&state).users_fail {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+        return (status, "Bad Gateway").into_response();
+    }
+    axum::Json(json!({"data": {"type": "users", "id": id,
+        "attributes": {"user_name": format!("user{id}"), "parallel_run_quota": 2}}}))
+    .into_response()
 }
 
 async fn user(State(state): State<Shared>, headers: HeaderMap) -> Response {
