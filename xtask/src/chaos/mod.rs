@@ -156,6 +156,7 @@ fn preflight() -> Result<()> {
     if codalab.stdout != b"200" {
         bail!("CodaLab does not answer on 127.0.0.1:2900: run `cargo xtask services up codalab`");
     }
+    dispatch::resume_left_paused()?;
     if harness::slurm_jobs("none").is_none() {
         bail!("squeue fails: run `cargo xtask services up slurm`");
     }
