@@ -18,6 +18,7 @@ mod held;
 mod hostile;
 mod moto;
 mod scenarios;
+mod users;
 
 use crate::proxy::FaultProxy;
 use crate::services::repo_root;
