@@ -27,15 +27,34 @@ struct Paused(u32);
 
 impl Paused {
     fn new() -> Result<Self> {
-        let file = repo_root().join(".services/codalab/run/bundle-manager.pid");
-        let pid: u32 = std::fs::read_to_string(&file)
-            .with_context(|| format!("reading {}", file.display()))?
-            .trim()
-            .parse()
-            .with_context(|| format!("a pid in {}", file.display()))?;
+        let pid = bundle_manager()?;
         signal("STOP", pid)?;
         Ok(Self(pid))
     }
+}
+
+fn bundle_manager() -> Result<u32> {
+    let file = repo_root().join(".services/codalab/run/bundle-manager.pid");
+    std::fs::read_to_string(&file)
+        .with_context(|| format!("reading {}", file.display()))?
+        .trim()
+        .parse()
+        .with_context(|| format!("a pid in {}", file.display()))
+}
+
+/// Resumes a bundle manager left paused by a run of this scenario that was killed before it
+/// could resume it itself (its `Drop` does not run on a signal).
+pub fn resume_left_paused() -> Result<()> {
+    let pid = bundle_manager()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    if status
+        .lines()
+        .any(|l| l.starts_with("State:") && l.contains("(stopped)"))
+    {
+        eprintln!("chaos: the bundle manager (pid {pid}) was left paused; resuming it");
+        signal("CONT", pid)?;
+    }
+    Ok(())
 }
 
 impl Drop for Paused {

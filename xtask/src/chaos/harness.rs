@@ -66,11 +66,7 @@ impl ManagerSpec {
     pub fn spawn(&self, label: &str) -> Result<ManagerProcess> {
         let log = self.dir.join(format!("{label}.log"));
         let file = std::fs::File::create(&log)?;
-        let worker = self.dir.join("stand-in-worker.sh");
-        if !worker.exists() {
-            std::fs::write(&worker, "#!/bin/sh\nexec sleep 900\n")?;
-            make_executable(&worker)?;
-        }
+        let worker = stand_in_worker(&self.dir)?;
         let mut command = Command::new(self.dir.join("../cl-worker-manager"));
         command
             .args(["--server", &self.server, "--min-workers", "0"])
@@ -140,6 +136,16 @@ impl ManagerSpec {
             expected_exit: false,
         })
     }
+}
+
+/// The scenario's stand-in worker (`sleep 900`), written into `dir` the first time.
+pub fn stand_in_worker(dir: &Path) -> Result<PathBuf> {
+    let worker = dir.join("stand-in-worker.sh");
+    if !worker.exists() {
+        std::fs::write(&worker, "#!/bin/sh\nexec sleep 900\n")?;
+        make_executable(&worker)?;
+    }
+    Ok(worker)
 }
 
 /// Copies `target/debug/cl-worker-manager` (just built with every backend) to `dir`: the
@@ -500,10 +506,15 @@ pub fn script(path: &str, args: &[&str]) -> Result<String> {
 
 /// Stages `n` bundles of [`USER`] tagged `tag`; returns their uuids.
 pub fn stage_bundles(n: usize, tag: &str) -> Result<Vec<String>> {
+    stage_bundles_as(USER, n, tag)
+}
+
+/// Stages `n` bundles of `user` tagged `tag`; returns their uuids.
+pub fn stage_bundles_as(user: &str, n: usize, tag: &str) -> Result<Vec<String>> {
     let out = script(
         "xtask/services/codalab/stage.sh",
         &[
-            USER,
+            user,
             &n.to_string(),
             "--request-cpus",
             "1",
@@ -529,10 +540,15 @@ pub fn stage_bundles(n: usize, tag: &str) -> Result<Vec<String>> {
 
 /// Deletes the bundles (best effort).
 pub fn remove_bundles(uuids: &[String]) {
+    remove_bundles_as(USER, uuids);
+}
+
+/// Deletes the bundles as `user` (best effort; the root user `codalab` may delete any).
+pub fn remove_bundles_as(user: &str, uuids: &[String]) {
     if uuids.is_empty() {
         return;
     }
-    let mut args = vec![USER, "rm", "--force"];
+    let mut args = vec![user, "rm", "--force"];
     args.extend(uuids.iter().map(String::as_str));
     if let Err(error) = script("xtask/services/codalab/cl.sh", &args) {
         eprintln!("chaos: could not remove the staged bundles: {error:#}");

@@ -18,6 +18,7 @@ mod held;
 mod hostile;
 mod moto;
 mod scenarios;
+mod users;
 
 use crate::proxy::FaultProxy;
 use crate::services::repo_root;
@@ -156,6 +157,7 @@ fn preflight() -> Result<()> {
     if codalab.stdout != b"200" {
         bail!("CodaLab does not answer on 127.0.0.1:2900: run `cargo xtask services up codalab`");
     }
+    dispatch::resume_left_paused()?;
     if harness::slurm_jobs("none").is_none() {
         bail!("squeue fails: run `cargo xtask services up slurm`");
     }

@@ -98,6 +98,11 @@ pub const ALL: &[Scenario] = &[
         super::dispatch::dispatch_stopped,
     ),
     (
+        "users-failing",
+        "as root, four owners staged; the users endpoint answers 502 to every quota read for 45 s",
+        super::users::users_failing,
+    ),
+    (
         "sigkill-after-submit",
         "SIGKILL right after a submit, restart, SIGTERM",
         sigkill_after_submit,
