@@ -14,6 +14,8 @@ use tokio::sync::mpsc;
 /// Small limits, so that the idle connections are closed soon.
 const LIMITS: Limits = Limits {
     connections: 4,
+    per_peer: 4,
+    first_byte: Duration::from_millis(300),
     header_read: Duration::from_millis(300),
     connection: Duration::from_secs(30),
 };
