@@ -5,7 +5,7 @@
 use crate::access::AllowedServers;
 use crate::command::RunArgs;
 use crate::health::{Health, Limits};
-use crate::health_server::{self, ServerLimits, Vitals};
+use crate::health_server::{self, Vitals};
 use crate::lease::{self, Leadership, LeaseConfig};
 use crate::reconcile::{Context, ReconcileError, error_policy, reconcile};
 use codalab_wm_core::error::{Error, Result};
@@ -57,7 +57,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
     tokio::spawn(health_server::serve(
         listener,
         vitals,
-        ServerLimits::default(),
+        health_server::LIMITS,
     ));
     let namespace = args.watch_namespace.as_deref();
     let (store, pools) = crate::pools::watch(client.clone(), namespace, health);

@@ -1,37 +1,30 @@
 //! The operator's small HTTP server: `GET /healthz` ([`crate::health`]: 200 `ok`, or 503 with
 //! what is wrong), `GET /metrics` ([`crate::metrics`]), anything else 404.
 //!
-//! It binds every address of the pod, so any pod of the cluster may connect: at most
-//! [`ServerLimits::connections`] connections are served at once (more wait in the listen
-//! backlog), each must send its request within [`ServerLimits::request_timeout`] and is
-//! closed after one answer, and a failing `accept` (out of file descriptors) backs off instead
-//! of spinning.
+//! It binds every address of the pod, so any pod of the cluster may connect. Connections are
+//! taken as the manager's `--listen` takes them ([`codalab_wm_app::listen::accept`], review
+//! 2026-11-27 §13): each must send its first byte within 2 s and its request within 5 s, one
+//! address holds at most 8 of the [`LIMITS`] 32, and a new connection takes the place of the
+//! oldest idle one, so a client holding idle connections never keeps kubelet's probe out.
+//! Each connection gets one answer; a failing `accept` (out of file descriptors) backs off
+//! instead of spinning.
 
 use crate::health::Health;
 use crate::metrics::OperatorMetrics;
+use codalab_wm_app::listen::{Connection, Limits, accept};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
 
-/// What one client may hold.
-#[derive(Debug, Clone, Copy)]
-pub struct ServerLimits {
-    /// Connections served at once.
-    pub connections: usize,
-    /// Time to send the request (and to take the answer).
-    pub request_timeout: Duration,
-}
-
-impl Default for ServerLimits {
-    fn default() -> Self {
-        Self {
-            connections: 32,
-            request_timeout: Duration::from_secs(5),
-        }
-    }
-}
+/// The limits of the health server's connections.
+pub const LIMITS: Limits = Limits {
+    connections: 32,
+    per_peer: 8,
+    first_byte: Duration::from_secs(2),
+    header_read: Duration::from_secs(5),
+    connection: Duration::from_secs(5),
+};
 
 /// What the server answers from.
 #[derive(Debug, Clone)]
@@ -43,47 +36,23 @@ pub struct Vitals {
 }
 
 /// Serves `listener` for good.
-pub async fn serve(listener: TcpListener, vitals: Vitals, limits: ServerLimits) {
-    let permits = Arc::new(Semaphore::new(limits.connections.max(1)));
-    let mut failures = 0u32;
-    loop {
-        let Ok(permit) = permits.clone().acquire_owned().await else {
-            return;
-        };
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(error) => {
-                failures = failures.saturating_add(1);
-                tracing::warn!(%error, "health server: cannot accept a connection");
-                tokio::time::sleep(accept_backoff(failures)).await;
-                continue;
-            }
-        };
-        failures = 0;
+pub async fn serve(listener: TcpListener, vitals: Vitals, limits: Limits) {
+    accept(listener, limits, move |connection| {
         let vitals = vitals.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let _ = tokio::time::timeout(limits.request_timeout, answer_one(stream, &vitals)).await;
-        });
-    }
+        async move { answer_one(connection, &vitals).await }
+    })
+    .await;
 }
 
-/// The pause after the `failures`-th `accept` error in a row: 10 ms doubling up to 1 s.
-fn accept_backoff(failures: u32) -> Duration {
-    let exponent = failures.saturating_sub(1).min(7);
-    Duration::from_millis(10 << exponent).min(Duration::from_secs(1))
-}
-
-async fn answer_one(mut stream: TcpStream, vitals: &Vitals) {
-    let mut buffer = [0u8; 1024];
-    let read = stream.read(&mut buffer).await.unwrap_or(0);
-    let request = String::from_utf8_lossy(&buffer[..read]);
+async fn answer_one(mut connection: Connection, vitals: &Vitals) {
+    let request = String::from_utf8_lossy(connection.head()).into_owned();
     let (status, kind, body) = answer(&request, vitals);
     let response = format!(
         "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
-    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = connection.write_all(response.as_bytes()).await;
+    let _ = connection.shutdown().await;
 }
 
 /// The status line, content type and body for a request.
@@ -108,30 +77,17 @@ fn answer(request: &str, vitals: &Vitals) -> (&'static str, &'static str, String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::Limits;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpStream;
 
-    #[test]
-    fn accept_errors_back_off_up_to_a_second() {
-        let ms = Duration::from_millis;
-        let cases = [
-            (1, ms(10)),
-            (2, ms(20)),
-            (5, ms(160)),
-            (8, ms(1000)),
-            (1000, ms(1000)),
-        ];
-        for (failures, pause) in cases {
-            assert_eq!(accept_backoff(failures), pause, "{failures}");
-        }
-    }
-
+    /// A GET of `path`: the answer (empty when the connection was closed or reset first).
     async fn get(address: std::net::SocketAddr, path: &str) -> String {
         let mut stream = TcpStream::connect(address).await.unwrap();
         let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.unwrap();
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).await.unwrap();
-        answer
+        let _ = stream.write_all(request.as_bytes()).await;
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer).await;
+        String::from_utf8_lossy(&answer).into_owned()
     }
 
     /// A real server on a loopback port: an idle client holding the only connection slot is
@@ -142,7 +98,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let now = tokio::time::Instant::now();
-        let limits = Limits {
+        let limits = crate::health::Limits {
             watch: Duration::ZERO,
             lease: Duration::from_secs(3600),
         };
@@ -150,9 +106,12 @@ mod tests {
             health: Arc::new(Health::new(limits, now - Duration::from_secs(1))),
             metrics: Arc::default(),
         };
-        let server_limits = ServerLimits {
+        let server_limits = Limits {
             connections: 1,
-            request_timeout: Duration::from_millis(200),
+            per_peer: 1,
+            first_byte: Duration::from_millis(200),
+            header_read: Duration::from_millis(200),
+            connection: Duration::from_millis(200),
         };
         tokio::spawn(serve(listener, vitals.clone(), server_limits));
         let mut idle = TcpStream::connect(address).await.unwrap();
@@ -180,5 +139,77 @@ mod tests {
                 .contains("codalab_wm_operator_leader")
         );
         assert!(get(address, "/nope").await.starts_with("HTTP/1.1 404 "));
+    }
+
+    /// Review 2026-11-27 §13: one client holding every slot with idle connections, reopened
+    /// as they are cut, kept `/healthz` from answering (kubelet then restarts the operator).
+    /// Now `/healthz` answers during the flood: a few attempts, each bounded only to turn a
+    /// hang into a failure.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_client_holding_every_slot_does_not_starve_healthz() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let limits = crate::health::Limits {
+            watch: Duration::from_secs(3600),
+            lease: Duration::from_secs(3600),
+        };
+        let vitals = Vitals {
+            health: Arc::new(Health::new(limits, tokio::time::Instant::now())),
+            metrics: Arc::default(),
+        };
+        vitals.health.pools_listed();
+        tokio::spawn(serve(listener, vitals, LIMITS));
+        let (closed, mut closures) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let mut holders = tokio::task::JoinSet::new();
+        let open = async |holders: &mut tokio::task::JoinSet<()>| {
+            let connect = tokio::time::timeout(Duration::from_secs(3), TcpStream::connect(address));
+            let Ok(Ok(mut stream)) = connect.await else {
+                return false;
+            };
+            let closed = closed.clone();
+            holders.spawn(async move {
+                let _ = stream.read(&mut [0_u8; 64]).await;
+                let _ = closed.send(());
+            });
+            true
+        };
+        let mut opened = 0;
+        while opened < 1000 && open(&mut holders).await {
+            opened += 1;
+        }
+        assert!(opened > 32, "only {opened} connections opened");
+        // The client reopens every connection the server cuts, while the probes run.
+        let reopen = async {
+            let mut holders = holders;
+            while closures.recv().await.is_some() {
+                open(&mut holders).await;
+            }
+        };
+        // A probe closed unanswered (one of the client's own newer connections took its
+        // place before it was read) is tried again; one left waiting (starved) fails at once.
+        // The bound only turns a hang into a failure: kubelet gives up after 1 s, this after
+        // ten times that.
+        let probes = async {
+            let mut answers = Vec::new();
+            for _ in 0..3 {
+                let answer =
+                    tokio::time::timeout(Duration::from_secs(10), get(address, "/healthz"));
+                match answer.await {
+                    Ok(answer) if answer.starts_with("HTTP/1.1 200 OK") => return Ok(answer),
+                    Ok(answer) => answers.push(answer),
+                    Err(_) => {
+                        answers.push("(no answer within 10 s)".to_owned());
+                        break;
+                    }
+                }
+            }
+            Err(answers)
+        };
+        let answer = tokio::select! {
+            answer = probes => answer,
+            () = reopen => unreachable!("the flood ends only with the test"),
+        };
+        let answer = answer.unwrap_or_else(|a| panic!("/healthz during the flood: {a:?}"));
+        assert!(answer.ends_with("ok\n"), "{answer}");
     }
 }

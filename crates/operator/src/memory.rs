@@ -11,7 +11,11 @@
 //! - **in this process** ([`Clocks`]): when the current run of successful reads began, and
 //!   when each pod was first seen running. A new leader (or a restart) starts every clock
 //!   again: its verdicts come later, never earlier. Clocks compare times taken by this
-//!   process only, never the API server's timestamps.
+//!   process only, never the API server's timestamps. Beside them, the pods this process
+//!   has seen checked in, merged with the status' list at every reconcile (review
+//!   2026-11-27 §15): a status write that failed, or a reconcile that starts from a cached
+//!   object older than the last write, never makes a checked-in pod look never checked in.
+//!   A new leader starts without it and falls back to the status.
 
 use codalab_wm_core::backend::{JobState, WorkerJob};
 use codalab_wm_core::checkin::JobCheckin;
@@ -61,6 +65,8 @@ pub struct Clocks {
     fresh: Option<(Duration, Duration)>,
     /// When each pod was first seen running.
     running_since: HashMap<String, Duration>,
+    /// The pods whose worker this process has seen checked in (pods that still exist).
+    checked_in: BTreeSet<String>,
 }
 
 impl Clocks {
@@ -79,6 +85,17 @@ impl Clocks {
         };
         self.fresh = Some((since, now));
         Some(since)
+    }
+
+    /// The pods whose worker this process has seen checked in.
+    pub fn checked_in(&self) -> &BTreeSet<String> {
+        &self.checked_in
+    }
+
+    /// Remembers `memory`'s checked-in pods (the memory after a reconcile: pods that are
+    /// gone are already dropped from it), whatever becomes of the status write.
+    pub fn remember(&mut self, memory: &Remembered) {
+        self.checked_in.clone_from(&memory.checked_in);
     }
 
     /// Notes which of `jobs` run at `now`, forgets pods that are gone, and returns when
@@ -133,6 +150,20 @@ mod tests {
         assert_eq!(clocks.running(&running, s(400))["a"], s(400));
         assert_eq!(clocks.running(&running, s(405))["a"], s(400));
         assert!(clocks.running(&[], s(410)).is_empty(), "gone: forgotten");
+    }
+
+    #[test]
+    fn this_process_keeps_what_it_last_remembered() {
+        let mut clocks = Clocks::default();
+        assert!(clocks.checked_in().is_empty());
+        let memory = Remembered {
+            checked_in: ["a".to_owned()].into(),
+            workers_seen: true,
+        };
+        clocks.remember(&memory);
+        assert_eq!(clocks.checked_in(), &memory.checked_in);
+        clocks.remember(&Remembered::default());
+        assert!(clocks.checked_in().is_empty(), "gone pods are dropped");
     }
 
     #[test]

@@ -221,12 +221,13 @@ async fn observe(
         }
     };
     let status = pool.status.clone().unwrap_or_default();
+    let (fresh_since, running_since, seen) =
+        ctx.tick_clocks(pool, checkins.is_some(), &prepared.jobs, clock(now));
+    // The status' list and this process's own memory, merged (review 2026-11-27 §15).
     let remembered = Remembered {
-        checked_in: status.checked_in.iter().cloned().collect(),
+        checked_in: status.checked_in.iter().cloned().chain(seen).collect(),
         workers_seen: status.workers_seen,
     };
-    let (fresh_since, running_since) =
-        ctx.tick_clocks(pool, checkins.is_some(), &prepared.jobs, clock(now));
     let memory = Checkins {
         view: checkins.as_ref().zip(fresh_since),
         remembered: Some(&remembered),
@@ -234,6 +235,7 @@ async fn observe(
     };
     let observation = pool_observation(&prepared.jobs, status.failures.as_ref(), memory, now);
     let remembered = remembered.after(&prepared.jobs, &observation);
+    ctx.remember_checkins(pool, &remembered);
     let policy = &prepared.resolved.policy;
     let need = Need::new(
         std::slice::from_ref(policy),
@@ -266,19 +268,31 @@ async fn observe(
 
 impl Context {
     /// Notes this reconcile's worker-list read and pods in `pool`'s clocks: when the run of
-    /// fresh reads began (`None`: the read failed) and when each running pod was first seen
-    /// running. More than three sync periods without a read end the run.
+    /// fresh reads began (`None`: the read failed), when each running pod was first seen
+    /// running, and the pods this process has seen checked in. More than three sync periods
+    /// without a read end the run.
     fn tick_clocks(
         &self,
         pool: &CodaLabWorkerPool,
         read: bool,
         jobs: &[WorkerJob],
         now: Duration,
-    ) -> (Option<Duration>, HashMap<String, Duration>) {
+    ) -> (
+        Option<Duration>,
+        HashMap<String, Duration>,
+        std::collections::BTreeSet<String>,
+    ) {
         let mut all = self.clocks.lock().unwrap_or_else(|e| e.into_inner());
         let clocks = all.entry(pool_key(pool)).or_default();
         let fresh_since = clocks.read(read, now, self.sync * 3);
-        (fresh_since, clocks.running(jobs, now).clone())
+        let running = clocks.running(jobs, now).clone();
+        (fresh_since, running, clocks.checked_in().clone())
+    }
+
+    /// Keeps `memory`'s checked-in pods in `pool`'s clocks, before the status write.
+    fn remember_checkins(&self, pool: &CodaLabWorkerPool, memory: &Remembered) {
+        let mut all = self.clocks.lock().unwrap_or_else(|e| e.into_inner());
+        all.entry(pool_key(pool)).or_default().remember(memory);
     }
 
     /// Forgets `pool`'s clocks (the pool is deleted).

@@ -67,6 +67,7 @@ fn every_rendered_object_validates_strictly() {
         "role/codalab-wm-operator-leader",
         "rolebinding/codalab-wm-operator-leader",
         "deployment/codalab-wm-operator",
+        "networkpolicy/codalab-wm-operator",
     ];
     let cluster = [
         "clusterrole/codalab-wm-operator",

@@ -14,6 +14,8 @@ use tokio::sync::mpsc;
 /// Small limits, so that the idle connections are closed soon.
 const LIMITS: Limits = Limits {
     connections: 4,
+    per_peer: 4,
+    first_byte: Duration::from_millis(300),
     header_read: Duration::from_millis(300),
     connection: Duration::from_secs(30),
 };
@@ -56,13 +58,13 @@ async fn get_with_host(addr: SocketAddr, path: &str, host: &str) -> String {
 }
 
 #[tokio::test]
-async fn idle_connections_past_the_cap_wait_and_every_idle_one_is_closed_by_the_server() {
+async fn idle_connections_past_the_cap_give_way_and_every_idle_one_is_closed_by_the_server() {
     let app = Router::new().route("/healthz", get(|| async { "ok\n" }));
     let addr = start(app).await;
     let (seen, mut events) = mpsc::unbounded_channel();
     let idle_count = LIMITS.connections + 2;
     for n in 0..idle_count {
-        // Connected (in the accept queue, in order) before the probe is.
+        // Connected (in order) before the probe is.
         let stream = TcpStream::connect(addr).await.unwrap();
         let seen = seen.clone();
         tokio::spawn(async move {
@@ -86,8 +88,8 @@ async fn idle_connections_past_the_cap_wait_and_every_idle_one_is_closed_by_the_
             _ => panic!("not every connection ended; seen so far: {order:?}"),
         }
     }
-    // The cap was full of idle connections: the probe was answered only after the server
-    // closed one of them, and then answered in full.
+    // The cap was full of idle connections: the oldest gave way to the probe (closed first),
+    // and the probe was answered in full.
     assert!(matches!(order[0], Seen::Closed(_)), "{order:?}");
     let answer = order.iter().find_map(|e| match e {
         Seen::Answer(text) => Some(text),
