@@ -19,10 +19,17 @@ impl PoolRuntime {
         self.switched(switch)
     }
 
-    /// The clock reads `now`: the cool-down may be over.
+    /// The clock reads `now`: the cool-down may be over, or a retry's worker overdue.
     pub fn capacity_tick(&mut self, now: Duration) -> Vec<TickEvent> {
+        let mut events = Vec::new();
+        if let Some(rules) = self.pool.policy.fallback.clone() {
+            let within = self.pool.policy.retry_within();
+            let switch = self.capacity.retry_overdue(&rules, now, within);
+            events.extend(self.switched(switch));
+        }
         let switch = self.capacity.tick(now);
-        self.switched(switch)
+        events.extend(self.switched(switch));
+        events
     }
 
     /// A worker of the pool checked in for the first time.
