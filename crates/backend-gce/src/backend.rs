@@ -395,11 +395,12 @@ fn metadata_url(config: &GceConfig) -> String {
     }
 }
 
-/// The job state of an instance status.
+/// The job state of an instance status. `REPAIRING`, `SUSPENDING` and `SUSPENDED` VMs come
+/// back `RUNNING` with their worker: active (toward `max`), not ended.
 pub fn job_state(status: &str) -> JobState {
     match status {
         "PROVISIONING" | "STAGING" | "PENDING" => JobState::Pending,
-        "RUNNING" => JobState::Active,
+        "RUNNING" | "REPAIRING" | "SUSPENDING" | "SUSPENDED" => JobState::Active,
         _ => JobState::Ended,
     }
 }
@@ -557,11 +558,14 @@ mod tests {
             ("PENDING", JobState::Pending),
             ("RUNNING", JobState::Active),
             ("STOPPING", JobState::Ended),
-            ("SUSPENDING", JobState::Ended),
-            ("SUSPENDED", JobState::Ended),
+            // Review 2026-11-27 §17: a VM under host repair, or suspended, comes back
+            // RUNNING with its worker; it still counts toward max, not as ended (a busy
+            // worker under repair is not replaced beyond max).
+            ("SUSPENDING", JobState::Active),
+            ("SUSPENDED", JobState::Active),
+            ("REPAIRING", JobState::Active),
             ("STOPPED", JobState::Ended),
             ("TERMINATED", JobState::Ended),
-            ("REPAIRING", JobState::Ended),
         ];
         for (status, expected) in cases {
             assert_eq!(job_state(status), expected, "{status}");

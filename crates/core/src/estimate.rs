@@ -10,6 +10,9 @@
 //! - **after runs end**: its pool is at its max; it starts when enough runs on the pool's
 //!   workers end (each run's expected length less its age, then one run length a bundle);
 //! - **after the backoff**: its pool backs off; the backoff's end, then a worker's check-in;
+//! - **overdue**, with no figure: the running worker it waits for is past the pool's
+//!   check-in time ("expected N s ago"), or the server has not started the bundle on a
+//!   checked-in worker that fits (the one worker launched for it may not start it either);
 //! - **not while** ("not yet: …"): its owner's quota, workers private to another user, no fitting pool, a
 //!   budget, a pool that cannot be listed, or max reached with nothing running that could end.
 
@@ -131,6 +134,16 @@ impl PoolTimes {
         format!("job {} pending {}{reason}{learned}", s.job, minutes(s.age))
     }
 
+    /// Seconds a running (not pending) starting worker is past the launch → check-in time
+    /// of its kind, when it is.
+    fn overdue_by(&self, starting: &Starting) -> Option<u64> {
+        let typical = match self.queued_seconds {
+            Some(queued) if starting.held() => queued,
+            _ => self.checkin_seconds,
+        };
+        (!starting.pending && starting.age > typical).then(|| starting.age - typical)
+    }
+
     fn wait_of(&self, starting: &Starting) -> u64 {
         let typical = match self.queued_seconds {
             Some(queued) if starting.held() => queued,
@@ -190,6 +203,23 @@ pub enum StartEstimate {
         /// Seconds from now.
         seconds: u64,
     },
+    /// A starting worker of `pool` (`job`, running) should have checked in
+    /// `overdue_seconds` ago, by the pool's launch → check-in time: no figure.
+    WorkerOverdue {
+        /// The pool.
+        pool: String,
+        /// The starting worker's job.
+        job: String,
+        /// Seconds past the time it was expected.
+        overdue_seconds: u64,
+    },
+    /// The server has not started the bundle on a checked-in worker that fits
+    /// ([`crate::pools::ServerView::overdue`]): one new worker of `pool` is launched for it,
+    /// where the server may not start it either: no figure.
+    Overdue {
+        /// The pool.
+        pool: String,
+    },
     /// When the pool's backoff ends and a worker checks in.
     AfterBackoff {
         /// The pool.
@@ -214,7 +244,9 @@ impl StartEstimate {
             StartEstimate::WorkerCheckin { seconds, .. }
             | StartEstimate::AfterRuns { seconds, .. }
             | StartEstimate::AfterBackoff { seconds, .. } => Some(*seconds),
-            StartEstimate::NotWhile { .. } => None,
+            StartEstimate::WorkerOverdue { .. }
+            | StartEstimate::Overdue { .. }
+            | StartEstimate::NotWhile { .. } => None,
         }
     }
 
@@ -225,6 +257,8 @@ impl StartEstimate {
             StartEstimate::WorkerCheckin { .. } => "worker_checkin",
             StartEstimate::AfterRuns { .. } => "after_runs",
             StartEstimate::AfterBackoff { .. } => "after_backoff",
+            StartEstimate::WorkerOverdue { .. } => "worker_overdue",
+            StartEstimate::Overdue { .. } => "overdue",
             StartEstimate::NotWhile { .. } => "not_while",
         }
     }
@@ -256,6 +290,18 @@ impl fmt::Display for StartEstimate {
                     "in ~{seconds} s, when {pool} stops backing off and a worker checks in"
                 )
             }
+            StartEstimate::WorkerOverdue {
+                pool,
+                job,
+                overdue_seconds,
+            } => write!(
+                f,
+                "overdue: job {job} of {pool} was expected to check in {overdue_seconds} s ago"
+            ),
+            StartEstimate::Overdue { pool } => write!(
+                f,
+                "overdue: the server has not started it on a checked-in worker that fits; one new worker of {pool} is launched for it, where it may not start either"
+            ),
             StartEstimate::NotWhile { detail, .. } => write!(f, "not yet: {detail}"),
         }
     }
@@ -333,7 +379,11 @@ pub fn estimate(decision: &PoolsDecision, times: &[PoolTimes]) -> Vec<BundleEsti
         let (times, launches) = times_of(&assignment.pool);
         let pool = assignment.pool.as_str();
         let beyond = (times.room).is_some_and(|room| assignment.worker >= times.starting() + room);
-        let estimate = if beyond {
+        let estimate = if assignment.overdue {
+            StartEstimate::Overdue {
+                pool: pool.to_owned(),
+            }
+        } else if beyond {
             let position = ahead.entry(pool).or_default();
             *position += 1;
             after_runs(pool, *position - 1, times)
@@ -380,6 +430,13 @@ pub fn estimate(decision: &PoolsDecision, times: &[PoolTimes]) -> Vec<BundleEsti
 fn on_worker(pool: &str, times: &PoolTimes, worker: usize, launches: usize) -> StartEstimate {
     let wait = times.worker_wait(worker);
     if let Some(starting) = times.starting_at(worker) {
+        if let Some(overdue_seconds) = times.overdue_by(starting) {
+            return StartEstimate::WorkerOverdue {
+                pool: pool.to_owned(),
+                job: starting.job.clone(),
+                overdue_seconds,
+            };
+        }
         return StartEstimate::WorkerCheckin {
             pool: pool.to_owned(),
             job: Some(starting.job.clone()),

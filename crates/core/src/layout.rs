@@ -120,6 +120,9 @@ impl Layout {
         if let Some(why) = conflicts(&pools).into_iter().next() {
             return Err(Error::InvalidConfig(why));
         }
+        for warning in fallback_warnings(&pools) {
+            tracing::warn!("{warning}");
+        }
         Ok(Self {
             config: manager_config(settings),
             pools,
@@ -337,6 +340,107 @@ pub fn conflicts(pools: &[PoolLayout]) -> Vec<String> {
                 &fallback.pool,
                 &names,
             ));
+        }
+    }
+    found.extend(fallback_errors(pools));
+    found
+}
+
+/// Fallback rules that cannot work: a cycle (all its pools can be on their fallbacks at
+/// once, and none then takes those bundles), a `min_on_demand` above the fallback's `max`
+/// (the fallback would come first for every bundle, for ever), a compat fallback.
+fn fallback_errors(pools: &[PoolLayout]) -> Vec<String> {
+    fn fallback_of<'a>(
+        pools: &'a [PoolLayout],
+        pool: &'a PoolLayout,
+    ) -> Option<(&'a crate::pools::fallback::Fallback, &'a PoolLayout)> {
+        let rules = pool.policy.fallback.as_ref()?;
+        let fallback = pools.iter().find(|p| p.policy.name == rules.pool)?;
+        Some((rules, fallback))
+    }
+    let mut found = Vec::new();
+    let mut cycled: Vec<&str> = Vec::new();
+    for pool in pools {
+        let Some((rules, fallback)) = fallback_of(pools, pool) else {
+            continue;
+        };
+        let (name, to) = (pool.policy.name.as_str(), fallback.policy.name.as_str());
+        if !cycled.contains(&name) {
+            let mut chain = vec![name];
+            let mut next = Some(fallback);
+            while let Some(at) = next {
+                let at_name = at.policy.name.as_str();
+                chain.push(at_name);
+                if at_name == name {
+                    found.push(format!(
+                        "pools fall back in a cycle: {} (they can all be on their fallbacks at once, and none then takes those bundles)",
+                        chain.join(" → ")
+                    ));
+                    cycled.extend(&chain);
+                    break;
+                }
+                if chain[..chain.len() - 1].contains(&at_name) {
+                    break;
+                }
+                next = fallback_of(pools, at).map(|(_, f)| f);
+            }
+        }
+        if rules.min_on_demand > fallback.policy.max {
+            found.push(format!(
+                "pool {name}: min_on_demand {} is above the max {} of its fallback {to}: the fallback would come first for every bundle, for ever",
+                rules.min_on_demand, fallback.policy.max
+            ));
+        }
+        if fallback.policy.launch_mode == crate::pools::LaunchMode::Compat {
+            found.push(format!(
+                "pool {name}: its fallback {to} is a compat pool (launch_mode = \"compat\"): a fallback must be a target pool"
+            ));
+        }
+    }
+    found
+}
+
+/// Fallbacks that take fewer of their pool's bundles than the pool: a smaller shape or
+/// another tag (warned of, not refused: such a pair may be meant).
+pub fn fallback_warnings(pools: &[PoolLayout]) -> Vec<String> {
+    let mut found = Vec::new();
+    for pool in pools {
+        let Some(rules) = &pool.policy.fallback else {
+            continue;
+        };
+        let Some(fallback) = pools.iter().find(|p| p.policy.name == rules.pool) else {
+            continue;
+        };
+        let (name, to) = (&pool.policy.name, &fallback.policy.name);
+        let (mine, theirs) = (&pool.policy.shape, &fallback.policy.shape);
+        let words = |s: &crate::bundle::WorkerShape| {
+            format!(
+                "{} CPUs, {} GPUs, {} MiB",
+                s.cpus,
+                s.gpus,
+                s.memory_bytes >> 20
+            )
+        };
+        if theirs.cpus < mine.cpus
+            || theirs.gpus < mine.gpus
+            || theirs.memory_bytes < mine.memory_bytes
+        {
+            found.push(format!(
+                "pool {name}: its fallback {to} has workers of {}, less than the pool's {}: the pool's bundles that need more wait for the pool",
+                words(theirs),
+                words(mine)
+            ));
+        }
+        let tag = |p: &PoolPolicy| p.tag.clone().filter(|t| !t.is_empty());
+        match (tag(&pool.policy), tag(&fallback.policy)) {
+            (Some(mine), theirs) if theirs.as_ref() != Some(&mine) => found.push(format!(
+                "pool {name}: its fallback {to} has tag {}, not the pool's {mine}: bundles with request_queue {mine} do not run there",
+                theirs.as_deref().unwrap_or("(none)")
+            )),
+            (None, Some(theirs)) if fallback.policy.tag_exclusive => found.push(format!(
+                "pool {name}: its fallback {to} is exclusive to tag {theirs}: the pool's bundles without that request_queue do not run there"
+            )),
+            _ => {}
         }
     }
     found

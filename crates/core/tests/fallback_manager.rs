@@ -227,3 +227,40 @@ async fn a_spot_job_pending_past_its_timeout_is_a_capacity_event() {
         1
     );
 }
+
+#[tokio::test]
+async fn a_retry_that_stays_queued_goes_back_to_the_fallback_and_its_bundle_with_it() {
+    // Review 2026-11-27 §14: the retry launch stays pending (a stockout on AWS Batch is no
+    // error), no pending_timeout. Past the pool's bounds (pending: checkin_timeout 300 s,
+    // then 300 s to check in) the retry has failed: new launches go to the fallback again
+    // and the bundle that waited on the retry job is given to it.
+    let mut s = setup_with(|policy| PoolPolicy {
+        fallback: policy.fallback.map(|f| Fallback { after: 1, ..f }),
+        ..policy
+    })
+    .await;
+    s.server.set_bundles(vec![bundle(1)]);
+    let report = s.manager.tick().await.unwrap();
+    s.spot
+        .set_state(&report.launched[0].id, JobState::Preempted);
+    let report = s.manager.tick().await.unwrap();
+    assert_eq!(capacity_switches(&report.events), ["to_fallback"]);
+    s.manager.advance_clock(30 * MIN);
+    let report = s.manager.tick().await.unwrap();
+    assert_eq!(capacity_switches(&report.events), ["retry"]);
+    let retry = s.spot.jobs().len();
+    s.manager.advance_clock(9 * MIN);
+    let report = s.manager.tick().await.unwrap();
+    assert!(capacity_switches(&report.events).is_empty());
+    s.manager.advance_clock(MIN);
+    let report = s.manager.tick().await.unwrap();
+    assert_eq!(capacity_switches(&report.events), ["to_fallback"]);
+    let reason = report.pools.pools[0].reasons[0].to_string();
+    assert!(
+        reason.contains("the retry failed: its worker did not check in within 10 min"),
+        "{reason}"
+    );
+    assert_eq!(s.spot.jobs().len(), retry, "no other Spot launch");
+    let taken = (report.pools.assignments.iter()).find(|a| a.uuid == bundle(1).uuid);
+    assert_eq!(taken.map(|a| a.pool.as_str()), Some("standard"));
+}

@@ -294,3 +294,39 @@ fn a_job_on_hold_is_no_queue_a_new_worker_waits_behind() {
     );
     assert_eq!(times.starting(), 1);
 }
+
+#[test]
+fn a_worker_past_its_check_in_time_and_an_overdue_bundle_say_so_with_no_figure() {
+    // Review 2026-11-27 §16: job-7 has run 100 s without checking in, the pool's workers
+    // check in after 40 s: not "in ~0 s", but overdue, expected 60 s ago. Bundle 0xo is
+    // overdue (the server did not start it on a checked-in worker that fits): its one new
+    // worker gets no figure either, since the server may not start it there.
+    let times = PoolTimes {
+        coming: vec![starting("job-7", 100, false)],
+        ..times()
+    };
+    let decision = PoolsDecision {
+        pools: vec![pool("cpu", 1)],
+        assignments: vec![
+            assigned("0xa", Coverage::PendingWorker, 0),
+            BundleAssignment {
+                overdue: true,
+                ..assigned("0xo", Coverage::NewWorker, 1)
+            },
+        ],
+        ..PoolsDecision::default()
+    };
+    let estimates = estimate(&decision, &[times]);
+    assert_eq!(
+        seconds(&estimates),
+        [("0xa", "worker_overdue", None), ("0xo", "overdue", None)]
+    );
+    assert_eq!(
+        estimates[0].text,
+        "overdue: job job-7 of cpu was expected to check in 60 s ago"
+    );
+    assert_eq!(
+        estimates[1].text,
+        "overdue: the server has not started it on a checked-in worker that fits; one new worker of cpu is launched for it, where it may not start either"
+    );
+}

@@ -4,6 +4,7 @@
 use super::*;
 use crate::describe::Entry;
 use crate::settings::PoolRules;
+use serde_json::json;
 
 fn catalogue() -> Catalogue {
     Catalogue::new(vec![
@@ -192,5 +193,110 @@ fn the_single_mode_takes_the_global_limits_and_refuses_bad_ones() {
     assert!(
         said.contains("no backend given: name one of local, slurm-batch"),
         "{said}"
+    );
+}
+
+/// Pool `name` of the local backend with the pool keys `rules` and `[pools.local]` `local`.
+fn pool_with(name: &str, rules: serde_json::Value, local: serde_json::Value) -> PoolSettings {
+    let mut keys = serde_json::json!({"name": name, "backend": "local"});
+    if let (Some(keys), serde_json::Value::Object(rules)) = (keys.as_object_mut(), rules) {
+        keys.extend(rules);
+    }
+    PoolSettings {
+        rules: serde_json::from_value(keys).unwrap(),
+        tables: [("local".to_owned(), local)].into_iter().collect(),
+    }
+}
+
+#[test]
+fn fallback_rules_that_cannot_work_are_refused_naming_the_pools() {
+    // Review 2026-11-27 §8.
+
+    let cases: Vec<(Vec<PoolSettings>, &str)> = vec![
+        (
+            vec![
+                pool_with("a", json!({"fallback": "b"}), json!({})),
+                pool_with("b", json!({"fallback": "a"}), json!({})),
+            ],
+            "pools fall back in a cycle: a → b → a (they can all be on their fallbacks at once",
+        ),
+        (
+            vec![
+                pool_with("a", json!({"fallback": "b"}), json!({})),
+                pool_with("b", json!({"fallback": "c"}), json!({})),
+                pool_with("c", json!({"fallback": "a"}), json!({})),
+            ],
+            "pools fall back in a cycle: a → b → c → a",
+        ),
+        (
+            vec![
+                pool_with(
+                    "spot",
+                    json!({"fallback": "std", "min_on_demand": 5}),
+                    json!({}),
+                ),
+                pool_with("std", json!({"max": 3}), json!({})),
+            ],
+            "pool spot: min_on_demand 5 is above the max 3 of its fallback std",
+        ),
+        (
+            vec![
+                pool_with("spot", json!({"fallback": "std"}), json!({})),
+                pool_with("std", json!({"launch_mode": "compat"}), json!({})),
+            ],
+            "pool spot: its fallback std is a compat pool (launch_mode = \"compat\")",
+        ),
+    ];
+    for (pools, expected) in cases {
+        let said = error(&settings(pools));
+        assert!(
+            said.contains(expected),
+            "expected {expected:?}, got {said:?}"
+        );
+    }
+    let fine = settings(vec![
+        pool_with(
+            "spot",
+            json!({"fallback": "std", "min_on_demand": 2}),
+            json!({}),
+        ),
+        pool_with("std", json!({"max": 3}), json!({})),
+    ]);
+    assert!(Layout::pools(&fine, &catalogue(), Reading::Checked).is_ok());
+}
+
+#[test]
+fn a_fallback_that_fits_fewer_bundles_than_its_pool_is_warned_of() {
+    let layout = |spot: serde_json::Value, std: serde_json::Value, std_local| {
+        let settings = settings(vec![
+            pool_with(
+                "spot",
+                spot,
+                json!({"cpus": 4, "gpus": 1, "memory_mb": 16384}),
+            ),
+            pool_with("std", std, std_local),
+        ]);
+        Layout::pools(&settings, &catalogue(), Reading::Checked).unwrap()
+    };
+    let same = json!({"cpus": 4, "gpus": 1, "memory_mb": 16384});
+    let covering = layout(json!({"fallback": "std"}), json!({}), same.clone());
+    assert!(fallback_warnings(&covering.pools).is_empty());
+    let smaller = layout(
+        json!({"fallback": "std"}),
+        json!({}),
+        json!({"cpus": 2, "gpus": 0, "memory_mb": 16384}),
+    );
+    assert_eq!(
+        fallback_warnings(&smaller.pools),
+        [
+            "pool spot: its fallback std has workers of 2 CPUs, 0 GPUs, 16384 MiB, less than the pool's 4 CPUs, 1 GPUs, 16384 MiB: the pool's bundles that need more wait for the pool"
+        ]
+    );
+    let tagged = layout(json!({"fallback": "std", "tag": "gpu"}), json!({}), same);
+    assert_eq!(
+        fallback_warnings(&tagged.pools),
+        [
+            "pool spot: its fallback std has tag (none), not the pool's gpu: bundles with request_queue gpu do not run there"
+        ]
     );
 }

@@ -21,13 +21,19 @@ impl PoolRuntime {
         self.switched(switch)
     }
 
-    /// The clock reads `now`: the cool-down may be over.
+    /// The clock reads `now`: the cool-down may be over, or a retry's worker overdue.
     pub fn capacity_tick(&mut self, now: Duration) -> Vec<TickEvent> {
-        let switch = self.capacity.tick(now);
-        if switch.is_some() {
+        let overdue = self.pool.policy.fallback.clone().and_then(|rules| {
+            let within = self.pool.policy.retry_within();
+            self.capacity.retry_overdue(&rules, now, within)
+        });
+        let cooled = self.capacity.tick(now);
+        if overdue.is_some() || cooled.is_some() {
             self.save_capacity(now);
         }
-        self.switched(switch)
+        let mut events = self.switched(overdue);
+        events.extend(self.switched(cooled));
+        events
     }
 
     /// A worker of the pool checked in for the first time.

@@ -3,7 +3,8 @@
 //! `after` capacity events within `window` (a preemption, a launch the platform had no
 //! capacity for, a job pending past `pending_timeout`), its new launches go to the fallback;
 //! after `cooldown` without another, one launch tries the pool again, and its worker's
-//! check-in takes the pool back. `min_on_demand` keeps that many of the pair's workers on the
+//! check-in takes the pool back; no check-in within the pool's bounds
+//! ([`super::PoolPolicy::retry_within`]) is a failed retry, back to the fallback. `min_on_demand` keeps that many of the pair's workers on the
 //! fallback whenever the pool has bundles. The memory ([`Capacity`]) is the manager's; the
 //! plan reads its state ([`CapacityState`]). Pure: times are the manager clock.
 
@@ -178,6 +179,25 @@ impl Capacity {
             }
             _ => None,
         }
+    }
+
+    /// The clock reads `now` while a retry may have been made `within` ago or longer
+    /// ([`super::PoolPolicy::retry_within`]): its worker has not checked in.
+    pub fn retry_overdue(
+        &mut self,
+        rules: &Fallback,
+        now: Duration,
+        within: Duration,
+    ) -> Option<Switch> {
+        let CapacityState::Retrying { since_seconds } = self.state else {
+            return None;
+        };
+        if now.as_secs() < since_seconds.saturating_add(within.as_secs()) {
+            return None;
+        }
+        let within = crate::estimate::minutes(within.as_secs());
+        let why = format!("the retry failed: its worker did not check in within {within}");
+        self.switch_to_fallback(now, (now + rules.cooldown).as_secs(), why)
     }
 
     /// A worker of the pool checked in for the first time.

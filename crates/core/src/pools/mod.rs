@@ -363,6 +363,15 @@ pub struct ServerView {
     pub launched_for: std::collections::BTreeSet<String>,
 }
 
+impl PoolPolicy {
+    /// How long a retry after the fallback ([`fallback::CapacityState::Retrying`]) may go
+    /// without its worker checking in before it counts as failed: its pending bound
+    /// (`pending_timeout`, else `checkin_timeout`), then `checkin_timeout` to check in.
+    pub fn retry_within(&self) -> Duration {
+        self.pending_timeout.unwrap_or(self.checkin_timeout) + self.checkin_timeout
+    }
+}
+
 impl ServerView {
     /// Whether bundle `uuid` is overdue and already had its one worker launched for it.
     pub fn launched_for_overdue(&self, uuid: &str) -> bool {

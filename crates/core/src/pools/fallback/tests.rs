@@ -193,3 +193,35 @@ mod plan {
         assert_eq!(launches, expected.map(|(p, n)| (p.to_owned(), n)));
     }
 }
+
+#[test]
+fn a_retry_whose_worker_does_not_check_in_within_its_bounds_is_a_failed_retry() {
+    // Review 2026-11-27 §14: the retry launch stays queued (AWS Batch keeps a Spot job
+    // RUNNABLE through a stockout) and no capacity event comes. Once its worker has not
+    // checked in within the pool's bounds (here 900 s), the retry counts as failed: back to
+    // the fallback, for another cool-down, and the bundles go there.
+    let rules = Fallback {
+        after: 1,
+        ..rules()
+    };
+    let mut capacity = Capacity::default();
+    capacity.event(&rules, S(0), "stockout".into());
+    assert_eq!(capacity.tick(S(1800)), Some(Switch::Retry));
+    assert_eq!(capacity.retry_overdue(&rules, S(2699), S(900)), None);
+    let switch = capacity.retry_overdue(&rules, S(2700), S(900));
+    assert_eq!(
+        switch,
+        Some(Switch::ToFallback {
+            why: "the retry failed: its worker did not check in within 15 min".into()
+        })
+    );
+    assert!(matches!(
+        capacity.state,
+        CapacityState::Fallback {
+            retry_at_seconds: 4500,
+            ..
+        }
+    ));
+    // On the fallback or its own capacity the bound is nothing.
+    assert_eq!(capacity.retry_overdue(&rules, S(9000), S(900)), None);
+}
