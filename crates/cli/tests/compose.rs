@@ -7,10 +7,15 @@
 //!   worker-manager service (aws-batch, azure-batch, kubernetes; cpu and gpu) with the
 //!   environment its settings give; REAL docker-compose (Debian's 1.29) renders each with our
 //!   override added (`config`; `xtask/services/codalab/compose_commands.py`);
-//! - every one of the six gets our image and keeps upstream's command line and environment;
-//! - our binary accepts each command line exactly as docker-compose splits it: flags, config
-//!   and backend set-up pass, and the first tick fails only on the server, a closed port of
-//!   127.0.0.1 (exit status 1, not 2).
+//! - every one of the six gets our image and keeps upstream's command line (less the secret
+//!   flags) and environment, runs as the unprivileged user 65532, and keeps its launch records
+//!   in a volume of its own (review §10: two managers of one pool identity on one record dir,
+//!   the second is refused);
+//! - no secret is on a command line: the azure-batch key and the kubernetes token (upstream
+//!   passes `--account-key` and `--auth-token`) come from the environment (review §3);
+//! - our binary accepts each command line exactly as docker-compose splits it, with that
+//!   environment: flags, config, credentials and backend set-up pass, and the first tick fails
+//!   only on the server, a closed port of 127.0.0.1 (exit status 1, not 2).
 //!
 //! Locally a missing service skips the test; under `CI=true` it fails.
 
@@ -43,6 +48,37 @@ fn env<'a>(service: &'a Value, name: &str) -> &'a str {
     service["environment"][name].as_str().unwrap_or("")
 }
 
+/// The volume of `service` mounted at the image's state dir (`/var/lib/codalab-wm`, where the
+/// launch records go), as `docker-compose config` renders it (`source:target[:mode]` or a map).
+fn record_volume(service: &Value) -> String {
+    let volumes = service["volumes"].as_array().unwrap();
+    let mounts: Vec<(String, String)> = volumes
+        .iter()
+        .map(|v| match v.as_str() {
+            Some(short) => {
+                let mut parts = short.split(':');
+                let source = parts.next().unwrap_or("").to_owned();
+                (source, parts.next().unwrap_or("").to_owned())
+            }
+            None => (
+                v["source"].as_str().unwrap_or("").to_owned(),
+                v["target"].as_str().unwrap_or("").to_owned(),
+            ),
+        })
+        .collect();
+    let records: Vec<&(String, String)> = (mounts.iter())
+        .filter(|(_, target)| target == "/var/lib/codalab-wm")
+        .collect();
+    assert_eq!(records.len(), 1, "{}: {volumes:?}", service["service"]);
+    let source = &records[0].0;
+    assert!(
+        !source.starts_with('/') && !source.is_empty(),
+        "{}: a named volume, not a host dir: {source}",
+        service["service"]
+    );
+    source.clone()
+}
+
 #[test]
 fn our_image_runs_every_worker_manager_command_line_codalab_service_builds() {
     let installed = repo().join(".services/codalab/venv/bin/python").exists();
@@ -63,6 +99,7 @@ fn our_image_runs_every_worker_manager_command_line_codalab_service_builds() {
         .flat_map(|b| ["cpu", "gpu"].map(|k| format!("{b}-worker-manager-{k}")))
         .collect();
     assert_eq!(names, want);
+    let mut record_volumes = std::collections::BTreeSet::new();
     for service in &services {
         let name = &service["service"];
         assert_eq!(service["image"], "codalab-wm:latest", "{name}");
@@ -80,11 +117,31 @@ fn our_image_runs_every_worker_manager_command_line_codalab_service_builds() {
             "codalab",
             "{name}: upstream's environment"
         );
-        let records = env(service, "CODALAB_WM_RECORD_DIR");
+        assert_eq!(service["user"], "65532:65532", "{name}: not root");
+        let volume = record_volume(service);
         assert!(
-            records.ends_with("/home/codalab-wm/records"),
-            "{name}: {records}"
+            record_volumes.insert(volume.clone()),
+            "{name}: its record volume {volume} is another service's"
         );
+        for secret in ["--account-key", "--auth-token", "a2V5", "token"] {
+            assert!(!argv.contains(&secret), "{name}: {secret} in {argv:?}");
+        }
+        let secrets: Vec<(&str, &str)> = [
+            "AZURE_BATCH_ACCOUNT_KEY",
+            "CODALAB_WM_KUBERNETES__AUTH_TOKEN",
+        ]
+        .into_iter()
+        .map(|key| (key, env(service, key)))
+        .filter(|(_, value)| !value.is_empty())
+        .collect();
+        let expected = match name.as_str().unwrap() {
+            n if n.starts_with("azure") => vec![("AZURE_BATCH_ACCOUNT_KEY", "a2V5")],
+            n if n.starts_with("kubernetes") => {
+                vec![("CODALAB_WM_KUBERNETES__AUTH_TOKEN", "token")]
+            }
+            _ => vec![],
+        };
+        assert_eq!(secrets, expected, "{name}");
 
         let output = Command::new(BIN)
             .arg("--once")
@@ -93,7 +150,8 @@ fn our_image_runs_every_worker_manager_command_line_codalab_service_builds() {
             .env("PATH", std::env::var("PATH").unwrap())
             .env("CODALAB_USERNAME", env(service, "CODALAB_USERNAME"))
             .env("CODALAB_PASSWORD", env(service, "CODALAB_PASSWORD"))
-            .env("CODALAB_WM_RECORD_DIR", workdir.path().join("records"))
+            .envs(secrets)
+            .env("CODALAB_WM_RECORD_DIR", workdir.path().join(volume))
             .env("NO_COLOR", "1")
             .output()
             .unwrap();
