@@ -24,7 +24,7 @@ use support::repo;
 
 use codalab_wm_core::testing::require_service;
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
@@ -160,4 +160,169 @@ fn our_image_runs_every_worker_manager_command_line_codalab_service_builds() {
         let failed = "the tick failed: codalab server http://127.0.0.1:9 unreachable";
         assert!(stderr.contains(failed), "{name}: {stderr}");
     }
+}
+
+/// `docker`/`docker-compose` against the project's dockerd.
+fn docker(program: &str, args: &[&str]) -> std::process::Output {
+    Command::new(program)
+        .args(args)
+        .env("DOCKER_HOST", support::bundles::docker_host())
+        .output()
+        .unwrap()
+}
+
+fn said(output: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// A compose project taken down, its volumes with it, when the test ends.
+struct Project(PathBuf, String);
+
+impl Drop for Project {
+    fn drop(&mut self) {
+        let file = self.0.display().to_string();
+        docker(
+            "docker-compose",
+            &["-p", &self.1, "-f", &file, "down", "-v", "-t", "5"],
+        );
+    }
+}
+
+/// The two kubernetes services (the pair one record dir made collide, review §10), brought up
+/// by REAL docker-compose with our image and the merged configs codalab_service.py's commands
+/// give with our override, beside the REAL CodaLab server, against the fake Kubernetes API
+/// server: both tick, neither exits, each keeps its own launch record. The one change to
+/// codalab_service.py's services: the host's network (`network_mode: host`) instead of
+/// upstream's networks, so that the loopback server and fake are reachable.
+#[cfg(feature = "k8s")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubernetes_services_come_up_beside_the_real_server_tick_and_share_nothing() {
+    let installed = repo().join(".services/codalab/venv/bin/python").exists();
+    let compose = Path::new("/usr/bin/docker-compose").exists();
+    if !require_service("codalab", installed && support::codalab_running())
+        || !require_service("docker-compose (apt-get install docker-compose)", compose)
+        || !require_service("docker", support::bundles::docker_running())
+    {
+        return;
+    }
+    let fake = codalab_wm_fake_k8s::FakeApiServer::start().await;
+    fake.auto_kubelet(true);
+    let url = fake.url().to_owned();
+    tokio::task::spawn_blocking(move || {
+        const TAG: &str = "codalab-wm:compose-test";
+        let built = Command::new("bash")
+            .arg(repo().join("xtask/image/build.sh"))
+            .args([BIN, TAG])
+            .env("SERVICES_DIR", repo().join(".services"))
+            .output()
+            .unwrap();
+        assert!(built.status.success(), "build.sh: {}", said(&built));
+        let workdir = tempfile::tempdir().unwrap();
+        let settings = serde_json::json!({
+            "CODALAB_SERVER": support::SERVER,
+            "CODALAB_WORKER_MANAGER_CPU_KUBERNETES_CLUSTER_HOST": url,
+            "CODALAB_WORKER_MANAGER_GPU_KUBERNETES_CLUSTER_HOST": url,
+            "CODALAB_WORKER_MANAGER_SLEEP_TIME_SECONDS": "1",
+        });
+        let python = repo().join(".services/codalab/venv/bin/python");
+        let output = Command::new(python)
+            .arg(repo().join("xtask/services/codalab/compose_commands.py"))
+            .arg(repo().join("deploy/compose/docker-compose.override.yml"))
+            .arg(workdir.path())
+            .env("COMPOSE_SETTINGS", settings.to_string())
+            .env("COMPOSE_FULL", "1")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", said(&output));
+        let services: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+        let mut file = serde_json::Map::new();
+        let mut volumes = serde_json::Map::new();
+        let mut names = Vec::new();
+        for service in &services {
+            let name = service["service"].as_str().unwrap();
+            if !name.starts_with("kubernetes-") {
+                continue;
+            }
+            names.push(name.to_owned());
+            let mut config = service["config"].clone();
+            let config = config.as_object_mut().unwrap();
+            config.remove("networks");
+            config.remove("depends_on");
+            config.insert("network_mode".into(), "host".into());
+            config.insert("image".into(), TAG.into());
+            volumes.insert(record_volume(service), serde_json::json!({}));
+            file.insert(name.to_owned(), Value::Object(config.clone()));
+        }
+        assert_eq!(names.len(), 2, "{names:?}");
+        let compose = serde_json::json!({"version": "3.5", "services": file, "volumes": volumes});
+        let path = workdir.path().join("compose.json");
+        std::fs::write(&path, compose.to_string()).unwrap();
+        let project = format!("wmtest{}", std::process::id());
+        let file = path.display().to_string();
+        let _down = Project(path.clone(), project.clone());
+        let up = docker("docker-compose", &["-p", &project, "-f", &file, "up", "-d"]);
+        assert!(up.status.success(), "{}", said(&up));
+
+        let container = |name: &str| format!("{project}_{name}_1");
+        let mut records = std::collections::BTreeSet::new();
+        for name in &names {
+            let mut ticks = 0;
+            for _ in 0..600 {
+                let log = said(&docker("docker", &["logs", &container(name)]));
+                let state = said(&docker(
+                    "docker",
+                    &["inspect", "-f", "{{.State.Status}}", &container(name)],
+                ));
+                assert!(state.trim() == "running", "{name} is {state}:\n{log}");
+                ticks = log.matches(" worker jobs (min=").count();
+                if ticks >= 3 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            assert!(
+                ticks >= 3,
+                "{name} ticks: {}",
+                said(&docker("docker", &["logs", &container(name)]))
+            );
+            let listed = docker(
+                "docker",
+                &[
+                    "exec",
+                    &container(name),
+                    "ls",
+                    "/var/lib/codalab-wm/records",
+                ],
+            );
+            assert!(listed.status.success(), "{}", said(&listed));
+            let files: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+                .split_whitespace()
+                .filter(|f| f.ends_with(".json"))
+                .map(str::to_owned)
+                .collect();
+            assert_eq!(files.len(), 1, "{name}: one pool record: {files:?}");
+            assert!(
+                records.insert(files[0].clone()),
+                "{name}: the other's identity: {files:?}"
+            );
+        }
+        for name in &names {
+            let state = said(&docker(
+                "docker",
+                &[
+                    "inspect",
+                    "-f",
+                    "{{.State.Status}} {{.RestartCount}}",
+                    &container(name),
+                ],
+            ));
+            assert_eq!(state.trim(), "running 0", "{name}");
+        }
+    })
+    .await
+    .unwrap();
 }

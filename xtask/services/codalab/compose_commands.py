@@ -45,6 +45,11 @@ SETTINGS = {
 }
 
 
+# A test may point the settings elsewhere (a JSON object in COMPOSE_SETTINGS, e.g. the real
+# server and a fake cluster) and ask for each service's whole merged config (COMPOSE_FULL=1).
+SETTINGS.update(json.loads(os.environ.get("COMPOSE_SETTINGS", "{}")))
+
+
 def compose_lines(workdir, kind):
     """The `(cd DIR; ENV docker-compose ... up ... SERVICE)` lines of codalab_service.py."""
     import codalab_service
@@ -99,6 +104,8 @@ def main():
                 "user": config.get("user"),
                 "volumes": config.get("volumes") or [],
             })
+            if os.environ.get("COMPOSE_FULL") == "1":
+                services[-1]["config"] = config
     json.dump(services, sys.stdout, indent=1)
 
 
