@@ -179,6 +179,32 @@ fn said(output: &std::process::Output) -> String {
     )
 }
 
+/// moto's second seeded queue (`xtask/services/moto/seed.py`), for the gpu service.
+const SECOND_QUEUE: &str = "codalab-batch-spot";
+
+/// The jobs the aws-batch services submitted (named after the job definition), terminated
+/// when the test ends (moto keeps them running 15 min).
+struct Jobs(String);
+
+impl Drop for Jobs {
+    fn drop(&mut self) {
+        for queue in [support::moto::QUEUE, SECOND_QUEUE] {
+            for status in ["SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING"] {
+                let body = serde_json::json!({"jobQueue": queue, "jobStatus": status});
+                let listing = support::moto::call("listjobs", &body.to_string());
+                for job in listing["jobSummaryList"].as_array().into_iter().flatten() {
+                    let named = job["jobName"].as_str().unwrap_or("");
+                    if named.starts_with(&format!("{}-", self.0)) {
+                        let body =
+                            serde_json::json!({"jobId": job["jobId"], "reason": "test done"});
+                        support::moto::call("terminatejob", &body.to_string());
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A compose project taken down, its volumes with it, when the test ends.
 struct Project(PathBuf, String);
 
@@ -192,26 +218,30 @@ impl Drop for Project {
     }
 }
 
-/// The two kubernetes services (the pair one record dir made collide, review §10), brought up
-/// by REAL docker-compose with our image and the merged configs codalab_service.py's commands
-/// give with our override, beside the REAL CodaLab server, against the fake Kubernetes API
-/// server: both tick, neither exits, each keeps its own launch record. The one change to
-/// codalab_service.py's services: the host's network (`network_mode: host`) instead of
-/// upstream's networks, so that the loopback server and fake are reachable.
+/// The kubernetes services (the pair one record dir made collide, review §10) and the
+/// aws-batch ones, brought up by REAL docker-compose with our image and the merged configs
+/// codalab_service.py's commands give with our override, beside the REAL CodaLab server,
+/// against the fake Kubernetes API server and moto (`services up moto`): all tick, none
+/// exits, each keeps its own launch record. The changes to codalab_service.py's services: the
+/// host's network (`network_mode: host`) instead of upstream's networks, so that the loopback
+/// server and fakes are reachable, and moto's endpoint in the aws-batch services' environment.
 #[cfg(feature = "k8s")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_kubernetes_services_come_up_beside_the_real_server_tick_and_share_nothing() {
+async fn the_services_come_up_beside_the_real_server_tick_and_share_nothing() {
     let installed = repo().join(".services/codalab/venv/bin/python").exists();
     let compose = Path::new("/usr/bin/docker-compose").exists();
     if !require_service("codalab", installed && support::codalab_running())
         || !require_service("docker-compose (apt-get install docker-compose)", compose)
         || !require_service("docker", support::bundles::docker_running())
+        || !require_service("moto", support::moto::available())
     {
         return;
     }
     let fake = codalab_wm_fake_k8s::FakeApiServer::start().await;
     fake.auto_kubelet(true);
     let url = fake.url().to_owned();
+    let definition = support::unique("compose");
+    let _jobs = Jobs(definition.clone());
     tokio::task::spawn_blocking(move || {
         const TAG: &str = "codalab-wm:compose-test";
         let built = Command::new("bash")
@@ -227,6 +257,10 @@ async fn the_kubernetes_services_come_up_beside_the_real_server_tick_and_share_n
             "CODALAB_WORKER_MANAGER_CPU_KUBERNETES_CLUSTER_HOST": url,
             "CODALAB_WORKER_MANAGER_GPU_KUBERNETES_CLUSTER_HOST": url,
             "CODALAB_WORKER_MANAGER_SLEEP_TIME_SECONDS": "1",
+            "CODALAB_WORKER_MANAGER_CPU_AWS_BATCH_QUEUE": support::moto::QUEUE,
+            "CODALAB_WORKER_MANAGER_GPU_AWS_BATCH_QUEUE": SECOND_QUEUE,
+            "CODALAB_WORKER_MANAGER_AWS_REGION": "us-east-1",
+            "CODALAB_WORKER_MANAGER_AWS_BATCH_JOB_DEFINITION_NAME": definition,
         });
         let python = repo().join(".services/codalab/venv/bin/python");
         let output = Command::new(python)
@@ -244,12 +278,18 @@ async fn the_kubernetes_services_come_up_beside_the_real_server_tick_and_share_n
         let mut names = Vec::new();
         for service in &services {
             let name = service["service"].as_str().unwrap();
-            if !name.starts_with("kubernetes-") {
+            if !name.starts_with("kubernetes-") && !name.starts_with("aws-batch-") {
                 continue;
             }
             names.push(name.to_owned());
             let mut config = service["config"].clone();
             let config = config.as_object_mut().unwrap();
+            if name.starts_with("aws-batch-") {
+                let environment = config["environment"].as_object_mut().unwrap();
+                for (key, value) in support::moto::env() {
+                    environment.insert(key.into(), value.into());
+                }
+            }
             config.remove("networks");
             config.remove("depends_on");
             config.insert("network_mode".into(), "host".into());
@@ -257,7 +297,7 @@ async fn the_kubernetes_services_come_up_beside_the_real_server_tick_and_share_n
             volumes.insert(record_volume(service), serde_json::json!({}));
             file.insert(name.to_owned(), Value::Object(config.clone()));
         }
-        assert_eq!(names.len(), 2, "{names:?}");
+        assert_eq!(names.len(), 4, "{names:?}");
         let compose = serde_json::json!({"version": "3.5", "services": file, "volumes": volumes});
         let path = workdir.path().join("compose.json");
         std::fs::write(&path, compose.to_string()).unwrap();
