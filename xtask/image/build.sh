@@ -2,7 +2,7 @@
 # Builds the container image of cl-worker-manager from a binary already built, with no registry:
 #   xtask/image/build.sh BINARY [TAG]        (TAG: codalab-wm:latest)
 # The base, codalab-wm-base:bookworm, is Debian bookworm made by debootstrap (minbase, plus
-# ca-certificates, libssl3 and openssh-client: what the binary needs), imported into the
+# ca-certificates and libssl3: what the binary needs), imported into the
 # project's dockerd (`cargo xtask services up docker`) once; then the Dockerfile's `prebuilt`
 # target adds the binary, the unprivileged user and the entrypoint. Measured here: debootstrap
 # ~60 s once (its tar is kept in the docker service's cache), the build ~5 s.
@@ -24,8 +24,8 @@ if ! docker image inspect "$BASE" >/dev/null 2>&1; then
   if [ ! -s "$tar" ]; then
     rootfs=$CACHE/wm-base.tmp
     rm -rf "$rootfs"
-    log "debootstrap --variant=minbase bookworm with ca-certificates, libssl3, openssh-client (once; log: $CACHE/wm-base.log)"
-    debootstrap --variant=minbase --include=ca-certificates,libssl3,openssh-client bookworm "$rootfs" \
+    log "debootstrap --variant=minbase bookworm with ca-certificates, libssl3 (once; log: $CACHE/wm-base.log)"
+    debootstrap --variant=minbase --include=ca-certificates,libssl3 bookworm "$rootfs" \
       >"$CACHE/wm-base.log" 2>&1 || { tail -n 20 "$CACHE/wm-base.log" >&2; log "debootstrap failed"; exit 1; }
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
     tar -C "$rootfs" -cf "$tar.tmp" . && mv "$tar.tmp" "$tar"

@@ -7,10 +7,15 @@
 //!   worker-manager service (aws-batch, azure-batch, kubernetes; cpu and gpu) with the
 //!   environment its settings give; REAL docker-compose (Debian's 1.29) renders each with our
 //!   override added (`config`; `xtask/services/codalab/compose_commands.py`);
-//! - every one of the six gets our image and keeps upstream's command line and environment;
-//! - our binary accepts each command line exactly as docker-compose splits it: flags, config
-//!   and backend set-up pass, and the first tick fails only on the server, a closed port of
-//!   127.0.0.1 (exit status 1, not 2).
+//! - every one of the six gets our image and keeps upstream's command line (less the secret
+//!   flags) and environment, runs as the unprivileged user 65532, and keeps its launch records
+//!   in a volume of its own (review §10: two managers of one pool identity on one record dir,
+//!   the second is refused);
+//! - no secret is on a command line: the azure-batch key and the kubernetes token (upstream
+//!   passes `--account-key` and `--auth-token`) come from the environment (review §3);
+//! - our binary accepts each command line exactly as docker-compose splits it, with that
+//!   environment: flags, config, credentials and backend set-up pass, and the first tick fails
+//!   only on the server, a closed port of 127.0.0.1 (exit status 1, not 2).
 //!
 //! Locally a missing service skips the test; under `CI=true` it fails.
 
@@ -19,7 +24,7 @@ use support::repo;
 
 use codalab_wm_core::testing::require_service;
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
@@ -43,6 +48,37 @@ fn env<'a>(service: &'a Value, name: &str) -> &'a str {
     service["environment"][name].as_str().unwrap_or("")
 }
 
+/// The volume of `service` mounted at the image's state dir (`/var/lib/codalab-wm`, where the
+/// launch records go), as `docker-compose config` renders it (`source:target[:mode]` or a map).
+fn record_volume(service: &Value) -> String {
+    let volumes = service["volumes"].as_array().unwrap();
+    let mounts: Vec<(String, String)> = volumes
+        .iter()
+        .map(|v| match v.as_str() {
+            Some(short) => {
+                let mut parts = short.split(':');
+                let source = parts.next().unwrap_or("").to_owned();
+                (source, parts.next().unwrap_or("").to_owned())
+            }
+            None => (
+                v["source"].as_str().unwrap_or("").to_owned(),
+                v["target"].as_str().unwrap_or("").to_owned(),
+            ),
+        })
+        .collect();
+    let records: Vec<&(String, String)> = (mounts.iter())
+        .filter(|(_, target)| target == "/var/lib/codalab-wm")
+        .collect();
+    assert_eq!(records.len(), 1, "{}: {volumes:?}", service["service"]);
+    let source = &records[0].0;
+    assert!(
+        !source.starts_with('/') && !source.is_empty(),
+        "{}: a named volume, not a host dir: {source}",
+        service["service"]
+    );
+    source.clone()
+}
+
 #[test]
 fn our_image_runs_every_worker_manager_command_line_codalab_service_builds() {
     let installed = repo().join(".services/codalab/venv/bin/python").exists();
@@ -63,6 +99,7 @@ fn our_image_runs_every_worker_manager_command_line_codalab_service_builds() {
         .flat_map(|b| ["cpu", "gpu"].map(|k| format!("{b}-worker-manager-{k}")))
         .collect();
     assert_eq!(names, want);
+    let mut record_volumes = std::collections::BTreeSet::new();
     for service in &services {
         let name = &service["service"];
         assert_eq!(service["image"], "codalab-wm:latest", "{name}");
@@ -80,11 +117,31 @@ fn our_image_runs_every_worker_manager_command_line_codalab_service_builds() {
             "codalab",
             "{name}: upstream's environment"
         );
-        let records = env(service, "CODALAB_WM_RECORD_DIR");
+        assert_eq!(service["user"], "65532:65532", "{name}: not root");
+        let volume = record_volume(service);
         assert!(
-            records.ends_with("/home/codalab-wm/records"),
-            "{name}: {records}"
+            record_volumes.insert(volume.clone()),
+            "{name}: its record volume {volume} is another service's"
         );
+        for secret in ["--account-key", "--auth-token", "a2V5", "token"] {
+            assert!(!argv.contains(&secret), "{name}: {secret} in {argv:?}");
+        }
+        let secrets: Vec<(&str, &str)> = [
+            "AZURE_BATCH_ACCOUNT_KEY",
+            "CODALAB_WM_KUBERNETES__AUTH_TOKEN",
+        ]
+        .into_iter()
+        .map(|key| (key, env(service, key)))
+        .filter(|(_, value)| !value.is_empty())
+        .collect();
+        let expected = match name.as_str().unwrap() {
+            n if n.starts_with("azure") => vec![("AZURE_BATCH_ACCOUNT_KEY", "a2V5")],
+            n if n.starts_with("kubernetes") => {
+                vec![("CODALAB_WM_KUBERNETES__AUTH_TOKEN", "token")]
+            }
+            _ => vec![],
+        };
+        assert_eq!(secrets, expected, "{name}");
 
         let output = Command::new(BIN)
             .arg("--once")
@@ -93,7 +150,8 @@ fn our_image_runs_every_worker_manager_command_line_codalab_service_builds() {
             .env("PATH", std::env::var("PATH").unwrap())
             .env("CODALAB_USERNAME", env(service, "CODALAB_USERNAME"))
             .env("CODALAB_PASSWORD", env(service, "CODALAB_PASSWORD"))
-            .env("CODALAB_WM_RECORD_DIR", workdir.path().join("records"))
+            .envs(secrets)
+            .env("CODALAB_WM_RECORD_DIR", workdir.path().join(volume))
             .env("NO_COLOR", "1")
             .output()
             .unwrap();
@@ -102,4 +160,209 @@ fn our_image_runs_every_worker_manager_command_line_codalab_service_builds() {
         let failed = "the tick failed: codalab server http://127.0.0.1:9 unreachable";
         assert!(stderr.contains(failed), "{name}: {stderr}");
     }
+}
+
+/// `docker`/`docker-compose` against the project's dockerd.
+fn docker(program: &str, args: &[&str]) -> std::process::Output {
+    Command::new(program)
+        .args(args)
+        .env("DOCKER_HOST", support::bundles::docker_host())
+        .output()
+        .unwrap()
+}
+
+fn said(output: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// moto's second seeded queue (`xtask/services/moto/seed.py`), for the gpu service.
+const SECOND_QUEUE: &str = "codalab-batch-spot";
+
+/// The jobs the aws-batch services submitted (named after the job definition), terminated
+/// when the test ends (moto keeps them running 15 min).
+struct Jobs(String);
+
+impl Drop for Jobs {
+    fn drop(&mut self) {
+        for queue in [support::moto::QUEUE, SECOND_QUEUE] {
+            for status in ["SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING"] {
+                let body = serde_json::json!({"jobQueue": queue, "jobStatus": status});
+                let listing = support::moto::call("listjobs", &body.to_string());
+                for job in listing["jobSummaryList"].as_array().into_iter().flatten() {
+                    let named = job["jobName"].as_str().unwrap_or("");
+                    if named.starts_with(&format!("{}-", self.0)) {
+                        let body =
+                            serde_json::json!({"jobId": job["jobId"], "reason": "test done"});
+                        support::moto::call("terminatejob", &body.to_string());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A compose project taken down, its volumes with it, when the test ends.
+struct Project(PathBuf, String);
+
+impl Drop for Project {
+    fn drop(&mut self) {
+        let file = self.0.display().to_string();
+        docker(
+            "docker-compose",
+            &["-p", &self.1, "-f", &file, "down", "-v", "-t", "5"],
+        );
+    }
+}
+
+/// The kubernetes services (the pair one record dir made collide, review §10) and the
+/// aws-batch ones, brought up by REAL docker-compose with our image and the merged configs
+/// codalab_service.py's commands give with our override, beside the REAL CodaLab server,
+/// against the fake Kubernetes API server and moto (`services up moto`): all tick, none
+/// exits, each keeps its own launch record. The changes to codalab_service.py's services: the
+/// host's network (`network_mode: host`) instead of upstream's networks, so that the loopback
+/// server and fakes are reachable, and moto's endpoint in the aws-batch services' environment.
+#[cfg(feature = "k8s")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_services_come_up_beside_the_real_server_tick_and_share_nothing() {
+    let installed = repo().join(".services/codalab/venv/bin/python").exists();
+    let compose = Path::new("/usr/bin/docker-compose").exists();
+    if !require_service("codalab", installed && support::codalab_running())
+        || !require_service("docker-compose (apt-get install docker-compose)", compose)
+        || !require_service("docker", support::bundles::docker_running())
+        || !require_service("moto", support::moto::available())
+    {
+        return;
+    }
+    let fake = codalab_wm_fake_k8s::FakeApiServer::start().await;
+    fake.auto_kubelet(true);
+    let url = fake.url().to_owned();
+    let definition = support::unique("compose");
+    let _jobs = Jobs(definition.clone());
+    tokio::task::spawn_blocking(move || {
+        const TAG: &str = "codalab-wm:compose-test";
+        let built = Command::new("bash")
+            .arg(repo().join("xtask/image/build.sh"))
+            .args([BIN, TAG])
+            .env("SERVICES_DIR", repo().join(".services"))
+            .output()
+            .unwrap();
+        assert!(built.status.success(), "build.sh: {}", said(&built));
+        let workdir = tempfile::tempdir().unwrap();
+        let settings = serde_json::json!({
+            "CODALAB_SERVER": support::SERVER,
+            "CODALAB_WORKER_MANAGER_CPU_KUBERNETES_CLUSTER_HOST": url,
+            "CODALAB_WORKER_MANAGER_GPU_KUBERNETES_CLUSTER_HOST": url,
+            "CODALAB_WORKER_MANAGER_SLEEP_TIME_SECONDS": "1",
+            "CODALAB_WORKER_MANAGER_CPU_AWS_BATCH_QUEUE": support::moto::QUEUE,
+            "CODALAB_WORKER_MANAGER_GPU_AWS_BATCH_QUEUE": SECOND_QUEUE,
+            "CODALAB_WORKER_MANAGER_AWS_REGION": "us-east-1",
+            "CODALAB_WORKER_MANAGER_AWS_BATCH_JOB_DEFINITION_NAME": definition,
+        });
+        let python = repo().join(".services/codalab/venv/bin/python");
+        let output = Command::new(python)
+            .arg(repo().join("xtask/services/codalab/compose_commands.py"))
+            .arg(repo().join("deploy/compose/docker-compose.override.yml"))
+            .arg(workdir.path())
+            .env("COMPOSE_SETTINGS", settings.to_string())
+            .env("COMPOSE_FULL", "1")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", said(&output));
+        let services: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+        let mut file = serde_json::Map::new();
+        let mut volumes = serde_json::Map::new();
+        let mut names = Vec::new();
+        for service in &services {
+            let name = service["service"].as_str().unwrap();
+            if !name.starts_with("kubernetes-") && !name.starts_with("aws-batch-") {
+                continue;
+            }
+            names.push(name.to_owned());
+            let mut config = service["config"].clone();
+            let config = config.as_object_mut().unwrap();
+            if name.starts_with("aws-batch-") {
+                let environment = config["environment"].as_object_mut().unwrap();
+                for (key, value) in support::moto::env() {
+                    environment.insert(key.into(), value.into());
+                }
+            }
+            config.remove("networks");
+            config.remove("depends_on");
+            config.insert("network_mode".into(), "host".into());
+            config.insert("image".into(), TAG.into());
+            volumes.insert(record_volume(service), serde_json::json!({}));
+            file.insert(name.to_owned(), Value::Object(config.clone()));
+        }
+        assert_eq!(names.len(), 4, "{names:?}");
+        let compose = serde_json::json!({"version": "3.5", "services": file, "volumes": volumes});
+        let path = workdir.path().join("compose.json");
+        std::fs::write(&path, compose.to_string()).unwrap();
+        let project = format!("wmtest{}", std::process::id());
+        let file = path.display().to_string();
+        let _down = Project(path.clone(), project.clone());
+        let up = docker("docker-compose", &["-p", &project, "-f", &file, "up", "-d"]);
+        assert!(up.status.success(), "{}", said(&up));
+
+        let container = |name: &str| format!("{project}_{name}_1");
+        let mut records = std::collections::BTreeSet::new();
+        for name in &names {
+            let mut ticks = 0;
+            for _ in 0..600 {
+                let log = said(&docker("docker", &["logs", &container(name)]));
+                let state = said(&docker(
+                    "docker",
+                    &["inspect", "-f", "{{.State.Status}}", &container(name)],
+                ));
+                assert!(state.trim() == "running", "{name} is {state}:\n{log}");
+                ticks = log.matches(" worker jobs (min=").count();
+                if ticks >= 3 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            assert!(
+                ticks >= 3,
+                "{name} ticks: {}",
+                said(&docker("docker", &["logs", &container(name)]))
+            );
+            let listed = docker(
+                "docker",
+                &[
+                    "exec",
+                    &container(name),
+                    "ls",
+                    "/var/lib/codalab-wm/records",
+                ],
+            );
+            assert!(listed.status.success(), "{}", said(&listed));
+            let files: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+                .split_whitespace()
+                .filter(|f| f.ends_with(".json"))
+                .map(str::to_owned)
+                .collect();
+            assert_eq!(files.len(), 1, "{name}: one pool record: {files:?}");
+            assert!(
+                records.insert(files[0].clone()),
+                "{name}: the other's identity: {files:?}"
+            );
+        }
+        for name in &names {
+            let state = said(&docker(
+                "docker",
+                &[
+                    "inspect",
+                    "-f",
+                    "{{.State.Status}} {{.RestartCount}}",
+                    &container(name),
+                ],
+            ));
+            assert_eq!(state.trim(), "running 0", "{name}");
+        }
+    })
+    .await
+    .unwrap();
 }

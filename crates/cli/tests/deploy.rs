@@ -45,6 +45,7 @@ fn kubernetes_manifests_validate_strictly_and_a_broken_one_fails() {
         "role",
         "rolebinding",
         "configmap",
+        "persistentvolumeclaim",
         "deployment",
     ] {
         assert!(

@@ -7,7 +7,8 @@ runs the installed codalab 1.7.5's `codalab_service.py start --dry-run`, which p
 docker-compose command it would run with its environment; takes the ones that bring up the
 worker-manager services, and runs them as `docker-compose ... -f OVERRIDE config` instead (the
 real docker-compose merging upstream's docker-compose.yml with OVERRIDE). Prints, per service,
-the merged image, entrypoint, command line (split as docker-compose splits it) and environment.
+the merged image, entrypoint, command line (split as docker-compose splits it), environment,
+user and volumes.
 Settings codalab_service.py has no default for (cloud accounts, GPUs per worker, tags, the
 Kubernetes bundle runtime; without them upstream's own argparse refuses the command line too)
 get placeholders, as an admin would give them; CODALAB_SERVER is a closed port of 127.0.0.1
@@ -42,6 +43,11 @@ SETTINGS = {
     "CODALAB_WORKER_MANAGER_CPU_TAG": "cpu",
     "CODALAB_WORKER_MANAGER_GPU_TAG": "gpu",
 }
+
+
+# A test may point the settings elsewhere (a JSON object in COMPOSE_SETTINGS, e.g. the real
+# server and a fake cluster) and ask for each service's whole merged config (COMPOSE_FULL=1).
+SETTINGS.update(json.loads(os.environ.get("COMPOSE_SETTINGS", "{}")))
 
 
 def compose_lines(workdir, kind):
@@ -95,7 +101,11 @@ def main():
                 "entrypoint": config.get("entrypoint"),
                 "argv": shlex.split(command) if isinstance(command, str) else command,
                 "environment": environment,
+                "user": config.get("user"),
+                "volumes": config.get("volumes") or [],
             })
+            if os.environ.get("COMPOSE_FULL") == "1":
+                services[-1]["config"] = config
     json.dump(services, sys.stdout, indent=1)
 
 
