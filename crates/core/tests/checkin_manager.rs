@@ -334,3 +334,28 @@ async fn a_bundle_the_server_never_starts_costs_one_launch_beyond_the_first_not_
         last.text
     );
 }
+
+#[tokio::test]
+async fn a_failed_launch_for_an_overdue_bundle_does_not_use_up_its_one_launch() {
+    // The one launch an overdue bundle gets is counted once a worker starts for it: a
+    // submit that fails (the pool backs off) launched nothing, so it is tried again.
+    let mut s = setup(1).await;
+    let mut attempts = 0;
+    for tick in 0..40 {
+        s.backend
+            .fail_starting((3..6).contains(&tick).then_some("sbatch: error"));
+        let report = s.manager.tick().await.unwrap();
+        attempts += report.launch_errors.len();
+        let idle: Vec<_> = (s.backend.jobs().iter())
+            .map(|job| checked_in(&job.name, &[]))
+            .collect();
+        s.server.set_workers(idle);
+        s.manager.advance_clock(Duration::from_secs(20));
+    }
+    assert!(attempts > 0, "a launch for the overdue bundle failed");
+    assert_eq!(
+        s.backend.launches().len(),
+        2,
+        "the first worker, then the one for the overdue bundle once a submit succeeds"
+    );
+}

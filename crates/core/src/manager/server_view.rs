@@ -129,17 +129,16 @@ impl ServerMemory {
         self.requests.read(bundles);
     }
 
-    /// Takes the tick's placements on checked-in workers at `now`, the overdue bundles its
-    /// launches are for, and the bundles it read: an overdue bundle, and that a worker was
-    /// launched for it, are remembered while it is read.
-    pub fn take(
-        &mut self,
-        placed: &[BundleOnWorker],
-        launched_for: &[String],
-        read: &FxHashSet<&str>,
-        now: Duration,
-    ) {
-        (self.launched_for).extend(launched_for.iter().cloned());
+    /// Notes overdue bundles a worker was launched for ([`crate::pools::PoolsDecision::overdue_launches`]
+    /// whose pool started one): no other is launched for them while they are read.
+    pub fn launched_for(&mut self, uuids: &[String]) {
+        (self.launched_for).extend(uuids.iter().cloned());
+    }
+
+    /// Takes the tick's placements on checked-in workers at `now`, and the bundles it read:
+    /// an overdue bundle, and that a worker was launched for it, are remembered while it is
+    /// read.
+    pub fn take(&mut self, placed: &[BundleOnWorker], read: &FxHashSet<&str>, now: Duration) {
         (self.launched_for).retain(|uuid| read.contains(uuid.as_str()));
         let mut since = FxHashMap::default();
         for placed in placed {
@@ -269,17 +268,17 @@ mod tests {
                 .overdue
         };
         assert!(view(&mut memory, at(0)).is_empty());
-        memory.take(&placed, &[], &read, at(0));
-        memory.take(&placed, &[], &read, at(30));
+        memory.take(&placed, &read, at(0));
+        memory.take(&placed, &read, at(30));
         assert!(
             view(&mut memory, at(59)).is_empty(),
             "placed since 0, not 30"
         );
         assert_eq!(view(&mut memory, at(60)), ["0xa".to_owned()].into());
         // Overdue, it is no longer placed; it stays overdue while it is read.
-        memory.take(&[], &[], &read, at(60));
+        memory.take(&[], &read, at(60));
         assert_eq!(view(&mut memory, at(65)), ["0xa".to_owned()].into());
-        memory.take(&[], &[], &FxHashSet::default(), at(70));
+        memory.take(&[], &FxHashSet::default(), at(70));
         assert!(view(&mut memory, at(75)).is_empty(), "forgotten once gone");
     }
 
@@ -298,17 +297,18 @@ mod tests {
                 .unwrap()
                 .launched_for
         };
-        memory.take(&placed, &[], &read, at(0));
+        memory.take(&placed, &read, at(0));
         assert!(launched_for(&mut memory, at(60)).is_empty());
-        memory.take(&[], &["0xa".to_owned()], &read, at(60));
+        memory.launched_for(&["0xa".to_owned()]);
+        memory.take(&[], &read, at(60));
         assert_eq!(launched_for(&mut memory, at(80)), ["0xa".to_owned()].into());
-        memory.take(&[], &[], &read, at(80));
+        memory.take(&[], &read, at(80));
         assert_eq!(
             launched_for(&mut memory, at(3600)),
             ["0xa".to_owned()].into(),
             "ever, while it is staged"
         );
-        memory.take(&[], &[], &FxHashSet::default(), at(3600));
+        memory.take(&[], &FxHashSet::default(), at(3600));
         assert!(launched_for(&mut memory, at(3620)).is_empty());
     }
 

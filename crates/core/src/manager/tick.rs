@@ -72,6 +72,7 @@ impl Manager {
             Ok(observed) => {
                 let mut report = self.plan(observed);
                 self.act(&mut report).await;
+                self.note_overdue_launches(&report);
                 Ok(report)
             }
             Err(error) => Err(error),
@@ -88,8 +89,7 @@ impl Manager {
         let read = (observed.pools.bundles.iter())
             .map(|b| b.uuid.as_str())
             .collect();
-        let overdue = &decision.overdue_launches;
-        (self.server).take(&decision.on_workers, overdue, &read, observed.now);
+        (self.server).take(&decision.on_workers, &read, observed.now);
         (self.server).read(&observed.pools.bundles);
         let filtered = logs::note_unserved(&mut self.reported, &policies, &decision);
         logs::log_decisions(&policies, &decision, observed.staged, observed.removed);
@@ -120,6 +120,33 @@ impl Manager {
             estimates,
             scored,
         }
+    }
+
+    /// Remembers the overdue bundles a launch was made for this tick: those the decision
+    /// launches for on a pool that started at least one worker (a pool whose every launch
+    /// failed launched for none of them; they are launched for again).
+    fn note_overdue_launches(&mut self, report: &TickReport) {
+        let decision = &report.pools;
+        if decision.overdue_launches.is_empty() {
+            return;
+        }
+        let started: std::collections::BTreeSet<&str> = (report.events.iter())
+            .filter_map(|event| match event {
+                TickEvent::Launch { pool, result, .. }
+                    if *result != LaunchResult::Failed
+                        && *result != LaunchResult::TemporaryError =>
+                {
+                    Some(pool.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        let made: Vec<String> = (decision.assignments.iter())
+            .filter(|a| decision.overdue_launches.contains(&a.uuid))
+            .filter(|a| started.contains(a.pool.as_str()))
+            .map(|a| a.uuid.clone())
+            .collect();
+        self.server.launched_for(&made);
     }
 
     /// Every read bundle's start-time estimate, and the scores of those that left `staged`.
