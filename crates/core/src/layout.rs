@@ -268,9 +268,11 @@ fn pool(
 }
 
 /// The `cl-worker` settings of a pool's workers (tag aside): the global ones, for the
-/// workers' server, `--preemptible` when the pool's workers may be reclaimed ([`preemptible`]).
+/// workers' server, `--preemptible` when the pool's workers may be reclaimed ([`preemptible`]);
+/// the names of `[worker] env` checked.
 fn worker_options(settings: &Settings, table: &Table, fallback: bool) -> Result<WorkerOptions> {
     let mut worker = settings.worker.for_server(settings.worker_server());
+    worker.check_env().map_err(Error::InvalidConfig)?;
     worker.preemptible = preemptible(worker.preemptible, table.reclaimable, fallback);
     Ok(worker)
 }
