@@ -67,6 +67,11 @@ impl BackendConfig for GceConfig {
         self.worker_shape()
     }
 
+    /// Spot VMs (the default) are preempted at Google's will.
+    fn reclaimable(&self) -> bool {
+        self.provisioning == crate::config::Provisioning::Spot
+    }
+
     /// A pool's instances carry its name in the `codalab-wm-pool` label.
     fn placement_defaults(placement: Placement<'_>) -> Map<String, Value> {
         let mut defaults = Map::new();
@@ -109,6 +114,16 @@ mod tests {
         };
         assert!(KIND.shares_jobs(&table("cpu"), &table("cpu")).is_some());
         assert!(KIND.shares_jobs(&table("cpu"), &table("gpu")).is_none());
+    }
+
+    /// Spot VMs, the default, are reclaimable: their workers start with `--preemptible`.
+    #[test]
+    fn spot_instances_are_reclaimable_standard_ones_are_not() {
+        let mut config = codalab_wm_core::describe::defaults::<GceConfig>();
+        assert_eq!(config.provisioning, crate::Provisioning::Spot);
+        assert!(BackendConfig::reclaimable(&config));
+        config.provisioning = crate::Provisioning::Standard;
+        assert!(!BackendConfig::reclaimable(&config));
     }
 
     #[test]

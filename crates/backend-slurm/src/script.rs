@@ -4,7 +4,8 @@
 //!
 //! Unlike upstream, every argument is shell-quoted and the worker is `exec`'d so that `scancel`
 //! and time limits reach it. The script never holds a secret: without a password file the
-//! credentials reach the worker through the environment sbatch hands down.
+//! credentials reach the worker through the environment sbatch hands down, of which
+//! `#SBATCH --export` names what the job gets (not the manager's whole environment).
 
 use crate::config::Settings;
 use codalab_wm_core::WorkerOptions;
@@ -45,11 +46,15 @@ impl JobScript {
     }
 }
 
-/// The `#SBATCH` options, sorted by key as upstream writes them.
+/// The `#SBATCH` options, sorted by key as upstream writes them, and `--export` with the
+/// names of the variables the worker gets of the manager's environment
+/// ([`WorkerOptions::env_names`] and its credentials): without it sbatch exports its whole
+/// environment (`--export=ALL`), which Slurm stores with the job.
 pub fn sbatch_options(
     settings: &Settings,
     worker_id: &str,
     dir: &str,
+    worker: &WorkerOptions,
 ) -> BTreeMap<&'static str, String> {
     let config = &settings.config;
     let mut options = BTreeMap::new();
@@ -78,6 +83,11 @@ pub fn sbatch_options(
     options.insert("time", config.time.clone());
     options.insert("open-mode", "append".to_owned());
     options.insert("output", format!("{dir}/{worker_id}.out"));
+    let mut export = worker.env_names();
+    if config.password_file.is_none() {
+        export.extend(["CODALAB_USERNAME", "CODALAB_PASSWORD"]);
+    }
+    options.insert("export", export.join(","));
     options
 }
 
@@ -123,7 +133,7 @@ const NO_GPUS: &str = r#"GPU_ARGS="--gpuset NONE"
 
 fn render(settings: &Settings, worker_id: &str, dir: &str, worker: &WorkerOptions) -> String {
     let mut text = String::from("#!/usr/bin/env bash\n\n");
-    for (key, value) in sbatch_options(settings, worker_id, dir) {
+    for (key, value) in sbatch_options(settings, worker_id, dir, worker) {
         text.push_str(&format!("#SBATCH --{key}={value}\n"));
     }
     text.push('\n');
@@ -188,6 +198,7 @@ mod tests {
     fn default_script_snapshot() {
         let script = script(SlurmConfig::default());
         let id = "alice-codalab-slurm-worker-0123456789abcdef0123456789abcdef";
+        let export = codalab_wm_core::command::WORKER_ENV.join(",");
         assert_eq!(script.worker_id, id);
         assert_eq!(script.dir, format!("slurm-worker-scratch/{id}"));
         assert_eq!(script.path, format!("slurm-worker-scratch/{id}/{id}.slurm"));
@@ -195,6 +206,7 @@ mod tests {
             r#"#!/usr/bin/env bash
 
 #SBATCH --cpus-per-task=1
+#SBATCH --export={export},CODALAB_USERNAME,CODALAB_PASSWORD
 #SBATCH --gres=gpu:1
 #SBATCH --job-name={id}
 #SBATCH --mem=2048
@@ -254,6 +266,10 @@ exec srun --unbuffered cl-worker --server https://cl.example --verbose --exit-wh
                 "#SBATCH --constraint=avx512",
                 "#SBATCH --cpus-per-task=4",
                 "#SBATCH --exclude=node3,node4",
+                &format!(
+                    "#SBATCH --export={}",
+                    codalab_wm_core::command::WORKER_ENV.join(",")
+                ),
                 "#SBATCH --gres=gpu:a100:2",
                 &format!("#SBATCH --job-name={id}"),
                 "#SBATCH --mem=16384",

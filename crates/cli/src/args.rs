@@ -276,8 +276,16 @@ pub struct WorkerArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shared_memory_size_gb: Option<u64>,
 
-    /// The workers are preemptible
+    /// The workers are preemptible: CodaLab stages their runs again when they go offline.
+    /// Given by the manager to GCE Spot workers and pools with a `fallback` without asking
     #[arg(long = "worker-preemptible")]
     #[serde(skip_serializing_if = "is_false")]
     pub preemptible: bool,
+
+    /// A variable of the manager's environment the workers get too (repeat or separate with
+    /// commas); besides these they get only PATH, HOME, locale, TZ, DOCKER_*, proxies, CA
+    /// bundles and their CodaLab credentials
+    #[arg(long = "worker-env", value_delimiter = ',', value_name = "NAME")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
 }

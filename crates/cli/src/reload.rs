@@ -132,7 +132,7 @@ impl Reloader {
         let (was, is) = (old.kind.name(), pool.kind.name());
         if was != is {
             bail!(
-                "pool {name}: the backend cannot change from {was} to {is} while running: its jobs would be orphaned (run `cl-worker-manager down`, then restart)"
+                "pool {name}: the backend cannot change from {was} to {is} while running: its jobs would be orphaned (drain first: reload with max = 0, wait until `status` shows no busy worker, then `cl-worker-manager down` and restart)"
             );
         }
         if old.table.values() == pool.table.values() {
@@ -143,7 +143,7 @@ impl Reloader {
             let (was, is) = (value(old), value(pool));
             if was != is {
                 bail!(
-                    "pool {name}: `{}.{key}` cannot change while running ({was} → {is}): the manager would lose track of the jobs it started (run `cl-worker-manager down`, then restart)",
+                    "pool {name}: `{}.{key}` cannot change while running ({was} → {is}): the manager would lose track of the jobs it started (drain first: reload with max = 0, wait until `status` shows no busy worker, then `cl-worker-manager down` and restart)",
                     pool.kind.table()
                 );
             }

@@ -82,6 +82,14 @@ pub async fn build_pools(layout: &Layout, credentials: &Credentials) -> Result<V
         if !layout.single {
             log_pool(&built.policy, &*backend);
         }
+        if built.worker.preemptible {
+            let why = match (pool.table.reclaimable, built.policy.fallback.is_some()) {
+                (true, _) => "the platform may reclaim them",
+                (false, true) => "it has a fallback: it is the Spot side of a pair",
+                (false, false) => "--worker-preemptible",
+            };
+            tracing::info!(pool = %name, "pool {name}'s workers start with `cl-worker --preemptible` ({why}): CodaLab stages the runs of a reclaimed worker again instead of losing them");
+        }
         pools.push(Pool { backend, ..built });
     }
     Ok(pools)

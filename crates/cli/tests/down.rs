@@ -374,3 +374,98 @@ fn down_without_a_backend_says_what_to_give() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no backend given"), "{stderr}");
 }
+
+/// `down` with a config that names the default server explicitly knows the server: it lists
+/// this deployment's jobs only (review 2026-11-27 §2: it took the default's value for "not
+/// given" and listed every origin). A config without `server` still says it lists them all.
+#[test]
+fn down_knows_a_server_the_config_names_even_the_default_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let run = |server_line: &str| {
+        let path = dir.path().join("wm.toml");
+        let text = format!(
+            "{server_line}backend = \"local\"\n[local]\nstate_dir = \"{}\"\n",
+            state.display()
+        );
+        std::fs::write(&path, text).unwrap();
+        let out = Command::new(BIN)
+            .args(["down", "--dry-run", "--config"])
+            .arg(&path)
+            .current_dir(dir.path())
+            .env("CODALAB_USERNAME", "codalab-test")
+            .env_remove("CODALAB_PASSWORD")
+            .env_remove("CODALAB_WM_SERVER")
+            .env_remove("CODALAB_WM_LOG")
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let unknown = "the manager's server is not known";
+    let named = run("server = \"https://worksheets.codalab.org\"\n");
+    assert!(!named.contains(unknown), "{named}");
+    let unnamed = run("");
+    assert!(unnamed.contains(unknown), "{unnamed}");
+}
+
+/// Before it stops a running worker, `down` says that a run its worker has is lost (CodaLab
+/// 1.7.5: `worker_offline`) and how to drain instead; without a terminal it goes on (scripts
+/// keep working), so the job is stopped all the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn down_warns_before_it_stops_a_running_worker() {
+    use codalab_wm_core::local::{LocalBackend, LocalConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let executable = dir.path().join("busy-worker.sh");
+    std::fs::write(&executable, "#!/bin/sh\nexec sleep 300\n").unwrap();
+    std::fs::set_permissions(&executable, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let worker = WorkerOptions {
+        executable: executable.display().to_string(),
+        server: "http://127.0.0.1:9".into(),
+        ..WorkerOptions::default()
+    };
+    {
+        let backend = LocalBackend::new(
+            LocalConfig {
+                state_dir: state.clone(),
+                ..LocalConfig::default()
+            },
+            Credentials {
+                username: "codalab-test".into(),
+                password: Secret::new("unused"),
+            },
+        )
+        .unwrap();
+        let job = backend
+            .start_worker_job(&LaunchRequest {
+                unique: &new_unique(),
+                worker: &worker,
+                dry_run: false,
+            })
+            .await
+            .unwrap();
+        assert_eq!(job.state, JobState::Active);
+    }
+    let config = dir.path().join("wm.toml");
+    let text = format!(
+        "backend = \"local\"\n[local]\nstate_dir = \"{}\"\n",
+        state.display()
+    );
+    std::fs::write(&config, text).unwrap();
+    let out = down(
+        &["--config".into(), config.display().to_string()],
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("1 running worker job(s) will be stopped")
+            && stderr.contains("is LOST")
+            && stderr.contains("drain first"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("stopped (was active)"), "{stdout}");
+}

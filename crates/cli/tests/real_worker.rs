@@ -447,6 +447,93 @@ fn a_worker_killed_mid_run_is_replaced_and_never_above_max() {
     server.remove(&uuids);
 }
 
+/// A reclaimed preemptible worker loses no run: its worker (`--worker-preemptible`, what the
+/// manager gives every pool whose workers may be reclaimed) is SIGKILLed mid-run, as a
+/// reclaimed VM dies; CodaLab 1.7.5 stages the bundle again instead of `worker_offline`, a new
+/// worker runs it to `ready`. The manager says the killed job failed after its worker checked
+/// in, never that it failed before its worker was ready (it did check in and was busy).
+#[test]
+fn a_preemptible_worker_killed_mid_run_has_its_run_staged_again_and_finished_elsewhere() {
+    if !services_up(false) {
+        return;
+    }
+    let _docker = docker_in_use();
+    let tag = unique("realreclaim");
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().join("state");
+    let server = Server::login(USER.0, USER.1);
+    let uuids = stage(
+        1,
+        "sleep 30; echo survived > out.txt",
+        &bundle_flags(&tag, 1, true),
+        "",
+    );
+    let extra = [
+        "--worker-tag",
+        &tag,
+        "--worker-tag-exclusive",
+        "--worker-preemptible",
+    ];
+    let mut args = manager_args(&tag, 1, &extra);
+    args.extend(local_args(&state_dir));
+    let manager = Manager::start(&args, USER, &docker_env());
+    wait_bundle(
+        &server,
+        &uuids[0],
+        "ran",
+        || manager.log(),
+        |s| s == "running",
+    );
+    let first = server.info(&uuids[0]).remote.unwrap_or_default();
+    let pid = local_worker_pid(&state_dir);
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pid}")])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // A reclaimed VM takes its bundle containers with it; here dockerd outlives the worker, and
+    // the next worker could not start the run under the same container name.
+    let removed = std::process::Command::new("docker")
+        .args(["rm", "-f", &format!("codalab_run_{}", uuids[0])])
+        .env("DOCKER_HOST", docker_host())
+        .status()
+        .unwrap();
+    assert!(removed.success());
+    // The server notices the dead worker (its timeout, 60 s) and stages the run again.
+    let settled = wait_bundle(
+        &server,
+        &uuids[0],
+        "left `running`",
+        || manager.log(),
+        |s| s != "running",
+    );
+    assert_ne!(
+        settled,
+        "worker_offline",
+        "the run of a preemptible worker was lost:\n{}",
+        manager.log()
+    );
+    server.wait_ready(&uuids, READY_WITHIN, || manager.log());
+    assert_eq!(server.cat(&uuids[0], "out.txt").trim(), "survived");
+    let second = server.info(&uuids[0]).remote.unwrap_or_default();
+    assert_ne!(second, first, "the run finished on the killed worker?");
+    let log = manager.log();
+    assert!(
+        !log.contains("before its worker was ready"),
+        "a job whose worker checked in was called a failed start:\n{log}"
+    );
+    assert!(
+        log.contains("workers start with `cl-worker --preemptible`"),
+        "the start does not say the workers are preemptible:\n{log}"
+    );
+    assert!(
+        log.contains("failed after its worker checked in"),
+        "the killed job is not reported:\n{log}"
+    );
+    stop(manager, &local_args(&state_dir));
+    server.remove(&uuids);
+}
+
 /// Restarts our dockerd when dropped, whatever the test did.
 struct DockerStopped;
 

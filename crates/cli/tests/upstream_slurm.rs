@@ -79,10 +79,12 @@ fn script_block(stdout: &str) -> Option<String> {
     Some(script.to_owned())
 }
 
+/// The `#SBATCH` lines but ours' `--export` (upstream has none: sbatch then exports the
+/// manager's whole environment to the job; review 2026-11-27 §3).
 fn sbatch_lines(script: &str) -> Vec<&str> {
     script
         .lines()
-        .filter(|l| l.starts_with("#SBATCH"))
+        .filter(|l| l.starts_with("#SBATCH") && !l.starts_with("#SBATCH --export="))
         .collect()
 }
 

@@ -40,7 +40,46 @@ pub struct WorkerOptions {
     pub shared_memory_size_gb: Option<u64>,
     /// `--worker-preemptible`.
     pub preemptible: bool,
+    /// Names of more variables of the manager's environment each worker gets (`--worker-env
+    /// NAME`, `[worker] env = ["NAME", …]`), besides [`WORKER_ENV`] and its CodaLab
+    /// credentials: nothing else of the manager's environment (the cloud keys of another
+    /// pool, say) reaches a local worker or a Slurm job.
+    pub env: Vec<String>,
 }
+
+/// The variables of the manager's environment every worker gets (when set): what `cl-worker`,
+/// docker and Python need (the search path, home, locale and time zone, the Docker engine,
+/// proxies, CA bundles). Slurm's own `SLURM_*` variables always reach a job.
+pub const WORKER_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "XDG_RUNTIME_DIR",
+    "DOCKER_HOST",
+    "DOCKER_CONFIG",
+    "DOCKER_CONTEXT",
+    "DOCKER_CERT_PATH",
+    "DOCKER_TLS_VERIFY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "all_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+];
 
 impl Default for WorkerOptions {
     fn default() -> Self {
@@ -61,6 +100,7 @@ impl Default for WorkerOptions {
             tag_exclusive: false,
             shared_memory_size_gb: None,
             preemptible: false,
+            env: Vec::new(),
         }
     }
 }
@@ -146,6 +186,44 @@ impl WorkerOptions {
             argv.push("--preemptible".into());
         }
         argv
+    }
+
+    /// The names of the variables a worker gets from the manager's environment:
+    /// [`WORKER_ENV`], then the admin's [`WorkerOptions::env`] (each once).
+    pub fn env_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = WORKER_ENV.to_vec();
+        for name in &self.env {
+            if !names.contains(&name.as_str()) {
+                names.push(name);
+            }
+        }
+        names
+    }
+
+    /// The variables a worker gets from the manager's environment: those of
+    /// [`WorkerOptions::env_names`] that are set, with their values.
+    pub fn inherited_env(&self) -> Vec<(String, std::ffi::OsString)> {
+        self.env_names()
+            .into_iter()
+            .filter_map(|name| std::env::var_os(name).map(|value| (name.to_owned(), value)))
+            .collect()
+    }
+
+    /// Checks the names of [`WorkerOptions::env`]: each a variable name (letters, digits and
+    /// `_`, not starting with a digit), as Slurm's `--export` list needs them.
+    pub fn check_env(&self) -> Result<(), String> {
+        for name in &self.env {
+            let mut chars = name.chars();
+            let first = chars.next();
+            let valid = first.is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                return Err(format!(
+                    "worker env `{name}` is not a variable name (letters, digits and `_`, not starting with a digit)"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// `<prefix>/<rest>` when `--worker-work-dir-prefix` is set, else `rest` (Python's
@@ -243,6 +321,30 @@ mod tests {
             ..WorkerOptions::default()
         };
         assert_eq!(options.build_command("x", "d").len(), 15);
+    }
+
+    #[test]
+    fn workers_get_the_allow_list_and_the_admins_names_only() {
+        let options = WorkerOptions {
+            env: vec!["MY_SITE_TOKEN".into(), "PATH".into()],
+            ..WorkerOptions::default()
+        };
+        let names = options.env_names();
+        assert!(names.contains(&"DOCKER_HOST") && names.contains(&"MY_SITE_TOKEN"));
+        assert_eq!(names.iter().filter(|n| **n == "PATH").count(), 1);
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.starts_with("AWS_") || n.starts_with("AZURE_"))
+        );
+        assert!(options.check_env().is_ok());
+        for bad in ["", "A,B", "A=1", "1A", "A B"] {
+            let options = WorkerOptions {
+                env: vec![bad.into()],
+                ..WorkerOptions::default()
+            };
+            assert!(options.check_env().is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -91,6 +91,14 @@ pub trait BackendConfig:
     /// The resources of each worker.
     fn shape(&self) -> WorkerShape;
 
+    /// Whether the platform may take these settings' workers away (a Spot or preemptible VM),
+    /// as far as the table can tell. Their workers then start with `cl-worker --preemptible`,
+    /// so that CodaLab stages their runs again instead of losing them (see
+    /// [`crate::layout::preemptible`]).
+    fn reclaimable(&self) -> bool {
+        false
+    }
+
     /// Defaults that depend on where the table is used (a pool's own job name or state
     /// directory, the global password file), layered under the table.
     fn placement_defaults(_placement: Placement<'_>) -> Map<String, Value> {
@@ -162,6 +170,8 @@ pub struct Table {
     values: Map<String, Value>,
     /// The worker shape it implies.
     pub shape: WorkerShape,
+    /// The platform may take its workers away ([`BackendConfig::reclaimable`]).
+    pub reclaimable: bool,
 }
 
 impl Table {
@@ -315,6 +325,7 @@ impl<C: BackendConfig> BackendKind for Kind<C> {
             kind: C::NAME,
             values,
             shape: config.shape(),
+            reclaimable: config.reclaimable(),
         })
     }
 

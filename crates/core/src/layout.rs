@@ -93,8 +93,8 @@ impl Layout {
                 cost_per_hour: settings.cost_per_hour,
                 ..flags.policy(kind.name(), table.shape)
             },
+            worker: worker_options(settings, &table, false)?,
             table,
-            worker: settings.worker.for_server(settings.worker_server()),
             read_only: settings.dry_run,
             every_origin: false,
         };
@@ -255,11 +255,11 @@ fn pool(
     let table = kind
         .read(&tables, reading == Reading::Shapes)
         .map_err(|e| Error::InvalidConfig(format!("pool {name}: {}", strip(&e))))?;
-    let mut worker = settings.worker.for_server(settings.worker_server());
-    worker.tag = entry.rules.tag.clone();
-    worker.tag_exclusive = entry.rules.tag_exclusive;
     let policy = entry.rules.policy(settings, table.shape);
     policy.validate().map_err(Error::InvalidConfig)?;
+    let mut worker = worker_options(settings, &table, policy.fallback.is_some())?;
+    worker.tag = entry.rules.tag.clone();
+    worker.tag_exclusive = entry.rules.tag_exclusive;
     Ok(PoolLayout {
         kind,
         table,
@@ -268,6 +268,27 @@ fn pool(
         read_only: settings.dry_run,
         every_origin: false,
     })
+}
+
+/// The `cl-worker` settings of a pool's workers (tag aside): the global ones, for the
+/// workers' server, `--preemptible` when the pool's workers may be reclaimed ([`preemptible`]);
+/// the names of `[worker] env` checked.
+fn worker_options(settings: &Settings, table: &Table, fallback: bool) -> Result<WorkerOptions> {
+    let mut worker = settings.worker.for_server(settings.worker_server());
+    worker.check_env().map_err(Error::InvalidConfig)?;
+    worker.preemptible = preemptible(worker.preemptible, table.reclaimable, fallback);
+    Ok(worker)
+}
+
+/// Whether a pool's workers start with `cl-worker --preemptible`: when the admin says so
+/// (`--worker-preemptible`, `[worker] preemptible`), when the backend's table says the
+/// platform may take them away (GCE Spot VMs, the default), and for every pool with a
+/// `fallback` (the Spot side of a Spot/on-demand pair: its capacity events are why it falls
+/// back). CodaLab 1.7.5 stages the runs of a preemptible worker that went offline again
+/// (`transition_bundle_worker_offline`); a worker that is not preemptible loses them
+/// (`worker_offline`, never staged again).
+pub fn preemptible(admin: bool, reclaimable: bool, fallback: bool) -> bool {
+    admin || reclaimable || fallback
 }
 
 /// An error's message without the `invalid configuration: ` of its display.

@@ -5,7 +5,8 @@
 //! the kernel's start time of that pid. The record is what makes restart adoption safe: a
 //! manager started later lists the workers whose pid is alive *and* has the recorded start
 //! time, so a recycled pid is never taken for a worker. Credentials reach the worker through
-//! `CODALAB_USERNAME`/`CODALAB_PASSWORD` in its environment, as upstream passes them.
+//! `CODALAB_USERNAME`/`CODALAB_PASSWORD` in its environment, as upstream passes them; of the
+//! manager's own environment it gets only [`WorkerOptions::env_names`](crate::WorkerOptions::env_names).
 //!
 //! The manager reaps its own workers and records how each ended in its record: one that exits
 //! non-zero, or is killed by a signal it did not send, is [`JobState::Failed`] (so it counts
@@ -316,6 +317,9 @@ impl WorkerBackend for LocalBackend {
         command
             .args(&argv[1..])
             .current_dir(&self.config.state_dir)
+            // Only what a worker needs of the manager's environment (no other pool's keys).
+            .env_clear()
+            .envs(request.worker.inherited_env())
             .env("CODALAB_USERNAME", &self.credentials.username)
             .env("CODALAB_PASSWORD", self.credentials.password.expose())
             .stdin(Stdio::null())

@@ -31,6 +31,10 @@ pub struct Args {
     /// Seconds to wait for the stopped jobs to end before removing what they used
     #[arg(long = "wait-seconds", default_value_t = 60)]
     pub wait_seconds: u64,
+    /// Stop running worker jobs without asking, even at a terminal (a run their worker has
+    /// is lost unless the worker restages it); without a terminal `down` never asks
+    #[arg(long)]
+    pub yes: bool,
     /// The backend and its flags; without one, `backend = "…"` or [[pools]] of the config
     #[command(subcommand)]
     pub backend: Option<BackendCommand>,
@@ -56,7 +60,9 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     let settings = crate::setup::settings(&layers)?;
     crate::setup::init_logging(settings.verbose, settings.log_format);
     let mut layout = Layout::new(&settings, &layers, &catalogue())?;
-    let server_known = settings.server != codalab_wm_core::DEFAULT_SERVER;
+    // Whether the config or the environment named the server, even the default one: its
+    // value alone cannot tell (review 2026-11-27 §2).
+    let server_known = layers.given("server")?;
     let credentials = credentials(&mut layout, settings.password_file.as_deref(), server_known);
     let pools = crate::setup::build_pools(&layout, &credentials).await?;
     let pools: Vec<(String, Arc<dyn WorkerBackend>)> = pools
@@ -64,6 +70,10 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
         .map(|p| (p.policy.name, p.backend))
         .collect();
     let wait = Duration::from_secs(args.wait_seconds);
+    if !settings.dry_run && !confirm_running(&pools, args.yes).await {
+        eprintln!("nothing stopped");
+        return Ok(ExitCode::FAILURE);
+    }
     let mut rows = Vec::new();
     for (pool, backend) in &pools {
         rows.extend(down_pool(pool, backend.as_ref(), settings.dry_run, wait).await);
@@ -74,6 +84,44 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Says, before anything is stopped, which running jobs `down` will stop: a worker that runs
+/// a bundle loses that run (CodaLab 1.7.5 marks it `worker_offline` and never stages it
+/// again) unless it restages it on termination or is preemptible. At a terminal it asks
+/// (unless `--yes`); without one (scripts, units, CI) it says so and goes on, so that scripts
+/// keep working.
+async fn confirm_running(pools: &[(String, Arc<dyn WorkerBackend>)], yes: bool) -> bool {
+    let mut running = Vec::new();
+    for (pool, backend) in pools {
+        if let Ok(jobs) = backend.get_worker_jobs().await {
+            let active = jobs
+                .iter()
+                .filter(|j| j.state == codalab_wm_core::JobState::Active);
+            running.extend(active.map(|j| format!("{pool}: {}", j.id)));
+        }
+    }
+    if running.is_empty() {
+        return true;
+    }
+    eprintln!(
+        "warning: {} running worker job(s) will be stopped: {}.\n\
+         A bundle their worker runs is LOST (CodaLab marks it worker_offline and never stages \
+         it again) unless the worker restages it on termination (--worker-pass-down-termination; \
+         Slurm workers always do) or is preemptible. To stop without losing runs, drain first: \
+         reload with max = 0 for every pool, wait until `status` shows no busy worker (idle \
+         workers exit by themselves), then run down.",
+        running.len(),
+        running.join(", ")
+    );
+    use std::io::IsTerminal;
+    if yes || !std::io::stdin().is_terminal() {
+        return true;
+    }
+    eprint!("stop them? [y/N] ");
+    let mut answer = String::new();
+    let _ = std::io::stdin().read_line(&mut answer);
+    matches!(answer.trim(), "y" | "Y" | "yes")
 }
 
 #[cfg(test)]

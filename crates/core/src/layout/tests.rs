@@ -300,3 +300,43 @@ fn a_fallback_that_fits_fewer_bundles_than_its_pool_is_warned_of() {
         ]
     );
 }
+
+/// The rule of `cl-worker --preemptible`: whoever says the workers may be reclaimed.
+#[test]
+fn workers_are_preemptible_when_they_may_be_reclaimed() {
+    // (admin's --worker-preemptible, the table says reclaimable, the pool has a fallback)
+    let cases = [
+        ((false, false, false), false),
+        ((true, false, false), true),
+        ((false, true, false), true),
+        ((false, false, true), true),
+        ((false, true, true), true),
+        ((true, true, true), true),
+    ];
+    for ((admin, reclaimable, fallback), expected) in cases {
+        assert_eq!(
+            preemptible(admin, reclaimable, fallback),
+            expected,
+            "admin {admin}, reclaimable {reclaimable}, fallback {fallback}"
+        );
+    }
+}
+
+/// A pool with a `fallback` is the Spot side of a pair: its workers start preemptible, its
+/// fallback's (and a plain local pool's) do not, unless the admin says so for all.
+#[test]
+fn the_spot_side_of_a_fallback_pair_starts_preemptible_workers() {
+    let mut spot = pool("spot", "local", serde_json::json!({}));
+    spot.rules.fallback = Some("ondemand".into());
+    let pools = vec![spot, pool("ondemand", "local", serde_json::json!({}))];
+    let layout = Layout::pools(&settings(pools.clone()), &catalogue(), Reading::Checked).unwrap();
+    let flags: Vec<bool> = layout.pools.iter().map(|p| p.worker.preemptible).collect();
+    assert_eq!(flags, [true, false]);
+    let argv = layout.pools[0].worker.build_command("u", "d");
+    assert_eq!(argv.last().map(String::as_str), Some("--preemptible"));
+
+    let mut all = settings(pools);
+    all.worker.preemptible = true;
+    let layout = Layout::pools(&all, &catalogue(), Reading::Checked).unwrap();
+    assert!(layout.pools.iter().all(|p| p.worker.preemptible));
+}

@@ -296,7 +296,15 @@ impl PoolRuntime {
             true => "ended before its worker checked in".into(),
             false => "unknown".into(),
         });
-        tracing::error!(pool = self.name(), job = %job.id, reason = %reason, before_active, "worker job {} before its worker was ready", if ended { "ended" } else { "failed" });
+        let how = if ended { "ended" } else { "failed" };
+        // Only a job whose worker never got ready is a failed start: one whose worker checked
+        // in (busy or idle) failed at work, and its runs are the server's to settle.
+        let when = match (before_active, self.ever_checked_in(job)) {
+            (true, _) => "before its worker was ready",
+            (false, true) => "after its worker checked in",
+            (false, false) => "after it started running",
+        };
+        tracing::error!(pool = self.name(), job = %job.id, reason = %reason, before_active, "worker job {how} {when}");
         news.newly_failed.push(job.clone());
         news.events.push(TickEvent::JobFailed {
             pool: self.name().to_owned(),

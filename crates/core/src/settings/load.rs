@@ -67,6 +67,16 @@ impl Layers {
         Ok(figment)
     }
 
+    /// Whether the global setting `key` was given (the file, `CODALAB_WM_*` or a flag),
+    /// whatever its value: a default's value given explicitly counts as given.
+    pub fn given(&self, key: &str) -> Result<bool> {
+        let mut figment = Figment::new();
+        if let Some(path) = self.file()? {
+            figment = figment.merge(Toml::file_exact(path));
+        }
+        Ok(figment.merge(env()).merge(self.flags.clone()).contains(key))
+    }
+
     fn file(&self) -> Result<Option<&PathBuf>> {
         match &self.file {
             Some(path) if !path.is_file() => Err(Error::InvalidConfig(format!(
