@@ -47,6 +47,7 @@ fn kubernetes_manifests_validate_strictly_and_a_broken_one_fails() {
         "configmap",
         "persistentvolumeclaim",
         "deployment",
+        "networkpolicy",
     ] {
         assert!(
             text.to_lowercase().contains(&format!("{kind}/codalab-wm")),
