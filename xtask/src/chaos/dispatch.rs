@@ -130,6 +130,8 @@ fn watch_pool(setup: &Setup, tag: &str, findings: &mut Findings) -> Result<()> {
         .env("CODALAB_USERNAME", harness::USER)
         .env("CODALAB_PASSWORD", harness::PASSWORD)
         .env("NO_COLOR", "1")
+        // The workers' own scratch dirs are relative to the job's, so the scenario's dir.
+        .current_dir(&setup.spec.dir)
         .stdin(Stdio::null())
         .stdout(file.try_clone()?)
         .stderr(file)

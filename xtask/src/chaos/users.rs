@@ -76,6 +76,8 @@ fn watch(setup: &Setup, tag: &str) -> Result<Findings> {
         .env("CODALAB_USERNAME", ROOT.0)
         .env("CODALAB_PASSWORD", ROOT.1)
         .env("NO_COLOR", "1")
+        // The workers' own scratch dirs are relative to the job's, so the scenario's dir.
+        .current_dir(&setup.spec.dir)
         .stdin(Stdio::null())
         .stdout(file.try_clone()?)
         .stderr(file)
