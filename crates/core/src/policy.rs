@@ -286,6 +286,9 @@ fn on_fallback(f: &mut fmt::Formatter<'_>, to: &str, retry: Option<u64>, why: &s
     }
 }
 
+/// The words of [`Reason::NotStartedByServer`].
+const NOT_STARTED_BY_SERVER: &str = "the server does not start it on an idle worker that fits: one worker was launched for it, no more are (something the dispatch model does not see holds it: its request_disk, the bundle manager, a permission)";
+
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -362,10 +365,7 @@ impl fmt::Display for Reason {
                 f,
                 "the {bundles} staged bundles fit on {workers} workers of the pool's shape"
             ),
-            Reason::NotStartedByServer => write!(
-                f,
-                "the server does not start it on an idle worker that fits: one worker was launched for it, no more are (something the dispatch model does not see holds it: its request_disk, the bundle manager, a permission)"
-            ),
+            Reason::NotStartedByServer => f.write_str(NOT_STARTED_BY_SERVER),
             Reason::NoFittingPool => write!(f, "no pool can run this bundle"),
             Reason::Misfit { detail } | Reason::Held { detail, .. } => write!(f, "{detail}"),
         }

@@ -10,6 +10,7 @@
 
 pub mod jsonapi;
 pub mod limits;
+mod login;
 pub mod staged;
 pub mod tls;
 mod transport;
@@ -18,13 +19,13 @@ mod workers;
 
 use crate::bundle::StagedBundle;
 use crate::error::{Error, Result};
-use crate::secret::{Credentials, Secret};
-use base64::Engine as _;
+use crate::secret::Credentials;
 pub use jsonapi::{SkippedBundle, UserIdentity, parse_user_reply};
+use login::Token;
+pub use login::{error_reply_message, parse_token_reply};
 use reqwest::{Method, RequestBuilder, StatusCode};
-use serde::Deserialize;
 pub use staged::{CountEvery, StagedNeed, everything};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Mutex;
 use transport::{find_cause, unreachable};
 pub use workers::parse_workers_reply;
@@ -67,23 +68,6 @@ impl Default for ClientOptions {
             recheck_misfits_every: staged::RECHECK_MISFITS_EVERY,
         }
     }
-}
-
-#[derive(Debug)]
-struct Token {
-    access: Secret,
-    refresh: Option<Secret>,
-    /// When the token must be refreshed (expiry minus the margin).
-    refresh_at: Instant,
-}
-
-#[derive(Deserialize)]
-struct TokenReply {
-    access_token: String,
-    #[serde(default)]
-    expires_in: Option<u64>,
-    #[serde(default)]
-    refresh_token: Option<String>,
 }
 
 /// A search result: the bundles read, those left out because a field was malformed, and how
@@ -201,111 +185,6 @@ impl CodaLabClient {
         self.http
             .request(method, format!("{}{path}", self.base))
             .header("X-Requested-With", "XMLHttpRequest")
-    }
-
-    /// Logs in with the password grant and confirms the identity with `GET /rest/user`.
-    pub async fn login(&self) -> Result<()> {
-        let result = self.login_once().await;
-        self.settle(result)
-    }
-
-    async fn login_once(&self) -> Result<()> {
-        let form = [
-            ("grant_type", "password"),
-            ("username", self.credentials.username.as_str()),
-            ("password", self.credentials.password.expose()),
-        ];
-        let token = self.token_request(&form).await?;
-        *self.token.lock().await = Some(token);
-        self.check_identity().await
-    }
-
-    async fn token_request(&self, form: &[(&str, &str)]) -> Result<Token> {
-        let basic = base64::engine::general_purpose::STANDARD.encode(format!("{CLI_CLIENT_ID}:"));
-        let response = self
-            .request(Method::POST, "/rest/oauth2/token")
-            .header("Authorization", format!("Basic {basic}"))
-            .form(form)
-            .send()
-            .await
-            .map_err(|e| unreachable("login", e))?;
-        let status = response.status();
-        let body = limits::read_text(response, limits::MAX_TOKEN_BYTES, "login").await?;
-        if status == StatusCode::UNAUTHORIZED || status == StatusCode::BAD_REQUEST {
-            let (server, username) = (self.server.clone(), self.credentials.username.clone());
-            let message = oauth_error(&body);
-            // Once the server took the credentials, a refusal may be its passing trouble.
-            return Err(
-                match self.established.load(std::sync::atomic::Ordering::Relaxed) {
-                    true => Error::RefusedAgain {
-                        server,
-                        username,
-                        message,
-                    },
-                    false => Error::Unauthenticated {
-                        server,
-                        username,
-                        message,
-                    },
-                },
-            );
-        }
-        if !status.is_success() {
-            return Err(Error::Server {
-                what: "login",
-                status: status.as_u16(),
-                message: first_line(&body),
-            });
-        }
-        let reply = parse_token(&body).map_err(|e| Error::InvalidReply {
-            from: "codalab server".into(),
-            what: "login".into(),
-            message: format!("token reply is not the expected JSON: {e}"),
-        })?;
-        let lifetime = Duration::from_secs(reply.expires_in.unwrap_or(3600));
-        let margin = REFRESH_MARGIN.min(lifetime / 2);
-        Ok(Token {
-            access: Secret::new(reply.access_token),
-            refresh: reply.refresh_token.map(Secret::new),
-            refresh_at: Instant::now() + lifetime - margin,
-        })
-    }
-
-    /// A valid access token: logs in when there is none, refreshes it when it nears expiry
-    /// (with the refresh token, else by logging in again).
-    async fn access_token(&self) -> Result<Secret> {
-        let (due, refresh) = {
-            let token = self.token.lock().await;
-            match token.as_ref() {
-                None => (true, None),
-                Some(t) => (Instant::now() >= t.refresh_at, t.refresh.clone()),
-            }
-        };
-        if due {
-            let refreshed = match refresh {
-                Some(refresh) => {
-                    let form = [
-                        ("grant_type", "refresh_token"),
-                        ("refresh_token", refresh.expose()),
-                    ];
-                    match self.token_request(&form).await {
-                        Ok(token) => Some(token),
-                        Err(e) if e.is_temporary() => return Err(e),
-                        Err(e) => {
-                            tracing::info!(error = %e, "token refresh refused; logging in again");
-                            None
-                        }
-                    }
-                }
-                None => None,
-            };
-            match refreshed {
-                Some(token) => *self.token.lock().await = Some(token),
-                None => self.login_once().await?,
-            }
-        }
-        let token = self.token.lock().await;
-        Ok(token.as_ref().map(|t| t.access.clone()).unwrap_or_default())
     }
 
     /// Confirms that the token belongs to the configured user (`GET /rest/user`).
@@ -508,22 +387,6 @@ async fn read_page(
     })
 }
 
-/// Reads a token reply body as the client does: the depth bound, then the typed model.
-fn parse_token(body: &str) -> std::result::Result<TokenReply, String> {
-    limits::parse_json(body)
-}
-
-/// Whether a token reply body is one the client accepts (the `token` fuzz target).
-pub fn parse_token_reply(body: &str) -> std::result::Result<(), String> {
-    parse_token(body).map(|_| ())
-}
-
-/// What an error reply says, as the client words it: the OAuth2 error of a token reply, else
-/// the first line of the body (the `token` fuzz target).
-pub fn error_reply_message(body: &str) -> String {
-    oauth_error(body)
-}
-
 /// The keywords of the staged search, as upstream builds them.
 pub fn staged_keywords(
     search: &[String],
@@ -575,25 +438,6 @@ fn first_line(body: &str) -> String {
     line
 }
 
-fn oauth_error(body: &str) -> String {
-    #[derive(Deserialize)]
-    struct OAuthError {
-        error: String,
-        #[serde(default)]
-        error_description: Option<String>,
-    }
-    match limits::parse_json::<OAuthError>(body) {
-        Ok(e) => match e.error_description {
-            Some(description) => format!("{} ({})", description, e.error),
-            None => e.error,
-        }
-        .chars()
-        .take(200)
-        .collect(),
-        Err(_) => first_line(body),
-    }
-}
-
 /// `server`, given by `flag`, as an http(s) URL with a host; the error names the flag.
 pub fn server_url(flag: &str, server: &str) -> Result<reqwest::Url> {
     let shown = crate::secret::redact_url(server);
@@ -609,7 +453,9 @@ pub fn server_url(flag: &str, server: &str) -> Result<reqwest::Url> {
 
 #[cfg(test)]
 mod tests {
+    use super::login::oauth_error;
     use super::*;
+    use crate::secret::Secret;
 
     #[test]
     fn keywords_like_upstream() {

@@ -378,7 +378,10 @@ fn an_overdue_bundle_costs_one_launch_ever_then_waits_with_the_true_reason() {
             assert_eq!(decision.unmet[0].reason.code(), "not_started_by_server");
         }
     }
-    // Paced: no launch made this tick, so none is remembered as made for it.
+}
+
+#[test]
+fn a_paced_pool_makes_no_launch_so_none_is_remembered_for_an_overdue_bundle() {
     let mut view = as_root();
     view.overdue = ["0x0".to_owned()].into();
     let paced = PoolPolicy {
