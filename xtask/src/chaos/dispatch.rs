@@ -10,7 +10,7 @@ use super::harness;
 use super::scenarios::{Findings, Setup};
 use crate::services::repo_root;
 use anyhow::{Context, Result, bail, ensure};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -98,14 +98,17 @@ fn watch_pool(setup: &Setup, tag: &str, findings: &mut Findings) -> Result<()> {
     let paused = Paused::new()?;
     findings.faults += 1;
     let root = repo_root();
-    let log = setup.spec.dir.join("dispatch-stopped.log");
-    let file = std::fs::File::create(&log)?;
-    let child = Command::new(setup.spec.dir.join("../cl-worker-manager"))
-        .args(["--server", &setup.spec.server, "--min-workers", "0"])
-        .args(["--max-workers", &MAX.to_string(), "--launch-mode", "target"])
-        .args(["--sleep-time", "1", "--min-seconds-between-workers", "0"])
-        .args(["--worker-idle-seconds", "600"])
-        .args(["--search", &format!("tags={tag}"), "--log-format", "json"])
+    let mut command = harness::manager_command(&setup.spec.dir, &setup.spec.server);
+    command
+        .args(["--min-workers", "0", "--max-workers", &MAX.to_string()])
+        .args(["--launch-mode", "target", "--sleep-time", "1"])
+        .args([
+            "--min-seconds-between-workers",
+            "0",
+            "--worker-idle-seconds",
+            "600",
+        ])
+        .args(["--search", &format!("tags={tag}")])
         .arg("--worker-executable")
         .arg(root.join(".services/codalab/venv/bin/cl-worker"))
         .args([
@@ -128,16 +131,8 @@ fn watch_pool(setup: &Setup, tag: &str, findings: &mut Findings) -> Result<()> {
             ),
         )
         .env("CODALAB_USERNAME", harness::USER)
-        .env("CODALAB_PASSWORD", harness::PASSWORD)
-        .env("NO_COLOR", "1")
-        // The workers' own scratch dirs are relative to the job's, so the scenario's dir.
-        .current_dir(&setup.spec.dir)
-        .stdin(Stdio::null())
-        .stdout(file.try_clone()?)
-        .stderr(file)
-        .spawn()
-        .context("starting the copy of cl-worker-manager")?;
-    let mut manager = harness::ManagerProcess::adopt(child, log);
+        .env("CODALAB_PASSWORD", harness::PASSWORD);
+    let mut manager = harness::start(command, &setup.spec.dir, "dispatch-stopped")?;
     let start = Instant::now();
     let mut most = 0;
     while start.elapsed() < WATCH {

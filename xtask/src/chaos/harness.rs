@@ -64,15 +64,13 @@ pub enum Backend {
 impl ManagerSpec {
     /// Starts the manager; its log is `<dir>/<label>.log`.
     pub fn spawn(&self, label: &str) -> Result<ManagerProcess> {
-        let log = self.dir.join(format!("{label}.log"));
-        let file = std::fs::File::create(&log)?;
         let worker = stand_in_worker(&self.dir)?;
-        let mut command = Command::new(self.dir.join("../cl-worker-manager"));
+        let mut command = manager_command(&self.dir, &self.server);
         command
-            .args(["--server", &self.server, "--min-workers", "0"])
+            .args(["--min-workers", "0"])
             .args(["--max-workers", &MAX_WORKERS.to_string()])
             .args(["--sleep-time", "1", "--min-seconds-between-workers", "0"])
-            .args(["--search", &self.tag, "--log-format", "json", "--verbose"])
+            .args(["--search", &self.tag, "--verbose"])
             .args(["--worker-executable", &worker.display().to_string()]);
         match &self.backend {
             Backend::Slurm => command
@@ -117,25 +115,43 @@ impl ManagerSpec {
         };
         command
             .env("CODALAB_USERNAME", USER)
-            .env("CODALAB_PASSWORD", PASSWORD)
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file);
-        for (key, _) in std::env::vars() {
-            if key.starts_with("CODALAB_WM_") {
-                command.env_remove(key);
-            }
-        }
-        let child = command
-            .spawn()
-            .context("starting the copy of cl-worker-manager")?;
-        Ok(ManagerProcess {
-            child,
-            log,
-            expected_exit: false,
-        })
+            .env("CODALAB_PASSWORD", PASSWORD);
+        start(command, &self.dir, label)
     }
+}
+
+/// The scenario's copy of the binary against `server`, as every scenario starts it: a JSON
+/// log, no `CODALAB_WM_*` of this process, the scenario's dir as its working dir (a worker's
+/// scratch dir is relative to it), no standard input. Credentials and the rest are the caller's.
+pub fn manager_command(dir: &Path, server: &str) -> Command {
+    let mut command = Command::new(dir.join("../cl-worker-manager"));
+    command
+        .args(["--server", server, "--log-format", "json"])
+        .env("NO_COLOR", "1")
+        .current_dir(dir)
+        .stdin(Stdio::null());
+    for (key, _) in std::env::vars() {
+        if key.starts_with("CODALAB_WM_") {
+            command.env_remove(key);
+        }
+    }
+    command
+}
+
+/// Starts `command` with its output in `<dir>/<label>.log`.
+pub fn start(mut command: Command, dir: &Path, label: &str) -> Result<ManagerProcess> {
+    let log = dir.join(format!("{label}.log"));
+    let file = std::fs::File::create(&log)?;
+    let child = command
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .spawn()
+        .context("starting the copy of cl-worker-manager")?;
+    Ok(ManagerProcess {
+        child,
+        log,
+        expected_exit: false,
+    })
 }
 
 /// The scenario's stand-in worker (`sleep 900`), written into `dir` the first time.
@@ -173,15 +189,6 @@ fn make_executable(path: &Path) -> Result<()> {
 }
 
 impl ManagerProcess {
-    /// A manager a scenario started with its own arguments, logging to `log`.
-    pub fn adopt(child: Child, log: PathBuf) -> Self {
-        Self {
-            child,
-            log,
-            expected_exit: false,
-        }
-    }
-
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -7,11 +7,10 @@
 //! asked every owner on every tick.
 
 use super::event::Event;
-use super::harness::{self, ManagerProcess};
+use super::harness;
 use super::scenarios::{Findings, Setup};
 use crate::proxy::Fault;
-use anyhow::{Context, Result, ensure};
-use std::process::{Command, Stdio};
+use anyhow::{Result, ensure};
 use std::time::Duration;
 
 /// The owners whose bundles are staged (each a user `services up codalab` makes).
@@ -52,13 +51,12 @@ fn watch(setup: &Setup, tag: &str) -> Result<Findings> {
         },
         "/rest/users/",
     );
-    let log = setup.spec.dir.join("users-failing.log");
-    let file = std::fs::File::create(&log)?;
-    let child = Command::new(setup.spec.dir.join("../cl-worker-manager"))
-        .args(["--server", &setup.spec.server, "--min-workers", "0"])
-        .args(["--max-workers", "2", "--launch-mode", "target"])
-        .args(["--sleep-time", "1", "--min-seconds-between-workers", "0"])
-        .args(["--search", &format!("tags={tag}"), "--log-format", "json"])
+    let mut command = harness::manager_command(&setup.spec.dir, &setup.spec.server);
+    command
+        .args(["--min-workers", "0", "--max-workers", "2"])
+        .args(["--launch-mode", "target", "--sleep-time", "1"])
+        .args(["--min-seconds-between-workers", "0"])
+        .args(["--search", &format!("tags={tag}")])
         .arg("--worker-executable")
         .arg(harness::stand_in_worker(&setup.spec.dir)?)
         .args([
@@ -74,16 +72,8 @@ fn watch(setup: &Setup, tag: &str) -> Result<Findings> {
         .arg("--slurm-work-dir")
         .arg(setup.spec.dir.join("slurm-users"))
         .env("CODALAB_USERNAME", ROOT.0)
-        .env("CODALAB_PASSWORD", ROOT.1)
-        .env("NO_COLOR", "1")
-        // The workers' own scratch dirs are relative to the job's, so the scenario's dir.
-        .current_dir(&setup.spec.dir)
-        .stdin(Stdio::null())
-        .stdout(file.try_clone()?)
-        .stderr(file)
-        .spawn()
-        .context("starting the copy of cl-worker-manager")?;
-    let mut manager = ManagerProcess::adopt(child, log);
+        .env("CODALAB_PASSWORD", ROOT.1);
+    let mut manager = harness::start(command, &setup.spec.dir, "users-failing")?;
     let before = setup.proxy.faulted();
     let first = manager.wait_for_event(0, Duration::from_secs(40), "a first tick", is_pool_tick)?;
     let cursor = manager.cursor();
