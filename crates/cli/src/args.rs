@@ -166,7 +166,7 @@ pub struct ProcessArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen_hosts: Option<Vec<String>>,
 
-    /// Directory of the launch records: which jobs this manager launched (it stops no other), which checked in, the budget's day; keep it across restarts [default: $XDG_STATE_HOME/codalab-wm/records or ~/.local/state/codalab-wm/records]
+    /// Directory of the launch records: which jobs this manager launched (it stops no other), which checked in, the budget's day; keep it across restarts [default: $STATE_DIRECTORY/records under systemd, else $XDG_STATE_HOME/codalab-wm/records or ~/.local/state/codalab-wm/records]
     #[arg(long = "record-dir", value_name = "DIR", value_hint = ValueHint::DirPath)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub record_dir: Option<PathBuf>,

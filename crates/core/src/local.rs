@@ -53,7 +53,7 @@ pub struct LocalConfig {
     /// Memory per worker in MiB
     #[arg(long, default_value_t = 2048)]
     pub memory_mb: u64,
-    /// Where worker records and logs are kept [default: $XDG_STATE_HOME/codalab-wm/local]
+    /// Where worker records and logs are kept [default: $STATE_DIRECTORY/local under systemd, else $XDG_STATE_HOME/codalab-wm/local]
     #[arg(long, default_value_os_t = default_state_dir(), hide_default_value = true)]
     pub state_dir: PathBuf,
 }
