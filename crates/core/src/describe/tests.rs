@@ -28,7 +28,9 @@ fn defaults_are_the_flags_defaults() {
         schema.docs["memory_mb"],
         "Memory per worker in MiB [default: 2048]"
     );
-    assert!(schema.docs["state_dir"].ends_with("[default: $XDG_STATE_HOME/codalab-wm/local]"));
+    assert!(schema.docs["state_dir"].ends_with(
+        "[default: $STATE_DIRECTORY/local under systemd, else $XDG_STATE_HOME/codalab-wm/local]"
+    ));
 }
 
 #[test]
