@@ -353,8 +353,9 @@ fn wait_bundle(
         }
         assert!(
             Instant::now() < deadline,
-            "bundle {uuid} never {what} (last {state}):\n{}",
-            log()
+            "bundle {uuid} never {what} (last {state}):\n{}\n{}",
+            log(),
+            server.diagnose(&[uuid.to_owned()])
         );
         std::thread::sleep(Duration::from_millis(500));
     }

@@ -100,8 +100,11 @@ fi
 
 # ------------------------------------------------------------------ 2. python venv
 REQ=$CL_SCRIPTS/requirements-py311.txt
-want_stamp="codalab==1.7.5 $(sha256sum "$REQ" | cut -c1-16)"
+# The stamp names the venv's path: a venv's scripts (cl, cl-worker) name their interpreter by
+# path, so one copied or moved from another checkout is rebuilt, not run broken.
+want_stamp="codalab==1.7.5 $(sha256sum "$REQ" | cut -c1-16) in $CL_VENV"
 if [ "$(cat "$CL_VENV/.codalab-ready" 2>/dev/null)" != "$want_stamp" ]; then
+  [ -e "$CL_VENV/.codalab-ready" ] && rm -rf "$CL_VENV"
   "$CL_PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
     || log "WARNING: $CL_PYTHON is not CPython 3.11; requirements-py311.txt is made for 3.11"
   log "installing codalab==1.7.5 + requirements-py311.txt into $CL_VENV (several minutes; log: $CL_LOGS/pip.log)"

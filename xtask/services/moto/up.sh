@@ -35,11 +35,14 @@ wait_for() {
   return 1
 }
 
-if [ ! -x "$VENV/bin/moto_server" ] || [ "$(cat "$STATE/installed" 2>/dev/null)" != "$MOTO_SPEC" ]; then
+# A venv's scripts name its own path: one copied or moved from another checkout is rebuilt.
+INSTALLED="$MOTO_SPEC in $VENV"
+if [ ! -x "$VENV/bin/moto_server" ] || [ "$(cat "$STATE/installed" 2>/dev/null)" != "$INSTALLED" ]; then
   echo "installing $MOTO_SPEC into $VENV"
+  rm -rf "$VENV"
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "$MOTO_SPEC"
-  echo "$MOTO_SPEC" > "$STATE/installed"
+  echo "$INSTALLED" > "$STATE/installed"
 fi
 
 if alive "$STATE/docker-stub.pid" docker_stub.py; then

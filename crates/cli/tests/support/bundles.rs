@@ -189,6 +189,38 @@ impl Server {
             .unwrap()
     }
 
+    /// What the server says of bundles that did not finish: each one's state and
+    /// `staged_status` (the bundle manager's reason), the workers it lists (the user's), and
+    /// the end of the bundle manager's log. Printed after the manager's log: a failure's
+    /// output keeps its end.
+    pub fn diagnose(&self, uuids: &[String]) -> String {
+        let mut out = String::from("--- what the server says\n");
+        for uuid in uuids {
+            let body = self
+                .get(&format!("/rest/bundles/{uuid}"))
+                .unwrap_or_default();
+            let doc: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            let attributes = &doc["data"]["attributes"];
+            out += &format!(
+                "bundle {uuid}: {} {}\n",
+                attributes["state"], attributes["metadata"]["staged_status"]
+            );
+        }
+        let workers = self
+            .get("/rest/workers/info")
+            .unwrap_or_else(|e| e.to_string());
+        out += &format!("workers: {workers}\n");
+        let log = repo().join(".services/codalab/logs/bundle-manager.log");
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with(' ')).collect();
+        out += "bundle manager's last lines:\n";
+        for line in &lines[lines.len().saturating_sub(40)..] {
+            out += line;
+            out.push('\n');
+        }
+        out
+    }
+
     /// Polls (every 0.5 s, at most `limit`) until every bundle is in a final state; panics with
     /// the states and `context()` (e.g. the manager's log) when one is not `ready` or time runs out.
     pub fn wait_ready(&self, uuids: &[String], limit: Duration, context: impl Fn() -> String) {
@@ -206,8 +238,9 @@ impl Server {
             }
             assert!(
                 Instant::now() < deadline,
-                "bundles not ready after {limit:?}: {states:?}\n{}",
-                context()
+                "bundles not ready after {limit:?}: {states:?}\n{}\n{}",
+                context(),
+                self.diagnose(uuids)
             );
             std::thread::sleep(Duration::from_millis(500));
         }
