@@ -392,6 +392,22 @@ fn spill_after_and_a_queued_platform_are_what_ifs_with_a_cost_line() {
         )),
         "{text}"
     );
+    // The same with workers started preemptible (`--worker-preemptible`, as the manager starts
+    // them wherever the platform may reclaim them): the server stages their runs again.
+    let output = Command::new(BIN)
+        .args(["--config", config.to_str().unwrap(), "--worker-preemptible"])
+        .args(["simulate", "--arrivals", "poisson:2", "--bundles", "200"])
+        .args(["--platform", "cloud:reclaim=600", "--set", "slurm.max=0"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(!text.contains("lost"), "{text}");
+    assert!(
+        text.contains(
+            "runs of reclaimed preemptible workers staged again and run elsewhere: cloud "
+        ),
+        "{text}"
+    );
     // A bad platform names the flag and the key.
     let bad = Command::new(BIN)
         .args([

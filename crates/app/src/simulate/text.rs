@@ -66,6 +66,7 @@ pub fn text(report: &SimReport) -> String {
         let _ = writeln!(out, "  {}: {}", pool.name, pool.shape);
     }
     out.push_str(&lost_runs(report));
+    out.push_str(&restaged_runs(report));
     out.push_str(&costs(report));
     out.push_str(&estimates(report));
     out
@@ -99,6 +100,26 @@ fn lost_runs(report: &SimReport) -> String {
         false => format!(
             "runs lost with reclaimed workers (worker_offline on the server, not staged again): \
              {}\n",
+            pools.join(", ")
+        ),
+    }
+}
+
+/// Where reclaimed preemptible workers' runs were staged again, and the time they had run.
+fn restaged_runs(report: &SimReport) -> String {
+    let pools: Vec<String> = (report.pools.iter())
+        .filter(|p| p.restaged_runs > 0)
+        .map(|p| {
+            format!(
+                "{} {} ({:.2} h run again)",
+                p.name, p.restaged_runs, p.rerun_hours
+            )
+        })
+        .collect();
+    match pools.is_empty() {
+        true => String::new(),
+        false => format!(
+            "runs of reclaimed preemptible workers staged again and run elsewhere: {}\n",
             pools.join(", ")
         ),
     }

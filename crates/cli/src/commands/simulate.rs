@@ -13,6 +13,7 @@ use codalab_wm_core::settings::{Layers, Settings};
 use codalab_wm_core::simulate::{
     BundleTemplate, PoissonRate, SimConfig, Workload, simulate, what_if,
 };
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -106,7 +107,7 @@ pub struct Args {
     #[arg(long = "set", value_name = "[POOL.]KEY=VALUE")]
     pub set: Vec<String>,
 
-    /// How a pool's platform starts its jobs, POOL:latency=MIN-MAX,slots=N,busy=EVERY/FOR,stockout=EVERY/FOR,preempt=SHARE,reclaim=MEAN (seconds; any of the keys), repeatable: its own start latency; at most N of its jobs placed at once; others fill it for the first FOR of every EVERY (a job with no place pends, reason Resources, as on a full Slurm partition); no capacity for the first FOR of every EVERY (a launch fails as a Spot stockout); SHARE of its launches preempted before their worker is active; an active worker reclaimed after MEAN on average, its runs lost (worker_offline on the server)
+    /// How a pool's platform starts its jobs, POOL:latency=MIN-MAX,slots=N,busy=EVERY/FOR,stockout=EVERY/FOR,preempt=SHARE,reclaim=MEAN (seconds; any of the keys), repeatable: its own start latency; at most N of its jobs placed at once; others fill it for the first FOR of every EVERY (a job with no place pends, reason Resources, as on a full Slurm partition); no capacity for the first FOR of every EVERY (a launch fails as a Spot stockout); SHARE of its launches preempted before their worker is active; an active worker reclaimed after MEAN on average, its runs staged again when the pool's workers start preemptible, lost (worker_offline on the server) otherwise
     #[arg(long = "platform", value_name = "POOL:SPEC")]
     pub platform: Vec<String>,
 
@@ -135,7 +136,7 @@ pub struct Args {
 pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     let layers = crate::setup::layers(&global, None);
     let settings = crate::setup::settings(&layers)?;
-    let mut policies = policies(&settings, &layers, args.backend.as_deref())?;
+    let (mut policies, preemptible) = policies(&settings, &layers, args.backend.as_deref())?;
     for change in &args.set {
         what_if::apply(&mut policies, change)?;
     }
@@ -161,6 +162,7 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
         drain: Duration::from_secs(args.drain_seconds),
         quotas: what_if::quotas(&args.quota)?,
         platforms: what_if::platforms(&args.platform, &policies)?,
+        preemptible,
         ..SimConfig::default()
     };
     let started = Instant::now();
@@ -191,27 +193,40 @@ fn workload(args: &Args) -> Result<Workload> {
 }
 
 /// The pool policies the manager would build, without building any backend.
+/// The pools' policies, and the pools whose workers start preemptible (their reclaimed runs
+/// are staged again), as the manager would lay them out.
 fn policies(
     settings: &Settings,
     layers: &Layers,
     backend: Option<&str>,
-) -> Result<Vec<PoolPolicy>> {
+) -> Result<(Vec<PoolPolicy>, BTreeSet<String>)> {
     let catalogue = catalogue();
+    let preemptible = |layout: &Layout| {
+        (layout.pools.iter())
+            .filter(|p| p.worker.preemptible)
+            .map(|p| p.policy.name.clone())
+            .collect()
+    };
     if !settings.pools.is_empty() {
         if backend.is_some() {
             bail!("--backend is for the single-backend mode; the config file declares [[pools]]");
         }
         let layout = Layout::pools(settings, &catalogue, Reading::Shapes)?;
-        return Ok(layout.pools.into_iter().map(|p| p.policy).collect());
+        let preemptible = preemptible(&layout);
+        return Ok((
+            layout.pools.into_iter().map(|p| p.policy).collect(),
+            preemptible,
+        ));
     }
     let name = backend.or(settings.backend.as_deref()).unwrap_or("local");
     let kind = catalogue.get(name)?;
     let tables = layers.tables(kind, kind.placement_defaults(single_placement(settings)))?;
     let layout = Layout::single(settings, kind, &tables, Reading::Shapes)?;
+    let preemptible = preemptible(&layout);
     let mut policy = layout.pools.into_iter().next().context("no pool")?.policy;
     // The server's search does the queue filtering in this mode; the simulated server still
     // runs a bundle only on a worker with its tag.
     policy.tag = settings.worker.tag.clone();
     policy.tag_exclusive = settings.worker.tag_exclusive;
-    Ok(vec![policy])
+    Ok((vec![policy], preemptible))
 }

@@ -140,6 +140,10 @@ struct Stats {
     unused: u64,
     /// Runs lost with a reclaimed worker.
     lost: usize,
+    /// Runs of a reclaimed preemptible worker, staged again.
+    restaged: usize,
+    /// The time those runs had run when their worker was reclaimed (run again from the start).
+    rerun_ms: u64,
 }
 
 /// One simulation run.
@@ -171,6 +175,8 @@ pub(super) struct Sim<'a> {
     runnable_left: usize,
     unrunnable: usize,
     started: usize,
+    /// Bundles staged again after a reclaim: their next start is not a new bundle's start.
+    restarted: std::collections::HashSet<u32>,
     finished: usize,
     last_finish: u64,
     stats: Vec<Stats>,
@@ -236,6 +242,7 @@ impl<'a> Sim<'a> {
             runnable_left: 0,
             unrunnable: 0,
             started: 0,
+            restarted: Default::default(),
             finished: 0,
             last_finish: 0,
             stats: (0..n).map(|_| Stats::default()).collect(),
@@ -411,8 +418,11 @@ impl<'a> Sim<'a> {
         worker.in_use = add(worker.in_use, requested);
         worker.started += 1;
         let pool = worker.pool;
-        self.stats[pool].waits.push(now - arrival.at_ms);
-        self.started += 1;
+        // A restaged run's wait (from its arrival) was counted at its first start.
+        if !self.restarted.remove(&bundle) {
+            self.stats[pool].waits.push(now - arrival.at_ms);
+            self.started += 1;
+        }
         self.schedule(now + arrival.duration_ms, FINISH, job, bundle);
     }
 

@@ -106,6 +106,11 @@ pub struct SimConfig {
     pub quotas: std::collections::BTreeMap<String, u32>,
     /// Per pool (by name): how its platform starts jobs, when not as `start_latency` says.
     pub platforms: std::collections::BTreeMap<String, Platform>,
+    /// Pools (by name) whose workers start as `cl-worker --preemptible` (what the manager gives
+    /// every pool whose workers the platform may reclaim: `layout::preemptible`). CodaLab 1.7.5
+    /// stages the runs of such a worker again when it goes offline, so a reclaim costs those
+    /// runs the time they had run, not the runs; any other pool's reclaimed runs are lost.
+    pub preemptible: std::collections::BTreeSet<String>,
     /// The policy plans on the server's dispatch model (workers hold several bundles, quotas
     /// hold bundles back), as the manager does when it knows its identity and the server's
     /// workers; false: one bundle a worker, as before (and when the server does not say).
@@ -125,6 +130,7 @@ impl Default for SimConfig {
             drain: Duration::from_secs(24 * 3600),
             quotas: Default::default(),
             platforms: Default::default(),
+            preemptible: Default::default(),
             server_model: true,
         }
     }
@@ -147,8 +153,9 @@ pub struct Platform {
     /// while it boots): listed once as preempted, then gone.
     pub preempt: f64,
     /// An active worker is reclaimed after this long on average (exponentially distributed,
-    /// as a Spot VM's life): listed once as preempted, then gone. The runs on it are lost:
-    /// CodaLab 1.7.5 marks them `worker_offline`, and nothing stages them again.
+    /// as a Spot VM's life): listed once as preempted, then gone. Its runs are staged again
+    /// when the pool's workers are preemptible ([`SimConfig::preemptible`]), and lost
+    /// otherwise (CodaLab 1.7.5 marks them `worker_offline`, and nothing stages them again).
     pub reclaim: Option<Duration>,
 }
 

@@ -71,6 +71,13 @@ pub struct PoolReport {
     pub bundles_run: usize,
     /// Of those, runs lost with a reclaimed worker ([`super::Platform::reclaim`]).
     pub lost_runs: usize,
+    /// Runs of reclaimed preemptible workers the server staged again
+    /// ([`super::SimConfig::preemptible`]); each ran again from its start.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub restaged_runs: usize,
+    /// The time those runs had run when their worker was reclaimed (work done again), hours.
+    #[serde(skip_serializing_if = "is_zero_hours")]
+    pub rerun_hours: f64,
     /// Queue waits of those bundles.
     pub wait: WaitStats,
 }
@@ -257,4 +264,12 @@ mod tests {
         assert_eq!(series.rows().filter(|(_, v)| v[0] == 1).count(), 1);
         assert_eq!(series.times_ms[1], 4);
     }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+fn is_zero_hours(h: &f64) -> bool {
+    *h == 0.0
 }

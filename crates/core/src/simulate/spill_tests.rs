@@ -166,3 +166,37 @@ fn a_reclaimed_worker_loses_its_runs_and_sends_the_next_launches_to_the_fallback
     assert_eq!((report.lost, report.finished, report.unfinished), (1, 1, 0));
     assert!(!report.drained, "a lost run does not hold the run open");
 }
+
+#[test]
+fn a_reclaimed_preemptible_workers_run_is_staged_again_and_finishes_on_the_fallback() {
+    // The Spot pool's workers start as `cl-worker --preemptible` (what the manager gives a
+    // pool with a fallback): the server stages the runs of a reclaimed worker again, and they
+    // run anew (here on the fallback, the Spot pool having failed once), none lost. The same
+    // workload without `preemptible` loses them.
+    let platform = Platform {
+        reclaim: Some(S(600)),
+        ..Platform::default()
+    };
+    let two = Workload::parse("time,cpus,duration\n0,1,3600\n600,1,100\n").unwrap();
+    let (pools, mut config) = spot_and_fallback(platform);
+    let lossy = simulate(&two, &pools, &config).unwrap();
+    assert!(lossy.lost > 0 && lossy.pools[0].restaged_runs == 0);
+
+    config.preemptible = ["slurm".to_owned()].into();
+    let report = simulate(&two, &pools, &config).unwrap();
+    let (spot, cloud) = (&report.pools[0], &report.pools[1]);
+    assert_eq!(spot.lost_runs, 0);
+    assert_eq!(spot.restaged_runs, lossy.pools[0].lost_runs);
+    assert!(spot.rerun_hours > 0.0, "the reclaimed run had run a while");
+    assert!(cloud.launches > 0, "the restaged run went nowhere");
+    // A restaged run is no new start: two bundles started, both finished.
+    assert_eq!(
+        (
+            report.started,
+            report.lost,
+            report.finished,
+            report.unfinished
+        ),
+        (2, 0, 2, 0)
+    );
+}

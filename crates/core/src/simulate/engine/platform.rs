@@ -96,8 +96,10 @@ impl Sim<'_> {
         }
     }
 
-    /// The platform takes `job`'s worker away: the runs on it are lost (the server marks
-    /// them `worker_offline`), and the job is listed once as preempted.
+    /// The platform takes `job`'s worker away, and the job is listed once as preempted. The
+    /// server stages its runs again when the pool's workers are preemptible (in their class's
+    /// queue by age, as the server orders staged bundles); otherwise they are lost (the server
+    /// marks them `worker_offline`).
     pub(super) fn reclaim(&mut self, job: u32, now: u64) {
         let worker = &mut self.jobs[job as usize];
         if worker.phase != Phase::Active {
@@ -110,11 +112,25 @@ impl Sim<'_> {
             let owner = self.workload.arrivals[*bundle as usize].owner;
             *self.owner_runs.entry(owner).or_default() -= 1;
         }
-        self.runnable_left -= runs.len();
+        let restage = self.config.preemptible.contains(&self.policies[pool].name);
         let stats = &mut self.stats[pool];
-        stats.lost += runs.len();
         stats.busy_ms += busy;
+        if !restage {
+            self.runnable_left -= runs.len();
+            stats.lost += runs.len();
+            self.end_active(job, now, Phase::Preempted);
+            return;
+        }
+        stats.restaged += runs.len();
+        stats.rerun_ms += runs.iter().map(|(_, since)| now - since).sum::<u64>();
         self.end_active(job, now, Phase::Preempted);
+        for (bundle, _) in runs {
+            self.restarted.insert(bundle);
+            let class = self.class_of(bundle);
+            let queue = &mut self.classes[class].queue;
+            queue.insert(queue.partition_point(|&b| b < bundle), bundle);
+        }
+        self.serve(now);
     }
 
     /// Whether `pool`'s platform has no capacity at `now` (a stockout spell).

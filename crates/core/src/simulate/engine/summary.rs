@@ -61,6 +61,8 @@ impl Sim<'_> {
                         .map(|price| (hours(stats.worker_ms) * price * 1000.0).round() / 1000.0),
                     bundles_run: stats.waits.len(),
                     lost_runs: stats.lost,
+                    restaged_runs: stats.restaged,
+                    rerun_hours: hours(stats.rerun_ms),
                     wait: WaitStats::of(&mut stats.waits),
                 }
             })
