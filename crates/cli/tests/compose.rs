@@ -11,8 +11,10 @@
 //!   flags) and environment, runs as the unprivileged user 65532, and keeps its launch records
 //!   in a volume of its own (review §10: two managers of one pool identity on one record dir,
 //!   the second is refused);
-//! - no secret is on a command line: the azure-batch key and the kubernetes token (upstream
-//!   passes `--account-key` and `--auth-token`) come from the environment (review §3);
+//! - no secret is on a command line or in the environment: the azure-batch key and the
+//!   kubernetes token (upstream passes `--account-key` and `--auth-token`) and the CodaLab
+//!   password come from files docker-compose mounts in /run/secrets, and upstream's
+//!   environment has its secrets emptied (review §3, issue 40 item 6);
 //! - our binary accepts each command line exactly as docker-compose splits it, with that
 //!   environment: flags, config, credentials and backend set-up pass, and the first tick fails
 //!   only on the server, a closed port of 127.0.0.1 (exit status 1, not 2).
@@ -126,31 +128,53 @@ fn our_image_runs_every_worker_manager_command_line_codalab_service_builds() {
         for secret in ["--account-key", "--auth-token", "a2V5", "token"] {
             assert!(!argv.contains(&secret), "{name}: {secret} in {argv:?}");
         }
-        let secrets: Vec<(&str, &str)> = [
-            "AZURE_BATCH_ACCOUNT_KEY",
-            "CODALAB_WM_KUBERNETES__AUTH_TOKEN",
-        ]
-        .into_iter()
-        .map(|key| (key, env(service, key)))
-        .filter(|(_, value)| !value.is_empty())
-        .collect();
-        let expected = match name.as_str().unwrap() {
-            n if n.starts_with("azure") => vec![("AZURE_BATCH_ACCOUNT_KEY", "a2V5")],
-            n if n.starts_with("kubernetes") => {
-                vec![("CODALAB_WM_KUBERNETES__AUTH_TOKEN", "token")]
-            }
-            _ => vec![],
+        // Upstream's environment gives every service every secret: the override empties
+        // them; the manager's come as files (`secrets:`), mounted in /run/secrets.
+        for key in [
+            "CODALAB_PASSWORD",
+            "CODALAB_MYSQL_PASSWORD",
+            "CODALAB_WORKER_MANAGER_AZURE_BATCH_ACCOUNT_KEY",
+            "CODALAB_WORKER_MANAGER_CPU_KUBERNETES_AUTH_TOKEN",
+            "CODALAB_WORKER_MANAGER_GPU_KUBERNETES_AUTH_TOKEN",
+        ] {
+            assert_eq!(env(service, key), "", "{name}: {key} in the environment");
+        }
+        assert_eq!(env(service, "CODALAB_WM_SECRETS_DIR"), "/run/secrets");
+        let targets: Vec<&str> = (service["secrets"].as_array().unwrap().iter())
+            .map(|s| s["target"].as_str().unwrap())
+            .collect();
+        let own = match name.as_str().unwrap() {
+            n if n.starts_with("azure") => Some(("azure_batch.account_key", "a2V5")),
+            n if n.starts_with("kubernetes") => Some(("kubernetes.auth_token", "token")),
+            _ => None,
         };
-        assert_eq!(secrets, expected, "{name}");
+        let mut expected = vec!["codalab-password", "codalab-username"];
+        expected.extend(own.map(|(target, _)| target));
+        expected.sort();
+        let mut got = targets.clone();
+        got.sort();
+        assert_eq!(got, expected, "{name}");
+        // The files as docker-compose mounts them (the admin's, mode 400).
+        let secrets_dir = workdir.path().join(format!("secrets-{name}"));
+        std::fs::create_dir_all(&secrets_dir).unwrap();
+        for target in targets {
+            let value = match target {
+                "codalab-username" => "codalab",
+                "codalab-password" => "codalab",
+                _ => own.unwrap().1,
+            };
+            let file = secrets_dir.join(target);
+            std::fs::write(&file, format!("{value}\n")).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o400)).unwrap();
+        }
 
         let output = Command::new(BIN)
             .arg("--once")
             .args(&argv[1..])
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap())
-            .env("CODALAB_USERNAME", env(service, "CODALAB_USERNAME"))
-            .env("CODALAB_PASSWORD", env(service, "CODALAB_PASSWORD"))
-            .envs(secrets)
+            .env("CODALAB_WM_SECRETS_DIR", &secrets_dir)
             .env("CODALAB_WM_RECORD_DIR", workdir.path().join(volume))
             .env("NO_COLOR", "1")
             .output()
@@ -298,7 +322,33 @@ async fn the_services_come_up_beside_the_real_server_tick_and_share_nothing() {
             file.insert(name.to_owned(), Value::Object(config.clone()));
         }
         assert_eq!(names.len(), 4, "{names:?}");
-        let compose = serde_json::json!({"version": "3.5", "services": file, "volumes": volumes});
+        // The admin's secret files (the override's `secrets:`), readable by the containers'
+        // user only; the manager logs in with the server's root account from them.
+        let secret_files = workdir.path().join("secrets");
+        std::fs::create_dir_all(&secret_files).unwrap();
+        let mut secrets = serde_json::Map::new();
+        for config in file.values() {
+            for secret in config["secrets"].as_array().into_iter().flatten() {
+                let source = secret["source"].as_str().unwrap();
+                let value = match source {
+                    "codalab-wm-username" | "codalab-wm-password" => "codalab",
+                    other => {
+                        assert!(other.contains("kubernetes"), "{other}");
+                        "token"
+                    }
+                };
+                let path = secret_files.join(source);
+                std::fs::write(&path, value).unwrap();
+                std::os::unix::fs::chown(&path, Some(65532), Some(65532)).unwrap();
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+                secrets.insert(source.into(), serde_json::json!({"file": path}));
+            }
+        }
+        assert!(secrets.contains_key("codalab-wm-password"), "{secrets:?}");
+        let compose = serde_json::json!({
+            "version": "3.5", "services": file, "volumes": volumes, "secrets": secrets,
+        });
         let path = workdir.path().join("compose.json");
         std::fs::write(&path, compose.to_string()).unwrap();
         let project = format!("wmtest{}", std::process::id());

@@ -445,3 +445,46 @@ fn workers_of_another_account_in_a_readable_password_file_are_said() {
         }
     }
 }
+
+/// Secrets as files (`CODALAB_WM_SECRETS_DIR`): a `TABLE.KEY` file is a layer of that table
+/// (its value checked as the file's would be), and a file of another name, or one others may
+/// read, stops the start with its name (issue 40, item 6).
+#[test]
+fn the_secrets_dir_is_a_layer_of_the_backend_tables_and_its_files_are_checked() {
+    use std::os::unix::fs::PermissionsExt;
+    let secrets = tempfile::tempdir().unwrap();
+    let put = |name: &str, text: &str, mode: u32| {
+        let path = secrets.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let dir = secrets.path().to_str().unwrap().to_owned();
+    put("local.cpus", "two\n", 0o400);
+    let said = start(None, &[("CODALAB_WM_SECRETS_DIR", &dir)]);
+    let file = secrets.path().join("local.cpus");
+    assert!(
+        said.contains(&format!(
+            "`local.cpus`: invalid type: found string \"two\", expected u32 (in {})",
+            file.display()
+        )),
+        "the file was not read, or not named:\n{said}"
+    );
+
+    std::fs::remove_file(secrets.path().join("local.cpus")).unwrap();
+    put("token", "x", 0o400);
+    let said = start(None, &[("CODALAB_WM_SECRETS_DIR", &dir)]);
+    assert!(
+        said.contains(&format!(
+            "secrets dir {dir}: file `token`: name it codalab-username"
+        )),
+        "{said}"
+    );
+
+    std::fs::remove_file(secrets.path().join("token")).unwrap();
+    put("codalab-password", "pw\n", 0o644);
+    let said = start(None, &[("CREDENTIALS_DIRECTORY", &dir)]);
+    assert!(
+        said.contains("file `codalab-password` may be read by others (mode 644)"),
+        "systemd's CREDENTIALS_DIRECTORY is the secrets dir too:\n{said}"
+    );
+}

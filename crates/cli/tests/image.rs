@@ -236,9 +236,21 @@ fn pod_run_args(
             std::os::unix::fs::chown(&host, Some(0), Some(gid as u32)).unwrap();
             std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o2775)).unwrap();
             claim_dir = Some(host.clone());
+        } else if let Some(secret) = volume["secret"]["secretName"].as_str() {
+            // kubelet: a file per key, defaultMode, with fsGroup the files' group.
+            let mode = volume["secret"]["defaultMode"].as_u64().unwrap_or(0o644) as u32;
+            let gid = fs_group.map(|g| g as u32);
+            for (key, value) in secrets {
+                let file = host.join(key);
+                std::fs::write(&file, value).unwrap();
+                std::os::unix::fs::chown(&file, Some(0), gid).unwrap();
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            }
+            assert!(!secret.is_empty());
+            std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o755)).unwrap();
         } else {
             panic!(
-                "volume {name}: only configMap and persistentVolumeClaim are translated: {volume}"
+                "volume {name}: only configMap, persistentVolumeClaim and secret are translated: {volume}"
             );
         }
         args.extend([
@@ -275,8 +287,12 @@ async fn create_secret(
     use base64::Engine;
     let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
     let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+    let volumes = &deployment["spec"]["template"]["spec"]["volumes"];
     let names: std::collections::BTreeSet<&str> = (env.as_array().unwrap().iter())
         .filter_map(|v| v["valueFrom"]["secretKeyRef"]["name"].as_str())
+        .chain(
+            (volumes.as_array().unwrap().iter()).filter_map(|v| v["secret"]["secretName"].as_str()),
+        )
         .collect();
     let map = objects.iter().find(|o| o["kind"] == "ConfigMap").unwrap();
     let config = map["data"]["config.toml"].as_str().unwrap();
@@ -410,6 +426,13 @@ async fn the_manifests_pod_runs_read_only_ticks_and_keeps_records_and_budget_acr
         let started = docker(&run);
         assert!(started.status.success(), "{}", text(&started));
         let _removed = Removed(name.clone());
+        // The credentials are files of the Secret's volume: in neither the command line nor
+        // the environment (`docker inspect` shows both, as `kubectl describe` does).
+        let shown = text(&docker(&["inspect", "--format", "{{json .Config}}", &name]));
+        assert!(
+            !shown.contains("alicepw") && shown.contains("CODALAB_WM_SECRETS_DIR"),
+            "{shown}"
+        );
 
         // Without a claim (the manifest before #40) the records would be in the container:
         // it must not even start on its read-only root.

@@ -8,7 +8,7 @@ docker-compose command it would run with its environment; takes the ones that br
 worker-manager services, and runs them as `docker-compose ... -f OVERRIDE config` instead (the
 real docker-compose merging upstream's docker-compose.yml with OVERRIDE). Prints, per service,
 the merged image, entrypoint, command line (split as docker-compose splits it), environment,
-user and volumes.
+user, volumes and secrets (`{source, target}`).
 Settings codalab_service.py has no default for (cloud accounts, GPUs per worker, tags, the
 Kubernetes bundle runtime; without them upstream's own argparse refuses the command line too)
 get placeholders, as an admin would give them; CODALAB_SERVER is a closed port of 127.0.0.1
@@ -103,6 +103,7 @@ def main():
                 "environment": environment,
                 "user": config.get("user"),
                 "volumes": config.get("volumes") or [],
+                "secrets": config.get("secrets") or [],
             })
             if os.environ.get("COMPOSE_FULL") == "1":
                 services[-1]["config"] = config

@@ -14,12 +14,15 @@ VENV="$STATE/venv"
 SPEC="${K8S_VALIDATE_SPEC:-kubernetes-validate==1.37.0 cloudcoil-models-prometheus-operator==0.80.1.0}"
 mkdir -p "$STATE"
 
-if [ ! -x "$VENV/bin/kubernetes-validate" ] || [ "$(cat "$STATE/installed" 2>/dev/null)" != "$SPEC" ]; then
+# The stamp names the venv's path: a venv's scripts name their interpreter by path, so one
+# copied or moved from another checkout is rebuilt.
+INSTALLED="$SPEC in $VENV"
+if [ ! -x "$VENV/bin/kubernetes-validate" ] || [ "$(cat "$STATE/installed" 2>/dev/null)" != "$INSTALLED" ]; then
   echo "installing $SPEC into $VENV"
   rm -rf "$VENV"
   python3 -m venv "$VENV"
   # shellcheck disable=SC2086 # SPEC is a list of requirements
   "$VENV/bin/pip" install --quiet --disable-pip-version-check $SPEC
-  echo "$SPEC" > "$STATE/installed"
+  echo "$INSTALLED" > "$STATE/installed"
 fi
 bash "$(dirname "${BASH_SOURCE[0]}")/status.sh"

@@ -1,5 +1,6 @@
-//! Where settings come from: built-in defaults, then `--config FILE` (TOML), then `CODALAB_WM_*`
-//! environment variables (`__` separates tables), then flags. The global settings and the
+//! Where settings come from: built-in defaults, then `--config FILE` (TOML), then the secrets
+//! directory's `TABLE.KEY` files ([`crate::secret::files`]), then `CODALAB_WM_*` environment
+//! variables (`__` separates tables), then flags. The global settings and the
 //! backend tables are read apart: [`Settings`] knows no backend, and each backend reads its own
 //! table ([`BackendKind::read`]) from [`Layers::tables`]. Errors name the key as the file
 //! spells it and where it came from ([`invalid`](crate::error::invalid)).
@@ -32,6 +33,7 @@ impl Layers {
             figment = figment.merge(Without::new(Toml::file_exact(path), &tables));
         }
         figment = figment.merge(Without::new(env(), &tables));
+        crate::secret::files::check(&tables)?;
         let settings: Settings = figment
             .merge(self.flags.clone())
             .extract()
@@ -60,6 +62,7 @@ impl Layers {
         if let Some(path) = self.file()? {
             figment = figment.merge(Toml::file_exact(path));
         }
+        figment = figment.merge(crate::secret::files::layer(kind.table())?);
         figment = figment.merge(env());
         if let Some((kind, flags)) = &self.backend {
             figment = figment.merge(Serialized::defaults(table(kind.table(), flags.clone())));
@@ -93,9 +96,12 @@ fn table(name: &str, value: impl Into<serde_json::Value>) -> serde_json::Value {
     serde_json::json!({ name: value.into() })
 }
 
-/// `CODALAB_WM_*`; `CODALAB_WM_LOG` is the log filter, not a setting.
+/// `CODALAB_WM_*`; `CODALAB_WM_LOG` is the log filter and `CODALAB_WM_SECRETS_DIR` the
+/// secrets directory ([`crate::secret::files`]), not settings.
 fn env() -> Env {
-    Env::prefixed(ENV_PREFIX).ignore(&["LOG"]).split("__")
+    Env::prefixed(ENV_PREFIX)
+        .ignore(&["LOG", "SECRETS_DIR"])
+        .split("__")
 }
 
 /// A provider without some top-level keys (the backend tables, read apart).

@@ -238,6 +238,16 @@ impl SimReport {
     }
 }
 
+/// `serde`'s `skip_serializing_if` of a count that is zero.
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// `serde`'s `skip_serializing_if` of hours that are zero.
+fn is_zero_hours(h: &f64) -> bool {
+    *h == 0.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,12 +274,4 @@ mod tests {
         assert_eq!(series.rows().filter(|(_, v)| v[0] == 1).count(), 1);
         assert_eq!(series.times_ms[1], 4);
     }
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
-}
-
-fn is_zero_hours(h: &f64) -> bool {
-    *h == 0.0
 }

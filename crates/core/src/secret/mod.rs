@@ -1,4 +1,6 @@
-//! Secret strings that never print.
+//! Secret strings that never print, and where the manager's own come from.
+
+pub mod files;
 
 use std::fmt;
 
@@ -53,14 +55,21 @@ pub struct Credentials {
 
 impl Credentials {
     /// Credentials from a password file (user name on line 1, password on line 2; refused
-    /// when group or others may read it), else from `CODALAB_USERNAME`/`CODALAB_PASSWORD`.
+    /// when group or others may read it), else from the secrets directory's
+    /// `codalab-username` and `codalab-password` ([`files`]), else from
+    /// `CODALAB_USERNAME`/`CODALAB_PASSWORD`.
     pub fn load(password_file: Option<&std::path::Path>) -> crate::Result<Self> {
         let invalid = |message: String| crate::Error::InvalidConfig(message);
+        if password_file.is_none()
+            && let Some((username, password)) = files::credentials()?
+        {
+            return Ok(Self { username, password });
+        }
         let Some(path) = password_file else {
             let username = std::env::var("CODALAB_USERNAME").unwrap_or_default();
             let password = std::env::var("CODALAB_PASSWORD").unwrap_or_default();
             if username.is_empty() || password.is_empty() {
-                return Err(invalid("no CodaLab credentials: set CODALAB_USERNAME and CODALAB_PASSWORD, or pass --password-file".into()));
+                return Err(invalid("no CodaLab credentials: set CODALAB_USERNAME and CODALAB_PASSWORD, pass --password-file, or give codalab-username and codalab-password files in CODALAB_WM_SECRETS_DIR".into()));
             }
             return Ok(Self {
                 username,
