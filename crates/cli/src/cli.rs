@@ -10,9 +10,11 @@ use serde_json::Value;
 /// Starts CodaLab workers on a compute backend as run bundles are staged, keeping the number
 /// of workers between --min-workers and --max-workers.
 ///
-/// Settings come from built-in defaults, then --config FILE (TOML), then CODALAB_WM_* environment
-/// variables, then these flags. Credentials come from CODALAB_USERNAME and CODALAB_PASSWORD, or
-/// from --password-file.
+/// Settings come from built-in defaults, then --config FILE (TOML), then the files of
+/// CODALAB_WM_SECRETS_DIR named TABLE.KEY, then CODALAB_WM_* environment variables, then these
+/// flags. Credentials come from --password-file, else from the files codalab-username and
+/// codalab-password of CODALAB_WM_SECRETS_DIR (or systemd's $CREDENTIALS_DIRECTORY), else from
+/// CODALAB_USERNAME and CODALAB_PASSWORD.
 #[derive(Debug, Parser)]
 // `infer_long_args`: like upstream's argparse, an unambiguous prefix of a long flag is
 // accepted (`--max-w 4`), on every subcommand too (the setting is global).

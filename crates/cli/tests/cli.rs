@@ -287,8 +287,12 @@ fn missing_credentials_are_explained() {
     let output = manager(&["local"]).output_bounded().unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(
+        text(&output).contains(
+            "set CODALAB_USERNAME and CODALAB_PASSWORD, pass --password-file, or give \
+             codalab-username and codalab-password files in CODALAB_WM_SECRETS_DIR"
+        ),
+        "{}",
         text(&output)
-            .contains("set CODALAB_USERNAME and CODALAB_PASSWORD, or pass --password-file")
     );
 }
 

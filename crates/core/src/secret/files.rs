@@ -13,8 +13,8 @@
 //! Names starting with `.` (a Kubernetes volume's `..data`) are skipped; any other name is an
 //! error, as is a file others may read. A file's value is its text without the final newline.
 
-use crate::error::{Error, Result};
 use super::Secret;
+use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
 /// The environment variable that names the secrets directory.
