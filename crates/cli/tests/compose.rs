@@ -30,6 +30,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
+/// The Azure Batch account key (base64) of the compose services' secret file and the fake.
+const AZURE_KEY: &str = "a2V5";
 
 /// The six services, as `compose_commands.py` renders them with our override.
 fn rendered(workdir: &Path) -> Vec<Value> {
@@ -144,7 +146,7 @@ fn our_image_runs_every_worker_manager_command_line_codalab_service_builds() {
             .map(|s| s["target"].as_str().unwrap())
             .collect();
         let own = match name.as_str().unwrap() {
-            n if n.starts_with("azure") => Some(("azure_batch.account_key", "a2V5")),
+            n if n.starts_with("azure") => Some(("azure_batch.account_key", AZURE_KEY)),
             n if n.starts_with("kubernetes") => Some(("kubernetes.auth_token", "token")),
             _ => None,
         };
@@ -242,10 +244,11 @@ impl Drop for Project {
     }
 }
 
-/// The kubernetes services (the pair one record dir made collide, review §10) and the
-/// aws-batch ones, brought up by REAL docker-compose with our image and the merged configs
-/// codalab_service.py's commands give with our override, beside the REAL CodaLab server,
-/// against the fake Kubernetes API server and moto (`services up moto`): all tick, none
+/// All six services (the kubernetes pair, which one record dir made collide, review §10; the
+/// aws-batch and azure-batch pairs), brought up by REAL docker-compose with our image and the
+/// merged configs codalab_service.py's commands give with our override, beside the REAL
+/// CodaLab server, against the fake Kubernetes API server, moto (`services up moto`) and the
+/// in-repo fake Azure Batch service (the account's two jobs behind one URL): all tick, none
 /// exits, each keeps its own launch record. The changes to codalab_service.py's services: the
 /// host's network (`network_mode: host`) instead of upstream's networks, so that the loopback
 /// server and fakes are reachable, and moto's endpoint in the aws-batch services' environment.
@@ -264,6 +267,14 @@ async fn the_services_come_up_beside_the_real_server_tick_and_share_nothing() {
     let fake = codalab_wm_fake_k8s::FakeApiServer::start().await;
     fake.auto_kubelet(true);
     let url = fake.url().to_owned();
+    // The account's two jobs (upstream's settings give cpu-job and gpu-job) behind one service
+    // URL, with the key of the services' secret file.
+    let key = codalab_wm_core::secret::Secret::new(AZURE_KEY);
+    let azure = codalab_wm_fake_azure::FakeBatch::start("acct", &key, "cpu-job")
+        .await
+        .unwrap();
+    azure.also_serve("gpu-job");
+    let azure_url = azure.url().to_owned();
     let definition = support::unique("compose");
     let _jobs = Jobs(definition.clone());
     tokio::task::spawn_blocking(move || {
@@ -285,6 +296,7 @@ async fn the_services_come_up_beside_the_real_server_tick_and_share_nothing() {
             "CODALAB_WORKER_MANAGER_GPU_AWS_BATCH_QUEUE": SECOND_QUEUE,
             "CODALAB_WORKER_MANAGER_AWS_REGION": "us-east-1",
             "CODALAB_WORKER_MANAGER_AWS_BATCH_JOB_DEFINITION_NAME": definition,
+            "CODALAB_WORKER_MANAGER_AZURE_BATCH_SERVICE_URL": azure_url,
         });
         let python = repo().join(".services/codalab/venv/bin/python");
         let output = Command::new(python)
@@ -302,9 +314,6 @@ async fn the_services_come_up_beside_the_real_server_tick_and_share_nothing() {
         let mut names = Vec::new();
         for service in &services {
             let name = service["service"].as_str().unwrap();
-            if !name.starts_with("kubernetes-") && !name.starts_with("aws-batch-") {
-                continue;
-            }
             names.push(name.to_owned());
             let mut config = service["config"].clone();
             let config = config.as_object_mut().unwrap();
@@ -321,7 +330,7 @@ async fn the_services_come_up_beside_the_real_server_tick_and_share_nothing() {
             volumes.insert(record_volume(service), serde_json::json!({}));
             file.insert(name.to_owned(), Value::Object(config.clone()));
         }
-        assert_eq!(names.len(), 4, "{names:?}");
+        assert_eq!(names.len(), 6, "{names:?}");
         // The admin's secret files (the override's `secrets:`), readable by the containers'
         // user only; the manager logs in with the server's root account from them.
         let secret_files = workdir.path().join("secrets");
@@ -332,6 +341,7 @@ async fn the_services_come_up_beside_the_real_server_tick_and_share_nothing() {
                 let source = secret["source"].as_str().unwrap();
                 let value = match source {
                     "codalab-wm-username" | "codalab-wm-password" => "codalab",
+                    "codalab-wm-azure-batch-account-key" => AZURE_KEY,
                     other => {
                         assert!(other.contains("kubernetes"), "{other}");
                         "token"

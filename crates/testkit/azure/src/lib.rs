@@ -114,15 +114,25 @@ pub struct RecordedRequest {
 #[derive(Debug)]
 struct FakeState {
     base_url: String,
-    job_id: String,
+    /// The jobs it serves (the first given at start).
+    jobs: Vec<String>,
     key: SharedKeyCredential,
     tasks: BTreeMap<String, FakeTask>,
+    /// Each task's job.
+    task_jobs: BTreeMap<String, String>,
     hold: bool,
     page_size: usize,
     faults: VecDeque<Fault>,
     requests: Vec<RecordedRequest>,
     entra: Option<(String, Secret)>,
     tokens: Vec<String>,
+}
+
+impl FakeState {
+    /// The job of task `id` (the first job for one added directly, [`FakeBatch::insert`]).
+    fn job_of(&self, id: &str) -> &str {
+        (self.task_jobs.get(id)).map_or(self.jobs[0].as_str(), String::as_str)
+    }
 }
 
 type Shared = Arc<Mutex<FakeState>>;
@@ -149,9 +159,10 @@ impl FakeBatch {
         let url = format!("http://{}", listener.local_addr()?);
         let state = Arc::new(Mutex::new(FakeState {
             base_url: url.clone(),
-            job_id: job_id.to_owned(),
+            jobs: vec![job_id.to_owned()],
             key,
             tasks: BTreeMap::new(),
+            task_jobs: BTreeMap::new(),
             hold: false,
             page_size: 1000,
             faults: VecDeque::new(),
@@ -172,6 +183,12 @@ impl FakeBatch {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Serves job `job_id` too (an account's CPU and GPU jobs behind one service URL, as
+    /// CodaLab's compose deployment has them); each job lists and counts its own tasks.
+    pub fn also_serve(&self, job_id: &str) {
+        self.state().jobs.push(job_id.to_owned());
     }
 
     /// The service URL (`http://127.0.0.1:<port>`).

@@ -146,17 +146,22 @@ fn route(
         .collect();
     let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
     match (method.clone(), segments.as_slice()) {
-        (_, ["jobs", job, ..]) if *job != state.job_id => error(
+        (_, ["jobs", job, ..]) if !state.jobs.iter().any(|j| j == job) => error(
             StatusCode::NOT_FOUND,
             "JobNotFound",
             "The specified job does not exist.",
         ),
-        (Method::POST, ["jobs", _, "tasks"]) => add_task(state, headers, body),
-        (Method::GET, ["jobs", _, "tasks"]) => list_tasks(state, params, &request.origin(state)),
-        (Method::GET, ["jobs", _, "taskcounts"]) => task_counts(state, api_version),
+        (Method::POST, ["jobs", job, "tasks"]) => add_task(state, job, headers, body),
+        (Method::GET, ["jobs", job, "tasks"]) => {
+            list_tasks(state, job, params, &request.origin(state))
+        }
+        (Method::GET, ["jobs", job, "taskcounts"]) => task_counts(state, job, api_version),
         (Method::POST, ["jobs", _, "tasks", id, "terminate"]) => terminate(state, id),
         (Method::DELETE, ["jobs", _, "tasks", id]) => match state.tasks.remove(*id) {
-            Some(_) => StatusCode::OK.into_response(),
+            Some(_) => {
+                state.task_jobs.remove(*id);
+                StatusCode::OK.into_response()
+            }
             None => error(
                 StatusCode::NOT_FOUND,
                 "TaskNotFound",
@@ -211,7 +216,7 @@ fn authenticate(
     }
 }
 
-fn add_task(state: &mut FakeState, headers: &HeaderMap, body: &[u8]) -> Response {
+fn add_task(state: &mut FakeState, job: &str, headers: &HeaderMap, body: &[u8]) -> Response {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -263,6 +268,7 @@ fn add_task(state: &mut FakeState, headers: &HeaderMap, body: &[u8]) -> Response
         created: SystemTime::now(),
         body,
     };
+    state.task_jobs.insert(id.clone(), job.to_owned());
     state.tasks.insert(id, task);
     (
         StatusCode::CREATED,
@@ -282,7 +288,12 @@ pub(crate) fn startswith_prefix(filter: &str) -> Option<&str> {
     value.trim().strip_prefix('\'')?.strip_suffix('\'')
 }
 
-fn list_tasks(state: &FakeState, params: &BTreeMap<String, String>, origin: &str) -> Response {
+fn list_tasks(
+    state: &FakeState,
+    job: &str,
+    params: &BTreeMap<String, String>,
+    origin: &str,
+) -> Response {
     let prefix = match params.get("$filter") {
         None => "",
         Some(filter) => match startswith_prefix(filter) {
@@ -312,7 +323,7 @@ fn list_tasks(state: &FakeState, params: &BTreeMap<String, String>, origin: &str
     let matching: Vec<&FakeTask> = state
         .tasks
         .values()
-        .filter(|t| t.id.starts_with(prefix))
+        .filter(|t| t.id.starts_with(prefix) && state.job_of(&t.id) == job)
         .collect();
     let value = matching
         .iter()
@@ -328,11 +339,7 @@ fn list_tasks(state: &FakeState, params: &BTreeMap<String, String>, origin: &str
             .collect();
         let skip = (skip + page_size).to_string();
         pairs.push(("$skiptoken", &skip));
-        format!(
-            "{origin}/jobs/{}/tasks?{}",
-            state.job_id,
-            encode_query(&pairs)
-        )
+        format!("{origin}/jobs/{job}/tasks?{}", encode_query(&pairs))
     });
     json(StatusCode::OK, &CloudTaskListResult { value, next_link })
 }
@@ -343,10 +350,10 @@ fn list_tasks(state: &FakeState, params: &BTreeMap<String, String>, origin: &str
 /// `TaskCountsResult` whose `taskSlotCounts` weigh each task by its `requiredSlots` (1 when
 /// not given); before, the bare `TaskCounts` of that api-version (azure-batch 9.0.0 reads it as
 /// such).
-fn task_counts(state: &FakeState, api_version: &str) -> Response {
+fn task_counts(state: &FakeState, job: &str, api_version: &str) -> Response {
     let mut tasks = [0_u64; 5];
     let mut slots = [0_u64; 5];
-    for task in state.tasks.values() {
+    for task in state.tasks.values().filter(|t| state.job_of(&t.id) == job) {
         let required = task.body["requiredSlots"].as_u64().unwrap_or(1);
         let mut count = |i: usize| {
             tasks[i] += 1;
