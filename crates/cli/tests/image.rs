@@ -449,6 +449,28 @@ async fn the_manifests_pod_runs_read_only_ticks_and_keeps_records_and_budget_acr
         );
         let addr = logged_json(&log, "addr").expect("the --listen address");
         assert_eq!(healthz(&addr).as_deref(), Some("200"), "{log}");
+        // kubelet's probes while another client holds every `--listen` connection it can
+        // (review 2026-11-27 §13): the manifest's readiness and liveness paths still answer,
+        // and the pod keeps ticking.
+        let socket: std::net::SocketAddr = addr.parse().unwrap();
+        let runtime = tokio::runtime::Handle::current();
+        let (flood, opened) = runtime.block_on(support::flood::Flood::start(socket, 1000));
+        assert!(opened > 64, "only {opened} connections opened");
+        let ticks = text(&docker(&["logs", &name]))
+            .matches(" worker jobs (min=")
+            .count();
+        for probe in ["readinessProbe", "livenessProbe"] {
+            let path = container[probe]["httpGet"]["path"].as_str().unwrap();
+            let answers = runtime.block_on(support::flood::probe(socket, path));
+            assert!(
+                support::flood::answered(&answers),
+                "{probe} {path} during the flood: {answers:?}"
+            );
+        }
+        wait_logs(&name, "two more ticks during the flood", |log| {
+            log.matches(" worker jobs (min=").count() >= ticks + 2
+        });
+        drop(flood);
         let (launched, used) = records_in(&records);
 
         for (how, stop) in [

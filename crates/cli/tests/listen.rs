@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 mod support;
+use support::flood::{Flood, answered, probe};
 use support::manager::{BIN, Manager, record_dir};
 
 /// Soft limit of open files the manager is started with.
@@ -25,9 +26,6 @@ const IDLE: usize = 160;
 
 /// A failure, not a measurement.
 const HANG: Duration = Duration::from_secs(120);
-
-/// How long a probe may wait for its answer during a flood: ten times kubelet's timeout.
-const PROBE: Duration = Duration::from_secs(10);
 
 /// The manager under `ulimit -Sn` [`SOFT_LIMIT`], its stderr collected.
 struct Limited(Manager);
@@ -110,16 +108,6 @@ async fn get(addr: SocketAddr, path: &str, host: &str) -> String {
     String::from_utf8_lossy(&answer).into_owned()
 }
 
-/// [`get`], but a connection closed or reset before the answer gives what was read (empty).
-async fn get_or_closed(addr: SocketAddr, path: &str, host: &str) -> String {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n");
-    let _ = stream.write_all(request.as_bytes()).await;
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer).await;
-    String::from_utf8_lossy(&answer).into_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_neither_starve_the_ticks_nor_stay_open() {
     let server = FakeCodaLab::start().await.unwrap();
@@ -192,56 +180,6 @@ async fn a_name_other_than_loopback_gets_421_on_a_loopback_listener() {
     }
 }
 
-/// Idle connections one client keeps open to `addr`, reopening each one the server closes,
-/// until dropped (as the review's probe `listen-slot-starvation` did).
-struct Flood {
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Flood {
-    /// Opens up to `count` idle connections (fewer when the kernel's queue is full: a connect
-    /// that does not complete within a few seconds ends the opening), then keeps them open;
-    /// returns once they are open, with how many were.
-    async fn start(addr: SocketAddr, count: usize) -> (Self, usize) {
-        let (opened_tx, opened_rx) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(async move {
-            let (closed, mut closures) = mpsc::unbounded_channel::<()>();
-            let mut holders = tokio::task::JoinSet::new();
-            let open = async |holders: &mut tokio::task::JoinSet<()>| {
-                let connect =
-                    tokio::time::timeout(Duration::from_secs(3), TcpStream::connect(addr));
-                let Ok(Ok(mut stream)) = connect.await else {
-                    return false;
-                };
-                let closed = closed.clone();
-                holders.spawn(async move {
-                    let mut buffer = [0_u8; 64];
-                    let _ = stream.read(&mut buffer).await;
-                    let _ = closed.send(());
-                });
-                true
-            };
-            let mut opened = 0;
-            while opened < count && open(&mut holders).await {
-                opened += 1;
-            }
-            let _ = opened_tx.send(opened);
-            // Each connection the server closes is opened again, for as long as the test runs.
-            while closures.recv().await.is_some() {
-                open(&mut holders).await;
-            }
-        });
-        let opened = opened_rx.await.unwrap();
-        (Self { task }, opened)
-    }
-}
-
-impl Drop for Flood {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 /// Review 2026-11-27 §13: one client holding every `--listen` connection slot with idle
 /// connections, reopened as they are cut, kept `/livez` from answering (kubelet then restarts
 /// the manager). Now an idle connection gives way to a new one, and one address holds only
@@ -255,33 +193,10 @@ async fn one_client_holding_every_slot_does_not_starve_livez() {
     let addr = manager.addr().await;
     let (flood, opened) = Flood::start(addr, 1000).await;
     assert!(opened > 64, "only {opened} connections opened");
-    // A probe closed unanswered (one of the client's own newer connections took its place
-    // before it was read) is tried again; one left waiting (starved) fails at once. The bound
-    // only turns a hang into a failure: kubelet gives up after 1 s, this after ten times that
-    // (before the fix the answer came only once the server had cut idle connections after
-    // their 10 s header timeout, twice over).
-    let mut answers = Vec::new();
-    for _ in 0..3 {
-        let answer =
-            tokio::time::timeout(PROBE, get_or_closed(addr, "/livez", &addr.to_string())).await;
-        match answer {
-            Ok(answer) if answer.starts_with("HTTP/1.1 200 OK\r\n") => {
-                answers.push(answer);
-                break;
-            }
-            Ok(answer) => answers.push(answer),
-            Err(_) => {
-                answers.push("(no answer within the bound)".to_owned());
-                break;
-            }
-        }
-    }
-    assert!(
-        answers
-            .last()
-            .is_some_and(|a| a.starts_with("HTTP/1.1 200 OK\r\n")),
-        "/livez during the flood: {answers:?}"
-    );
+    // Before the fix the answer came only once the server had cut idle connections after
+    // their 10 s header timeout, twice over; kubelet gives up after 1 s.
+    let answers = probe(addr, "/livez").await;
+    assert!(answered(&answers), "/livez during the flood: {answers:?}");
     let ticks = manager.count(" worker jobs (min=");
     manager
         .wait_for("two more ticks during the flood", |m| {

@@ -64,9 +64,15 @@ pub enum Backend {
 impl ManagerSpec {
     /// Starts the manager; its log is `<dir>/<label>.log`.
     pub fn spawn(&self, label: &str) -> Result<ManagerProcess> {
+        self.spawn_with(label, &[])
+    }
+
+    /// [`Self::spawn`] with more global flags (`extra`, before the backend's).
+    pub fn spawn_with(&self, label: &str, extra: &[&str]) -> Result<ManagerProcess> {
         let worker = stand_in_worker(&self.dir)?;
         let mut command = manager_command(&self.dir, &self.server);
         command
+            .args(extra)
             .args(["--min-workers", "0"])
             .args(["--max-workers", &MAX_WORKERS.to_string()])
             .args(["--sleep-time", "1", "--min-seconds-between-workers", "0"])

@@ -12,6 +12,7 @@
 mod auth;
 mod dispatch;
 mod event;
+mod flood;
 mod gce;
 mod harness;
 mod held;

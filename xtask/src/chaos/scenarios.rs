@@ -98,6 +98,11 @@ pub const ALL: &[Scenario] = &[
         super::dispatch::dispatch_stopped,
     ),
     (
+        "listen-flood",
+        "one client holds every --listen connection it can for 30 s, reopening each one cut",
+        super::flood::listen_flood,
+    ),
+    (
         "users-failing",
         "as root, four owners staged; the users endpoint answers 502 to every quota read for 45 s",
         super::users::users_failing,

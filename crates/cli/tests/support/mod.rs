@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod bundles;
+pub mod flood;
 pub mod forwarder;
 pub mod manager;
 pub mod moto;
