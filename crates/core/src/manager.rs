@@ -287,6 +287,8 @@ impl Manager {
                 false => record::LaunchRecord::open(dir, identity)?,
             };
             tracing::info!(pool = %name, record = %record.path().map(|p| p.display().to_string()).unwrap_or_default(), "launch record of pool {name}: jobs it does not hold are never stopped by this manager");
+            let overdue: Vec<String> = record.overdue_launches().cloned().collect();
+            self.server.launched_for(&overdue);
             runtime.take_record(record, start);
         }
         Ok(())

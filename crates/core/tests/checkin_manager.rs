@@ -359,3 +359,68 @@ async fn a_failed_launch_for_an_overdue_bundle_does_not_use_up_its_one_launch() 
         "the first worker, then the one for the overdue bundle once a submit succeeds"
     );
 }
+
+#[tokio::test]
+async fn a_restart_launches_no_second_worker_for_an_overdue_bundle() {
+    // The one launch an overdue bundle gets is in the pool's launch record: a manager started
+    // again on the same records (a restart, the same backend and server) waits for the
+    // server instead of launching for it again (review §4, issue 40 item 3).
+    let dir = tempfile::tempdir().unwrap();
+    let identities = [("cpu".to_owned(), "fake cpu".to_owned())];
+    let mut s = setup(1).await;
+    s.manager.keep_records(dir.path(), &identities).unwrap();
+    let run = |s: &mut Setup| {
+        let idle: Vec<_> = (s.backend.jobs().iter())
+            .map(|job| checked_in(&job.name, &[]))
+            .collect();
+        s.server.set_workers(idle);
+        s.manager.advance_clock(Duration::from_secs(20));
+    };
+    while s.backend.launches().len() < 2 {
+        s.manager.tick().await.unwrap();
+        run(&mut s);
+        assert!(
+            s.manager.clock() < Duration::from_secs(800),
+            "no launch for the overdue bundle"
+        );
+    }
+    let client = CodaLabClient::new(
+        &s.server.url(),
+        Credentials {
+            username: "alice".into(),
+            password: Secret::new("alicepw"),
+        },
+    )
+    .unwrap();
+    let pool = Pool {
+        policy: PoolPolicy {
+            max: 3,
+            min_seconds_between_workers: 0,
+            max_launches_per_tick: 3,
+            ..PoolPolicy::new("cpu", WorkerShape::from_flags(1, 0, 8192))
+        },
+        backend: Arc::new(s.backend.clone()),
+        worker: WorkerOptions {
+            server: s.server.url(),
+            ..WorkerOptions::default()
+        },
+    };
+    let config = ManagerConfig {
+        sleep_time: Duration::ZERO,
+        ..ManagerConfig::default()
+    };
+    drop(std::mem::replace(
+        &mut s.manager,
+        Manager::with_pools(config, client, vec![pool]).unwrap(),
+    ));
+    s.manager.keep_records(dir.path(), &identities).unwrap();
+    for _ in 0..20 {
+        s.manager.tick().await.unwrap();
+        run(&mut s);
+    }
+    assert_eq!(
+        s.backend.launches().len(),
+        2,
+        "the restarted manager launched again for the overdue bundle"
+    );
+}

@@ -23,7 +23,7 @@ use crate::checkin::launch_unique;
 use crate::error::{Error, Result};
 use crate::pools::fallback::CapacityRecord;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -79,6 +79,11 @@ struct Contents {
     /// not send its launches back to a pool that keeps being preempted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     capacity: Option<CapacityRecord>,
+    /// Staged bundles the server had not started on a checked-in worker that this pool
+    /// launched a worker for (review §4: one launch for such a bundle, ever; a restart must
+    /// not launch another). Kept while the bundles are staged.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    overdue_launches: BTreeSet<String>,
 }
 
 /// One pool's launch record.
@@ -223,6 +228,31 @@ impl LaunchRecord {
     /// The pool's capacity memory, as last saved.
     pub fn capacity(&self) -> Option<&CapacityRecord> {
         self.contents.capacity.as_ref()
+    }
+
+    /// The overdue bundles this pool launched a worker for, as last saved.
+    pub fn overdue_launches(&self) -> impl Iterator<Item = &String> {
+        self.contents.overdue_launches.iter()
+    }
+
+    /// Notes that this pool launched a worker for the overdue bundles `uuids`; saves when
+    /// that is news.
+    pub fn launched_for_overdue(&mut self, uuids: &[String]) {
+        let before = self.contents.overdue_launches.len();
+        (self.contents.overdue_launches).extend(uuids.iter().cloned());
+        if self.contents.overdue_launches.len() != before {
+            self.save_or_warn();
+        }
+    }
+
+    /// Forgets the overdue bundles no longer staged (`staged` says which still are); saves
+    /// when one was forgotten.
+    pub fn keep_overdue_launches(&mut self, staged: impl Fn(&str) -> bool) {
+        let before = self.contents.overdue_launches.len();
+        (self.contents.overdue_launches).retain(|uuid| staged(uuid));
+        if self.contents.overdue_launches.len() != before {
+            self.save_or_warn();
+        }
     }
 
     /// Saves the pool's capacity memory when it changed.

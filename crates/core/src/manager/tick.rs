@@ -90,6 +90,13 @@ impl Manager {
             .map(|b| b.uuid.as_str())
             .collect();
         (self.server).take(&decision.on_workers, &read, observed.now);
+        if observed.complete {
+            for runtime in &mut self.pools {
+                runtime
+                    .record
+                    .keep_overdue_launches(|uuid| read.contains(uuid));
+            }
+        }
         (self.server).read(&observed.pools.bundles);
         let filtered = logs::note_unserved(&mut self.reported, &policies, &decision);
         logs::log_decisions(&policies, &decision, observed.staged, observed.removed);
@@ -141,11 +148,23 @@ impl Manager {
                 _ => None,
             })
             .collect();
-        let made: Vec<String> = (decision.assignments.iter())
+        let made: Vec<(&str, String)> = (decision.assignments.iter())
             .filter(|a| decision.overdue_launches.contains(&a.uuid))
             .filter(|a| started.contains(a.pool.as_str()))
-            .map(|a| a.uuid.clone())
+            .map(|a| (a.pool.as_str(), a.uuid.clone()))
             .collect();
+        // Remembered by the pool's record too: a restart launches no other for them.
+        for runtime in &mut self.pools {
+            let name = runtime.name().to_owned();
+            let mine: Vec<String> = (made.iter())
+                .filter(|(pool, _)| *pool == name)
+                .map(|(_, uuid)| uuid.clone())
+                .collect();
+            if !mine.is_empty() {
+                runtime.record.launched_for_overdue(&mine);
+            }
+        }
+        let made: Vec<String> = made.into_iter().map(|(_, uuid)| uuid).collect();
         self.server.launched_for(&made);
     }
 
