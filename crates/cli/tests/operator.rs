@@ -371,6 +371,77 @@ fn staged_bundles_become_pods_max_raised_by_kubectl_apply_adds_more_delete_remov
     Server::login(USER.0, USER.1).remove(&bundles);
 }
 
+/// The live pods of pool `name`, by name.
+fn pod_names(cluster: &Cluster, name: &str) -> std::collections::BTreeSet<String> {
+    (cluster.fake.pods(NS).into_iter())
+        .filter(|(_, p)| {
+            p.metadata.deletion_timestamp.is_none()
+                && (p.metadata.labels.as_ref()).and_then(|l| l.get("codalab.org/pool"))
+                    == Some(&name.to_owned())
+        })
+        .map(|(pod, _)| pod)
+        .collect()
+}
+
+/// Review 2026-11-27 §1 through real `kubectl`: two pools whose names differ only by `.`
+/// and `-` (one manager id before the fix) each get their own pods, and deleting one with
+/// `kubectl delete` leaves the other's pods running while the operator goes on reconciling.
+#[test]
+fn pools_whose_names_differ_only_by_a_dot_keep_their_own_pods_when_one_is_deleted() {
+    if !(require_service("codalab", codalab_running())
+        && require_service("kubectl", std::path::Path::new("/usr/bin/kubectl").exists()))
+    {
+        return;
+    }
+    let (dotted, dashed) = ("gpu-a.b", "gpu-a-b");
+    let (tag_dotted, tag_dashed) = (unique("opdot"), unique("opdash"));
+    let mut bundles = stage_queued(USER.0, 1, &tag_dotted, &[]);
+    bundles.extend(stage_queued(USER.0, 1, &tag_dashed, &[]));
+    let cluster = Cluster::start();
+    let kubectl = Kubectl::new(&cluster);
+    assert!(
+        kubectl
+            .apply_pool(dotted, &tag_dotted, 1)
+            .contains("created")
+    );
+    assert!(
+        kubectl
+            .apply_pool(dashed, &tag_dashed, 1)
+            .contains("created")
+    );
+    let operator = Operator::start(&cluster, "only");
+    let neither_above = |c: &Cluster| above(c, dotted, 1).or_else(|| above(c, dashed, 1));
+    cluster.wait(
+        "a pod for each pool",
+        |c| c.pods(dotted) == 1 && c.pods(dashed) == 1,
+        neither_above,
+    );
+    let kept = pod_names(&cluster, dashed);
+    assert!(
+        kubectl
+            .run(&["delete", "codalabworkerpool", dotted])
+            .contains("deleted")
+    );
+    assert_eq!(cluster.pods(dotted), 0, "the deleted pool's pods are gone");
+    // Reconciles go on after the deletion; the other pool's pod is the same one throughout.
+    let reconciles = |o: &Operator| {
+        (o.metrics().lines())
+            .find(|l| l.starts_with(r#"codalab_wm_operator_reconciles_total{result="ok"}"#))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let before = reconciles(&operator);
+    cluster.wait(
+        "three more reconciles after the deletion",
+        |_| reconciles(&operator) >= before + 3.0,
+        |c| {
+            let now = pod_names(c, dashed);
+            (now != kept).then(|| format!("{dashed}'s pods were {kept:?}, now {now:?}"))
+        },
+    );
+    Server::login(USER.0, USER.1).remove(&bundles);
+}
+
 #[test]
 fn a_standby_takes_over_when_the_leader_is_killed_and_never_exceeds_max() {
     if !require_service("codalab", codalab_running()) {
