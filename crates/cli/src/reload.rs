@@ -17,7 +17,7 @@
 use crate::backends::catalogue;
 use anyhow::{Context, Result, bail};
 use codalab_wm_core::layout::{Layout, PoolLayout};
-use codalab_wm_core::manager::Reconfiguration;
+use codalab_wm_core::manager::{DRAIN_THEN_RESTART, Reconfiguration};
 use codalab_wm_core::settings::{Layers, Settings};
 use codalab_wm_core::{Manager, Pool, WorkerBackend};
 use serde_json::Value;
@@ -132,7 +132,7 @@ impl Reloader {
         let (was, is) = (old.kind.name(), pool.kind.name());
         if was != is {
             bail!(
-                "pool {name}: the backend cannot change from {was} to {is} while running: its jobs would be orphaned (drain first: reload with max = 0, wait until `status` shows no busy worker, then `cl-worker-manager down` and restart)"
+                "pool {name}: the backend cannot change from {was} to {is} while running: its jobs would be orphaned ({DRAIN_THEN_RESTART})"
             );
         }
         if old.table.values() == pool.table.values() {
@@ -143,7 +143,7 @@ impl Reloader {
             let (was, is) = (value(old), value(pool));
             if was != is {
                 bail!(
-                    "pool {name}: `{}.{key}` cannot change while running ({was} → {is}): the manager would lose track of the jobs it started (drain first: reload with max = 0, wait until `status` shows no busy worker, then `cl-worker-manager down` and restart)",
+                    "pool {name}: `{}.{key}` cannot change while running ({was} → {is}): the manager would lose track of the jobs it started ({DRAIN_THEN_RESTART})",
                     pool.kind.table()
                 );
             }

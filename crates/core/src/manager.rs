@@ -53,7 +53,7 @@ mod streak;
 mod tick;
 
 pub use error_policy::{REFUSED_AGAIN_FOR, TICK_ERROR_KINDS};
-pub use reconfigure::{Change, Reconfiguration};
+pub use reconfigure::{Change, DRAIN_THEN_RESTART, Reconfiguration};
 pub use runtime::Pool;
 pub use shutdown::SUBMIT_GRACE;
 pub use tick::TickReport;

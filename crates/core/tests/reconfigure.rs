@@ -5,7 +5,7 @@
 //! with `Manager::advance_clock`.
 
 use codalab_wm_core::codalab::CodaLabClient;
-use codalab_wm_core::manager::Reconfiguration;
+use codalab_wm_core::manager::{DRAIN_THEN_RESTART, Reconfiguration};
 use codalab_wm_core::policy::PolicyConfig;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::FakeBackend;
@@ -190,7 +190,9 @@ async fn pools_cannot_be_added_removed_or_change_backend() {
     let err = manager
         .reconfigure(config.clone(), vec![pool("cpu", &a, shape(), 2)])
         .unwrap_err();
+    // The advice loses no run: drain, not `down` alone (docs audit 2026-11-27, H1).
     assert!(err.to_string().contains("pool big is gone"), "{err}");
+    assert!(err.to_string().contains(DRAIN_THEN_RESTART), "{err}");
     let err = manager
         .reconfigure(
             config.clone(),
@@ -213,6 +215,7 @@ async fn pools_cannot_be_added_removed_or_change_backend() {
             .contains("backend cannot change from fake-b to fake-a"),
         "{err}"
     );
+    assert!(err.to_string().contains(DRAIN_THEN_RESTART), "{err}");
     assert_eq!(manager.policies(), before);
 }
 

@@ -18,6 +18,13 @@ use std::fmt;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
+/// What to do instead of a change a running manager cannot take (a pool's backend or identity,
+/// a pool added or removed): stop without losing a run. `down` alone stops busy workers, and
+/// CodaLab marks their runs `worker_offline` for good (docs audit 2026-11-27, H1).
+pub const DRAIN_THEN_RESTART: &str = "drain first: reload with max = 0, wait until `status` \
+     shows no busy worker (idle workers exit by themselves), then `cl-worker-manager down` and \
+     restart";
+
 /// One setting that a reconfiguration changed, for the log: `pool gpu: max 1 → 3`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
@@ -110,6 +117,7 @@ impl Manager {
     }
 
     fn check_reconfiguration(&self, pools: &[Pool]) -> Result<()> {
+        let drain = DRAIN_THEN_RESTART;
         let invalid = |message: String| Err(Error::InvalidConfig(message));
         super::check_pools(pools)?;
         for pool in pools {
@@ -123,7 +131,7 @@ impl Manager {
             if was != is {
                 return invalid(format!(
                     "pool {name}: the backend cannot change from {was} to {is} while running: \
-                     the jobs it started would be orphaned (run `cl-worker-manager down`, then restart)"
+                     the jobs it started would be orphaned ({drain})"
                 ));
             }
         }
@@ -134,7 +142,7 @@ impl Manager {
         {
             return invalid(format!(
                 "pool {} is gone: pools cannot be removed while running, its jobs would be \
-                 orphaned (run `cl-worker-manager down` for it, then restart)",
+                 orphaned ({drain})",
                 gone.name()
             ));
         }
