@@ -480,7 +480,24 @@ fn the_secrets_dir_is_a_layer_of_the_backend_tables_and_its_files_are_checked() 
         "{said}"
     );
 
+    // With [[pools]] a TABLE.KEY file would be read by no pool: said, not ignored.
     std::fs::remove_file(secrets.path().join("token")).unwrap();
+    put("local.cpus", "2", 0o400);
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("pools.toml");
+    std::fs::write(
+        &config,
+        "[[pools]]\nname = \"a\"\nbackend = \"local\"\n[pools.local]\ncpus = 1\n",
+    )
+    .unwrap();
+    let said = start(Some(&config), &[("CODALAB_WM_SECRETS_DIR", &dir)]);
+    assert!(
+        said.contains(
+            "file `local.cpus`: TABLE.KEY files set the backend table of the single-backend mode"
+        ),
+        "{said}"
+    );
+    std::fs::remove_file(secrets.path().join("local.cpus")).unwrap();
     put("codalab-password", "pw\n", 0o644);
     let said = start(None, &[("CREDENTIALS_DIRECTORY", &dir)]);
     assert!(

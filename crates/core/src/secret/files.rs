@@ -8,7 +8,8 @@
 //!   the Kubernetes Secret the worker pods read too);
 //! - `TABLE.KEY`: a key of a backend's table, as the config file spells it
 //!   (`kubernetes.auth_token`, `azure_batch.account_key`): a layer over the config file, under
-//!   `CODALAB_WM_*` and the flags.
+//!   `CODALAB_WM_*` and the flags, in the single-backend mode (with `[[pools]]` such a file is
+//!   an error: the pools' tables are read from the config file alone).
 //!
 //! Names starting with `.` (a Kubernetes volume's `..data`) are skipped; any other name is an
 //! error, as is a file others may read. A file's value is its text without the final newline.
@@ -160,11 +161,22 @@ impl figment::Provider for SecretFile {
 }
 
 /// Every file of the secrets directory checked (at start and at each reload, before any is
-/// used): `tables` are the backend tables.
-pub(crate) fn check(tables: &[&str]) -> Result<()> {
-    match dir() {
-        Some(dir) => read(&dir, tables).map(drop),
-        None => Ok(()),
+/// used): `tables` are the backend tables; `pools`: the config declares `[[pools]]`, whose
+/// backend tables are read from the config file alone, so a `TABLE.KEY` file would be unused.
+pub(crate) fn check(tables: &[&str], pools: bool) -> Result<()> {
+    let Some(dir) = dir() else {
+        return Ok(());
+    };
+    let files = read(&dir, tables)?;
+    match files.iter().find(|f| f.name.contains('.')) {
+        Some(file) if pools => Err(Error::InvalidConfig(format!(
+            "secrets dir {}: file `{}`: TABLE.KEY files set the backend table of the \
+             single-backend mode; with [[pools]] give each pool's key in its table of the \
+             config file",
+            dir.display(),
+            file.name
+        ))),
+        _ => Ok(()),
     }
 }
 

@@ -33,7 +33,6 @@ impl Layers {
             figment = figment.merge(Without::new(Toml::file_exact(path), &tables));
         }
         figment = figment.merge(Without::new(env(), &tables));
-        crate::secret::files::check(&tables)?;
         let settings: Settings = figment
             .merge(self.flags.clone())
             .extract()
@@ -48,6 +47,7 @@ impl Layers {
         settings
             .check_listen_hosts()
             .map_err(Error::InvalidConfig)?;
+        crate::secret::files::check(&tables, !settings.pools.is_empty())?;
         Ok(settings)
     }
 

@@ -72,7 +72,8 @@ pub struct PoolReport {
     /// Of those, runs lost with a reclaimed worker ([`super::Platform::reclaim`]).
     pub lost_runs: usize,
     /// Runs of reclaimed preemptible workers the server staged again
-    /// ([`super::SimConfig::preemptible`]); each ran again from its start.
+    /// ([`super::SimConfig::preemptible`]); each ran again from its start, on whichever pool
+    /// took it (a bundle's first start alone counts in `bundles_run` and its wait).
     #[serde(skip_serializing_if = "is_zero")]
     pub restaged_runs: usize,
     /// The time those runs had run when their worker was reclaimed (work done again), hours.
