@@ -501,7 +501,7 @@ fn the_secrets_dir_is_a_layer_of_the_backend_tables_and_its_files_are_checked() 
     put("codalab-password", "pw\n", 0o644);
     let said = start(None, &[("CREDENTIALS_DIRECTORY", &dir)]);
     assert!(
-        said.contains("file `codalab-password` may be read by others (mode 644)"),
+        said.contains("file `codalab-password` is accessible by others (mode 644)"),
         "systemd's CREDENTIALS_DIRECTORY is the secrets dir too:\n{said}"
     );
 }

@@ -113,19 +113,7 @@ fn check_name(name: &str, tables: &[&str]) -> std::result::Result<(), String> {
 /// A regular file's text (symbolic links followed, as a Kubernetes volume's are), without
 /// its final newline; refused when others may read it. The error completes "file NAME".
 fn read_file(path: &Path) -> std::result::Result<Secret, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let metadata = std::fs::metadata(path).map_err(|e| format!(" cannot be read: {e}"))?;
-    if !metadata.is_file() {
-        return Err(" is not a regular file".into());
-    }
-    let mode = metadata.permissions().mode() & 0o777;
-    if mode & 0o007 != 0 {
-        return Err(format!(
-            " may be read by others (mode {mode:03o}): run `chmod o-rwx {}`",
-            path.display()
-        ));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| format!(" cannot be read: {e}"))?;
+    let text = super::read_guarded(path, 0o007, "")?;
     let value = text.strip_suffix('\n').unwrap_or(&text);
     Ok(Secret::new(value.strip_suffix('\r').unwrap_or(value)))
 }
@@ -245,7 +233,7 @@ mod tests {
             (
                 "azure_batch.account_key",
                 0o644,
-                "may be read by others (mode 644)",
+                "is accessible by others (mode 644)",
             ),
         ] {
             let bad = tempfile::tempdir().unwrap();

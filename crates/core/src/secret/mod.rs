@@ -97,15 +97,34 @@ impl Credentials {
 /// The text of a regular file that only its owner may read; the error completes "password
 /// file PATH".
 fn read_private(path: &std::path::Path) -> Result<String, String> {
+    read_guarded(
+        path,
+        0o077,
+        ": give a file holding the user name on line 1 and the password on line 2",
+    )
+}
+
+/// The text of regular file `path` (symbolic links followed), refused when one of the mode
+/// bits `forbidden` is set (`0o077`: group or others may read it; `0o007`: others may); the
+/// error completes "… file PATH", and `not_regular` completes its "is not a regular file".
+pub(crate) fn read_guarded(
+    path: &std::path::Path,
+    forbidden: u32,
+    not_regular: &str,
+) -> Result<String, String> {
     use std::os::unix::fs::PermissionsExt;
     let metadata = std::fs::metadata(path).map_err(|e| format!(" cannot be read: {e}"))?;
     if !metadata.is_file() {
-        return Err(" is not a regular file: give a file holding the user name on line 1 and the password on line 2".into());
+        return Err(format!(" is not a regular file{not_regular}"));
     }
     let mode = metadata.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
+    if mode & forbidden != 0 {
+        let (who, fix) = match forbidden & 0o070 {
+            0 => ("others", "o-rwx"),
+            _ => ("group or others", "600"),
+        };
         return Err(format!(
-            " is accessible by group or others (mode {mode:03o}): run `chmod 600 {}`",
+            " is accessible by {who} (mode {mode:03o}): run `chmod {fix} {}`",
             path.display()
         ));
     }
