@@ -3,7 +3,6 @@
 //! `/healthz` and `/metrics` ([`crate::health_server`]).
 
 use crate::access::AllowedServers;
-use crate::command::RunArgs;
 use crate::health::{Health, Limits};
 use crate::health_server::{self, Vitals};
 use crate::lease::{self, Leadership, LeaseConfig};
@@ -16,8 +15,49 @@ use kube::api::Api;
 use kube::runtime::controller::{Controller, Error as ControllerError};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The controller's settings (the flags `operator` runs it with, [`crate::command::OperatorArgs`]).
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// URL of the Kubernetes API server [default: the in-cluster service account, else the
+    /// kubeconfig]
+    #[arg(long)]
+    pub cluster_host: Option<String>,
+    /// Watch only this namespace [default: every namespace]
+    #[arg(long)]
+    pub watch_namespace: Option<String>,
+    /// Seconds between two reconciles of a pool (its next look at the staged bundles)
+    #[arg(long, default_value_t = 5)]
+    pub sync_seconds: u64,
+    /// Serve /healthz (the Deployment's probes) and /metrics (Prometheus) on this address
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub health_listen: SocketAddr,
+    /// Name of the coordination.k8s.io/v1 Lease the replicas elect their leader with
+    #[arg(long, default_value = "codalab-wm-operator")]
+    pub lease_name: String,
+    /// Namespace of the Lease
+    #[arg(
+        long,
+        env = "POD_NAMESPACE",
+        hide_env_values = true,
+        default_value = "codalab-wm"
+    )]
+    pub lease_namespace: String,
+    /// This replica's name in the Lease [default: the host name]
+    #[arg(long, env = "POD_NAME", hide_env_values = true)]
+    pub identity: Option<String>,
+    /// Seconds a leader holds the Lease without renewing it; a standby takes over after it
+    #[arg(long, default_value_t = 15)]
+    pub lease_seconds: u64,
+    /// CodaLab servers pools may use (`https://host[:port]`, repeated or comma-separated); a
+    /// pool naming another is refused (condition Degraded, Event ServerNotAllowed) before its
+    /// Secret is read [default: any server]
+    #[arg(long, value_name = "URL")]
+    pub allowed_servers: Vec<String>,
+}
 
 /// The controller's name in Events.
 const CONTROLLER: &str = "codalab-wm-operator";

@@ -21,6 +21,9 @@ pub const GROUP: &str = "codalab.org";
 /// The finalizer that makes the controller delete a pool's pods before the pool goes.
 pub const FINALIZER: &str = "codalab.org/worker-pods";
 
+/// The label every worker pod of a pool carries, with the pool's name.
+pub const POOL_LABEL: &str = "codalab.org/pool";
+
 /// A pool of CodaLab workers (`cl-worker` pods) scaled between `min` and `max` by the
 /// bundles staged on a CodaLab server: the `[[pools]]` entry of the config file, as an object.
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -3,8 +3,8 @@
 //! manager id. Both go by the pods' controller owner reference (the pool's uid), never by a
 //! label selector alone (review 2026-11-27 §1: two pools once shared a lossy id).
 
+use crate::context::{Context, ReconcileError, err, publish};
 use crate::crd::{CodaLabWorkerPool, FINALIZER};
-use crate::reconcile::{Context, ReconcileError, err, publish};
 use crate::spec::{legacy_manager_id, manager_id};
 use codalab_wm_k8s::names::worker_selector;
 use codalab_wm_k8s::pods::controlled_by;

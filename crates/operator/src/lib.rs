@@ -14,7 +14,9 @@
 #![warn(missing_docs)]
 
 pub mod access;
+mod clients;
 pub mod command;
+pub mod context;
 pub mod controller;
 pub mod crd;
 mod fence;

@@ -4,9 +4,12 @@
 //! pods through the backend, an Event for each kind of change), and write the status.
 //! Only the lease holder reconciles ([`crate::lease`]).
 
+pub use crate::context::{Context, ReconcileError};
+use crate::context::{err, publish};
+pub use crate::crd::POOL_LABEL;
 use crate::crd::{CodaLabWorkerPool, CodaLabWorkerPoolStatus, FINALIZER};
 use crate::finalizer::{finalize, report_legacy_pods};
-use crate::memory::{Clocks, Remembered};
+use crate::memory::Remembered;
 use crate::observe::{Checkins, clock, pool_observation};
 use crate::resources::{backend, codalab_client, credentials, resolved_worker};
 use crate::spec::{ResolvedPool, resolve};
@@ -18,73 +21,11 @@ use codalab_wm_core::pools::{Need, PoolsObservation, plan_pools};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
-
-/// The label every worker pod of a pool carries, with the pool's name.
-pub const POOL_LABEL: &str = "codalab.org/pool";
-
-/// What every reconcile shares.
-pub struct Context {
-    /// The API server.
-    pub client: kube::Client,
-    /// Events on the pools.
-    pub recorder: Recorder,
-    /// Whether this replica holds the lease (asked again before each pod create or delete).
-    pub leader: crate::lease::Leadership,
-    /// Time between two reconciles of a pool.
-    pub sync: Duration,
-    /// One logged-in CodaLab client per (server, credentials Secret).
-    pub(crate) codalab: crate::resources::Clients,
-    /// What `/metrics` serves.
-    pub metrics: Arc<crate::metrics::OperatorMetrics>,
-    /// Each pool's check-in clocks (`namespace/name`), this process's only.
-    pub(crate) clocks: std::sync::Mutex<HashMap<String, Clocks>>,
-    /// The servers pools may send credentials to (`--allowed-servers`; default: any).
-    pub allowed_servers: crate::access::AllowedServers,
-}
-
-impl std::fmt::Debug for Context {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context")
-            .field("sync", &self.sync)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Context {
-    /// A context for `client`.
-    pub fn new(
-        client: kube::Client,
-        recorder: Recorder,
-        leader: crate::lease::Leadership,
-        sync: Duration,
-    ) -> Self {
-        Self {
-            client,
-            recorder,
-            leader,
-            sync,
-            codalab: Default::default(),
-            metrics: Arc::default(),
-            clocks: std::sync::Mutex::default(),
-            allowed_servers: Default::default(),
-        }
-    }
-}
-
-/// A reconcile's error (the controller logs it and retries after the sync period).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ReconcileError(String);
-
-pub(crate) fn err(what: &str, e: impl std::fmt::Display) -> ReconcileError {
-    ReconcileError(format!("{what}: {e}"))
-}
+use std::time::SystemTime;
 
 /// Reconciles `pool`.
 pub async fn reconcile(
@@ -266,50 +207,6 @@ async fn observe(
     Ok((observed, remembered))
 }
 
-impl Context {
-    /// Notes this reconcile's worker-list read and pods in `pool`'s clocks: when the run of
-    /// fresh reads began (`None`: the read failed), when each running pod was first seen
-    /// running, and the pods this process has seen checked in. More than three sync periods
-    /// without a read end the run.
-    fn tick_clocks(
-        &self,
-        pool: &CodaLabWorkerPool,
-        read: bool,
-        jobs: &[WorkerJob],
-        now: Duration,
-    ) -> (
-        Option<Duration>,
-        HashMap<String, Duration>,
-        std::collections::BTreeSet<String>,
-    ) {
-        let mut all = self.clocks.lock().unwrap_or_else(|e| e.into_inner());
-        let clocks = all.entry(pool_key(pool)).or_default();
-        let fresh_since = clocks.read(read, now, self.sync * 3);
-        let running = clocks.running(jobs, now).clone();
-        (fresh_since, running, clocks.checked_in().clone())
-    }
-
-    /// Keeps `memory`'s checked-in pods in `pool`'s clocks, before the status write.
-    fn remember_checkins(&self, pool: &CodaLabWorkerPool, memory: &Remembered) {
-        let mut all = self.clocks.lock().unwrap_or_else(|e| e.into_inner());
-        all.entry(pool_key(pool)).or_default().remember(memory);
-    }
-
-    /// Forgets `pool`'s clocks (the pool is deleted).
-    pub(crate) fn forget_clocks(&self, pool: &CodaLabWorkerPool) {
-        let mut all = self.clocks.lock().unwrap_or_else(|e| e.into_inner());
-        all.remove(&pool_key(pool));
-    }
-}
-
-fn pool_key(pool: &CodaLabWorkerPool) -> String {
-    format!(
-        "{}/{}",
-        pool.namespace().unwrap_or_default(),
-        pool.name_any()
-    )
-}
-
 fn condition_message(status: &CodaLabWorkerPoolStatus, kind: &str) -> String {
     status
         .conditions
@@ -457,28 +354,6 @@ async fn write_status(
     .await
     .map_err(|e| err("write the status", e))?;
     Ok(())
-}
-
-/// Publishes an Event on the pool; a failure is logged, never fatal.
-pub(crate) async fn publish(
-    ctx: &Context,
-    pool: &CodaLabWorkerPool,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    tracing::info!(pool = %pool.name_any(), reason, %note, "event");
-    ctx.metrics.event(reason);
-    let event = Event {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(note),
-        action: "Reconcile".to_owned(),
-        secondary: None,
-    };
-    if let Err(error) = ctx.recorder.publish(&event, &pool.object_ref(&())).await {
-        tracing::warn!(pool = %pool.name_any(), %error, "cannot record an event");
-    }
 }
 
 /// What the controller does with a failed reconcile: log, retry after the sync period.
