@@ -33,6 +33,17 @@ const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
 /// The Azure Batch account key (base64) of the compose services' secret file and the fake.
 const AZURE_KEY: &str = "a2V5";
 
+/// What the test's secret file mounted as `target` (in /run/secrets) holds: the account of
+/// the server's root, the fake Azure Batch service's key, a cluster token.
+fn secret_value(target: &str) -> &'static str {
+    match target {
+        "codalab-username" | "codalab-password" => "codalab",
+        "azure_batch.account_key" => AZURE_KEY,
+        "kubernetes.auth_token" => "token",
+        other => panic!("the override mounts a secret this test does not know: {other}"),
+    }
+}
+
 /// The six services, as `compose_commands.py` renders them with our override.
 fn rendered(workdir: &Path) -> Vec<Value> {
     let python = repo().join(".services/codalab/venv/bin/python");
@@ -146,12 +157,12 @@ fn our_image_runs_every_worker_manager_command_line_codalab_service_builds() {
             .map(|s| s["target"].as_str().unwrap())
             .collect();
         let own = match name.as_str().unwrap() {
-            n if n.starts_with("azure") => Some(("azure_batch.account_key", AZURE_KEY)),
-            n if n.starts_with("kubernetes") => Some(("kubernetes.auth_token", "token")),
+            n if n.starts_with("azure") => Some("azure_batch.account_key"),
+            n if n.starts_with("kubernetes") => Some("kubernetes.auth_token"),
             _ => None,
         };
         let mut expected = vec!["codalab-password", "codalab-username"];
-        expected.extend(own.map(|(target, _)| target));
+        expected.extend(own);
         expected.sort();
         let mut got = targets.clone();
         got.sort();
@@ -160,13 +171,8 @@ fn our_image_runs_every_worker_manager_command_line_codalab_service_builds() {
         let secrets_dir = workdir.path().join(format!("secrets-{name}"));
         std::fs::create_dir_all(&secrets_dir).unwrap();
         for target in targets {
-            let value = match target {
-                "codalab-username" => "codalab",
-                "codalab-password" => "codalab",
-                _ => own.unwrap().1,
-            };
             let file = secrets_dir.join(target);
-            std::fs::write(&file, format!("{value}\n")).unwrap();
+            std::fs::write(&file, format!("{}\n", secret_value(target))).unwrap();
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o400)).unwrap();
         }
@@ -339,14 +345,7 @@ async fn the_services_come_up_beside_the_real_server_tick_and_share_nothing() {
         for config in file.values() {
             for secret in config["secrets"].as_array().into_iter().flatten() {
                 let source = secret["source"].as_str().unwrap();
-                let value = match source {
-                    "codalab-wm-username" | "codalab-wm-password" => "codalab",
-                    "codalab-wm-azure-batch-account-key" => AZURE_KEY,
-                    other => {
-                        assert!(other.contains("kubernetes"), "{other}");
-                        "token"
-                    }
-                };
+                let value = secret_value(secret["target"].as_str().unwrap());
                 let path = secret_files.join(source);
                 std::fs::write(&path, value).unwrap();
                 std::os::unix::fs::chown(&path, Some(65532), Some(65532)).unwrap();

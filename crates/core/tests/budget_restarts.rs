@@ -70,10 +70,7 @@ fn manager_on(
 
 /// The pool's recorded worker-hours, as a new manager on `dir` reads them at its first tick.
 async fn hours_after_restart(server: &FakeCodaLab, backend: &FakeBackend, dir: &Path) -> f64 {
-    server.set_bundles(Vec::new());
-    let mut next = manager(server, backend, dir);
-    next.tick().await.unwrap();
-    next.status().budgets[1].worker_hours
+    hours_after(&mut manager(server, backend, dir), server).await
 }
 
 async fn launch_two_and_run(server: &FakeCodaLab, backend: &FakeBackend, first: &mut Manager) {

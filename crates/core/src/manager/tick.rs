@@ -148,23 +148,21 @@ impl Manager {
                 _ => None,
             })
             .collect();
-        let made: Vec<(&str, String)> = (decision.assignments.iter())
+        let made: Vec<_> = (decision.assignments.iter())
             .filter(|a| decision.overdue_launches.contains(&a.uuid))
             .filter(|a| started.contains(a.pool.as_str()))
-            .map(|a| (a.pool.as_str(), a.uuid.clone()))
             .collect();
         // Remembered by the pool's record too: a restart launches no other for them.
         for runtime in &mut self.pools {
-            let name = runtime.name().to_owned();
             let mine: Vec<String> = (made.iter())
-                .filter(|(pool, _)| *pool == name)
-                .map(|(_, uuid)| uuid.clone())
+                .filter(|a| a.pool == runtime.name())
+                .map(|a| a.uuid.clone())
                 .collect();
             if !mine.is_empty() {
                 runtime.record.launched_for_overdue(&mine);
             }
         }
-        let made: Vec<String> = made.into_iter().map(|(_, uuid)| uuid).collect();
+        let made: Vec<String> = made.iter().map(|a| a.uuid.clone()).collect();
         self.server.launched_for(&made);
     }
 
