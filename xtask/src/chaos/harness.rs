@@ -472,6 +472,49 @@ pub fn wait_for_jobs(
     )
 }
 
+/// Waits (bounded) until exactly `count` jobs of `job_name` are listed and each one's worker
+/// step runs. A fault that stops slurmctld must come after this: the batch script starts the
+/// worker with `srun`, which asks slurmctld for its step, and an `srun` that finds slurmctld
+/// down fails the job ("Unable to confirm allocation"), which the manager rightly replaces.
+pub fn wait_for_started_jobs(
+    manager: &mut ManagerProcess,
+    job_name: &str,
+    count: usize,
+    within: Duration,
+) -> Result<()> {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if slurm_jobs(job_name)
+            .is_some_and(|jobs| jobs.len() == count && jobs.iter().all(|(id, _)| runs_on_node(id)))
+        {
+            return Ok(());
+        }
+        manager.alive()?;
+        thread::sleep(Duration::from_millis(200));
+    }
+    bail!(
+        "{count} jobs of `{job_name}` without a running worker step within {} s (now: {:?}); log tail:\n{}",
+        within.as_secs(),
+        slurm_jobs(job_name),
+        tail(&manager.log)
+    )
+}
+
+/// Whether slurmd on this node runs the worker step (`srun`'s step 0) of job `id`
+/// (`scontrol listpids` asks slurmd, which knows a step only once slurmctld granted it).
+fn runs_on_node(id: &str) -> bool {
+    Command::new("scontrol")
+        .args(["listpids", id])
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|out| {
+            out.status.success()
+                && String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .any(|line| line.split_whitespace().nth(2) == Some("0"))
+        })
+}
+
 /// Checks for `duration` that the number of jobs stays `count` (no launch) and the manager
 /// stays alive.
 pub fn hold_jobs(
@@ -486,14 +529,40 @@ pub fn hold_jobs(
             && jobs.len() != count
         {
             bail!(
-                "expected {count} jobs of `{job_name}` while the fault lasts, saw {}: {jobs:?}",
-                jobs.len()
+                "expected {count} jobs of `{job_name}` while the fault lasts, saw {}: {jobs:?}; \
+                 ended: {:?}; manager log tail:\n{}",
+                jobs.len(),
+                ended_jobs(job_name),
+                tail(&manager.log)
             );
         }
         manager.alive()?;
         thread::sleep(Duration::from_millis(250));
     }
     Ok(())
+}
+
+/// The jobs of `job_name` Slurm still remembers as ended (for `MinJobAge`), each as
+/// `id|state|reason`, so a job that left the queue during a check names its cause.
+fn ended_jobs(job_name: &str) -> Vec<String> {
+    let Ok(output) = Command::new("squeue")
+        .args(["--noheader", "--states=all", "--format=%i|%j|%T|%r"])
+        .output()
+    else {
+        return vec!["squeue did not run".to_owned()];
+    };
+    let marker = format!("-{job_name}-");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.trim().split('|').collect();
+            let [id, name, state, reason] = fields[..] else {
+                return None;
+            };
+            let active = ["PENDING", "RUNNING", "CONFIGURING", "COMPLETING"].contains(&state);
+            (name.contains(&marker) && !active).then(|| format!("{id}|{state}|{reason}"))
+        })
+        .collect()
 }
 
 /// Runs a service script of the repository.

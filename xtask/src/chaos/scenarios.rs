@@ -331,7 +331,7 @@ fn bad_responses(setup: &Setup) -> Result<Findings> {
 fn slurmctld_stopped(setup: &Setup) -> Result<Findings> {
     let mut findings = Findings::default();
     let mut manager = setup.spec.spawn("slurmctld-stopped")?;
-    wait_for_jobs(&mut manager, &setup.spec.job_name, MAX_WORKERS, RECOVER)?;
+    harness::wait_for_started_jobs(&mut manager, &setup.spec.job_name, MAX_WORKERS, RECOVER)?;
     let before: BTreeSet<String> = harness::slurm_jobs(&setup.spec.job_name)
         .context("squeue failed")?
         .into_iter()
