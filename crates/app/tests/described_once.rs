@@ -12,8 +12,8 @@ use codalab_wm_core::LaunchRequest;
 use codalab_wm_core::describe::{
     BackendConfig, BackendContext, BackendKind, Catalogue, Entry, Kind, PLACEHOLDER,
 };
+use codalab_wm_core::down::down_pool;
 use codalab_wm_core::layout::Layout;
-use codalab_wm_core::manager::down::down_pool;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::settings::Layers;
 use codalab_wm_core::simulate::{SimConfig, Workload, simulate};

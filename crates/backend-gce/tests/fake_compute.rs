@@ -8,7 +8,7 @@
 //! `ZONE_RESOURCE_POOL_EXHAUSTED`, `down` (dry run and real, waiting for the operations),
 //! throttling and 5xx answers, and the metadata server's token.
 
-use codalab_wm_core::manager::down::down_pool;
+use codalab_wm_core::down::down_pool;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::{Harness, Polling, run_conformance};
 use codalab_wm_core::{Error, JobState, LaunchRequest, WorkerBackend, WorkerJob, WorkerOptions};

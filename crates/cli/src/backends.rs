@@ -2,8 +2,10 @@
 //! by its cargo feature), and the backend subcommands built from it. Each backend describes
 //! itself ([`codalab_wm_core::describe`]): its flags, table, checks and construction.
 
-use crate::args::ProcessArgs;
+use crate::args::{GlobalArgs, ProcessArgs, WorkerArgs};
 use clap::{ArgMatches, Args, Command, FromArgMatches};
+use codalab_wm_app::config::schema::Program;
+use codalab_wm_core::describe::flag_docs;
 use codalab_wm_core::describe::{BackendKind, Catalogue, Entry};
 
 /// An entry of the list: name, config table, cargo feature and, when that feature is on, the
@@ -121,5 +123,14 @@ impl clap::Subcommand for BackendCommand {
 
     fn has_subcommand(name: &str) -> bool {
         catalogue().kinds().any(|k| k.name() == name)
+    }
+}
+
+/// This program's backends and the help of its flags, for the config file tooling.
+pub fn program() -> Program {
+    Program {
+        catalogue: catalogue(),
+        top_docs: flag_docs::<GlobalArgs>(),
+        worker_docs: flag_docs::<WorkerArgs>(),
     }
 }

@@ -12,7 +12,7 @@ pub fn file_problems(path: &Path) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("cannot read config file {}: {e}", path.display()))?;
     let file = path.display();
-    let lines: Vec<String> = check::check(&text, &crate::commands::config::program())
+    let lines: Vec<String> = check::check(&text, &crate::backends::program())
         .into_iter()
         .filter(|d| matches!(d.kind, Kind::Syntax | Kind::UnknownKey | Kind::WrongType))
         .map(|d| format!("  {file}:{d}"))

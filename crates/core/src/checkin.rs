@@ -7,7 +7,7 @@
 //! ([`launch_unique`]): hostname prefixes and ids of workers other managers (or people) started
 //! never match. The server's `checkin_time` is its own clock and is never compared with ours:
 //! how long a job has gone without a check-in is measured on the manager clock, from when the
-//! platform said it runs or when the server last listed it ([`JobCheckin::Missing`]).
+//! platform said it runs or when the server last listed it ([`JobCheckin::NotYet`]).
 //!
 //! A job is then [`WorkerState::Starting`] (pending, or running and not checked in yet),
 //! [`WorkerState::ReadyIdle`] (checked in, no runs), [`WorkerState::Busy`] (runs, or is

@@ -93,6 +93,7 @@ pub mod codalab;
 pub mod command;
 pub mod describe;
 pub mod dispatch;
+pub mod down;
 pub mod error;
 pub mod estimate;
 pub mod events;

@@ -14,7 +14,7 @@
 //! earlier manager is not this process's child: its exit status cannot be read, and its end
 //! is reported as [`JobState::Ended`]. Records and logs of ended workers are pruned, keeping
 //! the last [`KEEP_ENDED`]. The state dir is private and locked by one manager
-//! ([`state_dir`]).
+//! (`state_dir`).
 
 mod record;
 mod state_dir;

@@ -35,7 +35,6 @@ mod act;
 mod budgets;
 mod capacity;
 mod checkins;
-pub mod down;
 mod error_policy;
 pub mod estimates;
 mod journal;

@@ -14,10 +14,31 @@ mod page;
 mod sections;
 
 pub use history::History;
-pub use page::{Page, render};
+pub use page::render;
+
+use std::time::Duration;
 
 #[cfg(doc)]
 use codalab_wm_core::manager::status::Status;
+
+/// How the page is rendered beyond the snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page {
+    /// The browser reloads the page after this long (`<meta http-equiv="refresh">`).
+    pub refresh: Duration,
+    /// Now, in seconds since the Unix epoch (how old the snapshot is).
+    pub now_unix_seconds: u64,
+}
+
+impl Page {
+    /// Refreshes every `sleep_time` (the manager's tick), between 5 s and 60 s.
+    pub fn new(sleep_time: Duration, now_unix_seconds: u64) -> Self {
+        Self {
+            refresh: sleep_time.clamp(Duration::from_secs(5), Duration::from_secs(60)),
+            now_unix_seconds,
+        }
+    }
+}
 
 /// `2026-11-23 17:05:09 UTC` for seconds since the Unix epoch.
 pub fn utc(unix_seconds: u64) -> String {

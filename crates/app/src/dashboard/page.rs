@@ -1,31 +1,11 @@
 //! The page: its head (title, refresh, inline CSS), the sections in order, and the charts.
 
 use super::history::{BUCKET_SECONDS, Bucket, History};
-use super::{sections, utc};
+use super::{Page, sections, utc};
 use crate::chart::{self, Series, escape};
 use crate::view::duration;
 use codalab_wm_core::manager::status::Status;
 use std::fmt::Write as _;
-use std::time::Duration;
-
-/// How the page is rendered beyond the snapshot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Page {
-    /// The browser reloads the page after this long (`<meta http-equiv="refresh">`).
-    pub refresh: Duration,
-    /// Now, in seconds since the Unix epoch (how old the snapshot is).
-    pub now_unix_seconds: u64,
-}
-
-impl Page {
-    /// Refreshes every `sleep_time` (the manager's tick), between 5 s and 60 s.
-    pub fn new(sleep_time: Duration, now_unix_seconds: u64) -> Self {
-        Self {
-            refresh: sleep_time.clamp(Duration::from_secs(5), Duration::from_secs(60)),
-            now_unix_seconds,
-        }
-    }
-}
 
 const STYLE: &str = "
 body{font:14px/1.4 system-ui,sans-serif;margin:16px 24px;color:#222;background:#fff}

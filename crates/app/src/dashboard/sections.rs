@@ -1,8 +1,8 @@
 //! The page's sections, each a heading and a table (or a sentence when there is nothing to
 //! show). Rows and counts carry stable `id` / `data-*` attributes for tests and scrapers.
 
+use super::Page;
 use super::history::{DecisionRecord, History};
-use super::page::Page;
 use super::utc;
 use crate::chart::escape;
 use crate::view::{duration, memory, reason_text};

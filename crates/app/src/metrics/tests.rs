@@ -2,7 +2,7 @@
 
 use super::*;
 use codalab_wm_core::estimate::{BundleEstimate, StartEstimate};
-use codalab_wm_core::manager::estimates::ScoredEstimate;
+use codalab_wm_core::manager::status::ScoredEstimate;
 use codalab_wm_core::manager::status::{Counter as StatusCounter, PoolStatus, ShapeStatus};
 use codalab_wm_core::pools::{BundleClass, UnmetDemand, UnmetReason as Unmet};
 use codalab_wm_core::pools::{LaunchMode, PoolHealth};

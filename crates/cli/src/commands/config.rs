@@ -2,11 +2,11 @@
 //! placeholders are customised (`grep -n XXX-CUSTOMIZE-THIS-XXX`), checked without contacting
 //! anything, and reloaded into a running manager with SIGHUP (`crate::reload`).
 
-use crate::args::{GlobalArgs, WorkerArgs};
+use crate::args::GlobalArgs;
+use crate::backends::program;
 use anyhow::{Context, Result};
-use codalab_wm_app::config::schema::{PLACEHOLDER, Program};
+use codalab_wm_app::config::schema::PLACEHOLDER;
 use codalab_wm_app::config::{check, template};
-use codalab_wm_core::describe::flag_docs;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -62,15 +62,6 @@ pub async fn run(command: ConfigCommand, _global: GlobalArgs) -> Result<ExitCode
 pub fn template(backend: &str, pools: bool) -> Result<String> {
     let kind = crate::backends::catalogue().get(backend)?;
     Ok(template::render(kind, pools, &program()))
-}
-
-/// This program's backends and the help of its flags, for the config file tooling.
-pub fn program() -> Program {
-    Program {
-        catalogue: crate::backends::catalogue(),
-        top_docs: flag_docs::<GlobalArgs>(),
-        worker_docs: flag_docs::<WorkerArgs>(),
-    }
 }
 
 fn init(args: InitArgs) -> Result<ExitCode> {

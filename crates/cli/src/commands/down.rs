@@ -6,14 +6,14 @@
 //! No running manager is needed: the backends are built from the same configuration as the
 //! manager (`--config FILE`, `CODALAB_WM_*`, a backend subcommand with its flags), and find
 //! their jobs and resources by the names, labels and tags they always use, and the origin
-//! when they know the workers' user ([`codalab_wm_core::manager::down::credentials`]).
+//! when they know the workers' user ([`codalab_wm_core::down::credentials`]).
 
 use crate::args::GlobalArgs;
 use crate::backends::{BackendCommand, catalogue};
 use anyhow::Result;
 use codalab_wm_core::WorkerBackend;
+use codalab_wm_core::down::{credentials, down_pool, render};
 use codalab_wm_core::layout::Layout;
-use codalab_wm_core::manager::down::{credentials, down_pool, render};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;

@@ -11,7 +11,7 @@
 //! any more, or after [`MAX_SEARCH_PAGES`].
 //!
 //! **Misfits.** A run of bundles that fit no pool at the head of the list is crossed once, then
-//! remembered ([`run`]): the next reads start at its last bundle, which must come back first
+//! remembered (`staged/run.rs`): the next reads start at its last bundle, which must come back first
 //! (anything added to or removed from the run moves it, and the run is read again), so a
 //! steady tick with any number of misfits in front costs one page, as upstream's. The run grows
 //! by what each read crosses, so the page limit bounds a tick, not how far the reads reach:

@@ -134,7 +134,7 @@ impl RefusalSpell {
     }
 }
 
-/// Every `kind` [`tick_error_kind`] gives: the metrics start each at 0, so that a rate over
+/// Every `kind` `tick_error_kind` gives: the metrics start each at 0, so that a rate over
 /// them has a series before the first error.
 pub const TICK_ERROR_KINDS: [&str; 8] = [
     "unreachable",

@@ -9,27 +9,16 @@
 //! that no longer read it (so within one `sleep_time`).
 
 use super::runtime::PoolRuntime;
+use super::status::ScoredEstimate;
 use crate::backend::JobState;
 use crate::checkin::CheckinView;
 use crate::estimate::{BundleEstimate, PoolTimes, Starting};
 use rustc_hash::{FxHashMap, FxHashSet};
-use serde::Serialize;
 use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Samples kept per pool and kind (the estimate is their median).
 pub const SAMPLES: usize = 20;
-
-/// One estimate, scored when its bundle left `staged`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ScoredEstimate {
-    /// The bundle uuid.
-    pub uuid: String,
-    /// The estimate's kind (`worker_checkin`, `after_runs` …).
-    pub kind: &'static str,
-    /// |predicted start − the tick that saw it gone|, in seconds.
-    pub error_seconds: u64,
-}
 
 /// One pool's learned times.
 #[derive(Debug, Default)]

@@ -138,7 +138,18 @@ pub struct Status {
     /// When each staged bundle read at the last tick is expected to start, and why.
     pub estimates: Vec<crate::estimate::BundleEstimate>,
     /// The estimates scored at the last tick: their bundles left `staged`.
-    pub scored: Vec<super::estimates::ScoredEstimate>,
+    pub scored: Vec<ScoredEstimate>,
+}
+
+/// One estimate, scored when its bundle left `staged`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ScoredEstimate {
+    /// The bundle uuid.
+    pub uuid: String,
+    /// The estimate's kind (`worker_checkin`, `after_runs` …).
+    pub kind: &'static str,
+    /// |predicted start − the tick that saw it gone|, in seconds.
+    pub error_seconds: u64,
 }
 
 /// How a launch ended.

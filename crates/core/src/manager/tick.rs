@@ -2,8 +2,8 @@
 //! its decision; the report step counts the tick's events and publishes the status snapshot
 //! (also after a failed tick, with its error).
 
-use super::estimates::ScoredEstimate;
 use super::observe::Observed;
+use super::status::ScoredEstimate;
 use super::status::{LaunchResult, Status, TickEvent};
 use super::{Manager, logs};
 use crate::backend::WorkerJob;

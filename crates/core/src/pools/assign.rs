@@ -2,13 +2,13 @@
 //! bundles to workers) and the capacity-aware assignment in preference order.
 
 use super::spill::{self, Candidate, PoolWait, Spill};
+use super::times::PoolTimes;
 use super::{PoolPolicy, ServerView};
 use crate::bundle::StagedBundle;
 use crate::dispatch::{
     DispatchInput, Hold, Placement, QueuedBundle, Resources, Unmet, dispatch, held_back,
     server_order,
 };
-use crate::estimate::PoolTimes;
 use crate::policy::Reason;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::borrow::Cow;

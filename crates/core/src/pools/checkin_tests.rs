@@ -3,8 +3,11 @@
 //! launched them and the pool's check-ins are visible, and the pool launches nothing that tick.
 
 use super::*;
+use crate::backend::JobState;
+use crate::bundle::{StagedBundle, WorkerShape};
 use crate::checkin::JobCheckin;
 use crate::policy::{NotStoppedWhy, Reason};
+use std::time::Duration;
 
 const S: fn(u64) -> Duration = Duration::from_secs;
 

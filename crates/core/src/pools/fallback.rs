@@ -195,7 +195,7 @@ impl Capacity {
         if now.as_secs() < since_seconds.saturating_add(within.as_secs()) {
             return None;
         }
-        let within = crate::estimate::minutes(within.as_secs());
+        let within = super::times::minutes(within.as_secs());
         let why = format!("the retry failed: its worker did not check in within {within}");
         self.switch_to_fallback(now, (now + rules.cooldown).as_secs(), why)
     }
@@ -283,7 +283,7 @@ impl Capacity {
     /// "3 capacity events in 30 min, the last: job 12 preempted".
     fn why(&self, rules: &Fallback) -> String {
         let last = self.events.back().map_or("", |(_, what)| what.as_str());
-        let window = crate::estimate::minutes(rules.window.as_secs());
+        let window = super::times::minutes(rules.window.as_secs());
         format!(
             "{} capacity events in {window}, the last: {last}",
             self.events.len()

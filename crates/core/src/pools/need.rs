@@ -20,10 +20,9 @@
 //! [`Need::missing`] is what the staged search pages on: Σ over the pools of what each still
 //! misses, never more than Σ caps, and bundles that fit no pool add nothing.
 
-use super::{
-    Census, LaunchMode, PoolObservation, PoolPolicy, ServerView, assignment, census, misfit,
-    per_policy, unavailable,
-};
+use super::census::{Census, census};
+use super::plan::{assignment, per_policy, unavailable};
+use super::{LaunchMode, PoolObservation, PoolPolicy, ServerView, misfit};
 use crate::bundle::StagedBundle;
 use std::time::Duration;
 
@@ -35,7 +34,7 @@ pub struct Need<'a> {
     now: Duration,
     caps: Vec<usize>,
     server: Option<&'a ServerView>,
-    times: &'a [crate::estimate::PoolTimes],
+    times: &'a [super::times::PoolTimes],
 }
 
 impl<'a> Need<'a> {
@@ -65,7 +64,7 @@ impl<'a> Need<'a> {
 
     /// The same need with the pools' times known: bundles spill as `spill_after` says
     /// ([`super::spill`]).
-    pub fn with_times(mut self, times: &'a [crate::estimate::PoolTimes]) -> Self {
+    pub fn with_times(mut self, times: &'a [super::times::PoolTimes]) -> Self {
         self.times = times;
         self
     }

@@ -4,8 +4,12 @@
 //! rule of the CodaLab 1.7.5 server (`codalab/server/bundle_manager.py`) it follows. Pure.
 
 use super::*;
+use crate::backend::JobState;
+use crate::bundle::{StagedBundle, WorkerShape};
 use crate::checkin::JobCheckin;
 use crate::dispatch::{Owners, Resources, ServerWorker};
+use crate::policy::Reason;
+use std::time::Duration;
 
 const S: fn(u64) -> Duration = Duration::from_secs;
 const ROOT: &str = "0";

@@ -1,11 +1,11 @@
 //! Spilling by estimated wait (issue #32): a bundle goes to the cheapest fitting pool
 //! ([`super::preference_order`]) that is expected to start it within that pool's
 //! `spill_after`; past it, to the next pool that would start it sooner. The wait is the one
-//! the start-time estimates use ([`crate::estimate::PoolTimes::worker_wait`]): the pool's
+//! the start-time estimates use ([`super::times::PoolTimes::worker_wait`]): the pool's
 //! launch → check-in time, or, when its jobs are queued on their platform (pending past that
 //! time, Slurm's reason shown), as long again as the oldest has waited. Pure.
 
-use crate::estimate::minutes;
+use super::times::minutes;
 use serde::Serialize;
 use std::fmt;
 

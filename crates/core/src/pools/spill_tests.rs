@@ -1,8 +1,11 @@
 //! The spill rule in the plan (issue #32): a free, queued pool and a paid one. The times are
 //! what the manager learned ([`PoolTimes`]); the rule itself is table-tested in `spill.rs`.
 
+use super::times::{PoolTimes, Starting};
 use super::*;
-use crate::estimate::{PoolTimes, Starting};
+use crate::backend::JobState;
+use crate::bundle::{StagedBundle, WorkerShape};
+use std::time::Duration;
 
 const S: fn(u64) -> Duration = Duration::from_secs;
 

@@ -1,7 +1,10 @@
 //! Table tests of the pool policy, one group per rule.
 
 use super::*;
+use crate::backend::JobState;
+use crate::bundle::{StagedBundle, WorkerShape};
 use crate::policy::Reason;
+use std::time::Duration;
 
 const S: fn(u64) -> Duration = Duration::from_secs;
 

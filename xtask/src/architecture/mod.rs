@@ -4,12 +4,16 @@
 //! cycle ([`CYCLE_FREE`]); core is what an embedder wants and nothing it renders for people: no
 //! `<svg`/`<html` in its sources, and none of [`NOT_IN_CORE`] among its normal dependencies
 //! (`cargo tree`, as object_store's CI guards its base build); and no non-test source file of a
-//! crate is over [`MAX_FILE_LINES`] lines nor any function over [`MAX_FN_LINES`] (test modules
-//! and `tests/` excluded).
+//! crate is over [`MAX_FILE_LINES`] lines nor any function over [`MAX_FN_LINES`]. What counts as
+//! production code and which modules a module names is [`source`]'s to say: every
+//! `#[cfg(test)]` item is left out wherever it sits, and `super::` paths and `use` groups count.
+
+mod source;
 
 use anyhow::{Result, bail};
+use source::{named_paths, sources};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Lines `crates/cli/src` may have in all (`wc -l`).
 pub const CLI_MAX_LINES: usize = 2_500;
@@ -30,7 +34,7 @@ pub fn run(_args: &[String]) -> Result<()> {
     let root = crate::services::repo_root();
     let mut breaches = Vec::new();
     let cli = sources(&root.join("crates/cli/src"))?;
-    let total: usize = cli.values().map(|text| text.lines().count()).sum();
+    let total: usize = cli.values().map(|source| source.total).sum();
     if total > CLI_MAX_LINES {
         breaches.push(format!(
             "crates/cli/src has {total} lines (at most {CLI_MAX_LINES})"
@@ -38,20 +42,25 @@ pub fn run(_args: &[String]) -> Result<()> {
     }
     for name in CYCLE_FREE {
         let modules: BTreeMap<String, String> = sources(&root.join(format!("crates/{name}/src")))?
-            .iter()
-            .map(|(path, text)| (module_name(path), text.clone()))
+            .into_values()
+            .map(|source| (source.module.clone(), source.code()))
             .collect();
-        if let Some(cycle) = cycle(&imports(&modules)) {
-            breaches.push(format!(
-                "crates/{name} modules import each other: {}",
-                cycle.join(" → ")
-            ));
+        let graph = imports(&modules);
+        for graph in [top_level(&graph), graph] {
+            for circle in circles(&graph) {
+                let example = cycle(&circle_graph(&graph, &circle)).unwrap_or_default();
+                breaches.push(format!(
+                    "crates/{name} modules import each other: {} ({} modules in the circle)",
+                    example.join(" → "),
+                    circle.len()
+                ));
+            }
         }
     }
     breaches.extend(core_is_lean(&root)?);
-    for (path, text) in sources(&root.join("crates"))? {
+    for (path, source) in sources(&root.join("crates"))? {
         breaches.extend(
-            sizes(&text)
+            sizes(&source.lines)
                 .into_iter()
                 .map(|b| format!("{}: {b}", path.display())),
         );
@@ -75,8 +84,8 @@ pub fn run(_args: &[String]) -> Result<()> {
 fn core_is_lean(root: &Path) -> Result<Vec<String>> {
     let mut breaches: Vec<String> = sources(&root.join("crates/core/src"))?
         .iter()
-        .flat_map(|(path, text)| {
-            markup(text).into_iter().map(move |m| {
+        .flat_map(|(path, source)| {
+            markup(&source.code()).into_iter().map(move |m| {
                 format!(
                     "{}: `{m}` (pages and charts belong in crates/app)",
                     path.display()
@@ -110,9 +119,8 @@ fn core_is_lean(root: &Path) -> Result<Vec<String>> {
     Ok(breaches)
 }
 
-/// Which of [`MARKUP`] the production part of `text` (before its test module) contains.
-fn markup(text: &str) -> Vec<&'static str> {
-    let code = production(text).join("\n");
+/// Which of [`MARKUP`] production code (comments and tests left out) contains.
+fn markup(code: &str) -> Vec<&'static str> {
     MARKUP.into_iter().filter(|m| code.contains(m)).collect()
 }
 
@@ -124,65 +132,42 @@ fn forbidden(tree: &str) -> BTreeSet<&str> {
         .collect()
 }
 
-/// Every `.rs` file under `dir` outside `tests/`, `target/` and `fuzz/`, by path.
-fn sources(dir: &Path) -> Result<BTreeMap<PathBuf, String>> {
-    let mut found = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir)? {
-            let path = entry?.path();
-            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if path.is_dir() && !["tests", "target", "fuzz"].contains(&name) {
-                stack.push(path);
-            } else if name.ends_with(".rs") && name != "tests.rs" {
-                let text = std::fs::read_to_string(&path)?;
-                found.insert(path, text);
-            }
-        }
-    }
-    Ok(found)
-}
-
-/// `commands::config` for `…/src/commands/config.rs` or `…/src/commands/config/mod.rs`.
-fn module_name(path: &Path) -> String {
-    let text = path.to_string_lossy();
-    let relative = text.rsplit_once("/src/").map_or(&*text, |(_, r)| r);
-    let relative = relative.trim_end_matches(".rs").trim_end_matches("/mod");
-    relative.replace('/', "::")
-}
-
-/// The code before the first `#[cfg(test)]`, without comment lines.
-fn production(text: &str) -> Vec<&str> {
-    text.lines()
-        .take_while(|line| !line.starts_with("#[cfg(test)]"))
-        .filter(|line| !line.trim_start().starts_with("//"))
-        .collect()
-}
-
-/// Which modules each module names with `crate::…` (parents and children do not count).
+/// Which modules each module (by name, with its production code) names; a module's parents
+/// and children do not count (`mod.rs` re-exporting its children, a child using its parent's
+/// types is how a module is written).
 fn imports(modules: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
     let mut graph = BTreeMap::new();
-    for (name, text) in modules {
-        let mut uses = BTreeSet::new();
-        for line in production(text) {
-            for (at, _) in line.match_indices("crate::") {
-                let path: String = line[at + 7..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
-                    .collect();
-                let target = longest_module(modules, &path);
-                let related = target.starts_with(&format!("{name}::"))
-                    || name.starts_with(&format!("{target}::"));
-                if let Some(target) =
-                    Some(target).filter(|t| !t.is_empty() && t != name && !related)
-                {
-                    uses.insert(target);
-                }
-            }
-        }
+    for (name, code) in modules {
+        let uses = named_paths(name, code)
+            .iter()
+            .map(|path| longest_module(modules, path))
+            .filter(|target| !related(name, target))
+            .collect();
         graph.insert(name.clone(), uses);
     }
     graph
+}
+
+/// `graph` between the crate's top-level modules: `manager::act → layout` is `manager →
+/// layout`, so a module that names `manager` while one of manager's children names it back is a
+/// circle too.
+fn top_level(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, BTreeSet<String>> {
+    let top = |module: &str| module.split("::").next().unwrap_or("").to_owned();
+    let mut collapsed: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (from, targets) in graph {
+        let entry = collapsed.entry(top(from)).or_default();
+        entry.extend(targets.iter().map(|t| top(t)).filter(|t| *t != top(from)));
+    }
+    collapsed
+}
+
+/// Whether `a` and `b` are one module, or one holds the other (the crate root holds all).
+fn related(a: &str, b: &str) -> bool {
+    a == b
+        || a.is_empty()
+        || b.is_empty()
+        || a.starts_with(&format!("{b}::"))
+        || b.starts_with(&format!("{a}::"))
 }
 
 /// The longest module name that `path` (`commands::config::program`) starts with.
@@ -193,6 +178,52 @@ fn longest_module(modules: &BTreeMap<String, String>, path: &str) -> String {
         .max_by_key(|m| m.len())
         .cloned()
         .unwrap_or_default()
+}
+
+/// Every set of modules that reach one another (a strongly connected component of more than
+/// one module), so one run names every circle, not just the first.
+fn circles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSet<String>> {
+    let reach = |from: &String| {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.clone()];
+        while let Some(node) = stack.pop() {
+            for next in graph.get(&node).into_iter().flatten() {
+                if seen.insert(next.clone()) {
+                    stack.push(next.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reaches: BTreeMap<&String, BTreeSet<String>> =
+        graph.keys().map(|node| (node, reach(node))).collect();
+    let mut found: Vec<BTreeSet<String>> = Vec::new();
+    for (node, reached) in &reaches {
+        if !reached.contains(*node) || found.iter().any(|c| c.contains(*node)) {
+            continue;
+        }
+        let circle = reached
+            .iter()
+            .filter(|other| reaches.get(other).is_some_and(|r| r.contains(*node)))
+            .cloned()
+            .collect();
+        found.push(circle);
+    }
+    found
+}
+
+/// `graph` restricted to the modules of `circle`.
+fn circle_graph(
+    graph: &BTreeMap<String, BTreeSet<String>>,
+    circle: &BTreeSet<String>,
+) -> BTreeMap<String, BTreeSet<String>> {
+    circle
+        .iter()
+        .map(|node| {
+            let inside = graph[node].intersection(circle).cloned().collect();
+            (node.clone(), inside)
+        })
+        .collect()
 }
 
 /// A cycle of `graph`, if it has one (depth-first search).
@@ -227,19 +258,18 @@ fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
         .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
 }
 
-/// A file over [`MAX_FILE_LINES`] or a function over [`MAX_FN_LINES`] (both before the test
-/// module): each as `what, at which line`.
-fn sizes(text: &str) -> Vec<String> {
-    let lines: Vec<&str> = text
-        .lines()
-        .take_while(|line| !line.starts_with("#[cfg(test)]"))
-        .collect();
+/// A file over [`MAX_FILE_LINES`] production lines or a function over [`MAX_FN_LINES`]: each
+/// as `what, at which line`.
+fn sizes(lines: &[(usize, String)]) -> Vec<String> {
     let mut found = Vec::new();
     if lines.len() > MAX_FILE_LINES {
-        found.push(format!("{} lines (at most {MAX_FILE_LINES})", lines.len()));
+        found.push(format!(
+            "{} non-test lines (at most {MAX_FILE_LINES})",
+            lines.len()
+        ));
     }
-    let mut start: Option<(usize, usize)> = None;
-    for (number, line) in lines.iter().enumerate() {
+    let mut start: Option<(usize, usize, usize)> = None;
+    for (index, (number, line)) in lines.iter().enumerate() {
         let indent = line.len() - line.trim_start().len();
         let body = line.trim_start();
         let opens = [
@@ -253,16 +283,15 @@ fn sizes(text: &str) -> Vec<String> {
         .iter()
         .any(|p| body.starts_with(p));
         if start.is_none() && opens && !line.trim_end().ends_with(';') {
-            start = Some((number, indent));
-        } else if let Some((from, at)) = start
+            start = Some((index, *number, indent));
+        } else if let Some((from, first, at)) = start
             && indent == at
             && body.starts_with('}')
         {
-            let length = number - from + 1;
+            let length = index - from + 1;
             if length > MAX_FN_LINES {
                 found.push(format!(
-                    "line {}: a function of {length} lines (at most {MAX_FN_LINES})",
-                    from + 1
+                    "line {first}: a function of {length} lines (at most {MAX_FN_LINES})"
                 ));
             }
             start = None;
@@ -273,6 +302,7 @@ fn sizes(text: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::source::{module_name, production};
     use super::*;
 
     fn graph(edges: &[(&str, &[&str])]) -> BTreeMap<String, BTreeSet<String>> {
@@ -285,6 +315,10 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    fn code(text: &str) -> String {
+        source::code(&production(text).0)
     }
 
     #[test]
@@ -304,6 +338,16 @@ mod tests {
             cycle(&looped).unwrap(),
             ["reload", "setup", "run", "reload"]
         );
+        assert!(circles(&tree).is_empty());
+        let two = graph(&[
+            ("a", &["b"]),
+            ("b", &["a", "c"]),
+            ("c", &["d"]),
+            ("d", &["c"]),
+            ("e", &["a"]),
+        ]);
+        let names = |c: &[&str]| c.iter().map(|n| (*n).to_owned()).collect::<BTreeSet<_>>();
+        assert_eq!(circles(&two), [names(&["a", "b"]), names(&["c", "d"])]);
     }
 
     #[test]
@@ -323,7 +367,7 @@ mod tests {
             ("cli", ""),
         ]
         .into_iter()
-        .map(|(n, t)| (n.to_owned(), t.to_owned()))
+        .map(|(n, t)| (n.to_owned(), code(t)))
         .collect();
         let graph = imports(&modules);
         assert_eq!(graph["run"], ["setup".to_owned()].into());
@@ -333,14 +377,41 @@ mod tests {
             module_name(Path::new("/w/crates/cli/src/commands/config/mod.rs")),
             "commands::config"
         );
+        assert_eq!(module_name(Path::new("/w/crates/cli/src/lib.rs")), "");
+    }
+
+    #[test]
+    fn super_paths_and_use_groups_over_lines_are_followed() {
+        // `manager::act` and `manager::plan` name each other through `super::`, one of them in
+        // a group that rustfmt spread over lines: a cycle the old line scan could not see.
+        let modules: BTreeMap<String, String> = [
+            ("manager", "mod act;\nmod plan;\n"),
+            ("manager::act", "use super::plan::Plan;\n"),
+            (
+                "manager::plan",
+                "use super::{\n    act::{self, Act as A},\n    Other,\n};\n",
+            ),
+            ("estimate", "use crate::{\n    pools::Pool,\n};\n"),
+            ("pools", "fn f() { crate::estimate::Estimate::new() }\n"),
+        ]
+        .into_iter()
+        .map(|(n, t)| (n.to_owned(), code(t)))
+        .collect();
+        let graph = imports(&modules);
+        assert_eq!(graph["manager::act"], ["manager::plan".to_owned()].into());
+        assert_eq!(graph["manager::plan"], ["manager::act".to_owned()].into());
+        assert_eq!(graph["estimate"], ["pools".to_owned()].into());
+        assert!(cycle(&graph).is_some());
+        assert_eq!(
+            named_paths("a::b", "use super::super::x::{y, z::{self, W}};"),
+            ["x::y".to_owned(), "x::z".to_owned(), "x::z::W".to_owned()].into()
+        );
     }
 
     #[test]
     fn markup_and_application_dependencies_are_found_in_core() {
-        assert_eq!(markup("let s = \"<svg x>\";\n"), ["<svg"]);
-        assert!(
-            markup("// <html> in a comment\n#[cfg(test)]\nconst T: &str = \"<svg\";\n").is_empty()
-        );
+        assert_eq!(markup(&code("let s = \"<svg x>\";\n")), ["<svg"]);
+        assert!(markup(&code("#[cfg(test)]\nconst T: &str = \"<svg\";\n")).is_empty());
         let tree = "codalab-wm-core v0.1.0 (/r/crates/core)\ntokio v1.54.0\nprometheus-client v0.24.0\naxum-core v0.5.0\n";
         assert_eq!(forbidden(tree), ["prometheus-client"].into());
         assert!(forbidden("codalab-wm-core v0.1.0\nclap v4.6.0\n").is_empty());
@@ -353,7 +424,7 @@ mod tests {
             "fn short() {{\n}}\n\npub fn long() {{\n{body}}}\n#[cfg(test)]\nfn t() {{\n{body}}}\n"
         );
         assert_eq!(
-            sizes(&text),
+            sizes(&production(&text).0),
             [format!(
                 "line 4: a function of {} lines (at most {MAX_FN_LINES})",
                 MAX_FN_LINES + 2
@@ -361,11 +432,29 @@ mod tests {
         );
         let big = "const A: u8 = 0;\n".repeat(MAX_FILE_LINES + 1);
         assert_eq!(
-            sizes(&big),
+            sizes(&production(&big).0),
             [format!(
-                "{} lines (at most {MAX_FILE_LINES})",
+                "{} non-test lines (at most {MAX_FILE_LINES})",
                 MAX_FILE_LINES + 1
             )]
         );
+    }
+
+    #[test]
+    fn a_test_module_declaration_does_not_end_the_count() {
+        // A one-line `#[cfg(test)] mod props;` near the top used to end the count there: the
+        // 600 lines after it went unseen.
+        let long = "const A: u8 = 0;\n".repeat(MAX_FILE_LINES);
+        let text = format!(
+            "#[cfg(test)]\nmod props;\n{long}#[cfg(test)]\nmod tests {{\n    fn t() {{}}\n}}\nconst B: u8 = 1;\n"
+        );
+        let (lines, test_modules) = production(&text);
+        assert_eq!(lines.len(), MAX_FILE_LINES + 1);
+        assert_eq!(test_modules, ["props"]);
+        assert_eq!(
+            lines.last().unwrap(),
+            &(MAX_FILE_LINES + 7, "const B: u8 = 1;".to_owned())
+        );
+        assert_eq!(sizes(&lines).len(), 1);
     }
 }

@@ -1,0 +1,79 @@
+//! What the pools' plan decides ([`PoolsDecision`]): per pool, its launches, stops and
+//! reasons; per staged bundle, which pool takes it or why none does.
+
+use super::{BundleAssignment, BundleOnWorker, LaunchMode, UnmetDemand, UnservedBundle};
+use crate::policy::{Decision, Reason};
+use serde::Serialize;
+
+/// What one pool does this tick, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolDecision {
+    /// The pool's name.
+    pub pool: String,
+    /// The pool's launch mode.
+    pub launch_mode: LaunchMode,
+    /// Worker jobs to start now.
+    pub launches: u32,
+    /// Stuck jobs to stop now (each has a `pending_timeout` reason).
+    pub stops: Vec<String>,
+    /// The absolute target (target mode).
+    pub target: Option<u32>,
+    /// Staged bundles assigned to the pool.
+    pub demand: usize,
+    /// Workers those bundles fill: starting ones and new ones (as many as `demand` when a
+    /// worker takes one bundle).
+    pub workers_needed: usize,
+    /// Active jobs.
+    pub active: usize,
+    /// Pending jobs (stuck ones included).
+    pub pending: usize,
+    /// Jobs being stopped.
+    pub stopping: usize,
+    /// Every rule that fired.
+    pub reasons: Vec<Reason>,
+}
+
+impl PoolDecision {
+    /// The reason codes joined by commas, for one-line logs.
+    pub fn reason_codes(&self) -> String {
+        self.reasons
+            .iter()
+            .map(Reason::code)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The decision as upstream's [`Decision`] (what `TickReport::decision` holds).
+    pub fn as_upstream(&self) -> Decision {
+        Decision {
+            launches: self.launches,
+            reasons: self.reasons.clone(),
+        }
+    }
+}
+
+/// What every pool does this tick, and where every staged bundle goes.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct PoolsDecision {
+    /// One decision per pool, in the order of the policies.
+    pub pools: Vec<PoolDecision>,
+    /// Bundles given to a pool.
+    pub assignments: Vec<BundleAssignment>,
+    /// Bundles a checked-in worker takes now (with the server's side).
+    pub on_workers: Vec<BundleOnWorker>,
+    /// Bundles no pool takes, with the reason.
+    pub unserved: Vec<UnservedBundle>,
+    /// Every staged bundle with no worker coming this tick, by pool, class and reason.
+    pub unmet: Vec<UnmetDemand>,
+    /// Overdue bundles ([`ServerView::overdue`](super::ServerView::overdue)) a worker this tick launches is for: the
+    /// manager remembers them ([`ServerView::launched_for`](super::ServerView::launched_for)) while they are staged.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub overdue_launches: Vec<String>,
+}
+
+impl PoolsDecision {
+    /// Total launches over all pools.
+    pub fn launches(&self) -> u32 {
+        self.pools.iter().map(|p| p.launches).sum()
+    }
+}

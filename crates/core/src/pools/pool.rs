@@ -1,0 +1,204 @@
+//! A pool's configured rules ([`PoolPolicy`]): its shape, bounds, launch mode, timeouts,
+//! costs and budgets, validated once when the config is read.
+
+use super::fallback;
+use crate::bundle::WorkerShape;
+use crate::policy::PolicyConfig;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::time::Duration;
+
+/// Default [`PoolPolicy::startup_grace`]: a worker has this long to take a bundle after its
+/// job became active.
+/// Longer means fewer duplicate workers while workers check in; shorter means less waiting
+/// when a starting worker was in fact taken by another bundle.
+pub const DEFAULT_STARTUP_GRACE: Duration = Duration::from_secs(30);
+
+/// How a pool decides its launches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LaunchMode {
+    /// Upstream's rules: at most one launch per tick, vetoes as `cl-worker-manager` has them.
+    #[default]
+    Compat,
+    /// An absolute target per tick, burst launches, stuck-pending replacement and backoff.
+    Target,
+}
+
+impl fmt::Display for LaunchMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LaunchMode::Compat => "compat",
+            LaunchMode::Target => "target",
+        })
+    }
+}
+
+impl std::str::FromStr for LaunchMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "compat" => Ok(LaunchMode::Compat),
+            "target" => Ok(LaunchMode::Target),
+            other => Err(format!(
+                "unknown launch mode `{other}`: use compat or target"
+            )),
+        }
+    }
+}
+
+/// The rules of one pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolPolicy {
+    /// The pool's name (unique).
+    pub name: String,
+    /// What one worker provides.
+    pub shape: WorkerShape,
+    /// Workers kept at least.
+    pub min: u32,
+    /// Workers never exceeded (jobs being stopped count until gone).
+    pub max: u32,
+    /// The tag put on the pool's workers; bundles with `request_queue == tag` need it.
+    pub tag: Option<String>,
+    /// The pool's workers run only bundles with `request_queue == tag`.
+    pub tag_exclusive: bool,
+    /// Match `request_queue` against `tag` as the server does. `false` only in the single-backend
+    /// mode ([`SingleBackendFlags`](super::SingleBackendFlags)), where (as upstream) the server-side search does the queue
+    /// filtering.
+    pub match_request_queue: bool,
+    /// Check bundles against `shape` (`false` with `--no-prefilter`).
+    pub check_shape: bool,
+    /// Preference among pools of the same price (`cost_per_hour`): lower is preferred; ties go
+    /// to the pool declared first.
+    pub cost: f64,
+    /// The longest wait the admin accepts on this pool while a pricier one would start a
+    /// bundle sooner ([`preference_order`](super::preference_order), `pools/spill.rs`); `None`: any wait.
+    pub spill_after: Option<Duration>,
+    /// Where new launches go when this pool's capacity fails ([`fallback`]).
+    pub fallback: Option<fallback::Fallback>,
+    /// Stop jobs pending longer than this (target mode only).
+    pub pending_timeout: Option<Duration>,
+    /// A job active for less than this is still starting its worker (which has not yet taken
+    /// a bundle): it counts as free capacity, like a pending job (target mode).
+    pub startup_grace: Duration,
+    /// A running job whose worker has not checked in with the server for longer than this is
+    /// lost: stopped and replaced, and the pool backs off (target mode; see [`crate::checkin`]).
+    pub checkin_timeout: Duration,
+    /// Compat or target.
+    pub launch_mode: LaunchMode,
+    /// Launches per tick at most (target mode).
+    pub max_launches_per_tick: u32,
+    /// Seconds between two launches of this pool.
+    pub min_seconds_between_workers: u64,
+    /// The pool's budget per rolling day (see [`crate::budget`]).
+    pub budget: crate::budget::BudgetLimits,
+    /// What one worker-hour of this pool costs: its price in the preference order, and
+    /// what `max_cost_per_day` meters.
+    pub cost_per_hour: Option<f64>,
+    /// Bundles a worker runs before it exits (`--exit-after-num-runs`), when limited: the
+    /// assignment gives a worker no more (the manager sets it from the pool's worker options).
+    pub runs_per_worker: Option<i64>,
+}
+
+impl PoolPolicy {
+    /// A target-mode pool with `min` 0, upstream's `max` and pacing, and otherwise the
+    /// defaults of `[[pools]]`.
+    pub fn new(name: impl Into<String>, shape: WorkerShape) -> Self {
+        let limits = PolicyConfig::default();
+        Self {
+            name: name.into(),
+            shape,
+            min: 0,
+            max: limits.max_workers,
+            tag: None,
+            tag_exclusive: false,
+            match_request_queue: true,
+            check_shape: true,
+            cost: 0.0,
+            spill_after: None,
+            fallback: None,
+            pending_timeout: None,
+            startup_grace: DEFAULT_STARTUP_GRACE,
+            checkin_timeout: crate::checkin::DEFAULT_CHECKIN_TIMEOUT,
+            launch_mode: LaunchMode::Target,
+            max_launches_per_tick: 1,
+            min_seconds_between_workers: limits.min_seconds_between_workers,
+            budget: crate::budget::BudgetLimits::default(),
+            cost_per_hour: None,
+            runs_per_worker: None,
+        }
+    }
+
+    /// Checks the pool's settings; the message names the pool and the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        let name = &self.name;
+        if self.max < self.min {
+            return Err(format!(
+                "pool {name}: max ({}) is less than min ({})",
+                self.max, self.min
+            ));
+        }
+        if self.max_launches_per_tick == 0 {
+            return Err(format!(
+                "pool {name}: max_launches_per_tick must be at least 1"
+            ));
+        }
+        if !self.cost.is_finite() {
+            return Err(format!("pool {name}: cost must be a finite number"));
+        }
+        if self.launch_mode == LaunchMode::Compat {
+            if self.pending_timeout.is_some() {
+                return Err(format!(
+                    "pool {name}: pending_timeout needs launch_mode = \"target\" (compat keeps upstream's rules)"
+                ));
+            }
+            for (key, set) in [
+                ("spill_after", self.spill_after.is_some()),
+                ("fallback", self.fallback.is_some()),
+            ] {
+                if set {
+                    return Err(format!(
+                        "pool {name}: {key} needs launch_mode = \"target\" (compat keeps upstream's rules)"
+                    ));
+                }
+            }
+            if self.max_launches_per_tick > 1 {
+                return Err(format!(
+                    "pool {name}: max_launches_per_tick {} needs launch mode target (compat launches at most one worker per tick, as upstream)",
+                    self.max_launches_per_tick
+                ));
+            }
+        }
+        if let Some(fallback) = &self.fallback {
+            if fallback.pool == *name {
+                return Err(format!("pool {name}: fallback names the pool itself"));
+            }
+            if fallback.after == 0 || fallback.window.is_zero() {
+                return Err(format!(
+                    "pool {name}: fallback_after and fallback_window must be at least 1"
+                ));
+            }
+        }
+        if self.tag_exclusive && self.tag.as_deref().is_none_or(str::is_empty) {
+            return Err(format!("pool {name}: tag_exclusive needs a tag"));
+        }
+        self.budget
+            .validate(self.cost_per_hour)
+            .map_err(|problem| format!("pool {name}: {problem}"))?;
+        if self.budget.max_cost_per_day.is_some() && self.cost_per_hour.is_none() {
+            return Err(format!(
+                "pool {name}: max_cost_per_day needs cost_per_hour (what one worker-hour costs)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl PoolPolicy {
+    /// How long a retry after the fallback ([`fallback::CapacityState::Retrying`]) may go
+    /// without its worker checking in before it counts as failed: its pending bound
+    /// (`pending_timeout`, else `checkin_timeout`), then `checkin_timeout` to check in.
+    pub fn retry_within(&self) -> Duration {
+        self.pending_timeout.unwrap_or(self.checkin_timeout) + self.checkin_timeout
+    }
+}
