@@ -342,3 +342,63 @@ async fn a_search_longer_than_the_server_accepts_is_refused_and_the_old_one_keep
     let pool = single_pool(&server, &flags, manager.backend().clone());
     manager.reconfigure(fine, vec![pool]).unwrap();
 }
+
+/// Each key of a pool's rules a reload changes alone is named in the changes the log shows:
+/// before, a reload that changed only `checkin_timeout` (or `runs_per_worker`) was applied
+/// and logged "nothing changed".
+#[tokio::test]
+async fn every_pool_key_a_reload_changes_is_named() {
+    type Edit = fn(&mut PoolPolicy);
+    let edits: [(&str, Edit); 17] = [
+        ("min", |p| p.min = 1),
+        ("max", |p| p.max = 4),
+        ("tag", |p| p.tag = Some("gpu".into())),
+        ("tag_exclusive", |p| {
+            p.tag = Some("gpu".into());
+            p.tag_exclusive = true;
+        }),
+        ("match_request_queue", |p| p.match_request_queue = false),
+        ("check_shape", |p| p.check_shape = false),
+        ("cost", |p| p.cost = 2.0),
+        ("spill_after", |p| {
+            p.spill_after = Some(Duration::from_secs(60))
+        }),
+        ("pending_timeout", |p| p.pending_timeout = None),
+        ("startup_grace", |p| {
+            p.startup_grace = Duration::from_secs(99)
+        }),
+        ("checkin_timeout", |p| {
+            p.checkin_timeout = Duration::from_secs(99)
+        }),
+        ("launch_mode", |p| {
+            p.launch_mode = LaunchMode::Compat;
+            p.pending_timeout = None; // target mode's alone
+            p.max_launches_per_tick = 1;
+        }),
+        ("max_launches_per_tick", |p| p.max_launches_per_tick = 2),
+        ("min_seconds_between_workers", |p| {
+            p.min_seconds_between_workers = 5
+        }),
+        ("cost_per_hour", |p| p.cost_per_hour = Some(0.5)),
+        ("budget", |p| p.budget.max_worker_hours_per_day = Some(3.0)),
+        ("runs_per_worker", |p| p.runs_per_worker = Some(2)),
+    ];
+    let server = server(0).await;
+    let backend = FakeBackend::named("fake", shape());
+    for (key, edit) in edits {
+        let mut manager = Manager::with_pools(
+            config(),
+            client(&server),
+            vec![pool("cpu", &backend, shape(), 3)],
+        )
+        .unwrap();
+        let mut changed = pool("cpu", &backend, shape(), 3);
+        edit(&mut changed.policy);
+        let changes = manager.reconfigure(config(), vec![changed]).unwrap();
+        let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
+        assert!(
+            keys.contains(&key),
+            "a reload that changes `{key}` names it; it named {keys:?}"
+        );
+    }
+}

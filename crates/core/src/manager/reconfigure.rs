@@ -14,6 +14,7 @@
 use super::Pool;
 use super::{Manager, ManagerConfig};
 use crate::error::{Error, Result};
+use crate::pools::PoolPolicy;
 use std::fmt;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -223,44 +224,72 @@ fn config_changes(old: &ManagerConfig, new: &ManagerConfig, changes: &mut Vec<Ch
     diff.note("budget", &old.budget, &new.budget);
 }
 
+/// Every key of a pool's rules that differs, by its config-file name. The pattern names every
+/// field of [`PoolPolicy`]: a field added to it does not compile here until the reload diff
+/// says how it is shown (a reload that changed only `checkin_timeout` once logged "nothing
+/// changed").
 fn pool_changes(old: &Pool, new: &Pool, changes: &mut Vec<Change>) {
-    let (a, b) = (&old.policy, &new.policy);
+    let PoolPolicy {
+        name: _, // pools are matched by name: a rename is refused before the diff
+        shape,
+        min,
+        max,
+        tag,
+        tag_exclusive,
+        match_request_queue,
+        check_shape,
+        cost,
+        spill_after,
+        fallback,
+        pending_timeout,
+        startup_grace,
+        checkin_timeout,
+        launch_mode,
+        max_launches_per_tick,
+        min_seconds_between_workers,
+        budget,
+        cost_per_hour,
+        runs_per_worker,
+    } = &old.policy;
+    let b = &new.policy;
     let mut diff = Diff {
         scope: format!("pool {}", b.name),
         changes,
     };
     // The single-backend pool's limits are upstream's flags.
-    let (min, max) = match b.is_single_backend() {
+    let (min_key, max_key) = match b.is_single_backend() {
         true => ("min_workers", "max_workers"),
         false => ("min", "max"),
     };
-    diff.note_shown("shape", &a.shape, &b.shape);
-    diff.note(min, &a.min, &b.min);
-    diff.note(max, &a.max, &b.max);
+    diff.note_shown("shape", shape, &b.shape);
+    diff.note(min_key, min, &b.min);
+    diff.note(max_key, max, &b.max);
     diff.note(
         "min_seconds_between_workers",
-        &a.min_seconds_between_workers,
+        min_seconds_between_workers,
         &b.min_seconds_between_workers,
     );
-    diff.note_shown("launch_mode", &a.launch_mode, &b.launch_mode);
+    diff.note_shown("launch_mode", launch_mode, &b.launch_mode);
     diff.note(
         "max_launches_per_tick",
-        &a.max_launches_per_tick,
+        max_launches_per_tick,
         &b.max_launches_per_tick,
     );
-    diff.note("tag", &a.tag, &b.tag);
-    diff.note("tag_exclusive", &a.tag_exclusive, &b.tag_exclusive);
-    diff.note_shown("cost", &a.cost, &b.cost);
-    diff.note("spill_after", &a.spill_after, &b.spill_after);
-    diff.note("fallback", &a.fallback, &b.fallback);
-    diff.note("pending_timeout", &a.pending_timeout, &b.pending_timeout);
-    diff.note("startup_grace", &a.startup_grace, &b.startup_grace);
-    diff.note("check_shape", &a.check_shape, &b.check_shape);
-    diff.note("budget", &a.budget, &b.budget);
-    diff.note("cost_per_hour", &a.cost_per_hour, &b.cost_per_hour);
+    diff.note("tag", tag, &b.tag);
+    diff.note("tag_exclusive", tag_exclusive, &b.tag_exclusive);
+    diff.note_shown("cost", cost, &b.cost);
+    diff.note("spill_after", spill_after, &b.spill_after);
+    diff.note("fallback", fallback, &b.fallback);
+    diff.note("pending_timeout", pending_timeout, &b.pending_timeout);
+    diff.note("startup_grace", startup_grace, &b.startup_grace);
+    diff.note("checkin_timeout", checkin_timeout, &b.checkin_timeout);
+    diff.note("check_shape", check_shape, &b.check_shape);
+    diff.note("budget", budget, &b.budget);
+    diff.note("cost_per_hour", cost_per_hour, &b.cost_per_hour);
+    diff.note("runs_per_worker", runs_per_worker, &b.runs_per_worker);
     diff.note(
         "match_request_queue",
-        &a.match_request_queue,
+        match_request_queue,
         &b.match_request_queue,
     );
     worker_changes(&old.worker, &new.worker, &mut diff);
