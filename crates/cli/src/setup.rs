@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use codalab_wm_core::codalab::{ClientOptions, CodaLabClient};
 use codalab_wm_core::layout::Layout;
 use codalab_wm_core::secret::Credentials;
-use codalab_wm_core::settings::{Layers, LogFormat, Settings};
+use codalab_wm_core::settings::{Edit, Layers, LogFormat, Settings};
 use codalab_wm_core::{Manager, Pool};
 use figment::Figment;
 use figment::providers::Serialized;
@@ -24,10 +24,15 @@ pub fn layers(global: &GlobalArgs, backend: Option<&BackendCommand>) -> Layers {
 
 /// The settings the layers give; a config file's problems are all listed with their lines.
 pub fn settings(layers: &Layers) -> Result<Settings> {
+    settings_with(layers, &[])
+}
+
+/// [`settings`] with `simulate`'s what-if edits.
+pub fn settings_with(layers: &Layers, edits: &[Edit]) -> Result<Settings> {
     if let Some(path) = layers.file.as_deref().filter(|p| p.is_file()) {
         crate::diagnose::file_problems(path)?;
     }
-    Ok(layers.settings(&catalogue())?)
+    Ok(layers.settings_with(&catalogue(), edits)?)
 }
 
 /// The manager the layout describes, each backend metered (`/metrics`), its launch records

@@ -361,8 +361,8 @@ fn spill_after_and_a_queued_platform_are_what_ifs_with_a_cost_line() {
     let hours = |report: &serde_json::Value, pool: usize| {
         report["pools"][pool]["worker_hours"].as_f64().unwrap()
     };
-    let (stays, spills) = (run("0"), run("300"));
-    // Without spill_after the paid pool buys nothing while the free one has room (max 100);
+    let (stays, spills) = (run(""), run("300"));
+    // Without spill_after (`--set slurm.spill_after=` removes it) the paid pool buys nothing while the free one has room (max 100);
     // with it, the bundles that meet the busy hour spill, and the paid pool has a cost.
     assert_eq!(hours(&stays, 1), 0.0, "{stays}");
     assert!(hours(&spills, 1) > 0.0, "{spills}");
@@ -426,4 +426,65 @@ fn spill_after_and_a_queued_platform_are_what_ifs_with_a_cost_line() {
         stderr.contains("--platform slurm:busy=60: busy `60`: expected EVERY/FOR seconds"),
         "{stderr}"
     );
+}
+
+/// `--set` changes the config as the file would: any key of a pool, its backend's table as
+/// `POOL.TABLE.KEY`, a top-level key without `[[pools]]`, read and checked as the file is.
+#[test]
+fn set_reads_any_key_as_the_file_does() {
+    let config = golden_dir().join("pools.toml");
+    let trace = golden_dir().join("trace.csv");
+    let with = |sets: &[&str]| {
+        let mut args = vec!["--config", config.to_str().unwrap(), "simulate"];
+        args.extend(["--trace", trace.to_str().unwrap(), "--json"]);
+        for set in sets {
+            args.extend(["--set", set]);
+        }
+        args.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>()
+    };
+    let args = with(&[
+        "cpu.slurm_batch.cpus=8",
+        "gpu.max=1",
+        "overflow.launch_mode=compat",
+    ]);
+    let output = manager(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["pools"][0]["shape"], "8 CPUs, 0 GPUs, 8.0 GiB");
+    assert_eq!(report["pools"][2]["max"], 1);
+
+    let args = with(&["cpu.max=lots"]);
+    let output = Command::new(BIN).args(&args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("max") && stderr.contains("--set"),
+        "a bad value names the key and --set: {stderr}"
+    );
+    let args = with(&["cpu.launch_mode=compat"]);
+    let output = Command::new(BIN).args(&args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("pool cpu: pending_timeout needs launch_mode = \"target\""),
+        "the pool's own checks hold: {stderr}"
+    );
+
+    let output = manager(&[
+        "simulate",
+        "--arrivals",
+        "poisson:2",
+        "--bundles",
+        "20",
+        "--set",
+        "max_workers=2",
+        "--set",
+        "local.cpus=3",
+        "--json",
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        report["pools"][0]["max"], 2,
+        "a top-level key without [[pools]]"
+    );
+    let shape = report["pools"][0]["shape"].as_str().unwrap();
+    assert!(shape.starts_with("3 CPUs"), "the backend's table: {shape}");
 }

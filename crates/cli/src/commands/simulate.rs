@@ -9,7 +9,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::ValueHint;
 use codalab_wm_core::PoolPolicy;
 use codalab_wm_core::layout::{Layout, Reading, single_placement};
-use codalab_wm_core::settings::{Layers, Settings};
+use codalab_wm_core::settings::{Edit, Layers, Settings};
 use codalab_wm_core::simulate::{
     BundleTemplate, PoissonRate, SimConfig, Workload, simulate, what_if,
 };
@@ -103,7 +103,7 @@ pub struct Args {
     #[arg(long, value_name = "SECONDS", default_value_t = 86_400)]
     pub drain_seconds: u64,
 
-    /// What-if: change a pool setting, [POOL.]KEY=VALUE (no POOL: every pool), repeatable. KEY: min, max, cost, cost_per_hour (0: none), spill_after (0: none), pending_timeout (0: none), startup_grace, launch_mode, max_launches_per_tick, min_seconds_between_workers, cpus, gpus, memory_mb
+    /// What-if: change the config as if the file said so, [POOL.]KEY=VALUE, repeatable: with [[pools]], any key of the pool named POOL (no POOL: of every pool), its backend's as TABLE.KEY (cpu.slurm_batch.cpus=8); without, any top-level key (max_workers=40) or TABLE.KEY of the backend. VALUE as in TOML (a bare word is a string); empty removes the key (cpu.spill_after=: no spill). Read and checked as the file is
     #[arg(long = "set", value_name = "[POOL.]KEY=VALUE")]
     pub set: Vec<String>,
 
@@ -135,11 +135,11 @@ pub struct Args {
 /// Runs `cl-worker-manager simulate`.
 pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     let layers = crate::setup::layers(&global, None);
-    let settings = crate::setup::settings(&layers)?;
-    let (mut policies, preemptible) = policies(&settings, &layers, args.backend.as_deref())?;
-    for change in &args.set {
-        what_if::apply(&mut policies, change)?;
-    }
+    let edits: Vec<Edit> = (args.set.iter().map(|s| s.parse()))
+        .collect::<Result<_, String>>()
+        .map_err(|e| anyhow!(e))?;
+    let settings = crate::setup::settings_with(&layers, &edits)?;
+    let (policies, preemptible) = policies(&settings, &layers, args.backend.as_deref(), &edits)?;
     for policy in &policies {
         policy.validate().map_err(|e| anyhow!(e))?;
     }
@@ -199,6 +199,7 @@ fn policies(
     settings: &Settings,
     layers: &Layers,
     backend: Option<&str>,
+    edits: &[Edit],
 ) -> Result<(Vec<PoolPolicy>, BTreeSet<String>)> {
     let catalogue = catalogue();
     let preemptible = |layout: &Layout| {
@@ -220,7 +221,8 @@ fn policies(
     }
     let name = backend.or(settings.backend.as_deref()).unwrap_or("local");
     let kind = catalogue.get(name)?;
-    let tables = layers.tables(kind, kind.placement_defaults(single_placement(settings)))?;
+    let defaults = kind.placement_defaults(single_placement(settings));
+    let tables = layers.tables_with(kind, defaults, edits)?;
     let layout = Layout::single(settings, kind, &tables, Reading::Shapes)?;
     let preemptible = preemptible(&layout);
     let mut policy = layout.pools.into_iter().next().context("no pool")?.policy;

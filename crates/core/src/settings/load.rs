@@ -6,6 +6,7 @@
 //! spells it and where it came from ([`invalid`](crate::error::invalid)).
 
 use super::Settings;
+use super::edit::{Edit, Edited};
 use crate::describe::{BackendKind, Catalogue};
 use crate::error::{ENV_PREFIX, Error, Result, invalid};
 use figment::providers::{Env, Format, Serialized, Toml};
@@ -27,16 +28,38 @@ pub struct Layers {
 impl Layers {
     /// The global settings (backend tables set apart), every duration in its range.
     pub fn settings(&self, catalogue: &Catalogue) -> Result<Settings> {
+        self.settings_with(catalogue, &[])
+    }
+
+    /// [`Self::settings`] with what-if `edits` over every layer ([`Edit`]), read and checked
+    /// as the file is.
+    pub fn settings_with(&self, catalogue: &Catalogue, edits: &[Edit]) -> Result<Settings> {
         let tables: Vec<&'static str> = catalogue.tables().collect();
         let mut figment = Figment::from(Serialized::defaults(Settings::default()));
         if let Some(path) = self.file()? {
             figment = figment.merge(Without::new(Toml::file_exact(path), &tables));
         }
         figment = figment.merge(Without::new(env(), &tables));
-        let settings: Settings = figment
-            .merge(self.flags.clone())
-            .extract()
-            .map_err(|e| invalid(e, None))?;
+        figment = figment.merge(self.flags.clone());
+        let extract = |edits: &[Edit]| -> Result<Settings> {
+            let edited = Figment::from(Edited {
+                base: figment.clone(),
+                edits,
+                tables: &tables,
+            });
+            edited.extract().map_err(|e| invalid(e, None))
+        };
+        let settings = extract(edits).map_err(|error| {
+            // Name the first edit the settings do not take (a serde error inside a
+            // `[[pools]]` entry names the entry, not its key).
+            let blamed = (1..=edits.len()).find(|n| extract(&edits[..*n]).is_err());
+            match (blamed, error) {
+                (Some(n), Error::InvalidConfig(why)) => {
+                    Error::InvalidConfig(format!("with {}: {why}", edits[n - 1]))
+                }
+                (_, error) => error,
+            }
+        })?;
         settings.check_durations().map_err(Error::InvalidConfig)?;
         settings
             .check_budgets_and_notify()
@@ -68,6 +91,29 @@ impl Layers {
             figment = figment.merge(Serialized::defaults(table(kind.table(), flags.clone())));
         }
         Ok(figment)
+    }
+
+    /// [`Self::tables`] with the what-if `edits` of `kind`'s table (`TABLE.KEY=VALUE`, without
+    /// `[[pools]]`) over every layer.
+    pub fn tables_with(
+        &self,
+        kind: &dyn BackendKind,
+        defaults: serde_json::Map<String, serde_json::Value>,
+        edits: &[Edit],
+    ) -> Result<Figment> {
+        let figment = self.tables(kind, defaults)?;
+        let ours: Vec<Edit> = (edits.iter())
+            .filter(|e| e.in_table(&[kind.table()]))
+            .cloned()
+            .collect();
+        if ours.is_empty() {
+            return Ok(figment);
+        }
+        Ok(Figment::from(Edited {
+            base: figment,
+            edits: &ours,
+            tables: &[],
+        }))
     }
 
     /// Whether the global setting `key` was given (the file, `CODALAB_WM_*` or a flag),

@@ -44,9 +44,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 mod bounds;
+mod edit;
 mod load;
 pub use crate::error::{ENV_PREFIX, invalid, suggestion};
 pub use bounds::MAX_SECONDS;
+pub use edit::Edit;
 pub use load::Layers;
 
 /// Output format of the logs.

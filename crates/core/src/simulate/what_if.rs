@@ -1,81 +1,12 @@
-//! The what-if edits of `cl-worker-manager simulate`: `--set [POOL.]KEY=VALUE` changes one
-//! setting of one pool's policy (no POOL: of every pool), and `--start-latency` (`N` or
-//! `MIN-MAX` seconds) is how long a simulated job pends. Pure; errors name the bad flag.
+//! The what-if flags of `cl-worker-manager simulate` about the simulated world:
+//! `--start-latency` (`N` or `MIN-MAX` seconds: how long a simulated job pends), `--platform`
+//! and `--quota`. Pure; errors name the bad flag. (`--set`, a change of the config, is read
+//! with the config: [`crate::settings::Edit`].)
 
 use super::{Platform, SimError};
 use crate::pools::PoolPolicy;
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// The keys `--set` knows, as the error for an unknown one lists them.
-const KEYS: &str = "min, max, cost, cost_per_hour, spill_after, pending_timeout, startup_grace, launch_mode, max_launches_per_tick, min_seconds_between_workers, cpus, gpus, memory_mb";
-
-/// Applies one `--set [POOL.]KEY=VALUE` to the named pool, or to every pool without `POOL.`.
-pub fn apply(policies: &mut [PoolPolicy], change: &str) -> Result<(), SimError> {
-    let invalid =
-        |message: String| SimError::Config(format!("invalid --set `{change}`: {message}"));
-    let (target, value) = change
-        .split_once('=')
-        .ok_or_else(|| invalid("expected [POOL.]KEY=VALUE".into()))?;
-    let (pool, key) = match target.split_once('.') {
-        Some((pool, key)) => (Some(pool), key),
-        None => (None, target),
-    };
-    if let Some(pool) = pool
-        && !policies.iter().any(|p| p.name == pool)
-    {
-        let names: Vec<&str> = policies.iter().map(|p| p.name.as_str()).collect();
-        return Err(SimError::Config(format!(
-            "--set `{change}`: no pool named {pool} (pools: {})",
-            names.join(", ")
-        )));
-    }
-    for policy in policies
-        .iter_mut()
-        .filter(|p| pool.is_none_or(|name| p.name == name))
-    {
-        set(policy, key.trim(), value.trim()).map_err(invalid)?;
-    }
-    Ok(())
-}
-
-/// Sets `key` of one policy to `value`.
-fn set(policy: &mut PoolPolicy, key: &str, value: &str) -> Result<(), String> {
-    let number = || -> Result<u64, String> {
-        value
-            .parse()
-            .map_err(|_| format!("`{value}` is not a whole number"))
-    };
-    let small = || -> Result<u32, String> { u32::try_from(number()?).map_err(|e| e.to_string()) };
-    match key {
-        "min" => policy.min = small()?,
-        "max" => policy.max = small()?,
-        "cost" => {
-            policy.cost = value
-                .parse()
-                .map_err(|_| format!("`{value}` is not a number"))?
-        }
-        "cost_per_hour" => {
-            let price: f64 = (value.parse()).map_err(|_| format!("`{value}` is not a number"))?;
-            policy.cost_per_hour = Some(price).filter(|p| *p > 0.0)
-        }
-        "spill_after" => {
-            policy.spill_after = Some(number()?).filter(|s| *s > 0).map(Duration::from_secs)
-        }
-        "pending_timeout" => {
-            policy.pending_timeout = Some(number()?).filter(|s| *s > 0).map(Duration::from_secs)
-        }
-        "startup_grace" => policy.startup_grace = Duration::from_secs(number()?),
-        "launch_mode" => policy.launch_mode = value.parse()?,
-        "max_launches_per_tick" => policy.max_launches_per_tick = small()?,
-        "min_seconds_between_workers" => policy.min_seconds_between_workers = number()?,
-        "cpus" => policy.shape.cpus = small()?,
-        "gpus" => policy.shape.gpus = small()?,
-        "memory_mb" => policy.shape.memory_bytes = number()?.saturating_mul(1 << 20),
-        other => return Err(format!("unknown key `{other}`: use {KEYS}")),
-    }
-    Ok(())
-}
 
 /// `--start-latency`: `60` or `30-120` seconds, as the bounds of a uniform pending time.
 pub fn start_latency(text: &str) -> Result<(Duration, Duration), SimError> {
@@ -194,7 +125,7 @@ pub fn quotas(specs: &[String]) -> Result<BTreeMap<String, u32>, SimError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{LaunchMode, WorkerShape};
+    use crate::WorkerShape;
 
     fn pools() -> Vec<PoolPolicy> {
         let shape = WorkerShape::from_flags(1, 0, 1024);
@@ -244,52 +175,6 @@ mod tests {
         for bad in ["carol", "=1", "carol=x", "carol=-1"] {
             let error = quotas(&[bad.to_owned()]).unwrap_err().to_string();
             assert!(error.contains(bad), "{error}");
-        }
-    }
-
-    #[test]
-    fn set_changes_one_pool_or_all() {
-        let mut pools = pools();
-        apply(&mut pools, "a.max=3").unwrap();
-        apply(&mut pools, "pending_timeout=600").unwrap();
-        apply(&mut pools, "b.launch_mode=compat").unwrap();
-        apply(&mut pools, " memory_mb = 2048 ").unwrap();
-        assert_eq!((pools[0].max, pools[1].max), (3, 10));
-        assert_eq!(pools[1].pending_timeout, Some(Duration::from_secs(600)));
-        assert_eq!(pools[1].launch_mode, LaunchMode::Compat);
-        assert_eq!(pools[0].shape.memory_bytes, 2048 << 20);
-        apply(&mut pools, "pending_timeout=0").unwrap();
-        assert_eq!(pools[0].pending_timeout, None);
-        apply(&mut pools, "spill_after=600").unwrap();
-        assert_eq!(pools[1].spill_after, Some(Duration::from_secs(600)));
-        apply(&mut pools, "spill_after=0").unwrap();
-        assert_eq!(pools[0].spill_after, None);
-        apply(&mut pools, "cost_per_hour=0.5").unwrap();
-        assert_eq!(pools[1].cost_per_hour, Some(0.5));
-    }
-
-    #[test]
-    fn bad_changes_are_named() {
-        let cases = [
-            ("max", "invalid --set `max`: expected [POOL.]KEY=VALUE"),
-            ("c.max=1", "--set `c.max=1`: no pool named c (pools: a, b)"),
-            ("max=x", "invalid --set `max=x`: `x` is not a whole number"),
-            (
-                "cost=cheap",
-                "invalid --set `cost=cheap`: `cheap` is not a number",
-            ),
-            (
-                "a.cpus=5000000000",
-                "invalid --set `a.cpus=5000000000`: out of range integral type conversion attempted",
-            ),
-            (
-                "colour=red",
-                "invalid --set `colour=red`: unknown key `colour`: use min, max",
-            ),
-        ];
-        for (change, message) in cases {
-            let error = apply(&mut pools(), change).unwrap_err().to_string();
-            assert!(error.starts_with(message), "{change}: {error}");
         }
     }
 
