@@ -4,11 +4,9 @@
 //! that names `--ca-cert`, not a temporary "unreachable"; a file without a certificate is
 //! refused when the client is built.
 
-mod hostile;
-
+use crate::hostile::{Hostile, well_behaved};
 use codalab_wm_core::codalab::{ClientOptions, CodaLabClient, tls};
 use codalab_wm_core::secret::{Credentials, Secret};
-use hostile::{Hostile, well_behaved};
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;

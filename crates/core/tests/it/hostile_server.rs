@@ -2,13 +2,13 @@
 //! nested 100,000 deep, bodies that never end or announce 100 MB, and a 401 to the search.
 //! Each test drives the real client over HTTP on 127.0.0.1.
 
-mod hostile;
-
+use crate::hostile::{
+    Hostile, Reply, Request, deeply_nested, token_reply, user_reply, well_behaved,
+};
 use codalab_wm_core::Error;
 use codalab_wm_core::codalab::{CodaLabClient, staged_keywords};
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
-use hostile::{Hostile, Reply, Request, deeply_nested, token_reply, user_reply, well_behaved};
 
 const PASSWORD: &str = "s3cret-pw-issue22";
 
