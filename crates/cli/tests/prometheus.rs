@@ -10,7 +10,7 @@
 //!   without error, and every metric of the manager a rule names, and every query of the
 //!   Grafana dashboard (`deploy/grafana/codalab-wm.json`, all managers selected), returns
 //!   series through the Prometheus HTTP API. (The operator's group is checked against the operator's registry in
-//!   `crates/operator/tests/monitoring.rs`.)
+//!   `crates/operator/tests/it/monitoring.rs`.)
 //!
 //! Locally a missing `promtool`, `prometheus` or CodaLab server skips a test; under `CI=true`
 //! it fails. Every wait polls, bounded.

@@ -34,7 +34,7 @@ fn prometheus_rule(rules: &str) -> String {
     let spec: String = groups.lines().map(|l| format!("  {l}\n")).collect();
     format!(
         "# Generated from deploy/prometheus/codalab-wm.rules.yml (edit that file, then run\n\
-         # `UPDATE_GOLDEN=1 cargo test -p codalab-wm-operator --test monitoring`).\n\
+         # `UPDATE_GOLDEN=1 cargo test -p codalab-wm-operator --test it monitoring`).\n\
          apiVersion: monitoring.coreos.com/v1\n\
          kind: PrometheusRule\n\
          metadata:\n  name: codalab-wm\n  labels:\n    app.kubernetes.io/name: codalab-wm\n\
