@@ -15,7 +15,7 @@ install_packages() {
   command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
   command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
   command -v iptables >/dev/null 2>&1 || need+=(iptables)
-  # the probe image of crates/backend-gce/tests/metadata_firewall.rs
+  # the probe image of crates/backend-gce/tests/it/metadata_firewall.rs
   command -v busybox >/dev/null 2>&1 || need+=(busybox-static)
   [ ${#need[@]} -eq 0 ] && return 0
   [ "$(id -u)" = 0 ] || { log "missing Debian packages (${need[*]}) and not root"; exit 1; }

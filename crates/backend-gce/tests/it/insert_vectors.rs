@@ -9,7 +9,7 @@ use codalab_wm_gce::GceConfig;
 use codalab_wm_gce::spec::instance_resource;
 use serde_json::{Map, Value};
 
-const VECTORS: &str = include_str!("data/insert-vectors.json");
+const VECTORS: &str = include_str!("../data/insert-vectors.json");
 
 /// The backend's config of a vector's flags (`zone` is the one zone of `zones`).
 fn config(flags: &Value) -> (GceConfig, String) {
