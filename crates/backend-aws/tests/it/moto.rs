@@ -7,13 +7,11 @@
 //! Set `AWS_ENDPOINT_URL` to use another moto than `http://127.0.0.1:5055`, and
 //! `SERVICES_DIR` when the services' state is not in `<repo>/.services`.
 
-mod support;
-
+use crate::support::moto::*;
 use codalab_wm_aws::{AwsBatchBackend, AwsBatchConfig};
 use codalab_wm_core::testing::{Harness, Polling, require_service, run_conformance};
 use codalab_wm_core::{JobState, WorkerBackend, WorkerJob, WorkerOptions};
 use std::sync::Arc;
-use support::moto::*;
 
 /// The conformance suite's harness; new jobs it holds (see [`Held`]) are let go when it is
 /// dropped, also on a failed assertion.
@@ -264,7 +262,7 @@ fn the_endpoint_comes_from_the_environment() {
         let mut command = std::process::Command::new(std::env::current_exe().unwrap());
         command.args([
             "--exact",
-            "child_lists_with_the_standard_chain",
+            "moto::child_lists_with_the_standard_chain",
             "--ignored",
             "--quiet",
         ]);

@@ -8,8 +8,7 @@
 //! capacity never comes) switch new launches to the standard queue. No worker checks in: no
 //! stop here touches a worker that has.
 
-mod support;
-
+use crate::support::moto::*;
 use codalab_wm_aws::{AwsBatchBackend, AwsBatchConfig};
 use codalab_wm_core::codalab::CodaLabClient;
 use codalab_wm_core::manager::status::{LaunchResult, TickEvent};
@@ -20,7 +19,6 @@ use codalab_wm_core::{JobState, Manager, ManagerConfig, Pool, PoolPolicy, Worker
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::sync::Arc;
 use std::time::Duration;
-use support::moto::*;
 
 const MIN: Duration = Duration::from_secs(60);
 

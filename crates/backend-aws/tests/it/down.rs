@@ -6,15 +6,13 @@
 //!
 //! Set `AWS_ENDPOINT_URL` to use another moto than `http://127.0.0.1:5055`.
 
-mod support;
-
+use crate::support::moto::{POLLING, fresh_config, moto_available, sdk_client, sdk_config};
 use codalab_wm_aws::{AwsBatchBackend, AwsBatchConfig, BatchClient, HostEnvironment};
 use codalab_wm_core::backend::new_unique;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::require_service;
 use codalab_wm_core::{LaunchRequest, WorkerBackend, WorkerJob, WorkerOptions};
 use std::collections::BTreeSet;
-use support::moto::{POLLING, fresh_config, moto_available, sdk_client, sdk_config};
 
 fn worker(prefix: &str) -> WorkerOptions {
     WorkerOptions {
