@@ -3,7 +3,7 @@
 //! The core conformance suite, ownership and adoption, the credentials Secret, stop with a uid
 //! precondition, the finished-pod history limit, dry runs, and injected API errors.
 
-mod support;
+use crate::support;
 
 use codalab_wm_core::backend::{JobState, LaunchRequest, WorkerBackend, WorkerJob, new_unique};
 use codalab_wm_core::command::WorkerOptions;

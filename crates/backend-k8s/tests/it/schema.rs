@@ -5,8 +5,7 @@
 //! Needs the `k8s-validate` service (`cargo xtask services up k8s-validate`: a venv under
 //! `$SERVICES_DIR/k8s-validate`); skips without it, fails without it under `CI=true`.
 
-#[path = "support/combos.rs"]
-mod combos;
+use crate::support::combos;
 
 use codalab_wm_core::command::WorkerOptions;
 use codalab_wm_core::secret::{Credentials, Secret};
