@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs kubernetes-validate (PyPI; the official Kubernetes JSON schemas, bundled, offline) into
 # $SERVICES_DIR/k8s-validate/venv for the manifest tests (crates/backend-k8s/tests/it/schema.rs,
-# crates/operator/tests/deploy.rs), and the Prometheus Operator's CRD schemas (PyPI
+# crates/operator/tests/it/deploy.rs), and the Prometheus Operator's CRD schemas (PyPI
 # cloudcoil-models-prometheus-operator, generated from its v0.80.1 CRDs) for
-# monitoring_crds.py (crates/operator/tests/monitoring.rs). Nothing runs: the tests call the
+# monitoring_crds.py (crates/operator/tests/it/monitoring.rs). Nothing runs: the tests call the
 # venv's validators.
 #
 # Idempotent: reinstalls only when the venv is missing or the pinned version changed.
