@@ -5,9 +5,7 @@
 //! `Restart`. Time runs on the manager clock (`Manager::advance_clock`), no sleeping.
 
 use codalab_wm_core::budget::BudgetLimits;
-use codalab_wm_core::codalab::CodaLabClient;
 use codalab_wm_core::manager::Outcome;
-use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::FakeBackend;
 use codalab_wm_core::{
     JobState, Manager, ManagerConfig, Pool, PoolPolicy, WorkerOptions, WorkerShape,
@@ -30,11 +28,7 @@ fn manager_on(
     backend: Arc<dyn codalab_wm_core::WorkerBackend>,
     dir: &Path,
 ) -> Manager {
-    let credentials = Credentials {
-        username: "alice".into(),
-        password: Secret::new("alicepw"),
-    };
-    let client = CodaLabClient::new(&server.url(), credentials).unwrap();
+    let client = crate::fixtures::alice_client(&server.url());
     let policy = PoolPolicy {
         max: 10,
         max_launches_per_tick: 10,

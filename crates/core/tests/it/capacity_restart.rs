@@ -5,14 +5,10 @@
 //! CodaLab and two in-memory `testing::FakeBackend`s (their jobs outlive a manager); time on
 //! the manager clock, no sleeping.
 
-use codalab_wm_core::codalab::CodaLabClient;
 use codalab_wm_core::manager::status::{LaunchResult, TickEvent};
 use codalab_wm_core::pools::fallback::{CapacityState, Fallback};
-use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::{FakeBackend, capacity_switches};
-use codalab_wm_core::{
-    JobState, Manager, ManagerConfig, Pool, PoolPolicy, WorkerOptions, WorkerShape,
-};
+use codalab_wm_core::{JobState, Manager, Pool, PoolPolicy, WorkerOptions, WorkerShape};
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::path::Path;
 use std::sync::Arc;
@@ -36,11 +32,7 @@ fn manager(
     standard: &FakeBackend,
     dir: &Path,
 ) -> Manager {
-    let credentials = Credentials {
-        username: "alice".into(),
-        password: Secret::new("alicepw"),
-    };
-    let client = CodaLabClient::new(&server.url(), credentials).unwrap();
+    let client = crate::fixtures::alice_client(&server.url());
     let spot_policy = PoolPolicy {
         fallback: Some(Fallback {
             after: 2,
@@ -67,10 +59,7 @@ fn manager(
             worker,
         },
     ];
-    let config = ManagerConfig {
-        sleep_time: Duration::ZERO,
-        ..ManagerConfig::default()
-    };
+    let config = crate::fixtures::instant();
     let mut manager = Manager::with_pools(config, client, pools).unwrap();
     let identities = [
         ("spot".to_owned(), "fake-spot test".to_owned()),

@@ -9,7 +9,7 @@ use codalab_wm_core::codalab::CodaLabClient;
 use codalab_wm_core::manager::status::TickEvent;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::FakeBackend;
-use codalab_wm_core::{Manager, ManagerConfig, Pool, PoolPolicy, WorkerOptions, WorkerShape};
+use codalab_wm_core::{Manager, Pool, PoolPolicy, WorkerOptions, WorkerShape};
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab, user_id};
 use serde_json::json;
 use std::sync::Arc;
@@ -30,11 +30,7 @@ async fn setup(bundles: u64) -> Setup {
 async fn setup_shaped(bundles: u64, shape: WorkerShape) -> Setup {
     let server = FakeCodaLab::start().await.unwrap();
     server.set_bundles((1..=bundles).map(|n| FakeBundle::new("alice", n)).collect());
-    let credentials = Credentials {
-        username: "alice".into(),
-        password: Secret::new("alicepw"),
-    };
-    let client = CodaLabClient::new(&server.url(), credentials).unwrap();
+    let client = crate::fixtures::alice_client(&server.url());
     let backend = FakeBackend::named("fake", shape);
     backend.start_active(true);
     backend.unique_names(true);
@@ -52,10 +48,7 @@ async fn setup_shaped(bundles: u64, shape: WorkerShape) -> Setup {
             ..WorkerOptions::default()
         },
     };
-    let config = ManagerConfig {
-        sleep_time: Duration::ZERO,
-        ..ManagerConfig::default()
-    };
+    let config = crate::fixtures::instant();
     let manager = Manager::with_pools(config, client, vec![pool]).unwrap();
     Setup {
         server,
@@ -405,10 +398,7 @@ async fn a_restart_launches_no_second_worker_for_an_overdue_bundle() {
             ..WorkerOptions::default()
         },
     };
-    let config = ManagerConfig {
-        sleep_time: Duration::ZERO,
-        ..ManagerConfig::default()
-    };
+    let config = crate::fixtures::instant();
     drop(std::mem::replace(
         &mut s.manager,
         Manager::with_pools(config, client, vec![pool]).unwrap(),

@@ -9,10 +9,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use codalab_wm_core::budget::BudgetLimits;
-use codalab_wm_core::codalab::CodaLabClient;
 use codalab_wm_core::events::{Event, EventKind};
 use codalab_wm_core::notify::{self, NotifyFormat, NotifySettings, Retry};
-use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_core::secret::Secret;
 use codalab_wm_core::testing::FakeBackend;
 use codalab_wm_core::{
     JobState, Manager, ManagerConfig, Pool, PoolPolicy, WorkerOptions, WorkerShape,
@@ -31,11 +30,7 @@ async fn manager(
 ) -> (FakeCodaLab, FakeBackend, Manager) {
     let server = FakeCodaLab::start().await.unwrap();
     server.set_bundles((1..=bundles).map(|n| FakeBundle::new("alice", n)).collect());
-    let credentials = Credentials {
-        username: "alice".into(),
-        password: Secret::new("alicepw"),
-    };
-    let client = CodaLabClient::new(&server.url(), credentials).unwrap();
+    let client = crate::fixtures::alice_client(&server.url());
     let backend = FakeBackend::named("fake", policy.shape);
     // Jobs named after their launch unique, as every platform's are: the launch record (and
     // so each launch's budget reservation) holds them.

@@ -5,14 +5,10 @@
 //! Time runs on the manager clock (`Manager::advance_clock`), no sleeping.
 
 use codalab_wm_core::checkin::launch_unique;
-use codalab_wm_core::codalab::CodaLabClient;
 use codalab_wm_core::manager::status::{LaunchResult, TickEvent};
 use codalab_wm_core::pools::fallback::Fallback;
-use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::{FakeBackend, capacity_switches};
-use codalab_wm_core::{
-    JobState, Manager, ManagerConfig, Pool, PoolPolicy, WorkerOptions, WorkerShape,
-};
+use codalab_wm_core::{JobState, Manager, Pool, PoolPolicy, WorkerOptions, WorkerShape};
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,11 +39,7 @@ async fn setup() -> Setup {
 /// The setup with the Spot pool's policy changed by `spot`.
 async fn setup_with(spot: impl FnOnce(PoolPolicy) -> PoolPolicy) -> Setup {
     let server = FakeCodaLab::start().await.unwrap();
-    let credentials = Credentials {
-        username: "alice".into(),
-        password: Secret::new("alicepw"),
-    };
-    let client = CodaLabClient::new(&server.url(), credentials).unwrap();
+    let client = crate::fixtures::alice_client(&server.url());
     let spot_policy = PoolPolicy {
         fallback: Some(Fallback {
             after: 2,
@@ -79,10 +71,7 @@ async fn setup_with(spot: impl FnOnce(PoolPolicy) -> PoolPolicy) -> Setup {
             worker,
         },
     ];
-    let config = ManagerConfig {
-        sleep_time: Duration::ZERO,
-        ..ManagerConfig::default()
-    };
+    let config = crate::fixtures::instant();
     let manager = Manager::with_pools(config, client, pools).unwrap();
     Setup {
         server,

@@ -201,11 +201,7 @@ async fn a_search_answered_401_logs_in_again_and_retries() {
 }
 
 fn client_for_fake(server: &FakeCodaLab) -> CodaLabClient {
-    let credentials = Credentials {
-        username: "alice".into(),
-        password: Secret::new("alicepw"),
-    };
-    CodaLabClient::new(&server.url(), credentials).unwrap()
+    crate::fixtures::alice_client(&server.url())
 }
 
 #[tokio::test]

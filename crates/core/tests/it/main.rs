@@ -10,6 +10,7 @@ mod checkin_manager;
 mod codalab_transport;
 mod events_budgets;
 mod fallback_manager;
+mod fixtures;
 mod fuzz_props;
 mod hostile;
 mod hostile_server;

@@ -2,6 +2,7 @@
 //! the in-memory `testing::FakeBackend`: upstream's launch rules tick by tick, failure
 //! counting, error handling and shutdown.
 
+use crate::fixtures::instant;
 use codalab_wm_core::codalab::{ClientOptions, CodaLabClient, CountEvery};
 use codalab_wm_core::manager::Outcome;
 use codalab_wm_core::policy::PolicyConfig;
@@ -14,13 +15,6 @@ use codalab_wm_core::{
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::sync::Arc;
 use std::time::Duration;
-
-fn config() -> ManagerConfig {
-    ManagerConfig {
-        sleep_time: Duration::ZERO,
-        ..ManagerConfig::default()
-    }
-}
 
 /// Upstream's flags: `--min-workers`, `--max-workers`, `--min-seconds-between-workers`.
 fn flags(min: u32, max: u32, min_seconds: u64) -> SingleBackendFlags {
@@ -73,7 +67,7 @@ fn twelve_and_one_too_large() -> Vec<FakeBundle> {
 #[tokio::test]
 async fn launches_one_per_tick_until_max_then_stops() {
     let (_server, client, backend) = setup(twelve_and_one_too_large(), "alicepw").await;
-    let mut manager = single(config(), flags(0, 3, 0), client, Arc::new(backend.clone()));
+    let mut manager = single(instant(), flags(0, 3, 0), client, Arc::new(backend.clone()));
     let mut launched = Vec::new();
     for _ in 0..5 {
         let report = manager.tick().await.unwrap();
@@ -92,7 +86,12 @@ async fn launches_one_per_tick_until_max_then_stops() {
 async fn pending_jobs_covering_the_staged_bundles_stop_launches() {
     let bundles = (0..2).map(|n| FakeBundle::new("alice", n)).collect();
     let (_server, client, backend) = setup(bundles, "alicepw").await;
-    let mut manager = single(config(), flags(0, 10, 0), client, Arc::new(backend.clone()));
+    let mut manager = single(
+        instant(),
+        flags(0, 10, 0),
+        client,
+        Arc::new(backend.clone()),
+    );
     let mut launched = [0usize; 4];
     for slot in launched.iter_mut() {
         *slot = manager.tick().await.unwrap().launched.len();
@@ -114,7 +113,7 @@ async fn pending_jobs_covering_the_staged_bundles_stop_launches() {
 async fn rate_limit_holds_the_second_launch() {
     let bundles = (0..5).map(|n| FakeBundle::new("alice", n)).collect();
     let (_server, client, backend) = setup(bundles, "alicepw").await;
-    let mut manager = single(config(), flags(0, 10, 3600), client, Arc::new(backend));
+    let mut manager = single(instant(), flags(0, 10, 3600), client, Arc::new(backend));
     assert_eq!(manager.tick().await.unwrap().launched.len(), 1);
     let report = manager.tick().await.unwrap();
     assert!(report.launched.is_empty());
@@ -125,7 +124,7 @@ async fn rate_limit_holds_the_second_launch() {
 async fn below_min_launches_with_nothing_staged() {
     let (_server, client, backend) = setup(vec![], "alicepw").await;
     let mut manager = single(
-        config(),
+        instant(),
         flags(2, 3, 3600),
         client,
         Arc::new(backend.clone()),
@@ -153,7 +152,7 @@ async fn failed_jobs_are_counted_once_and_exit_after_num_failed_stops_the_loop()
     backend.fail_starting(Some("Invalid partition name specified"));
     let config = ManagerConfig {
         exit_after_num_failed: Some(2),
-        ..config()
+        ..instant()
     };
     let mut manager = single(config, flags(0, 10, 0), client, Arc::new(backend));
     let (_stop, shutdown) = tokio::sync::watch::channel(false);
@@ -172,7 +171,12 @@ async fn failed_jobs_are_counted_once_and_exit_after_num_failed_stops_the_loop()
 async fn temporary_errors_skip_ticks_without_launching_and_the_loop_recovers() {
     let bundles = (0..3).map(|n| FakeBundle::new("alice", n)).collect();
     let (server, client, backend) = setup(bundles, "alicepw").await;
-    let mut manager = single(config(), flags(0, 10, 0), client, Arc::new(backend.clone()));
+    let mut manager = single(
+        instant(),
+        flags(0, 10, 0),
+        client,
+        Arc::new(backend.clone()),
+    );
     manager.tick().await.unwrap();
     server.inject_faults(vec![
         (503, "Service Unavailable".into()),
@@ -222,7 +226,7 @@ async fn a_long_queue_costs_one_page_per_steady_tick() {
         password: Secret::new("alicepw"),
     };
     let client = CodaLabClient::with_options(&server.url(), credentials, &options).unwrap();
-    let mut manager = single(config(), flags(0, 10, 60), client, Arc::new(backend));
+    let mut manager = single(instant(), flags(0, 10, 60), client, Arc::new(backend));
     let first = manager.tick().await.unwrap();
     assert_eq!(
         (first.staged, first.read, first.search_requests),
@@ -255,7 +259,12 @@ async fn a_long_queue_costs_one_page_per_steady_tick() {
 #[tokio::test]
 async fn once_returns_after_one_tick_and_surfaces_its_error() {
     let (_server, client, backend) = setup(vec![FakeBundle::new("alice", 1)], "alicepw").await;
-    let mut manager = single(config(), flags(0, 10, 0), client, Arc::new(backend.clone()));
+    let mut manager = single(
+        instant(),
+        flags(0, 10, 0),
+        client,
+        Arc::new(backend.clone()),
+    );
     let (_stop, shutdown) = tokio::sync::watch::channel(false);
     assert_eq!(
         manager.run(true, shutdown.clone()).await.unwrap(),
@@ -264,7 +273,7 @@ async fn once_returns_after_one_tick_and_surfaces_its_error() {
     assert_eq!(backend.launches().len(), 1);
 
     let (_server, client, backend) = setup(vec![], "wrong").await;
-    let mut manager = single(config(), flags(0, 10, 0), client, Arc::new(backend));
+    let mut manager = single(instant(), flags(0, 10, 0), client, Arc::new(backend));
     let err = manager.run(true, shutdown).await.unwrap_err();
     assert!(matches!(err, Error::Unauthenticated { .. }));
 }
@@ -272,7 +281,7 @@ async fn once_returns_after_one_tick_and_surfaces_its_error() {
 #[tokio::test]
 async fn a_wrong_password_stops_the_loop() {
     let (_server, client, backend) = setup(vec![], "wrong").await;
-    let mut manager = single(config(), flags(0, 10, 0), client, Arc::new(backend));
+    let mut manager = single(instant(), flags(0, 10, 0), client, Arc::new(backend));
     let (_stop, shutdown) = tokio::sync::watch::channel(false);
     assert!(manager.run(false, shutdown).await.unwrap_err().is_fatal());
 }
@@ -282,7 +291,7 @@ async fn shutdown_finishes_the_current_tick_and_returns() {
     let (_server, client, backend) = setup(vec![FakeBundle::new("alice", 1)], "alicepw").await;
     let config = ManagerConfig {
         sleep_time: Duration::from_secs(3600),
-        ..config()
+        ..instant()
     };
     let mut manager = single(config, flags(0, 10, 0), client, Arc::new(backend.clone()));
     let (stop, shutdown) = tokio::sync::watch::channel(false);
@@ -307,7 +316,7 @@ async fn no_prefilter_keeps_large_bundles() {
         no_prefilter: true,
         ..flags(0, 10, 0)
     };
-    let mut manager = single(config(), no_prefilter, client, Arc::new(backend));
+    let mut manager = single(instant(), no_prefilter, client, Arc::new(backend));
     let report = manager.tick().await.unwrap();
     assert_eq!((report.staged, report.filtered), (13, 0));
 }
@@ -317,7 +326,7 @@ async fn dry_run_reaches_the_backend_as_a_dry_run() {
     let (_server, client, backend) = setup(vec![FakeBundle::new("alice", 1)], "alicepw").await;
     let config = ManagerConfig {
         dry_run: true,
-        ..config()
+        ..instant()
     };
     let backend = Arc::new(backend);
     let mut manager = single(config, flags(0, 10, 0), client, backend.clone());

@@ -11,12 +11,8 @@
 //! Time runs on the manager clock (`Manager::advance_clock`), no sleeping.
 
 use codalab_wm_core::checkin::launch_unique;
-use codalab_wm_core::codalab::CodaLabClient;
-use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::FakeBackend;
-use codalab_wm_core::{
-    JobState, Manager, ManagerConfig, Pool, PoolPolicy, WorkerJob, WorkerOptions, WorkerShape,
-};
+use codalab_wm_core::{JobState, Manager, Pool, PoolPolicy, WorkerJob, WorkerOptions, WorkerShape};
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use proptest::prelude::*;
 use serde_json::json;
@@ -70,11 +66,7 @@ fn worker(job: &WorkerJob, busy: bool) -> serde_json::Value {
 }
 
 async fn manager(server: &FakeCodaLab, backend: &FakeBackend) -> Manager {
-    let credentials = Credentials {
-        username: "alice".into(),
-        password: Secret::new("alicepw"),
-    };
-    let client = CodaLabClient::new(&server.url(), credentials).unwrap();
+    let client = crate::fixtures::alice_client(&server.url());
     let policy = PoolPolicy {
         max: 6,
         min_seconds_between_workers: 0,
@@ -91,10 +83,7 @@ async fn manager(server: &FakeCodaLab, backend: &FakeBackend) -> Manager {
             ..WorkerOptions::default()
         },
     };
-    let config = ManagerConfig {
-        sleep_time: Duration::ZERO,
-        ..ManagerConfig::default()
-    };
+    let config = crate::fixtures::instant();
     Manager::with_pools(config, client, vec![pool]).unwrap()
 }
 

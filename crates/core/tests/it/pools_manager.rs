@@ -49,11 +49,7 @@ fn gpu_policy() -> PoolPolicy {
 async fn setup(bundles: Vec<FakeBundle>, cpu: PoolPolicy, gpu: PoolPolicy) -> Setup {
     let server = FakeCodaLab::start().await.unwrap();
     server.set_bundles(bundles);
-    let credentials = Credentials {
-        username: "alice".into(),
-        password: Secret::new("alicepw"),
-    };
-    let client = CodaLabClient::new(&server.url(), credentials).unwrap();
+    let client = crate::fixtures::alice_client(&server.url());
     let cpu_backend = FakeBackend::named("fake-cpu", cpu.shape);
     let gpu_backend = FakeBackend::named("fake-gpu", gpu.shape);
     // Job names carry the launch unique, as on every platform: the manager's launch record
@@ -81,10 +77,7 @@ async fn setup(bundles: Vec<FakeBundle>, cpu: PoolPolicy, gpu: PoolPolicy) -> Se
             worker: gpu_worker,
         },
     ];
-    let config = ManagerConfig {
-        sleep_time: Duration::ZERO,
-        ..ManagerConfig::default()
-    };
+    let config = crate::fixtures::instant();
     let manager = Manager::with_pools(config, client, pools).unwrap();
     Setup {
         server,

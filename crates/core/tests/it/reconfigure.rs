@@ -4,10 +4,9 @@
 //! a tick. Against the in-process fake CodaLab server and in-memory `FakeBackend`s; time moves
 //! with `Manager::advance_clock`.
 
-use codalab_wm_core::codalab::CodaLabClient;
+use crate::fixtures::{alice_client, instant};
 use codalab_wm_core::manager::{DRAIN_THEN_RESTART, Reconfiguration};
 use codalab_wm_core::policy::PolicyConfig;
-use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::testing::FakeBackend;
 use codalab_wm_core::{
     JobState, LaunchMode, Manager, ManagerConfig, Pool, PoolPolicy, SingleBackendFlags,
@@ -29,21 +28,6 @@ async fn server(bundles: usize) -> FakeCodaLab {
             .collect(),
     );
     server
-}
-
-fn client(server: &FakeCodaLab) -> CodaLabClient {
-    let credentials = Credentials {
-        username: "alice".into(),
-        password: Secret::new("alicepw"),
-    };
-    CodaLabClient::new(&server.url(), credentials).unwrap()
-}
-
-fn config() -> ManagerConfig {
-    ManagerConfig {
-        sleep_time: Duration::ZERO,
-        ..ManagerConfig::default()
-    }
 }
 
 /// Upstream's flags: up to `max` workers, in target mode (3 launches per tick).
@@ -93,14 +77,14 @@ async fn raising_max_launches_more_and_keeps_the_first_job() {
     let backend = FakeBackend::named("fake", shape());
     let flags = single_flags(1);
     let pool = single_pool(&server, &flags, Arc::new(backend.clone()));
-    let mut manager = Manager::new(config(), client(&server), pool);
+    let mut manager = Manager::new(instant(), alice_client(&server.url()), pool);
     manager.tick().await.unwrap();
     let first = backend.jobs();
     assert_eq!(first.len(), 1);
 
     let raised = single_flags(3);
     let pool = single_pool(&server, &raised, manager.backend().clone());
-    let changes = manager.reconfigure(config(), vec![pool]).unwrap();
+    let changes = manager.reconfigure(instant(), vec![pool]).unwrap();
     let shown: Vec<String> = changes.iter().map(ToString::to_string).collect();
     assert_eq!(shown, ["pool fake: max_workers 1 → 3"]);
 
@@ -120,12 +104,12 @@ async fn lowering_max_launches_nothing_and_stops_nothing() {
     let server = server(3).await;
     let backend = FakeBackend::named("fake", shape());
     let pool = single_pool(&server, &single_flags(3), Arc::new(backend.clone()));
-    let mut manager = Manager::new(config(), client(&server), pool);
+    let mut manager = Manager::new(instant(), alice_client(&server.url()), pool);
     manager.tick().await.unwrap();
     assert_eq!(backend.jobs().len(), 3);
     let lowered = single_flags(1);
     let pool = single_pool(&server, &lowered, manager.backend().clone());
-    manager.reconfigure(config(), vec![pool]).unwrap();
+    manager.reconfigure(instant(), vec![pool]).unwrap();
     server.set_bundles((4..=6).map(|n| FakeBundle::new("alice", n)).collect());
     manager.tick().await.unwrap();
     assert_eq!(backend.jobs().len(), 3, "over the new max: no launch");
@@ -141,7 +125,7 @@ async fn an_invalid_configuration_is_refused_and_the_old_one_keeps_running() {
     let backend = FakeBackend::named("fake", shape());
     let flags = single_flags(2);
     let pool = single_pool(&server, &flags, Arc::new(backend.clone()));
-    let mut manager = Manager::new(config(), client(&server), pool);
+    let mut manager = Manager::new(instant(), alice_client(&server.url()), pool);
     let before = manager.policies();
 
     let inverted = SingleBackendFlags {
@@ -153,7 +137,7 @@ async fn an_invalid_configuration_is_refused_and_the_old_one_keeps_running() {
         ..flags
     };
     let pool = single_pool(&server, &inverted, manager.backend().clone());
-    let err = manager.reconfigure(config(), vec![pool]).unwrap_err();
+    let err = manager.reconfigure(instant(), vec![pool]).unwrap_err();
     assert!(err.to_string().contains("less than"), "{err}");
 
     let burst_in_compat = SingleBackendFlags {
@@ -162,7 +146,7 @@ async fn an_invalid_configuration_is_refused_and_the_old_one_keeps_running() {
         ..flags
     };
     let pool = single_pool(&server, &burst_in_compat, manager.backend().clone());
-    let err = manager.reconfigure(config(), vec![pool]).unwrap_err();
+    let err = manager.reconfigure(instant(), vec![pool]).unwrap_err();
     assert!(
         err.to_string().contains("needs launch mode target"),
         "{err}"
@@ -170,7 +154,7 @@ async fn an_invalid_configuration_is_refused_and_the_old_one_keeps_running() {
 
     let other = Arc::new(FakeBackend::named("other", shape()));
     let pool = single_pool(&server, &flags, other);
-    let err = manager.reconfigure(config(), vec![pool]).unwrap_err();
+    let err = manager.reconfigure(instant(), vec![pool]).unwrap_err();
     assert!(err.to_string().contains("pool other is new"), "{err}");
     assert_eq!(manager.policies(), before, "nothing was applied");
 }
@@ -182,9 +166,10 @@ async fn pools_cannot_be_added_removed_or_change_backend() {
         FakeBackend::named("fake-a", shape()),
         FakeBackend::named("fake-b", shape()),
     );
-    let config = config();
+    let config = instant();
     let pools = vec![pool("cpu", &a, shape(), 2), pool("big", &b, shape(), 2)];
-    let mut manager = Manager::with_pools(config.clone(), client(&server), pools).unwrap();
+    let mut manager =
+        Manager::with_pools(config.clone(), alice_client(&server.url()), pools).unwrap();
     let before = manager.policies();
 
     let err = manager
@@ -227,9 +212,10 @@ async fn a_bigger_shape_serves_bundles_that_fit_no_pool_before() {
         ..FakeBundle::new("alice", 1)
     }]);
     let small = FakeBackend::named("fake", shape());
-    let config = config();
+    let config = instant();
     let pools = vec![pool("cpu", &small, shape(), 2)];
-    let mut manager = Manager::with_pools(config.clone(), client(&server), pools).unwrap();
+    let mut manager =
+        Manager::with_pools(config.clone(), alice_client(&server.url()), pools).unwrap();
     let report = manager.tick().await.unwrap();
     assert_eq!(report.launched.len(), 0, "4 CPUs do not fit 1");
 
@@ -255,9 +241,10 @@ async fn pending_times_survive_a_reconfiguration() {
     let server = server(1).await;
     let backend = FakeBackend::named("fake-a", shape());
     backend.unique_names(true); // launched here: the pending rule may stop it
-    let config = config();
+    let config = instant();
     let pools = vec![pool("cpu", &backend, shape(), 2)];
-    let mut manager = Manager::with_pools(config.clone(), client(&server), pools).unwrap();
+    let mut manager =
+        Manager::with_pools(config.clone(), alice_client(&server.url()), pools).unwrap();
     manager.tick().await.unwrap();
     assert_eq!(backend.jobs().len(), 1);
     assert_eq!(backend.jobs()[0].state, JobState::Pending);
@@ -282,14 +269,14 @@ async fn run_applies_what_the_reload_channel_holds_before_its_tick() {
     let server = server(3).await;
     let backend = FakeBackend::named("fake", shape());
     let pool = single_pool(&server, &single_flags(1), Arc::new(backend.clone()));
-    let mut manager = Manager::new(config(), client(&server), pool);
+    let mut manager = Manager::new(instant(), alice_client(&server.url()), pool);
     manager.tick().await.unwrap();
     let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
     manager.reload_from(receiver);
     let pool = single_pool(&server, &single_flags(3), manager.backend().clone());
     sender
         .send(Reconfiguration {
-            config: config(),
+            config: instant(),
             pools: vec![pool],
         })
         .unwrap();
@@ -322,12 +309,12 @@ async fn a_search_longer_than_the_server_accepts_is_refused_and_the_old_one_keep
     let backend = FakeBackend::named("fake", shape());
     let flags = single_flags(2);
     let pool = single_pool(&server, &flags, Arc::new(backend.clone()));
-    let mut manager = Manager::new(config(), client(&server), pool);
+    let mut manager = Manager::new(instant(), alice_client(&server.url()), pool);
     manager.tick().await.unwrap();
 
     let long = ManagerConfig {
         search: vec![format!("name={}", "x".repeat(4000))],
-        ..config()
+        ..instant()
     };
     let pool = single_pool(&server, &flags, manager.backend().clone());
     let err = manager.reconfigure(long, vec![pool]).unwrap_err();
@@ -337,7 +324,7 @@ async fn a_search_longer_than_the_server_accepts_is_refused_and_the_old_one_keep
 
     let fine = ManagerConfig {
         search: vec![format!("name={}", "x".repeat(100))],
-        ..config()
+        ..instant()
     };
     let pool = single_pool(&server, &flags, manager.backend().clone());
     manager.reconfigure(fine, vec![pool]).unwrap();
@@ -387,14 +374,14 @@ async fn every_pool_key_a_reload_changes_is_named() {
     let backend = FakeBackend::named("fake", shape());
     for (key, edit) in edits {
         let mut manager = Manager::with_pools(
-            config(),
-            client(&server),
+            instant(),
+            alice_client(&server.url()),
             vec![pool("cpu", &backend, shape(), 3)],
         )
         .unwrap();
         let mut changed = pool("cpu", &backend, shape(), 3);
         edit(&mut changed.policy);
-        let changes = manager.reconfigure(config(), vec![changed]).unwrap();
+        let changes = manager.reconfigure(instant(), vec![changed]).unwrap();
         let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
         assert!(
             keys.contains(&key),
