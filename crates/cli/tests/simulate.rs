@@ -487,4 +487,14 @@ fn set_reads_any_key_as_the_file_does() {
     );
     let shape = report["pools"][0]["shape"].as_str().unwrap();
     assert!(shape.starts_with("3 CPUs"), "the backend's table: {shape}");
+    let other = Command::new(BIN)
+        .args(["simulate", "--arrivals", "poisson:2", "--bundles", "5"])
+        .args(["--set", "slurm_batch.cpus=3"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        !other.status.success() && stderr.contains("whose table is [local]"),
+        "another backend's table is refused, not ignored: {stderr}"
+    );
 }

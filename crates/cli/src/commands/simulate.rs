@@ -222,7 +222,7 @@ fn policies(
     let name = backend.or(settings.backend.as_deref()).unwrap_or("local");
     let kind = catalogue.get(name)?;
     let defaults = kind.placement_defaults(single_placement(settings));
-    let tables = layers.tables_with(kind, defaults, edits)?;
+    let tables = layers.tables_with(kind, defaults, edits, &catalogue)?;
     let layout = Layout::single(settings, kind, &tables, Reading::Shapes)?;
     let preemptible = preemptible(&layout);
     let mut policy = layout.pools.into_iter().next().context("no pool")?.policy;

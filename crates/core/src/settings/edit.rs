@@ -104,7 +104,18 @@ impl Edit {
                 names.join(", ")
             ));
         }
-        for entry in pools.iter_mut() {
+        // No POOL: every pool, or, for a backend table's key, every pool that has that table.
+        let takes = |entry: &Value| {
+            self.path.len() == 1 || entry.as_dict().is_some_and(|d| d.contains_key(first))
+        };
+        if !pools.iter().any(takes) {
+            return Err(format!(
+                "--set `{}`: no pool has a `{first}` table; name the pool (POOL.{})",
+                self.text,
+                self.path.join(".")
+            ));
+        }
+        for entry in pools.iter_mut().filter(|entry| takes(entry)) {
             if let Value::Dict(_, entry) = entry {
                 self.set(entry, &self.path);
             }
@@ -205,6 +216,10 @@ mod tests {
         let table = edited(POOLS, &["a.local.cpus=4", "b.local.cpus=2"]).unwrap();
         assert_eq!(table["pools"][0]["local"]["cpus"], 4);
         assert_eq!(table["pools"][1]["local"]["cpus"], 2);
+        // A table's key without POOL: the pools that have the table (b has none).
+        let tables = edited(POOLS, &["local.cpus=6"]).unwrap();
+        assert_eq!(tables["pools"][0]["local"]["cpus"], 6);
+        assert!(tables["pools"][1].get("local").is_none());
     }
 
     #[test]

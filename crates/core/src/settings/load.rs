@@ -94,13 +94,25 @@ impl Layers {
     }
 
     /// [`Self::tables`] with the what-if `edits` of `kind`'s table (`TABLE.KEY=VALUE`, without
-    /// `[[pools]]`) over every layer.
+    /// `[[pools]]`) over every layer; an edit of another backend's table (one `catalogue`
+    /// knows) is an error, not ignored.
     pub fn tables_with(
         &self,
         kind: &dyn BackendKind,
         defaults: serde_json::Map<String, serde_json::Value>,
         edits: &[Edit],
+        catalogue: &Catalogue,
     ) -> Result<Figment> {
+        let known: Vec<&str> = catalogue.tables().collect();
+        if let Some(edit) =
+            (edits.iter()).find(|e| e.in_table(&known) && !e.in_table(&[kind.table()]))
+        {
+            return Err(Error::InvalidConfig(format!(
+                "{edit}: the single backend is {}, whose table is [{}]",
+                kind.name(),
+                kind.table()
+            )));
+        }
         let figment = self.tables(kind, defaults)?;
         let ours: Vec<Edit> = (edits.iter())
             .filter(|e| e.in_table(&[kind.table()]))
