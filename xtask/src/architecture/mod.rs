@@ -456,5 +456,8 @@ mod tests {
             &(MAX_FILE_LINES + 7, "const B: u8 = 1;".to_owned())
         );
         assert_eq!(sizes(&lines).len(), 1);
+        // A one-line test item ends where it ends: the next item counts.
+        let (lines, _) = production("#[cfg(test)]\nfn t() {}\nfn f() {\n}\n");
+        assert_eq!(lines.len(), 2, "{lines:?}");
     }
 }

@@ -127,7 +127,8 @@ pub fn production(text: &str) -> (Vec<(usize, String)>, Vec<String>) {
         if let Some(name) = declared_module(head) {
             test_modules.push(name);
         }
-        at = if head.ends_with(';') {
+        let balanced = head.matches('{').count() == head.matches('}').count();
+        at = if head.ends_with(';') || (balanced && head.ends_with('}')) {
             item + 1
         } else {
             item + lines[item..]
