@@ -42,11 +42,15 @@ impl Layers {
         figment = figment.merge(Without::new(env(), &tables));
         figment = figment.merge(self.flags.clone());
         let extract = |edits: &[Edit]| -> Result<Settings> {
-            let edited = Figment::from(Edited {
-                base: figment.clone(),
-                edits,
-                tables: &tables,
-            });
+            // Without edits, the layers themselves: an error names where a key came from.
+            let edited = match edits {
+                [] => figment.clone(),
+                _ => Figment::from(Edited {
+                    base: figment.clone(),
+                    edits,
+                    tables: &tables,
+                }),
+            };
             edited.extract().map_err(|e| invalid(e, None))
         };
         let settings = extract(edits).map_err(|error| {
