@@ -13,7 +13,7 @@
 //!
 //! [`health`] holds the `/healthz` rule.
 //!
-//! [`TickEvent::counter`]: codalab_wm_core::manager::status::TickEvent::counter
+//! [`TickEvent::counter`]: codalab_wm_core::status::TickEvent::counter
 
 pub mod health;
 
@@ -23,7 +23,7 @@ use codalab_wm_core::bundle::WorkerShape;
 use codalab_wm_core::checkin::WorkerState;
 use codalab_wm_core::error::Result;
 use codalab_wm_core::manager::TICK_ERROR_KINDS;
-use codalab_wm_core::manager::status::{LaunchResult, Status};
+use codalab_wm_core::status::{LaunchResult, Status};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

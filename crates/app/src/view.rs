@@ -6,7 +6,7 @@
 //! and one from a tick run here cannot drift apart.
 
 #[cfg(doc)]
-use codalab_wm_core::manager::status::Status;
+use codalab_wm_core::status::Status;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::fmt::Write as _;

@@ -11,10 +11,10 @@
 //! normal rules.
 
 use codalab_wm_core::codalab::CodaLabClient;
-use codalab_wm_core::manager::status::TickEvent;
 use codalab_wm_core::manager::{Outcome, TickReport};
 use codalab_wm_core::policy::PolicyConfig;
 use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_core::status::TickEvent;
 use codalab_wm_core::testing::FakeBackend;
 use codalab_wm_core::{
     JobState, LaunchMode, Manager, ManagerConfig, Pool, SingleBackendFlags, WorkerJob,

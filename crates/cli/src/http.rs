@@ -20,7 +20,7 @@ use codalab_wm_app::dashboard::{self, History, Page};
 use codalab_wm_app::listen::{HostRule, Limits};
 use codalab_wm_app::metrics::health::{Health, status_sleep_time};
 use codalab_wm_app::metrics::{Metrics, StatusExporter, enable_metrics};
-use codalab_wm_core::manager::status::Status;
+use codalab_wm_core::status::Status;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};

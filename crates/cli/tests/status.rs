@@ -8,9 +8,9 @@ use codalab_wm_core::LaunchMode;
 use codalab_wm_core::budget::{BudgetLimits, BudgetStatus};
 use codalab_wm_core::estimate::{BundleEstimate, StartEstimate};
 use codalab_wm_core::events::{Event, EventKind};
-use codalab_wm_core::manager::status::{Counter, FailureRecord, PoolStatus, ShapeStatus, Status};
 use codalab_wm_core::policy::Reason;
 use codalab_wm_core::pools::{PoolDecision, PoolHealth, PoolVerdict, UnservedBundle};
+use codalab_wm_core::status::{Counter, FailureRecord, PoolStatus, ShapeStatus, Status};
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -85,7 +85,7 @@ fn known_status() -> Status {
         tag_exclusive: true,
         cost: 10.0,
         cost_per_hour: Some(2.5),
-        fallback: Some(codalab_wm_core::manager::status::FallbackStatus {
+        fallback: Some(codalab_wm_core::status::FallbackStatus {
             pool: "gpu-standard".into(),
             capacity: codalab_wm_core::pools::fallback::CapacityState::Fallback {
                 since_seconds: 100,

@@ -16,8 +16,8 @@
 
 use codalab_wm_core::codalab::CodaLabClient;
 use codalab_wm_core::events::Event;
-use codalab_wm_core::manager::status::Status;
 use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_core::status::Status;
 use codalab_wm_core::{
     JobState, LaunchRequest, Manager, ManagerConfig, Pool, Result, SingleBackendFlags,
     WorkerBackend, WorkerJob, WorkerOptions, WorkerShape, async_trait,

@@ -3,7 +3,7 @@
 //! budget reached, the configuration reloaded, the server unreachable or back).
 //!
 //! One typed stream ([`Event`]) feeds the log (target `codalab_wm::event`), the status
-//! snapshot ([`crate::manager::status::Status::events`], the last [`RECENT_EVENTS`]), the
+//! snapshot ([`crate::status::Status::events`], the last [`RECENT_EVENTS`]), the
 //! dashboard, and the webhooks of `[[notify]]` ([`crate::notify`]). Events are derived from
 //! what a tick saw and did (`from_tick`, in `manager/tick.rs` beside its caller: this module
 //! knows nothing of the manager) and from the changes between ticks the manager notices (the

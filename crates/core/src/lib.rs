@@ -29,10 +29,12 @@
 //! - [`describe`]: how a backend describes itself (name, table, flags, checks, build);
 //! - [`settings`] and [`layout`]: the layered settings and the one assembly from them to
 //!   pools with their backend tables, every rule about a combination of settings checked once;
-//! - [`manager`]: the loop that observes, plans, acts and reports, with one error policy for
-//!   retry and backoff; what it remembers per pool, its log lines and its status snapshot
-//!   ([`manager::status`]); [`events`], the typed event stream, and [`notify`], its webhooks;
-//! - [`simulate`]: the same policy against a simulated backend (the engine and its numbers);
+//! - `engine`: the tick without I/O: what a tick remembers per pool and between ticks, and
+//!   its steps (observe → plan → act), time passed in;
+//! - [`manager`]: the loop that drives the engine against the server and the backends, with
+//!   one error policy for retry and backoff, its log lines and its status snapshot
+//!   ([`status`]); [`events`], the typed event stream, and [`notify`], its webhooks;
+//! - [`simulate`]: the same engine against simulated platforms and a simulated server;
 //! - [`local`] (feature `local`, on by default): a backend that runs workers as local
 //!   processes;
 //! - `testing` (feature `testing`): the backend conformance suite and an in-memory fake
@@ -94,6 +96,7 @@ pub mod command;
 pub mod describe;
 pub mod dispatch;
 pub mod down;
+pub(crate) mod engine;
 pub mod error;
 pub mod estimate;
 pub mod events;
@@ -109,6 +112,7 @@ pub mod secret;
 pub mod settings;
 pub mod simulate;
 pub mod size;
+pub mod status;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

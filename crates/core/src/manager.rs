@@ -1,15 +1,17 @@
-//! The manager loop: observe → plan → act → report, then sleep.
+//! The manager loop: observe → plan → act → report, then sleep. The manager does the I/O; what
+//! a tick remembers and decides is the tick engine's (`crate::engine`, which the simulator
+//! drives too).
 //!
 //! One [`Manager::tick`] does what one upstream iteration does, for every pool:
-//! 1. **observe** (`observe.rs`): search the staged bundles, list each pool's worker jobs and
-//!    take the listings into what the manager remembers per pool (`runtime.rs`: last launch,
-//!    failure backoff, jobs being stopped, since when jobs are pending);
-//! 2. **plan** (`tick.rs`): ask the pure pool policy ([`plan_pools`](crate::pools::plan_pools))
-//!    which pool takes which bundle and what each pool launches or stops, and log it
-//!    (`logs.rs`);
-//! 3. **act** (`act.rs`): stop stuck jobs, then launch, pool by pool;
+//! 1. **observe** (`observe.rs`): list each pool's worker jobs and the server's workers, hand
+//!    them to the engine, and search the staged bundles the pools can absorb;
+//! 2. **plan** (`tick.rs`): the engine applies the budgets and asks the pure pool policy
+//!    ([`plan_pools`](crate::pools::plan_pools)) which pool takes which bundle and what each
+//!    pool launches or stops; the manager logs it (`logs.rs`);
+//! 3. **act** (`act.rs`): stop the jobs the policy named, then launch, pool by pool, handing
+//!    each result to the engine;
 //! 4. **report** (`tick.rs`): count the tick's [`TickEvent`]s and publish the [`Status`]
-//!    snapshot ([`status`]).
+//!    snapshot ([`crate::status`]).
 //!
 //! A manager serves one pool ([`Manager::new`]) or several ([`Manager::with_pools`]).
 //! Upstream's single-backend mode is one pool, [`Pool::single_backend`], whose launch rules in
@@ -24,7 +26,7 @@ use crate::backend::WorkerBackend;
 use crate::codalab::CodaLabClient;
 use crate::error::{Error, Result};
 use crate::pools::PoolPolicy;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,35 +34,27 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 mod act;
-mod budgets;
-mod capacity;
-mod checkins;
 mod error_policy;
-pub mod estimates;
 mod journal;
 pub(crate) mod logs;
 mod observe;
 mod quota;
 mod reconfigure;
-mod record;
 mod run;
-pub(crate) mod runtime;
-pub mod server_view;
 mod shutdown;
-pub mod status;
 mod streak;
 mod tick;
 
+pub use crate::engine::Pool;
 pub use error_policy::{REFUSED_AGAIN_FOR, TICK_ERROR_KINDS};
 pub use reconfigure::{Change, DRAIN_THEN_RESTART, Reconfiguration};
-pub use runtime::Pool;
 pub use shutdown::SUBMIT_GRACE;
 pub use tick::TickReport;
 
-use runtime::PoolRuntime;
+use crate::engine::{Engine, record};
 #[cfg(doc)]
-use status::TickEvent;
-use status::{Counters, FailureRecord, Status};
+use crate::status::TickEvent;
+use crate::status::{Counters, Status};
 
 /// Everything the loop needs besides the server and the pools.
 #[derive(Debug, Clone)]
@@ -121,7 +115,8 @@ pub enum Outcome {
 pub struct Manager {
     config: ManagerConfig,
     client: CodaLabClient,
-    pools: Vec<PoolRuntime>,
+    /// The tick's memory and rules.
+    engine: Engine,
     started: Instant,
     /// Time added by [`Manager::advance_clock`].
     skipped: Duration,
@@ -132,10 +127,8 @@ pub struct Manager {
     reported_malformed: HashSet<String>,
     /// Bundles logged as spilled past a cheaper pool, and the pool they went to.
     spilled: HashMap<String, String>,
-    num_failed: u32,
     ticks: u64,
     counters: Counters,
-    recent_failures: VecDeque<FailureRecord>,
     status: watch::Sender<Status>,
     /// New configurations to apply before the next tick ([`Manager::reload_from`]).
     reloads: Option<mpsc::UnboundedReceiver<Reconfiguration>>,
@@ -145,18 +138,10 @@ pub struct Manager {
     on_ready: Option<ReadyHook>,
     /// A submit in flight, a shutdown requested.
     stop_flags: shutdown::StopFlags,
-    /// The last view of the server's workers (`/rest/workers/info`).
-    checkins: checkins::LastView,
-    /// The dispatch model's placements on checked-in workers, between ticks.
-    server: server_view::ServerMemory,
     /// The owners' quotas and the owners of runs on shared workers, between ticks.
     quota: quota::QuotaMemory,
-    /// What the start-time estimates learned, and their predictions.
-    estimates: estimates::EstimateMemory,
     /// The events: log, recent, subscribers.
     journal: journal::Journal,
-    /// Each budget's use, as of the last tick (for the status snapshot).
-    budgets: Vec<crate::budget::BudgetStatus>,
     /// How long refused re-logins are retried ([`error_policy::REFUSED_AGAIN_FOR`]).
     refused_again_for: Duration,
 }
@@ -195,9 +180,9 @@ impl Manager {
 
     fn build(config: ManagerConfig, client: CodaLabClient, pools: Vec<Pool>) -> Self {
         Self {
+            engine: Engine::new(pools, config.budget, config.sleep_time),
             config,
             client,
-            pools: pools.into_iter().map(PoolRuntime::new).collect(),
             started: Instant::now(),
             on_ready: None,
             skipped: Duration::ZERO,
@@ -205,41 +190,31 @@ impl Manager {
             reported: HashMap::new(),
             reported_malformed: HashSet::new(),
             spilled: HashMap::new(),
-            num_failed: 0,
             ticks: 0,
             counters: Counters::default(),
-            recent_failures: VecDeque::new(),
             status: watch::channel(Status::default()).0,
             reloads: None,
             tick_started: Instant::now(),
             stop_flags: shutdown::StopFlags::default(),
-            checkins: checkins::LastView::default(),
-            server: server_view::ServerMemory::default(),
             quota: quota::QuotaMemory::default(),
-            estimates: estimates::EstimateMemory::default(),
             journal: journal::Journal::default(),
-            budgets: Vec::new(),
             refused_again_for: error_policy::REFUSED_AGAIN_FOR,
         }
     }
 
     /// The backend (of the first pool).
     pub fn backend(&self) -> &Arc<dyn WorkerBackend> {
-        &self.pools[0].pool.backend
+        &self.engine.pools[0].pool.backend
     }
 
     /// The pools' policies, in declaration order.
     pub fn policies(&self) -> Vec<PoolPolicy> {
-        let policy = |pool: &Pool| PoolPolicy {
-            runs_per_worker: pool.worker.exit_after_num_runs.filter(|n| *n > 0),
-            ..pool.policy.clone()
-        };
-        self.pools.iter().map(|p| policy(&p.pool)).collect()
+        self.engine.policies()
     }
 
     /// Failed launches counted so far.
     pub fn num_failed(&self) -> u32 {
-        self.num_failed
+        self.engine.num_failed()
     }
 
     /// The status snapshot as of the last tick.
@@ -274,8 +249,8 @@ impl Manager {
     /// Fails when a record cannot be created or read, or another process holds it.
     pub fn keep_records(&mut self, dir: &Path, identities: &[(String, String)]) -> Result<()> {
         let start = record::unix_now().saturating_sub(self.clock());
-        for runtime in &mut self.pools {
-            let name = runtime.name().to_owned();
+        for index in 0..self.engine.pools.len() {
+            let name = self.engine.pools[index].name().to_owned();
             let identity = identities
                 .iter()
                 .find(|(pool, _)| *pool == name)
@@ -286,9 +261,7 @@ impl Manager {
                 false => record::LaunchRecord::open(dir, identity)?,
             };
             tracing::info!(pool = %name, record = %record.path().map(|p| p.display().to_string()).unwrap_or_default(), "launch record of pool {name}: jobs it does not hold are never stopped by this manager");
-            let overdue: Vec<String> = record.overdue_launches().cloned().collect();
-            self.server.launched_for(&overdue);
-            runtime.take_record(record, start);
+            self.engine.take_record(index, record, start);
         }
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! at the last tick ([`codalab_wm_core::estimate`]), the counts per kind first.
 
 use crate::chart::escape;
-use codalab_wm_core::manager::status::Status;
+use codalab_wm_core::status::Status;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 

@@ -10,8 +10,8 @@
 //! else grows with uptime.
 
 use codalab_wm_core::checkin::WorkerState;
-use codalab_wm_core::manager::status::{Counter, Status};
 use codalab_wm_core::pools::PoolDecision;
+use codalab_wm_core::status::{Counter, Status};
 use std::collections::VecDeque;
 
 /// Seconds summarised by one bucket.

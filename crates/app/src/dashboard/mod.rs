@@ -19,7 +19,7 @@ pub use page::render;
 use std::time::Duration;
 
 #[cfg(doc)]
-use codalab_wm_core::manager::status::Status;
+use codalab_wm_core::status::Status;
 
 /// How the page is rendered beyond the snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

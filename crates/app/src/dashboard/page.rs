@@ -4,7 +4,7 @@ use super::history::{BUCKET_SECONDS, Bucket, History};
 use super::{Page, sections, utc};
 use crate::chart::{self, Series, escape};
 use crate::view::duration;
-use codalab_wm_core::manager::status::Status;
+use codalab_wm_core::status::Status;
 use std::fmt::Write as _;
 
 const STYLE: &str = "

@@ -9,9 +9,9 @@ use crate::view::{duration, memory, reason_text};
 use codalab_wm_core::budget::BudgetStatus;
 use codalab_wm_core::checkin::WorkerState;
 use codalab_wm_core::events::Severity;
-use codalab_wm_core::manager::status::{PoolStatus, Status};
 use codalab_wm_core::pools::UnmetReason;
 use codalab_wm_core::pools::fallback::CapacityState;
+use codalab_wm_core::status::{PoolStatus, Status};
 use std::fmt::Write as _;
 
 /// Unserved bundles listed at most (the rest are counted).

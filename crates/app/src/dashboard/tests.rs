@@ -5,11 +5,11 @@ use codalab_wm_core::budget::{BudgetLimits, BudgetStatus};
 use codalab_wm_core::checkin::WorkerState;
 use codalab_wm_core::estimate::{BundleEstimate, StartEstimate};
 use codalab_wm_core::events::{Event, EventKind};
-use codalab_wm_core::manager::status::{Counter, PoolStatus, ShapeStatus, Status};
 use codalab_wm_core::policy::Reason;
 use codalab_wm_core::pools::{
     BundleClass, LaunchMode, PoolDecision, PoolHealth, UnmetDemand, UnmetReason,
 };
+use codalab_wm_core::status::{Counter, PoolStatus, ShapeStatus, Status};
 use std::time::Duration;
 
 fn decision(pool: &str, launches: u32, reasons: Vec<Reason>) -> PoolDecision {
@@ -193,7 +193,7 @@ fn a_pool_shows_its_price_and_how_long_a_wait_it_accepts() {
         "spills after 10 min"
     );
     // A Spot pool on its fallback says where its launches go, and why in the tooltip.
-    status.pools[0].fallback = Some(codalab_wm_core::manager::status::FallbackStatus {
+    status.pools[0].fallback = Some(codalab_wm_core::status::FallbackStatus {
         pool: "standard".into(),
         capacity: codalab_wm_core::pools::fallback::CapacityState::Fallback {
             since_seconds: 0,

@@ -7,7 +7,7 @@
 //! follows the status snapshots (and the `sleep_time` each reports, so a reload that changes it
 //! moves both limits) and answers with the reason, in the words the endpoints serve.
 
-use codalab_wm_core::manager::status::Status;
+use codalab_wm_core::status::Status;
 use std::time::{Duration, Instant};
 
 /// How long the loop may go without ending a tick before `/livez` fails: well past the error

@@ -2,10 +2,10 @@
 
 use super::*;
 use codalab_wm_core::estimate::{BundleEstimate, StartEstimate};
-use codalab_wm_core::manager::status::ScoredEstimate;
-use codalab_wm_core::manager::status::{Counter as StatusCounter, PoolStatus, ShapeStatus};
 use codalab_wm_core::pools::{BundleClass, UnmetDemand, UnmetReason as Unmet};
 use codalab_wm_core::pools::{LaunchMode, PoolHealth};
+use codalab_wm_core::status::ScoredEstimate;
+use codalab_wm_core::status::{Counter as StatusCounter, PoolStatus, ShapeStatus};
 
 /// Two estimates (one now, one at a check-in) and one scored 12 s off.
 fn estimates(status: &mut Status) {

@@ -11,9 +11,9 @@
 use crate::support::moto::*;
 use codalab_wm_aws::{AwsBatchBackend, AwsBatchConfig};
 use codalab_wm_core::codalab::CodaLabClient;
-use codalab_wm_core::manager::status::{LaunchResult, TickEvent};
 use codalab_wm_core::pools::fallback::{CapacityState, Fallback};
 use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_core::status::{LaunchResult, TickEvent};
 use codalab_wm_core::testing::{capacity_switches, require_service};
 use codalab_wm_core::{JobState, Manager, ManagerConfig, Pool, PoolPolicy, WorkerBackend};
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};

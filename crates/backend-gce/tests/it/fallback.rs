@@ -7,9 +7,9 @@
 //! the standard pool; no request is refused by the document.
 
 use codalab_wm_core::codalab::CodaLabClient;
-use codalab_wm_core::manager::status::{LaunchResult, TickEvent};
 use codalab_wm_core::pools::fallback::Fallback;
 use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_core::status::{LaunchResult, TickEvent};
 use codalab_wm_core::{Manager, ManagerConfig, Pool, PoolPolicy, WorkerBackend, WorkerOptions};
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use codalab_wm_fake_gce::FakeCompute;

@@ -6,9 +6,9 @@
 //! preempted, is not a failure, and its bundle gets a new instance in the same tick.
 
 use codalab_wm_core::codalab::CodaLabClient;
-use codalab_wm_core::manager::status::TickEvent;
 use codalab_wm_core::policy::PolicyConfig;
 use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_core::status::TickEvent;
 use codalab_wm_core::{
     LaunchMode, Manager, ManagerConfig, Pool, SingleBackendFlags, WorkerOptions,
 };

@@ -163,6 +163,7 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
         quotas: what_if::quotas(&args.quota)?,
         platforms: what_if::platforms(&args.platform, &policies)?,
         preemptible,
+        budget: codalab_wm_core::layout::manager_config(&settings).budget,
         ..SimConfig::default()
     };
     let started = Instant::now();

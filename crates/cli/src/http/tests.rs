@@ -2,7 +2,7 @@
 //! and the whole server on 127.0.0.1.
 
 use super::*;
-use codalab_wm_core::manager::status::Counter as StatusCounter;
+use codalab_wm_core::status::Counter as StatusCounter;
 
 fn shared(metrics: &'static Metrics) -> Shared {
     Shared::new(metrics, Duration::from_secs(5))

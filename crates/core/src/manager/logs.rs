@@ -2,10 +2,10 @@
 //! when its reason changes) and the decision's events for metrics. The pool of upstream's
 //! single-backend mode ([`PoolPolicy::is_single_backend`]) speaks upstream's lines verbatim.
 
-use super::status::TickEvent;
 use crate::bundle::StagedBundle;
 use crate::policy::Reason;
 use crate::pools::{LaunchMode, PoolPolicy, PoolsDecision};
+use crate::status::TickEvent;
 use rustc_hash::FxHashSet;
 use std::collections::{BTreeMap, HashMap};
 

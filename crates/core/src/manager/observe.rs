@@ -1,15 +1,18 @@
 //! The observe step of a tick: log in once (the ready hook), list every pool's jobs and take
 //! each listing into the pool's memory, then read the staged bundles the pools can absorb
-//! ([`Need`]: the server renders no more), giving the pure [`PoolsObservation`] the plan step
+//! ([`Need`](crate::pools::Need): the server renders no more), giving the pure [`PoolsObservation`] the plan step
 //! hands to the policy.
 
-use super::runtime::{self, ListingNews};
-use super::status::TickEvent;
 use super::{Manager, ReadyHook, logs};
 use crate::backend::WorkerJob;
+use crate::checkin::CheckinView;
+use crate::codalab::CodaLabClient;
 use crate::codalab::{SkippedBundle, staged_keywords};
+use crate::engine::Engine;
+use crate::engine::runtime::ListingNews;
 use crate::error::{Error, Result};
-use crate::pools::{Need, PoolsObservation};
+use crate::pools::PoolsObservation;
+use crate::status::TickEvent;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -45,7 +48,19 @@ impl Manager {
         self.ready().await?;
         let listings = self.list_pools().await?;
         let now = self.clock();
-        let checkin_events = self.observe_checkins(now).await;
+        let checkins = Some(fetch(&self.client).await);
+        let checkin_events = self.engine.take_checkins(checkins, now);
+        let identity = self.client.identity();
+        let mut observation = self.engine.observe(listings, identity.as_ref(), now);
+        if let Some(view) = observation.pools.server.as_mut()
+            && identity.is_some_and(|i| i.root)
+        {
+            // The quotas read before, until this tick's read (the staged search's paging).
+            let workers = self.engine.checkin_workers().unwrap_or_default();
+            view.owners.quota_left = self.quota.quota_left(workers, &view.owners.root);
+        }
+        let mut events = checkin_events;
+        events.append(&mut observation.events);
         let mut observed = Observed {
             keywords: self.keywords(),
             malformed: 0,
@@ -53,34 +68,11 @@ impl Manager {
             search_requests: 0,
             removed: 0,
             complete: false,
-            pools: PoolsObservation::default(),
-            newly_failed: Vec::new(),
-            events: checkin_events,
+            pools: observation.pools,
+            newly_failed: observation.newly_failed,
+            events,
             now,
         };
-        for (runtime, listing) in self.pools.iter_mut().zip(listings) {
-            observed.events.extend(runtime.capacity_tick(now));
-            let unobserved = match listing {
-                Ok(news) => {
-                    self.num_failed += news.newly_failed.len() as u32;
-                    observed.newly_failed.extend(news.newly_failed);
-                    observed.events.extend(news.events);
-                    runtime::remember(&mut self.recent_failures, news.failures);
-                    None
-                }
-                Err(error) => Some(error),
-            };
-            observed.pools.pools.push(runtime.observation(
-                now,
-                unobserved,
-                self.checkins.sighting(),
-            ));
-        }
-        observed.pools.server = self.server_view(now);
-        let tick = self.config.sleep_time;
-        observed.pools.times = (self.pools.iter())
-            .map(|runtime| self.estimates.times(runtime, now, tick))
-            .collect();
         self.read_staged(&mut observed).await?;
         self.read_quotas(&mut observed).await;
         Ok(observed)
@@ -93,7 +85,7 @@ impl Manager {
             return;
         };
         let root = view.owners.root.clone();
-        let Some(workers) = self.checkins.view.as_ref().map(|v| v.workers()) else {
+        let Some(workers) = self.engine.checkin_workers() else {
             return;
         };
         if root.is_empty() || view.owners.manager != root {
@@ -108,33 +100,12 @@ impl Manager {
         view.owners.quota_left = self.quota.quota_left(workers, &root);
     }
 
-    /// The server's side for the dispatch model, from the last worker list the server gave
-    /// (this tick's, or the one before when this tick's call failed: a dropped connection
-    /// must not turn the planning back to one bundle a worker).
-    fn server_view(&mut self, now: Duration) -> Option<crate::pools::ServerView> {
-        let workers = self.checkins.view.as_ref().map(|view| view.workers());
-        let group_shared = self.pools.iter().any(|r| {
-            let group = r.pool.worker.group.as_deref();
-            group.is_some_and(|g| !g.is_empty())
-        });
-        let identity = self.client.identity();
-        let mut view = (self.server).view(identity.as_ref(), workers, group_shared, now)?;
-        if identity.is_some_and(|i| i.root) {
-            // The quotas read before, until this tick's read (the staged search's paging).
-            let root = view.owners.root.clone();
-            view.owners.quota_left = self.quota.quota_left(workers.unwrap_or_default(), &root);
-        }
-        Some(view)
-    }
-
     /// Reads the staged bundles the pools can absorb into `observed` (oldest first, pages
     /// sized by their [`Need`]). On failure the listings' events are counted here: the tick
     /// reports no events of its own.
     async fn read_staged(&mut self, observed: &mut Observed) -> Result<()> {
         let policies = self.policies();
-        let need = Need::new(&policies, &observed.pools.pools, observed.now)
-            .with_server(observed.pools.server.as_ref())
-            .with_times(&observed.pools.times);
+        let need = Engine::need(&policies, &observed.pools, observed.now);
         let search = match self.client.staged_for(&observed.keywords, &need).await {
             Ok(search) => search,
             Err(error) => {
@@ -164,7 +135,7 @@ impl Manager {
 
     /// The staged search of this manager ([`search_keywords`]).
     fn keywords(&self) -> Vec<String> {
-        let pools = self.pools.iter().map(|r| &r.pool);
+        let pools = self.engine.pools.iter().map(|r| &r.pool);
         search_keywords(&self.config.search, pools, self.client.username())
     }
 
@@ -184,21 +155,16 @@ impl Manager {
     /// Lists every pool's jobs into its memory. Returns per pool what its listing showed, or
     /// why it could not be listed; fails with the first error when no pool could be.
     async fn list_pools(&mut self) -> Result<Vec<Result<ListingNews, String>>> {
-        let mut listings = Vec::with_capacity(self.pools.len());
+        let mut listings = Vec::with_capacity(self.engine.pools.len());
         let mut first_error: Option<Error> = None;
         let listed_at = self.clock();
-        for runtime in &mut self.pools {
-            match runtime.pool.backend.get_worker_jobs().await {
+        for index in 0..self.engine.pools.len() {
+            let runtime = &self.engine.pools[index];
+            let backend = runtime.pool.backend.clone();
+            match backend.get_worker_jobs().await {
                 Ok(jobs) => {
-                    let mut news = runtime.take_listing(jobs, listed_at);
-                    let pool = runtime.name();
-                    let reaped = runtime.pool.backend.take_reaped().into_iter();
-                    news.events
-                        .extend(reaped.map(|job_id| TickEvent::JobReaped {
-                            pool: pool.to_owned(),
-                            job_id,
-                        }));
-                    listings.push(Ok(news));
+                    let reaped = backend.take_reaped();
+                    listings.push(Ok(self.engine.listed(index, jobs, reaped, listed_at)));
                 }
                 Err(error) => {
                     tracing::warn!(pool = runtime.name(), %error, "cannot list the pool's jobs; skipping the pool this tick");
@@ -230,4 +196,13 @@ pub(super) fn search_keywords<'a>(
         narrowed.and_then(|worker| worker.tag.as_deref()),
         narrowed.is_some_and(|worker| worker.tag_exclusive),
     )
+}
+
+/// The server's workers, as a view (a free function: see `observe::search_staged`).
+async fn fetch(client: &CodaLabClient) -> Result<CheckinView, String> {
+    client
+        .workers_info()
+        .await
+        .map(CheckinView::new)
+        .map_err(|error| error.to_string())
 }

@@ -102,7 +102,7 @@ impl Manager {
         )?;
         let mut changes = Vec::new();
         config_changes(&self.config, &config, &mut changes);
-        let mut old = std::mem::take(&mut self.pools);
+        let mut old = std::mem::take(&mut self.engine.pools);
         for pool in pools {
             let index = old
                 .iter()
@@ -111,9 +111,10 @@ impl Manager {
             let mut runtime = old.swap_remove(index);
             pool_changes(&runtime.pool, &pool, &mut changes);
             runtime.pool = pool;
-            self.pools.push(runtime);
+            self.engine.pools.push(runtime);
         }
         self.config = config;
+        (self.engine).reconfigure(self.config.budget, self.config.sleep_time);
         Ok(changes)
     }
 
@@ -123,7 +124,7 @@ impl Manager {
         super::check_pools(pools)?;
         for pool in pools {
             let name = pool.policy.name.as_str();
-            let Some(runtime) = self.pools.iter().find(|r| r.name() == name) else {
+            let Some(runtime) = self.engine.pools.iter().find(|r| r.name() == name) else {
                 return invalid(format!(
                     "pool {name} is new: pools cannot be added while running (restart the manager)"
                 ));
@@ -136,10 +137,8 @@ impl Manager {
                 ));
             }
         }
-        if let Some(gone) = self
-            .pools
-            .iter()
-            .find(|r| !pools.iter().any(|p| p.policy.name == r.name()))
+        if let Some(gone) =
+            (self.engine.pools.iter()).find(|r| !pools.iter().any(|p| p.policy.name == r.name()))
         {
             return invalid(format!(
                 "pool {} is gone: pools cannot be removed while running, its jobs would be \
@@ -152,7 +151,8 @@ impl Manager {
 
     /// Every pool's name and backend, in order (what a reload compares new settings with).
     pub fn pool_backends(&self) -> Vec<(String, Arc<dyn crate::backend::WorkerBackend>)> {
-        self.pools
+        self.engine
+            .pools
             .iter()
             .map(|r| (r.name().to_owned(), r.pool.backend.clone()))
             .collect()

@@ -14,7 +14,8 @@ impl Manager {
     /// the launch records (a restart goes on with the same day).
     pub async fn run(&mut self, once: bool, shutdown: watch::Receiver<bool>) -> Result<Outcome> {
         let outcome = self.run_loop(once, shutdown).await;
-        self.save_budget_use();
+        let now = self.clock();
+        (self.engine).save_budget_use(now, super::record::unix_now().saturating_sub(now));
         outcome
     }
 
@@ -79,15 +80,15 @@ impl Manager {
     /// Whether `--exit-after-num-failed` has been exceeded (logged).
     fn too_many_failures(&self) -> Option<Outcome> {
         let limit = self.config.exit_after_num_failed?;
-        if self.num_failed <= limit {
+        if self.engine.num_failed() <= limit {
             return None;
         }
         tracing::error!(
             "failed to start {} worker jobs in total, more than --exit-after-num-failed {limit}; exiting",
-            self.num_failed,
+            self.engine.num_failed(),
         );
         Some(Outcome::TooManyFailures {
-            failed: self.num_failed,
+            failed: self.engine.num_failed(),
             limit,
         })
     }

@@ -3,15 +3,14 @@
 //! (also after a failed tick, with its error).
 
 use super::observe::Observed;
-use super::status::ScoredEstimate;
-use super::status::{LaunchResult, Status, TickEvent};
-use super::{Manager, logs};
+use super::{Manager, logs, record};
 use crate::backend::WorkerJob;
 use crate::error::Result;
-use crate::estimate::{BundleEstimate, estimate};
+use crate::estimate::BundleEstimate;
 use crate::events::EventKind;
 use crate::policy::Decision;
-use crate::pools::{PoolDecision, PoolPolicy, PoolsDecision, PoolsObservation, plan_pools};
+use crate::pools::{PoolDecision, PoolPolicy, PoolsDecision};
+use crate::status::{LaunchResult, ScoredEstimate, Status, TickEvent};
 use tokio::time::Instant;
 
 /// What one tick saw and did.
@@ -72,7 +71,7 @@ impl Manager {
             Ok(observed) => {
                 let mut report = self.plan(observed);
                 self.act(&mut report).await;
-                self.note_overdue_launches(&report);
+                (self.engine).launched_for_overdue(&report.pools, &report.events);
                 Ok(report)
             }
             Err(error) => Err(error),
@@ -81,23 +80,16 @@ impl Manager {
         result
     }
 
-    /// Asks the pool policy, logs its decision and starts the tick's report.
+    /// Asks the engine to plan, logs its decision and starts the tick's report.
     fn plan(&mut self, mut observed: Observed) -> TickReport {
-        self.apply_budgets(&mut observed.pools, observed.now);
-        let policies = self.policies();
-        let decision = plan_pools(&observed.pools, &policies, observed.now);
-        let read = (observed.pools.bundles.iter())
-            .map(|b| b.uuid.as_str())
-            .collect();
-        (self.server).take(&decision.on_workers, &read, observed.now);
-        if observed.complete {
-            for runtime in &mut self.pools {
-                runtime
-                    .record
-                    .keep_overdue_launches(|uuid| read.contains(uuid));
-            }
+        let start = record::unix_now().saturating_sub(observed.now);
+        let planned =
+            (self.engine).plan(&mut observed.pools, observed.complete, observed.now, start);
+        for event in planned.events {
+            self.journal.record(observed.now, event);
         }
-        (self.server).read(&observed.pools.bundles);
+        let decision = planned.decision;
+        let policies = self.policies();
         let filtered = logs::note_unserved(&mut self.reported, &policies, &decision);
         logs::log_decisions(&policies, &decision, observed.staged, observed.removed);
         logs::note_spills(&mut self.spilled, &decision);
@@ -105,8 +97,6 @@ impl Manager {
         let (active, pending) = (totals(|d| d.active), totals(|d| d.pending));
         let mut events = observed.events;
         events.extend(logs::decision_events(&decision));
-        let (estimates, scored) =
-            self.estimate(&observed.pools, &decision, observed.now, observed.complete);
         TickReport {
             keywords: observed.keywords,
             staged: observed.staged,
@@ -124,60 +114,9 @@ impl Manager {
             launch_errors: Vec::new(),
             pools: decision,
             events,
-            estimates,
-            scored,
+            estimates: planned.estimates,
+            scored: planned.scored,
         }
-    }
-
-    /// Remembers the overdue bundles a launch was made for this tick: those the decision
-    /// launches for on a pool that started at least one worker (a pool whose every launch
-    /// failed launched for none of them; they are launched for again).
-    fn note_overdue_launches(&mut self, report: &TickReport) {
-        let decision = &report.pools;
-        if decision.overdue_launches.is_empty() {
-            return;
-        }
-        let started: std::collections::BTreeSet<&str> = (report.events.iter())
-            .filter_map(|event| match event {
-                TickEvent::Launch { pool, result, .. }
-                    if *result != LaunchResult::Failed
-                        && *result != LaunchResult::TemporaryError =>
-                {
-                    Some(pool.as_str())
-                }
-                _ => None,
-            })
-            .collect();
-        let made: Vec<_> = (decision.assignments.iter())
-            .filter(|a| decision.overdue_launches.contains(&a.uuid))
-            .filter(|a| started.contains(a.pool.as_str()))
-            .collect();
-        // Remembered by the pool's record too: a restart launches no other for them.
-        for runtime in &mut self.pools {
-            let mine: Vec<String> = (made.iter())
-                .filter(|a| a.pool == runtime.name())
-                .map(|a| a.uuid.clone())
-                .collect();
-            if !mine.is_empty() {
-                runtime.record.launched_for_overdue(&mine);
-            }
-        }
-        let made: Vec<String> = made.iter().map(|a| a.uuid.clone()).collect();
-        self.server.launched_for(&made);
-    }
-
-    /// Every read bundle's start-time estimate, and the scores of those that left `staged`.
-    fn estimate(
-        &mut self,
-        observed: &PoolsObservation,
-        decision: &PoolsDecision,
-        now: std::time::Duration,
-        complete: bool,
-    ) -> (Vec<BundleEstimate>, Vec<ScoredEstimate>) {
-        let estimates = estimate(decision, &observed.times);
-        let read = observed.bundles.iter().map(|b| b.uuid.as_str()).collect();
-        let scored = (self.estimates).take(&estimates, &read, complete, now);
-        (estimates, scored)
     }
 
     /// Counts the tick's events and publishes the status snapshot; a failed tick counts as
@@ -217,13 +156,13 @@ impl Manager {
             last_tick_duration_seconds: self.tick_started.elapsed().as_secs_f64(),
             sleep_time_seconds: self.config.sleep_time.as_secs_f64(),
             staged: report.staged,
-            pools: self.pools.iter().map(|p| p.status(now)).collect(),
+            pools: self.engine.pools.iter().map(|p| p.status(now)).collect(),
             unserved: report.pools.unserved.clone(),
             unmet: report.pools.unmet.clone(),
-            recent_failures: self.recent_failures.iter().cloned().collect(),
+            recent_failures: self.engine.recent_failures().cloned().collect(),
             counters: self.counters.snapshot(),
             events: self.journal.recent(),
-            budgets: self.budgets.clone(),
+            budgets: self.engine.budgets().to_vec(),
             started_unix_seconds: self.journal.started_unix(),
             estimates: report.estimates.clone(),
             scored: report.scored.clone(),
@@ -233,7 +172,7 @@ impl Manager {
 
     /// Records `pool_recovered` for each pool whose backoff, announced earlier, is over.
     fn note_recoveries(&mut self, now: std::time::Duration) {
-        for runtime in &mut self.pools {
+        for runtime in &mut self.engine.pools {
             let backing_off = runtime.health.backing_off(now).is_some();
             if runtime.announced_backoff && !backing_off {
                 let pool = runtime.name().to_owned();

@@ -1,6 +1,6 @@
 //! The event loop: bundle arrivals, job starts, bundle ends and idle exits between the
 //! manager's ticks; the server's dispatch (`engine/serve.rs`) after each; the tick itself
-//! (`engine/tick.rs`) runs the manager's pool memory and `plan_pools`.
+//! (`engine/tick.rs`) drives the manager's own tick engine ([`crate::engine`]).
 
 use super::SimConfig;
 use super::report::{Series, SimReport};
@@ -9,11 +9,8 @@ use super::workload::Workload;
 use crate::backend::{LaunchRequest, WorkerBackend, WorkerJob};
 use crate::bundle::{StagedBundle, WorkerShape};
 use crate::dispatch::Resources;
+use crate::engine::{Engine, Pool};
 use crate::error::{Error, Result};
-use crate::manager::Pool;
-use crate::manager::estimates::EstimateMemory;
-use crate::manager::runtime::PoolRuntime;
-use crate::manager::server_view::RunRequests;
 use crate::pools::{PoolPolicy, misfit, preference_order};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -28,7 +25,7 @@ mod tick;
 /// owners' `parallel_run_quota` applies on them.
 const ROOT: &str = "codalab";
 
-/// Stands in for a platform inside [`PoolRuntime`]; the simulator drives the jobs itself.
+/// Stands in for a platform inside the engine's pools; the simulator drives the jobs itself.
 #[derive(Debug)]
 struct SimulatedBackend {
     shape: WorkerShape,
@@ -154,7 +151,8 @@ pub(super) struct Sim<'a> {
     servers: Vec<PoolPolicy>,
     order: Vec<usize>,
     config: &'a SimConfig,
-    runtimes: Vec<PoolRuntime>,
+    /// The manager's tick engine, as the manager runs it.
+    engine: Engine,
     rng: SplitMix64,
     jobs: Vec<Job>,
     pool_jobs: Vec<Vec<u32>>,
@@ -164,9 +162,6 @@ pub(super) struct Sim<'a> {
     quotas: HashMap<u32, i64>,
     /// Each owner's runs on the (shared) workers, by owner index.
     owner_runs: HashMap<u32, i64>,
-    estimates: EstimateMemory,
-    /// The memory of the runs the manager read, as it keeps it for the server view.
-    requests: RunRequests,
     /// Each scored estimate: its kind and error in milliseconds.
     estimate_errors: Vec<(&'static str, u64)>,
     events: BinaryHeap<Reverse<Event>>,
@@ -192,16 +187,20 @@ impl<'a> Sim<'a> {
         policies: &[PoolPolicy],
         config: &'a SimConfig,
     ) -> Self {
-        let runtimes = policies
+        // Each pool's workers as the simulation runs them (their minimum life is what a
+        // launch charges to the budget use).
+        let pools = policies
             .iter()
-            .map(|policy| {
-                PoolRuntime::new(Pool {
-                    policy: policy.clone(),
-                    backend: Arc::new(SimulatedBackend {
-                        shape: policy.shape,
-                    }),
-                    worker: crate::command::WorkerOptions::default(),
-                })
+            .map(|policy| Pool {
+                policy: policy.clone(),
+                backend: Arc::new(SimulatedBackend {
+                    shape: policy.shape,
+                }),
+                worker: crate::command::WorkerOptions {
+                    idle_seconds: config.worker_idle.as_secs(),
+                    exit_after_num_runs: policy.runs_per_worker,
+                    ..crate::command::WorkerOptions::default()
+                },
             })
             .collect();
         let servers = policies
@@ -225,7 +224,7 @@ impl<'a> Sim<'a> {
             servers,
             order: preference_order(policies),
             config,
-            runtimes,
+            engine: Engine::new(pools, config.budget, config.sleep_time),
             rng: SplitMix64::new(config.seed),
             jobs: Vec::new(),
             pool_jobs: vec![Vec::new(); n],
@@ -233,8 +232,6 @@ impl<'a> Sim<'a> {
             class_of_key: HashMap::new(),
             quotas,
             owner_runs: HashMap::new(),
-            estimates: EstimateMemory::default(),
-            requests: RunRequests::default(),
             estimate_errors: Vec::new(),
             events: BinaryHeap::new(),
             sequence: 0,
@@ -467,8 +464,7 @@ impl<'a> Sim<'a> {
                 worker.phase = Phase::Active;
                 worker.active_at = now;
                 self.stats[pool].active += 1;
-                // Its worker checks in at once: a retrying pool takes its launches back.
-                let _ = self.runtimes[pool].capacity_checked_in();
+                // Its worker checks in at once: the next tick's worker list shows it.
                 self.reclaim_later(job, now);
                 self.serve(now);
                 self.idle_or_exit(job, now);

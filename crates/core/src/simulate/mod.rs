@@ -115,6 +115,10 @@ pub struct SimConfig {
     /// hold bundles back), as the manager does when it knows its identity and the server's
     /// workers; false: one bundle a worker, as before (and when the server does not say).
     pub server_model: bool,
+    /// The budget over all pools (`max_worker_hours_per_day`, `max_cost_per_day`); each
+    /// pool's own is its policy's. Budgets apply as the manager applies them: the simulated
+    /// run's days are rolling days from its start.
+    pub budget: crate::budget::BudgetLimits,
 }
 
 impl Default for SimConfig {
@@ -132,6 +136,7 @@ impl Default for SimConfig {
             platforms: Default::default(),
             preemptible: Default::default(),
             server_model: true,
+            budget: Default::default(),
         }
     }
 }

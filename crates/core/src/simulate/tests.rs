@@ -392,3 +392,39 @@ fn million_bundles() {
     );
     println!("{:#?}", report.total_wait);
 }
+
+/// The simulator runs the manager's tick engine: a budget stops launches in a simulation as
+/// it does in the manager (it used to simulate as if there were none).
+#[test]
+fn a_budget_caps_launches_in_the_simulation_as_in_the_manager() {
+    let rows: Vec<(f64, f64)> = (0..40).map(|_| (0.0, 3600.0)).collect();
+    let work = trace(&rows);
+    let run = |budget: crate::budget::BudgetLimits, pool_budget| {
+        let config = SimConfig {
+            budget,
+            drain: Duration::from_secs(4 * 3600),
+            ..SimConfig::default()
+        };
+        let policy = PoolPolicy {
+            budget: pool_budget,
+            ..pool("cpu", 20)
+        };
+        simulate(&work, &[policy], &config).unwrap()
+    };
+    let two_hours = crate::budget::BudgetLimits {
+        max_worker_hours_per_day: Some(2.0),
+        max_cost_per_day: None,
+    };
+    let free = run(Default::default(), Default::default());
+    let overall = run(two_hours, Default::default());
+    let own = run(Default::default(), two_hours);
+    let (free_cpu, free_end) = (&free.pools[0], free.simulated_seconds);
+    assert_eq!(free_cpu.launches, 20, "{free_cpu:?}");
+    for capped in [&overall, &own] {
+        let cpu = &capped.pools[0];
+        // Each launch reserves its minimum life (600 s idle) against the 2 h: 12 launches,
+        // then none (the budget holds launches, not the workers running).
+        assert_eq!((cpu.launches, cpu.peak_workers), (12, 12), "{cpu:?}");
+        assert!(capped.simulated_seconds > free_end, "{cpu:?}");
+    }
+}

@@ -20,10 +20,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The capacity switches among a tick's `events`, in order (`to_fallback`, `retry`, …).
-pub fn capacity_switches(events: &[crate::manager::status::TickEvent]) -> Vec<&'static str> {
+pub fn capacity_switches(events: &[crate::status::TickEvent]) -> Vec<&'static str> {
     (events.iter())
         .filter_map(|e| match e {
-            crate::manager::status::TickEvent::CapacitySwitched(switch) => Some(switch.switch),
+            crate::status::TickEvent::CapacitySwitched(switch) => Some(switch.switch),
             _ => None,
         })
         .collect()

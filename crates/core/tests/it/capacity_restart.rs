@@ -5,8 +5,8 @@
 //! CodaLab and two in-memory `testing::FakeBackend`s (their jobs outlive a manager); time on
 //! the manager clock, no sleeping.
 
-use codalab_wm_core::manager::status::{LaunchResult, TickEvent};
 use codalab_wm_core::pools::fallback::{CapacityState, Fallback};
+use codalab_wm_core::status::{LaunchResult, TickEvent};
 use codalab_wm_core::testing::{FakeBackend, capacity_switches};
 use codalab_wm_core::{JobState, Manager, Pool, PoolPolicy, WorkerOptions, WorkerShape};
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};

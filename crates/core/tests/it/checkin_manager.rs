@@ -6,8 +6,8 @@
 
 use codalab_wm_core::checkin::{WorkerState, launch_unique};
 use codalab_wm_core::codalab::CodaLabClient;
-use codalab_wm_core::manager::status::TickEvent;
 use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_core::status::TickEvent;
 use codalab_wm_core::testing::FakeBackend;
 use codalab_wm_core::{Manager, Pool, PoolPolicy, WorkerOptions, WorkerShape};
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab, user_id};

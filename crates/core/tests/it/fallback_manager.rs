@@ -5,8 +5,8 @@
 //! Time runs on the manager clock (`Manager::advance_clock`), no sleeping.
 
 use codalab_wm_core::checkin::launch_unique;
-use codalab_wm_core::manager::status::{LaunchResult, TickEvent};
 use codalab_wm_core::pools::fallback::Fallback;
+use codalab_wm_core::status::{LaunchResult, TickEvent};
 use codalab_wm_core::testing::{FakeBackend, capacity_switches};
 use codalab_wm_core::{JobState, Manager, Pool, PoolPolicy, WorkerOptions, WorkerShape};
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};

@@ -6,8 +6,8 @@
 
 use codalab_wm_core::checkin::launch_unique;
 use codalab_wm_core::codalab::CodaLabClient;
-use codalab_wm_core::manager::status::{LaunchResult, TickEvent};
 use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_core::status::{LaunchResult, TickEvent};
 use codalab_wm_core::testing::FakeBackend;
 use codalab_wm_core::{
     JobState, LaunchMode, Manager, ManagerConfig, Pool, PoolPolicy, SingleBackendFlags,

@@ -417,7 +417,7 @@ server: None,
     /// Review 2026-11-27 §4. Every staged bundle is overdue: the server starts none of them,
     /// on any worker. Workers are launched, check in and stay idle, and some exit idle (as
     /// `--worker-idle-seconds` ends them); the manager remembers each tick's
-    /// `overdue_launches` as the `launched_for` of the next (`manager::server_view`).
+    /// `overdue_launches` as the `launched_for` of the next (`engine::server_view`).
     /// However long it goes on, the pools launch at most one worker per overdue bundle.
     #[test]
     fn an_overdue_bundle_costs_one_launch_at_most_ever(

@@ -1,101 +1,105 @@
-//! The manager's side of the simulation: one tick lists the simulated jobs into the manager's
-//! pool memory, reads the server's workers (the active ones, as `GET /rest/workers/info`
-//! lists them), plans with `plan_pools` on the server's dispatch model, acts (stops stuck
-//! jobs, launches new ones whose fate the configured rates draw) and estimates when each
-//! staged bundle starts, as `Manager::tick` does; each estimate is scored when its bundle
-//! leaves staged.
+//! The manager's side of the simulation: one tick drives the manager's tick engine
+//! ([`crate::engine`]) as `Manager::tick` does, over the simulated platforms and server: each
+//! pool's listing, the server's workers (the active ones, as `GET /rest/workers/info` lists
+//! them), the staged bundles as the manager's search reads them; then the plan (budgets, the
+//! pool policy on the server's dispatch model, the estimates, scored when their bundles leave
+//! staged) and the act step: stops and launches, whose fate the configured rates draw.
 
 use super::{Fate, Job, Phase, ROOT, Sim};
 use crate::backend::{JobState, WorkerJob};
 use crate::bundle::StagedBundle;
-use crate::checkin::{CheckedInWorker, CheckinView, Sighting};
+use crate::checkin::{CheckedInWorker, CheckinView};
 use crate::codalab::UserIdentity;
-use crate::estimate::estimate;
-use crate::manager::server_view::server_view;
-use crate::pools::{PoolsDecision, PoolsObservation, ServerView, plan_pools};
-use rustc_hash::FxHashSet;
+use crate::error::{Error, Result};
 use std::time::Duration;
 
+/// The simulated runs' clock starts at the Unix epoch (the budget use is kept in its terms).
+const START: Duration = Duration::ZERO;
+
 impl Sim<'_> {
-    /// One manager tick: list, observe, plan, act, as `Manager::tick` does.
+    /// One manager tick: observe, plan, act, as `Manager::tick` does.
     pub(super) fn tick(&mut self, now_ms: u64) {
         self.ticks += 1;
         let now = Duration::from_millis(now_ms);
-        for pool in 0..self.policies.len() {
-            let jobs = &mut self.jobs;
-            self.pool_jobs[pool].retain(|&j| jobs[j as usize].phase != Phase::Gone);
-            // A queue (Slurm) runs a job it gives a place: RUNNING while its worker starts.
-            let runs_placed = self.platforms[pool].is_queue();
-            let listing = self.pool_jobs[pool]
-                .iter()
-                .map(|&j| {
-                    let job = &mut jobs[j as usize];
-                    let state = match job.phase {
-                        Phase::Pending if job.placed && runs_placed => JobState::Active,
-                        Phase::Pending => JobState::Pending,
-                        Phase::Active => JobState::Active,
-                        Phase::Preempted => {
-                            job.phase = Phase::Gone;
-                            JobState::Preempted
-                        }
-                        _ => {
-                            job.phase = Phase::Gone;
-                            JobState::Failed
-                        }
-                    };
-                    WorkerJob {
-                        reason: job.queued.then(|| "Resources".to_owned()),
-                        ..WorkerJob::new(job.id.clone(), state)
-                    }
-                })
-                .collect();
-            // The news (failures, recoveries) is the runtime's own business: it backs off.
-            let _ = self.runtimes[pool].take_listing(listing, now);
-            let _ = self.runtimes[pool].capacity_tick(now);
-        }
+        let listings = (0..self.policies.len())
+            .map(|pool| {
+                let listing = self.listing(pool);
+                Ok(self.engine.listed(pool, listing, Vec::new(), now))
+            })
+            .collect();
         let view = self.checkin_view();
-        self.requests.forget(view.workers());
-        for runtime in &self.runtimes {
-            self.estimates.take_view(runtime, &view, now);
+        let mut events = self.engine.take_checkins(Some(Ok(view)), now);
+        let identity = UserIdentity {
+            id: ROOT.to_owned(),
+            root: true,
+        };
+        let identity = self.config.server_model.then_some(&identity);
+        let mut observed = self.engine.observe(listings, identity, now);
+        if let Some(server) = observed.pools.server.as_mut() {
+            server.owners.quota_left = self.owners().quota_left;
         }
-        let sighting = Sighting {
-            view: &view,
-            fresh: true,
-            fresh_since: Duration::ZERO,
-        };
-        let tick = self.config.sleep_time;
-        let observed = PoolsObservation {
-            server: self.server_view(&view),
-            pools: (self.runtimes.iter_mut())
-                .map(|r| r.observation(now, None, Some(sighting)))
-                .collect(),
-            bundles: self.policy_view(),
-            times: (self.runtimes.iter())
-                .map(|runtime| self.estimates.times(runtime, now, tick))
-                .collect(),
-        };
-        let decision = plan_pools(&observed, &self.policies, now);
-        self.estimate(&observed, &decision, now);
-        self.requests.read(&observed.bundles);
-        for (pool, decision) in decision.pools.iter().enumerate() {
-            if !decision.stops.is_empty() {
-                for id in &decision.stops {
-                    self.stop(pool, id, now_ms);
-                }
-                let runtime = &mut self.runtimes[pool];
-                let _ = runtime.fail(
-                    now,
-                    "pending_timeout",
-                    format!("jobs {} pending too long", decision.stops.join(", ")),
-                );
+        observed.pools.bundles = self.policy_view();
+        let planned = (self.engine).plan(&mut observed.pools, true, now, START);
+        for scored in planned.scored {
+            (self.estimate_errors).push((scored.kind, scored.error_seconds * 1000));
+        }
+        let decision = planned.decision;
+        for (pool, decided) in decision.pools.iter().enumerate() {
+            events.extend(self.engine.note_kept(pool, decided, now));
+            if !decided.stops.is_empty() {
+                let results = (decided.stops.iter())
+                    .map(|id| (id.clone(), self.stop(pool, id, now_ms)))
+                    .collect();
+                let stopped = "the simulated server";
+                events.extend((self.engine).stopped(pool, decided, results, stopped, now));
             }
-            for _ in 0..decision.launches {
-                if !self.launch(pool, now_ms) {
+            for _ in 0..decided.launches {
+                let unique = format!("{:032x}", self.jobs.len() + 1);
+                self.engine.launching(pool, &unique, now, START);
+                let result = self.submit(pool, &unique, now_ms);
+                let outcome =
+                    (self.engine).launch_result(pool, &unique, &result, false, now, START);
+                events.extend(outcome.events);
+                if !outcome.go_on {
                     break;
                 }
             }
         }
+        self.engine.decided(&decision);
+        self.engine.launched_for_overdue(&decision, &events);
         self.sample(now_ms);
+    }
+
+    /// Pool `pool`'s jobs, as its platform lists them: a job that ended is listed once more
+    /// (failed or preempted), then gone.
+    fn listing(&mut self, pool: usize) -> Vec<WorkerJob> {
+        let jobs = &mut self.jobs;
+        self.pool_jobs[pool].retain(|&j| jobs[j as usize].phase != Phase::Gone);
+        // A queue (Slurm) runs a job it gives a place: RUNNING while its worker starts.
+        let runs_placed = self.platforms[pool].is_queue();
+        self.pool_jobs[pool]
+            .iter()
+            .map(|&j| {
+                let job = &mut jobs[j as usize];
+                let state = match job.phase {
+                    Phase::Pending if job.placed && runs_placed => JobState::Active,
+                    Phase::Pending => JobState::Pending,
+                    Phase::Active => JobState::Active,
+                    Phase::Preempted => {
+                        job.phase = Phase::Gone;
+                        JobState::Preempted
+                    }
+                    _ => {
+                        job.phase = Phase::Gone;
+                        JobState::Failed
+                    }
+                };
+                WorkerJob {
+                    reason: job.queued.then(|| "Resources".to_owned()),
+                    ..WorkerJob::new(job.id.clone(), state)
+                }
+            })
+            .collect()
     }
 
     /// The server's workers as `GET /rest/workers/info` lists them: the active ones.
@@ -125,33 +129,6 @@ impl Sim<'_> {
         CheckinView::new(workers)
     }
 
-    /// What the manager knows of the server, as `Manager` builds it (`server_view`), with each
-    /// owner's quota left; none when the simulation plans one bundle a worker.
-    fn server_view(&self, view: &CheckinView) -> Option<ServerView> {
-        if !self.config.server_model {
-            return None;
-        }
-        let identity = UserIdentity {
-            id: ROOT.to_owned(),
-            root: true,
-        };
-        let requests = &self.requests;
-        let in_use = |worker: &_| requests.in_use(worker);
-        let mut server = server_view(Some(&identity), Some(view.workers()), false, &in_use).ok()?;
-        server.owners.quota_left = self.owners().quota_left;
-        Some(server)
-    }
-
-    /// The tick's start-time estimates, as the manager makes them; scores those of the
-    /// bundles that left staged.
-    fn estimate(&mut self, observed: &PoolsObservation, decision: &PoolsDecision, now: Duration) {
-        let estimates = estimate(decision, &observed.times);
-        let read: FxHashSet<&str> = (observed.bundles.iter()).map(|b| b.uuid.as_str()).collect();
-        for scored in self.estimates.take(&estimates, &read, true, now) {
-            (self.estimate_errors).push((scored.kind, scored.error_seconds * 1000));
-        }
-    }
-
     /// The staged bundles as the manager's search returns them: arrival order, at most
     /// the class's `view_cap` of each class (see the module doc).
     fn policy_view(&self) -> Vec<StagedBundle> {
@@ -165,34 +142,35 @@ impl Sim<'_> {
         picked.into_iter().map(|b| self.staged_bundle(b)).collect()
     }
 
-    fn stop(&mut self, pool: usize, id: &str, now_ms: u64) {
-        let found = self.pool_jobs[pool]
-            .iter()
-            .copied()
-            .find(|&j| self.jobs[j as usize].id == id);
-        if let Some(job) = found
-            && self.jobs[job as usize].phase == Phase::Pending
-        {
-            self.jobs[job as usize].phase = Phase::Gone;
-            self.stats[pool].live -= 1;
-            self.stats[pool].stuck_stops += 1;
-            self.runtimes[pool].stopping.insert(id.to_owned());
-            self.release(job, now_ms);
+    /// Stops job `id` of `pool`; the simulated platform stops every job (one already gone
+    /// too).
+    fn stop(&mut self, pool: usize, id: &str, now_ms: u64) -> Result<(), String> {
+        let found =
+            (self.pool_jobs[pool].iter().copied()).find(|&j| self.jobs[j as usize].id == id);
+        let Some(job) = found else {
+            return Ok(());
+        };
+        match self.jobs[job as usize].phase {
+            Phase::Pending => {
+                self.jobs[job as usize].phase = Phase::Gone;
+                self.stats[pool].live -= 1;
+                self.stats[pool].stuck_stops += 1;
+                self.release(job, now_ms);
+            }
+            Phase::Active => self.end_active(job, now_ms, Phase::Gone),
+            _ => {}
         }
+        Ok(())
     }
 
-    /// One launch on `pool`; `false` when its platform had no capacity (the manager then
-    /// launches no more there this tick, and the pool backs off).
-    fn launch(&mut self, pool: usize, now_ms: u64) -> bool {
-        let now = Duration::from_millis(now_ms);
+    /// Submits a job of unique `unique` to `pool`'s platform: none when it has no capacity.
+    fn submit(&mut self, pool: usize, unique: &str, now_ms: u64) -> Result<WorkerJob> {
         if self.stocked_out(pool, now_ms) {
-            let what = "simulated has no capacity for a worker now: stockout".to_owned();
             self.stats[pool].failures += 1;
-            let runtime = &mut self.runtimes[pool];
-            runtime.last_launch = Some(now);
-            let _ = runtime.fail(now, "submit_failed", what.clone());
-            let _ = runtime.capacity_event(now, what);
-            return false;
+            return Err(Error::NoCapacity {
+                backend: "simulated".to_owned(),
+                message: "stockout".to_owned(),
+            });
         }
         let stats = &mut self.stats[pool];
         stats.launches += 1;
@@ -200,9 +178,7 @@ impl Sim<'_> {
         stats.peak = stats.peak.max(stats.live);
         // A launch unique ends the id, as on every platform: the pool's launch record holds it.
         // Unique across pools, as the manager's are: the server's view names workers by it.
-        let unique = format!("{:032x}", self.jobs.len() + 1);
         let id = format!("{}-{unique}", self.policies[pool].name);
-        self.runtimes[pool].record.launching(&unique);
         let draw = self.rng.next_f64();
         let platform = self.platforms[pool].platform.start_latency;
         let (low, high) = platform.unwrap_or(self.config.start_latency);
@@ -219,13 +195,11 @@ impl Sim<'_> {
         } else {
             Fate::Start
         };
-        self.runtimes[pool].launched(&WorkerJob::new(id.clone(), JobState::Pending), now);
-        self.estimates.launched(&self.policies[pool].name, &id, now);
         let job = self.jobs.len() as u32;
         self.jobs.push(Job {
             pool,
-            id,
-            unique,
+            id: id.clone(),
+            unique: unique.to_owned(),
             phase: Phase::Pending,
             fate,
             active_at: 0,
@@ -242,6 +216,6 @@ impl Sim<'_> {
         if fate != Fate::Stuck {
             self.place(job, now_ms);
         }
-        true
+        Ok(WorkerJob::new(id, JobState::Pending))
     }
 }

@@ -18,8 +18,8 @@ fn launches_and_check_ins_survive_a_restart() {
     {
         let mut record = LaunchRecord::open(&state, "slurm-batch job_name=x").unwrap();
         assert!(!record.holds(&job(U1)));
-        record.launching(U1);
-        record.launching(U2);
+        record.reserve(U1, 0.0, None);
+        record.reserve(U2, 0.0, None);
         assert!(record.holds(&job(U1)));
         assert!(!record.checkins_seen());
         record.checked_in_now([&job(U1)]);
@@ -55,7 +55,7 @@ fn launches_and_check_ins_survive_a_restart() {
 fn another_identity_has_its_own_record_and_one_identity_one_process() {
     let dir = tempfile::tempdir().unwrap();
     let mut a = LaunchRecord::open(dir.path(), "k8s namespace=a").unwrap();
-    a.launching(U1);
+    a.reserve(U1, 0.0, None);
     let b = LaunchRecord::open(dir.path(), "k8s namespace=b").unwrap();
     assert!(!b.holds(&job(U1)), "another pool identity does not own it");
     let err = LaunchRecord::open(dir.path(), "k8s namespace=a")
@@ -73,8 +73,8 @@ fn another_identity_has_its_own_record_and_one_identity_one_process() {
 #[test]
 fn gone_jobs_are_forgotten_after_an_hour_listed_ones_never() {
     let mut record = LaunchRecord::in_memory("pool");
-    record.launching(U1);
-    record.launching(U2);
+    record.reserve(U1, 0.0, None);
+    record.reserve(U2, 0.0, None);
     // Both launched long ago; only U1 is still listed.
     for launch in record.contents.launches.values_mut() {
         launch.at -= 2 * 3600;
@@ -83,7 +83,7 @@ fn gone_jobs_are_forgotten_after_an_hour_listed_ones_never() {
     assert!(record.holds(&job(U1)));
     assert!(!record.holds(&job(U2)));
     // A fresh launch not listed yet is kept.
-    record.launching(U2);
+    record.reserve(U2, 0.0, None);
     record.forget_gone(&[]);
     assert!(record.holds(&job(U2)));
 }

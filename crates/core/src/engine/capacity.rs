@@ -5,9 +5,9 @@
 //! record (review §8), so a restart goes on with it.
 
 use super::runtime::PoolRuntime;
-use super::status::TickEvent;
 use crate::events::CapacitySwitch;
 use crate::pools::fallback::Switch;
+use crate::status::TickEvent;
 use std::time::Duration;
 
 impl PoolRuntime {

@@ -7,11 +7,11 @@
 //! `idle_seconds`, what the launch gate reserves) to the pool's use and writes it to the launch
 //! record *before* the job is submitted; each tick that metered new use writes it (with the
 //! time it is metered until, so the next process meters the time in between), and so does
-//! every way out of [`Manager::run`]. A job's active time uses up its launch's reservation
+//! every way out of `Manager::run`. A job's active time uses up its launch's reservation
 //! before it is charged again: a worker costs the larger of its minimum life and its metered
 //! time, and a process killed at any point has recorded no less than that.
 
-use super::Manager;
+use super::Engine;
 use crate::backend::JobState;
 use crate::budget::{ALL_POOLS, BudgetStatus, LaunchRoom, UsageWindow, Use, launch_room, status};
 use crate::events::EventKind;
@@ -21,36 +21,29 @@ use std::time::Duration;
 
 use super::runtime::PoolRuntime;
 
-impl Manager {
-    /// Meters, judges and applies the budgets for this tick's plan.
-    pub(super) fn apply_budgets(&mut self, observed: &mut PoolsObservation, now: Duration) {
-        self.meter(now);
+impl Engine {
+    /// Meters, judges and applies the budgets for this tick's plan; returns the budgets
+    /// reached and restored. `start` is the clock's zero as time since the Unix epoch.
+    pub(super) fn apply_budgets(
+        &mut self,
+        observed: &mut PoolsObservation,
+        now: Duration,
+        start: Duration,
+    ) -> Vec<EventKind> {
+        self.meter(now, start);
         let statuses = self.judge_budgets(now);
-        let changes: Vec<(&BudgetStatus, bool)> = statuses
-            .iter()
-            .map(|s| {
-                (
-                    s,
-                    self.previous_budget(&s.scope)
-                        .is_some_and(|o| o.reached.is_some()),
-                )
-            })
-            .collect();
-        for (new, was_reached) in changes {
+        let mut events = Vec::new();
+        for new in &statuses {
+            let was_reached =
+                (self.previous_budget(&new.scope)).is_some_and(|o| o.reached.is_some());
             match (&new.reached, was_reached) {
-                (Some(detail), false) => self.journal.record(
-                    now,
-                    EventKind::BudgetReached {
-                        scope: new.scope.clone(),
-                        detail: detail.clone(),
-                    },
-                ),
-                (None, true) => self.journal.record(
-                    now,
-                    EventKind::BudgetRestored {
-                        scope: new.scope.clone(),
-                    },
-                ),
+                (Some(detail), false) => events.push(EventKind::BudgetReached {
+                    scope: new.scope.clone(),
+                    detail: detail.clone(),
+                }),
+                (None, true) => events.push(EventKind::BudgetRestored {
+                    scope: new.scope.clone(),
+                }),
                 _ => {}
             }
         }
@@ -73,6 +66,7 @@ impl Manager {
             pool.budget_room = room;
         }
         self.budgets = statuses;
+        events
     }
 
     /// Each pool's launch room: the tighter of its own budget's and the overall one's, each
@@ -126,7 +120,7 @@ impl Manager {
                     launch_room(name, policy.budget, used(name), own, policy.cost_per_hour),
                     launch_room(
                         ALL_POOLS,
-                        self.config.budget,
+                        self.budget,
                         used(ALL_POOLS),
                         (all, life),
                         policy.cost_per_hour,
@@ -143,23 +137,20 @@ impl Manager {
 
     /// Whether any budget is set (the use is then saved at every tick that metered some).
     fn budgeted(&self) -> bool {
-        self.config.budget.is_set() || self.pools.iter().any(|p| p.pool.policy.budget.is_set())
+        self.budget.is_set() || self.pools.iter().any(|p| p.pool.policy.budget.is_set())
     }
 
     /// Meters each pool's active jobs since the last tick (see [`PoolRuntime::meter`]).
-    fn meter(&mut self, now: Duration) {
+    fn meter(&mut self, now: Duration, start: Duration) {
         let save = self.budgeted();
-        let start = super::record::unix_now().saturating_sub(now);
         for runtime in &mut self.pools {
             runtime.meter(now, start, save);
         }
     }
 
-    /// Writes each pool's budget use to its launch record: on every way out of
-    /// [`Manager::run`] (restart, shutdown, a fatal error).
-    pub(super) fn save_budget_use(&mut self) {
-        let now = self.clock();
-        let start = super::record::unix_now().saturating_sub(now);
+    /// Writes each pool's budget use to its launch record: on every way out of the
+    /// manager's loop (restart, shutdown, a fatal error).
+    pub fn save_budget_use(&mut self, now: Duration, start: Duration) {
         for runtime in &mut self.pools {
             runtime.save_use(now, start);
         }
@@ -179,13 +170,7 @@ impl Manager {
                     .map(|p| (&p.usage, p.pool.policy.cost_per_hour.unwrap_or_default())),
             )
         });
-        let mut statuses = vec![status(
-            ALL_POOLS,
-            self.config.budget,
-            &hours,
-            cost.as_ref(),
-            now,
-        )];
+        let mut statuses = vec![status(ALL_POOLS, self.budget, &hours, cost.as_ref(), now)];
         for runtime in &self.pools {
             let policy = &runtime.pool.policy;
             let cost = policy

@@ -5,7 +5,6 @@
 
 use super::checkins::{CheckinMemory, matchable};
 use super::record::LaunchRecord;
-use super::status::{FailureRecord, PoolStatus, RECENT_FAILURES, TickEvent};
 use crate::backend::{JobState, WorkerBackend, WorkerJob};
 use crate::checkin::{CheckinView, Sighting, WorkerState, worker_state};
 use crate::command::WorkerOptions;
@@ -13,6 +12,7 @@ use crate::pools::{
     LaunchMode, ObservedJob, PoolDecision, PoolHealth, PoolObservation, PoolPolicy,
     SingleBackendFlags,
 };
+use crate::status::{FailureRecord, PoolStatus, RECENT_FAILURES, TickEvent};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 use std::collections::{HashSet, VecDeque};
@@ -471,7 +471,7 @@ impl PoolRuntime {
             cost: policy.cost,
             cost_per_hour: policy.cost_per_hour,
             spill_after_seconds: policy.spill_after.map(|d| d.as_secs()),
-            fallback: (policy.fallback.as_ref()).map(|f| super::status::FallbackStatus {
+            fallback: (policy.fallback.as_ref()).map(|f| crate::status::FallbackStatus {
                 pool: f.pool.clone(),
                 capacity: self.capacity.state.clone(),
             }),

@@ -9,10 +9,10 @@
 //! that no longer read it (so within one `sleep_time`).
 
 use super::runtime::PoolRuntime;
-use super::status::ScoredEstimate;
 use crate::backend::JobState;
 use crate::checkin::CheckinView;
 use crate::estimate::{BundleEstimate, PoolTimes, Starting};
+use crate::status::ScoredEstimate;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
 use std::time::Duration;

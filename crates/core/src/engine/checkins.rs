@@ -3,11 +3,8 @@
 //! have been fresh, and per pool when each job's worker was last listed, which workers ever
 //! checked in and which vanished (noted once).
 
-use super::Manager;
-use super::status::TickEvent;
 use crate::backend::WorkerJob;
 use crate::checkin::{CheckinView, JobCheckin, JobTimes, Sighting, job_checkin, launch_unique};
-use crate::codalab::CodaLabClient;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::time::Duration;
 
@@ -60,35 +57,6 @@ impl LastView {
             }
         }
     }
-}
-
-impl Manager {
-    /// The observe step's check-in part: one `GET /rest/workers/info` every tick (the
-    /// dispatch model places staged bundles on the server's workers, and a burst of bundles
-    /// after a quiet spell must be planned on a fresh list too), taken into the last view
-    /// (kept when the call fails) and each pool's memory.
-    pub(super) async fn observe_checkins(&mut self, now: Duration) -> Vec<TickEvent> {
-        let result = Some(fetch(&self.client).await);
-        self.checkins.take(result, now);
-        let mut events = Vec::new();
-        for runtime in &mut self.pools {
-            runtime.checkin_aware = self.checkins.view.is_some();
-            if let (Some(view), true) = (&self.checkins.view, self.checkins.fresh) {
-                self.estimates.take_view(runtime, view, now);
-                events.extend(runtime.take_checkins(view, now));
-            }
-        }
-        events
-    }
-}
-
-/// The server's workers, as a view (a free function: see `observe::search_staged`).
-async fn fetch(client: &CodaLabClient) -> Result<CheckinView, String> {
-    client
-        .workers_info()
-        .await
-        .map(CheckinView::new)
-        .map_err(|error| error.to_string())
 }
 
 /// One pool's check-in memory.

@@ -170,16 +170,12 @@ impl LaunchRecord {
         self.contents.checkins_seen
     }
 
-    /// Records a launch of `unique`, on disk before the job is submitted. When the file
-    /// cannot be written, the launch is still recorded in memory (after a restart the job is
-    /// then not this manager's: it is never stopped, which is the safe side).
-    pub fn launching(&mut self, unique: &str) {
-        self.reserve(unique, 0.0, None);
-    }
-
     /// Records a launch of `unique` with `reserved` worker-seconds of its minimum life already
     /// charged to `usage` (the budget use with that charge), in one write before the job is
     /// submitted: a process killed at any point after this has recorded the launch's use.
+    /// When the file cannot be written, the launch is still recorded in memory (after a
+    /// restart the job is then not this manager's: it is never stopped, which is the safe
+    /// side).
     pub fn reserve(&mut self, unique: &str, reserved: f64, usage: Option<Vec<(u64, f64)>>) {
         let launch = Launch {
             at: unix_now().as_secs(),

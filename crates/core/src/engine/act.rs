@@ -1,0 +1,256 @@
+//! The act step's rules: what a kept job, a stop and a launch mean for a pool's memory (its
+//! record, backoff and capacity state) and the tick's events. The driver stops and submits;
+//! these steps take what came back. A launch is written to the pool's record before its
+//! submit ([`Engine::launching`]): a job this manager launched is always in its record, and
+//! its minimum life in the budget use.
+
+use super::{Engine, runtime};
+use crate::backend::WorkerJob;
+use crate::error::Error;
+use crate::policy::{NotStoppedWhy, Reason};
+use crate::pools::{LaunchMode, PoolDecision, PoolsDecision};
+use crate::status::{LaunchResult, TickEvent};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// What one launch's result means for the tick.
+#[derive(Debug)]
+pub(crate) struct LaunchOutcome {
+    /// The launch event, and what its failure started (a backoff, a capacity switch).
+    pub events: Vec<TickEvent>,
+    /// Whether the pool goes on launching this tick.
+    pub go_on: bool,
+}
+
+impl Engine {
+    /// Says once per job why a job a rule would stop is kept; a job of this manager that
+    /// never checked in while no worker of the pool ever did counts as a failed start (the
+    /// pool backs off: it does not keep launching workers nobody sees).
+    pub fn note_kept(
+        &mut self,
+        index: usize,
+        decision: &PoolDecision,
+        now: Duration,
+    ) -> Vec<TickEvent> {
+        let runtime = &mut self.pools[index];
+        let mut events = Vec::new();
+        for reason in &decision.reasons {
+            let Reason::NotStopped { job_id, why, .. } = reason else {
+                continue;
+            };
+            if !runtime.kept_noted.insert(job_id.clone()) {
+                continue;
+            }
+            match why {
+                NotStoppedWhy::NotLaunchedHere => {
+                    tracing::warn!(pool = runtime.name(), job = %job_id, "{reason}: it counts toward max and is never stopped by this manager (another manager with the same job names or labels? give each manager its own)");
+                }
+                NotStoppedWhy::NoCheckinSeen => {
+                    tracing::error!(pool = runtime.name(), job = %job_id, "{reason}: this manager's account sees no worker of this pool; if the workers log in as another CodaLab account, give them the manager's account; else check the worker image and that nodes reach the server");
+                    let news =
+                        runtime.fail(now, "worker_unconfirmed", format!("job {job_id}: {reason}"));
+                    events.extend(news.events);
+                    runtime::remember(&mut self.recent_failures, news.failures);
+                }
+            }
+        }
+        events
+    }
+
+    /// Takes the stops of pool `index`'s `decision` as the driver made them (each job's
+    /// result, or its error): a stopped job is over by this manager's hand; a lost worker
+    /// and the stuck pending jobs count as failed starts of the pool (backoff), the stuck
+    /// ones as a capacity event too. `server` names the server in the lost workers' message.
+    pub fn stopped(
+        &mut self,
+        index: usize,
+        decision: &PoolDecision,
+        results: Vec<(String, Result<(), String>)>,
+        server: &str,
+        now: Duration,
+    ) -> Vec<TickEvent> {
+        let runtime = &mut self.pools[index];
+        let mut events = Vec::new();
+        let mut stuck = Vec::new();
+        for (id, result) in results {
+            let lost = lost_reason(decision, &id);
+            let reason = if lost.is_some() {
+                "worker_lost"
+            } else {
+                "pending_timeout"
+            };
+            let message = lost.map(|lost| lost_message(lost, server));
+            match (&result, &message) {
+                (Ok(()), Some(message)) => {
+                    tracing::error!(pool = runtime.name(), job = %id, reason, "worker job {id} is lost and stopped; it {message}");
+                }
+                (Ok(()), None) => {
+                    tracing::info!(pool = runtime.name(), job = %id, reason, "stopped a stuck pending job; its demand goes to the next fitting pool");
+                }
+                (Err(error), Some(message)) => {
+                    tracing::warn!(pool = runtime.name(), job = %id, %error, "cannot stop lost worker job {id} ({message})");
+                }
+                (Err(error), None) => {
+                    tracing::warn!(pool = runtime.name(), job = %id, %error, "cannot stop a stuck pending job");
+                }
+            }
+            if result.is_ok() {
+                runtime.stopping.insert(id.clone());
+            }
+            events.push(TickEvent::Stop {
+                pool: runtime.name().to_owned(),
+                job_id: id.clone(),
+                reason,
+                ok: result.is_ok(),
+            });
+            match message {
+                Some(message) => {
+                    let news = runtime.fail(now, "worker_lost", format!("job {id}: {message}"));
+                    events.extend(news.events);
+                    runtime::remember(&mut self.recent_failures, news.failures);
+                }
+                None => stuck.push(id),
+            }
+        }
+        if !stuck.is_empty() {
+            let what = format!("jobs {} pending too long", stuck.join(", "));
+            let news = runtime.fail(now, "pending_timeout", what.clone());
+            events.extend(news.events);
+            events.extend(runtime.capacity_event(now, what));
+            runtime::remember(&mut self.recent_failures, news.failures);
+        }
+        events
+    }
+
+    /// A launch of `unique` on pool `index` is about to be submitted: written to the pool's
+    /// record with its minimum life charged to the budget use, in one write (none for a dry
+    /// run). `start` is the clock's zero as time since the Unix epoch.
+    pub fn launching(&mut self, index: usize, unique: &str, now: Duration, start: Duration) {
+        self.pools[index].launching(unique, now, start);
+    }
+
+    /// Takes the result of the submit of `unique` on pool `index` (see
+    /// [`Engine::launching`]). A temporary error is retried on a later tick; any other
+    /// failure counts as a failed start of the pool (and, for no capacity, a capacity event).
+    pub fn launch_result(
+        &mut self,
+        index: usize,
+        unique: &str,
+        result: &Result<WorkerJob, Error>,
+        dry_run: bool,
+        now: Duration,
+        start: Duration,
+    ) -> LaunchOutcome {
+        let runtime = &mut self.pools[index];
+        let pool = runtime.name().to_owned();
+        if result.is_err() && !dry_run {
+            runtime.launch_failed(unique, now, start);
+        }
+        let (result, detail, mut follow, go_on) = match result {
+            Ok(job) => {
+                runtime.launched(job, now);
+                self.estimates.launched(&pool, &job.id, now);
+                let outcome = match dry_run {
+                    true => LaunchResult::DryRun,
+                    false => LaunchResult::Started,
+                };
+                (outcome, job.id.clone(), Vec::new(), true)
+            }
+            Err(error) if error.is_temporary() => {
+                tracing::warn!(pool, %error, "could not start a worker job; will retry on a later tick");
+                (
+                    LaunchResult::TemporaryError,
+                    error.to_string(),
+                    Vec::new(),
+                    false,
+                )
+            }
+            Err(error) => {
+                runtime.last_launch = Some(now);
+                self.num_failed += 1;
+                tracing::error!(pool, %error, failed = self.num_failed, "failed to start a worker job");
+                let news = runtime.fail(now, "submit_failed", error.to_string());
+                let mut follow = news.events;
+                if matches!(error, Error::NoCapacity { .. }) {
+                    follow.extend(runtime.capacity_event(now, error.to_string()));
+                }
+                runtime::remember(&mut self.recent_failures, news.failures);
+                let compat = runtime.pool.policy.launch_mode == LaunchMode::Compat;
+                (LaunchResult::Failed, error.to_string(), follow, compat)
+            }
+        };
+        // What the failure started (a backoff) comes after the launch it follows.
+        let mut events = vec![TickEvent::Launch {
+            pool,
+            result,
+            detail,
+        }];
+        events.append(&mut follow);
+        LaunchOutcome { events, go_on }
+    }
+
+    /// Remembers each pool's decision and the bundles assigned to it, for its status.
+    pub fn decided(&mut self, decision: &PoolsDecision) {
+        for (runtime, pool) in self.pools.iter_mut().zip(&decision.pools) {
+            runtime.last_decision = Some(pool.clone());
+            runtime.assigned = (decision.assignments.iter())
+                .filter(|a| a.pool == pool.pool)
+                .map(|a| a.uuid.clone())
+                .collect();
+        }
+    }
+
+    /// Remembers the overdue bundles a launch was made for this tick: those the decision
+    /// launches for on a pool that started at least one worker (`events`: the tick's; a pool
+    /// whose every launch failed launched for none of them, and they are launched for
+    /// again). The pool's record remembers them too: a restart launches no other for them.
+    pub fn launched_for_overdue(&mut self, decision: &PoolsDecision, events: &[TickEvent]) {
+        if decision.overdue_launches.is_empty() {
+            return;
+        }
+        let started: BTreeSet<&str> = (events.iter())
+            .filter_map(|event| match event {
+                TickEvent::Launch { pool, result, .. }
+                    if *result != LaunchResult::Failed
+                        && *result != LaunchResult::TemporaryError =>
+                {
+                    Some(pool.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        let made: Vec<_> = (decision.assignments.iter())
+            .filter(|a| decision.overdue_launches.contains(&a.uuid))
+            .filter(|a| started.contains(a.pool.as_str()))
+            .collect();
+        for runtime in &mut self.pools {
+            let mine: Vec<String> = (made.iter())
+                .filter(|a| a.pool == runtime.name())
+                .map(|a| a.uuid.clone())
+                .collect();
+            if !mine.is_empty() {
+                runtime.record.launched_for_overdue(&mine);
+            }
+        }
+        let made: Vec<String> = made.iter().map(|a| a.uuid.clone()).collect();
+        self.server.launched_for(&made);
+    }
+}
+
+/// The `worker_lost` reason of job `id` in `decision`, if it is lost.
+fn lost_reason<'a>(decision: &'a PoolDecision, id: &str) -> Option<&'a Reason> {
+    decision
+        .reasons
+        .iter()
+        .find(|r| matches!(r, Reason::WorkerLost { job_id, .. } if job_id == id))
+}
+
+/// Why a lost worker is stopped, with what to check: the log line and the failure record.
+fn lost_message(reason: &Reason, server: &str) -> String {
+    match reason {
+        Reason::WorkerLost { unseen_seconds, .. } => format!(
+            "never checked in after {unseen_seconds} s: check the worker image, credentials, and that nodes reach {server}"
+        ),
+        other => other.to_string(),
+    }
+}
