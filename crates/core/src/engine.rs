@@ -27,6 +27,7 @@ use crate::checkin::{CheckedInWorker, CheckinView};
 use crate::codalab::UserIdentity;
 use crate::pools::{Need, PoolPolicy, PoolsObservation};
 use crate::status::{FailureRecord, TickEvent};
+use rustc_hash::FxHashSet;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -40,7 +41,7 @@ pub(crate) mod record;
 pub(crate) mod runtime;
 pub mod server_view;
 
-pub use runtime::Pool;
+pub(crate) use runtime::PoolSpec;
 
 use checkins::LastView;
 use estimates::EstimateMemory;
@@ -83,7 +84,7 @@ pub(crate) struct Observation {
 
 impl Engine {
     /// An engine for `pools`, under the overall `budget`, ticking every `tick`.
-    pub fn new(pools: Vec<Pool>, budget: BudgetLimits, tick: Duration) -> Self {
+    pub fn new(pools: Vec<PoolSpec>, budget: BudgetLimits, tick: Duration) -> Self {
         Self {
             pools: pools.into_iter().map(PoolRuntime::new).collect(),
             checkins: LastView::default(),
@@ -100,7 +101,7 @@ impl Engine {
     /// The pools' policies, in declaration order (a pool's `runs_per_worker` is its workers'
     /// `exit_after_num_runs`).
     pub fn policies(&self) -> Vec<PoolPolicy> {
-        let policy = |pool: &Pool| PoolPolicy {
+        let policy = |pool: &PoolSpec| PoolPolicy {
             runs_per_worker: pool.worker.exit_after_num_runs.filter(|n| *n > 0),
             ..pool.policy.clone()
         };
@@ -141,15 +142,18 @@ impl Engine {
         self.pools[index].take_record(record, start);
     }
 
-    /// Takes pool `index`'s listing made at `now`, with the jobs its backend reaped.
+    /// Takes pool `index`'s listing made at `now`: its jobs, the pending ones its backend
+    /// says are held, and the jobs its backend reaped.
     pub fn listed(
         &mut self,
         index: usize,
         jobs: Vec<WorkerJob>,
+        held: FxHashSet<String>,
         reaped: Vec<String>,
         now: Duration,
     ) -> ListingNews {
         let runtime = &mut self.pools[index];
+        runtime.held = held;
         let mut news = runtime.take_listing(jobs, now);
         let pool = runtime.name();
         news.events

@@ -38,6 +38,7 @@ mod error_policy;
 mod journal;
 pub(crate) mod logs;
 mod observe;
+mod pool;
 mod quota;
 mod reconfigure;
 mod run;
@@ -45,13 +46,13 @@ mod shutdown;
 mod streak;
 mod tick;
 
-pub use crate::engine::Pool;
 pub use error_policy::{REFUSED_AGAIN_FOR, TICK_ERROR_KINDS};
+pub use pool::Pool;
 pub use reconfigure::{Change, DRAIN_THEN_RESTART, Reconfiguration};
 pub use shutdown::SUBMIT_GRACE;
 pub use tick::TickReport;
 
-use crate::engine::{Engine, record};
+use crate::engine::{Engine, PoolSpec, record};
 #[cfg(doc)]
 use crate::status::TickEvent;
 use crate::status::{Counters, Status};
@@ -117,6 +118,8 @@ pub struct Manager {
     client: CodaLabClient,
     /// The tick's memory and rules.
     engine: Engine,
+    /// Each pool's backend, in the engine's pool order.
+    backends: Vec<Arc<dyn WorkerBackend>>,
     started: Instant,
     /// Time added by [`Manager::advance_clock`].
     skipped: Duration,
@@ -180,7 +183,12 @@ impl Manager {
 
     fn build(config: ManagerConfig, client: CodaLabClient, pools: Vec<Pool>) -> Self {
         Self {
-            engine: Engine::new(pools, config.budget, config.sleep_time),
+            engine: Engine::new(
+                pools.iter().map(PoolSpec::from).collect(),
+                config.budget,
+                config.sleep_time,
+            ),
+            backends: pools.into_iter().map(|pool| pool.backend).collect(),
             config,
             client,
             started: Instant::now(),
@@ -204,7 +212,7 @@ impl Manager {
 
     /// The backend (of the first pool).
     pub fn backend(&self) -> &Arc<dyn WorkerBackend> {
-        &self.engine.pools[0].pool.backend
+        &self.backends[0]
     }
 
     /// The pools' policies, in declaration order.

@@ -132,7 +132,7 @@ impl EstimateMemory {
                     age: now.saturating_sub(launched).as_secs(),
                     pending: job.state == JobState::Pending,
                     reason: job.reason.clone(),
-                    on_hold: job.state == JobState::Pending && runtime.pool.backend.on_hold(job),
+                    on_hold: job.state == JobState::Pending && runtime.held.contains(&job.id),
                 })
             })
             .collect();

@@ -1,56 +1,41 @@
-//! A pool the manager serves ([`Pool`]: its policy, backend and worker settings), what the
-//! manager remembers about it between ticks (last launch, failure memory, jobs being stopped,
+//! A pool as the engine knows it ([`PoolSpec`]: its policy, worker settings and backend's
+//! name), what the manager remembers about it between ticks (last launch, failure memory, jobs being stopped,
 //! since when jobs are pending, which jobs became active), and how a listing turns into the
 //! pure [`PoolObservation`] that [`crate::pools::plan_pools`] takes.
 
 use super::checkins::{CheckinMemory, matchable};
 use super::record::LaunchRecord;
-use crate::backend::{JobState, WorkerBackend, WorkerJob};
+use crate::backend::{JobState, WorkerJob};
 use crate::checkin::{CheckinView, Sighting, WorkerState, worker_state};
 use crate::command::WorkerOptions;
 use crate::pools::{
     LaunchMode, ObservedJob, PoolDecision, PoolHealth, PoolObservation, PoolPolicy,
-    SingleBackendFlags,
 };
 use crate::status::{FailureRecord, PoolStatus, RECENT_FAILURES, TickEvent};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 use std::collections::{HashSet, VecDeque};
-use std::sync::Arc;
 use std::time::Duration;
 
-/// A pool the manager serves: its rules, its backend and the settings of its workers.
+/// A pool as the engine knows it: its rules, the settings of its workers and the name of
+/// its backend (the engine never calls a backend: its driver does).
 #[derive(Debug, Clone)]
-pub struct Pool {
+pub(crate) struct PoolSpec {
     /// The rules.
     pub policy: PoolPolicy,
-    /// Where its workers run.
-    pub backend: Arc<dyn WorkerBackend>,
     /// The `cl-worker` settings of its workers (tag and tag-exclusive included).
     pub worker: WorkerOptions,
-}
-
-impl Pool {
-    /// The one pool of upstream's single-backend mode: named after `backend`, its policy from
-    /// `flags` ([`SingleBackendFlags::policy`]); the manager narrows its staged search by the
-    /// tag of `worker` (`--worker-tag` with `--worker-tag-exclusive`), as upstream.
-    pub fn single_backend(
-        flags: &SingleBackendFlags,
-        backend: Arc<dyn WorkerBackend>,
-        worker: WorkerOptions,
-    ) -> Self {
-        Self {
-            policy: flags.policy(backend.name(), backend.worker_shape()),
-            backend,
-            worker,
-        }
-    }
+    /// Its backend's name, for the status.
+    pub backend: String,
 }
 
 /// A pool and its memory.
 #[derive(Debug)]
 pub(crate) struct PoolRuntime {
-    pub pool: Pool,
+    pub pool: PoolSpec,
+    /// Pending jobs of the last listing that its backend says are held (see
+    /// [`crate::backend::WorkerBackend::on_hold`]).
+    pub held: FxHashSet<String>,
     pub last_launch: Option<Duration>,
     pub health: PoolHealth,
     /// Jobs stopped by the manager and still listed with a capacity state.
@@ -98,9 +83,10 @@ pub(crate) struct ListingNews {
 }
 
 impl PoolRuntime {
-    pub fn new(pool: Pool) -> Self {
+    pub fn new(pool: PoolSpec) -> Self {
         let record = LaunchRecord::in_memory(&pool.policy.name);
         Self {
+            held: FxHashSet::default(),
             record,
             kept_noted: FxHashSet::default(),
             foreign_noted: FxHashSet::default(),
@@ -396,7 +382,7 @@ impl PoolRuntime {
                     now,
                 ),
                 launched_here: self.record.holds(j),
-                on_hold: j.state == JobState::Pending && self.pool.backend.on_hold(j),
+                on_hold: j.state == JobState::Pending && self.held.contains(&j.id),
             })
             .collect::<Vec<ObservedJob>>();
         self.note_worker_states(&jobs);
@@ -461,7 +447,7 @@ impl PoolRuntime {
         let decision = self.last_decision.as_ref();
         PoolStatus {
             name: policy.name.clone(),
-            backend: self.pool.backend.name().to_owned(),
+            backend: self.pool.backend.clone(),
             launch_mode: policy.launch_mode,
             shape: policy.shape.into(),
             min: policy.min,

@@ -44,7 +44,7 @@ impl Manager {
                 .find(|j| &j.id == id)
                 .cloned()
                 .unwrap_or_else(|| WorkerJob::new(id.clone(), JobState::Pending));
-            let result = runtime.pool.backend.stop_worker_job(&job).await;
+            let result = self.backends[index].stop_worker_job(&job).await;
             results.push((id.clone(), result.map_err(|e| e.to_string())));
         }
         let server = self.client.server().to_owned();
@@ -63,7 +63,7 @@ impl Manager {
             self.engine.launching(index, &unique, now, start);
         }
         let runtime = &self.engine.pools[index];
-        let backend = runtime.pool.backend.clone();
+        let backend = &self.backends[index];
         let request = LaunchRequest {
             unique: &unique,
             worker: &runtime.pool.worker,

@@ -4,14 +4,15 @@
 //! hands to the policy.
 
 use super::{Manager, ReadyHook, logs};
-use crate::backend::WorkerJob;
+use crate::backend::{JobState, WorkerJob};
 use crate::checkin::CheckinView;
 use crate::codalab::CodaLabClient;
 use crate::codalab::{SkippedBundle, staged_keywords};
+use crate::command::WorkerOptions;
 use crate::engine::Engine;
 use crate::engine::runtime::ListingNews;
 use crate::error::{Error, Result};
-use crate::pools::PoolsObservation;
+use crate::pools::{PoolPolicy, PoolsObservation};
 use crate::status::TickEvent;
 use std::collections::HashSet;
 use std::time::Duration;
@@ -135,7 +136,7 @@ impl Manager {
 
     /// The staged search of this manager ([`search_keywords`]).
     fn keywords(&self) -> Vec<String> {
-        let pools = self.engine.pools.iter().map(|r| &r.pool);
+        let pools = (self.engine.pools.iter()).map(|r| (&r.pool.policy, &r.pool.worker));
         search_keywords(&self.config.search, pools, self.client.username())
     }
 
@@ -159,15 +160,20 @@ impl Manager {
         let mut first_error: Option<Error> = None;
         let listed_at = self.clock();
         for index in 0..self.engine.pools.len() {
-            let runtime = &self.engine.pools[index];
-            let backend = runtime.pool.backend.clone();
+            let backend = &self.backends[index];
             match backend.get_worker_jobs().await {
                 Ok(jobs) => {
+                    let held = (jobs.iter())
+                        .filter(|j| j.state == JobState::Pending && backend.on_hold(j))
+                        .map(|j| j.id.clone())
+                        .collect();
                     let reaped = backend.take_reaped();
-                    listings.push(Ok(self.engine.listed(index, jobs, reaped, listed_at)));
+                    let news = (self.engine).listed(index, jobs, held, reaped, listed_at);
+                    listings.push(Ok(news));
                 }
                 Err(error) => {
-                    tracing::warn!(pool = runtime.name(), %error, "cannot list the pool's jobs; skipping the pool this tick");
+                    let pool = self.engine.pools[index].name();
+                    tracing::warn!(pool, %error, "cannot list the pool's jobs; skipping the pool this tick");
                     listings.push(Err(error.to_string()));
                     first_error.get_or_insert(error);
                 }
@@ -184,12 +190,12 @@ impl Manager {
 /// pool (each of several pools matches `request_queue` itself).
 pub(super) fn search_keywords<'a>(
     search: &[String],
-    mut pools: impl Iterator<Item = &'a super::Pool>,
+    mut pools: impl Iterator<Item = (&'a PoolPolicy, &'a WorkerOptions)>,
     username: &str,
 ) -> Vec<String> {
     let narrowed = pools
-        .find(|pool| pool.policy.is_single_backend())
-        .map(|pool| &pool.worker);
+        .find(|(policy, _)| policy.is_single_backend())
+        .map(|(_, worker)| worker);
     staged_keywords(
         search,
         username,

@@ -13,6 +13,7 @@
 
 use super::Pool;
 use super::{Manager, ManagerConfig};
+use crate::engine::PoolSpec;
 use crate::error::{Error, Result};
 use crate::pools::PoolPolicy;
 use std::fmt;
@@ -94,8 +95,11 @@ impl Manager {
     /// kind, every policy valid, and the staged search within what the server accepts.
     pub fn reconfigure(&mut self, config: ManagerConfig, pools: Vec<Pool>) -> Result<Vec<Change>> {
         self.check_reconfiguration(&pools)?;
-        let keywords =
-            super::observe::search_keywords(&config.search, pools.iter(), self.client.username());
+        let keywords = super::observe::search_keywords(
+            &config.search,
+            pools.iter().map(|p| (&p.policy, &p.worker)),
+            self.client.username(),
+        );
         self.client.check_search(
             &keywords,
             "`search` (--search) or `worker.tag` (--worker-tag, sent twice with `tag_exclusive`)",
@@ -103,15 +107,18 @@ impl Manager {
         let mut changes = Vec::new();
         config_changes(&self.config, &config, &mut changes);
         let mut old = std::mem::take(&mut self.engine.pools);
+        self.backends.clear();
         for pool in pools {
             let index = old
                 .iter()
                 .position(|r| r.pool.policy.name == pool.policy.name)
                 .expect("checked above");
             let mut runtime = old.swap_remove(index);
-            pool_changes(&runtime.pool, &pool, &mut changes);
-            runtime.pool = pool;
+            let spec = PoolSpec::from(&pool);
+            pool_changes(&runtime.pool, &spec, &mut changes);
+            runtime.pool = spec;
             self.engine.pools.push(runtime);
+            self.backends.push(pool.backend);
         }
         self.config = config;
         (self.engine).reconfigure(self.config.budget, self.config.sleep_time);
@@ -129,7 +136,7 @@ impl Manager {
                     "pool {name} is new: pools cannot be added while running (restart the manager)"
                 ));
             };
-            let (was, is) = (runtime.pool.backend.name(), pool.backend.name());
+            let (was, is) = (runtime.pool.backend.as_str(), pool.backend.name());
             if was != is {
                 return invalid(format!(
                     "pool {name}: the backend cannot change from {was} to {is} while running: \
@@ -151,10 +158,9 @@ impl Manager {
 
     /// Every pool's name and backend, in order (what a reload compares new settings with).
     pub fn pool_backends(&self) -> Vec<(String, Arc<dyn crate::backend::WorkerBackend>)> {
-        self.engine
-            .pools
-            .iter()
-            .map(|r| (r.name().to_owned(), r.pool.backend.clone()))
+        (self.engine.pools.iter())
+            .zip(&self.backends)
+            .map(|(r, backend)| (r.name().to_owned(), backend.clone()))
             .collect()
     }
 
@@ -228,7 +234,7 @@ fn config_changes(old: &ManagerConfig, new: &ManagerConfig, changes: &mut Vec<Ch
 /// field of [`PoolPolicy`]: a field added to it does not compile here until the reload diff
 /// says how it is shown (a reload that changed only `checkin_timeout` once logged "nothing
 /// changed").
-fn pool_changes(old: &Pool, new: &Pool, changes: &mut Vec<Change>) {
+fn pool_changes(old: &PoolSpec, new: &PoolSpec, changes: &mut Vec<Change>) {
     let PoolPolicy {
         name: _, // pools are matched by name: a rename is refused before the diff
         shape,

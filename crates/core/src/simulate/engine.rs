@@ -6,15 +6,12 @@ use super::SimConfig;
 use super::report::{Series, SimReport};
 use super::rng::SplitMix64;
 use super::workload::Workload;
-use crate::backend::{LaunchRequest, WorkerBackend, WorkerJob};
-use crate::bundle::{StagedBundle, WorkerShape};
+use crate::bundle::StagedBundle;
 use crate::dispatch::Resources;
-use crate::engine::{Engine, Pool};
-use crate::error::{Error, Result};
+use crate::engine::{Engine, PoolSpec};
 use crate::pools::{PoolPolicy, misfit, preference_order};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::sync::Arc;
 
 mod platform;
 mod serve;
@@ -24,32 +21,6 @@ mod tick;
 /// The user the simulated manager runs as: the root user, so its workers are shared and the
 /// owners' `parallel_run_quota` applies on them.
 const ROOT: &str = "codalab";
-
-/// Stands in for a platform inside the engine's pools; the simulator drives the jobs itself.
-#[derive(Debug)]
-struct SimulatedBackend {
-    shape: WorkerShape,
-}
-
-#[async_trait::async_trait]
-impl WorkerBackend for SimulatedBackend {
-    fn name(&self) -> &str {
-        "simulated"
-    }
-    fn worker_shape(&self) -> WorkerShape {
-        self.shape
-    }
-    async fn get_worker_jobs(&self) -> Result<Vec<WorkerJob>> {
-        Err(Error::InvalidConfig(
-            "the simulator lists jobs itself".into(),
-        ))
-    }
-    async fn start_worker_job(&self, _request: &LaunchRequest<'_>) -> Result<WorkerJob> {
-        Err(Error::InvalidConfig(
-            "the simulator starts jobs itself".into(),
-        ))
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fate {
@@ -191,11 +162,9 @@ impl<'a> Sim<'a> {
         // launch charges to the budget use).
         let pools = policies
             .iter()
-            .map(|policy| Pool {
+            .map(|policy| PoolSpec {
                 policy: policy.clone(),
-                backend: Arc::new(SimulatedBackend {
-                    shape: policy.shape,
-                }),
+                backend: "simulated".to_owned(),
                 worker: crate::command::WorkerOptions {
                     idle_seconds: config.worker_idle.as_secs(),
                     exit_after_num_runs: policy.runs_per_worker,

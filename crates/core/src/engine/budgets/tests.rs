@@ -12,13 +12,11 @@ use super::*;
 use crate::WorkerShape;
 use crate::backend::WorkerJob;
 use crate::command::WorkerOptions;
+use crate::engine::PoolSpec;
 use crate::engine::record::LaunchRecord;
-use crate::engine::runtime::Pool;
 use crate::pools::PoolPolicy;
-use crate::testing::FakeBackend;
 use proptest::prelude::*;
 use std::path::Path;
-use std::sync::Arc;
 
 const LIFE: u64 = 300;
 const IDENTITY: &str = "fake budget-props";
@@ -66,9 +64,9 @@ struct Process {
 
 impl Process {
     fn start(dir: &Path, now: Duration) -> Self {
-        let pool = Pool {
+        let pool = PoolSpec {
             policy: PoolPolicy::new("cpu", WorkerShape::from_flags(1, 0, 8192)),
-            backend: Arc::new(FakeBackend::new(WorkerShape::from_flags(1, 0, 8192))),
+            backend: "fake".to_owned(),
             worker: WorkerOptions {
                 idle_seconds: LIFE,
                 ..WorkerOptions::default()

@@ -24,7 +24,7 @@ impl Sim<'_> {
         let listings = (0..self.policies.len())
             .map(|pool| {
                 let listing = self.listing(pool);
-                Ok(self.engine.listed(pool, listing, Vec::new(), now))
+                Ok((self.engine).listed(pool, listing, Default::default(), Vec::new(), now))
             })
             .collect();
         let view = self.checkin_view();
