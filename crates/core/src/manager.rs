@@ -121,8 +121,10 @@ pub struct Manager {
     /// Each pool's backend, in the engine's pool order.
     backends: Vec<Arc<dyn WorkerBackend>>,
     started: Instant,
-    /// Time added by [`Manager::advance_clock`].
+    /// Time added by [`Manager::advance_clock`] (the whole clock once it is stopped).
     skipped: Duration,
+    /// [`Manager::stop_clock`] was called.
+    clock_stopped: bool,
     /// The uuids read last tick, oldest first (for "removed since last time").
     window: Vec<String>,
     /// Unserved bundles already logged, with the reason logged.
@@ -194,6 +196,7 @@ impl Manager {
             started: Instant::now(),
             on_ready: None,
             skipped: Duration::ZERO,
+            clock_stopped: false,
             window: Vec::new(),
             reported: HashMap::new(),
             reported_malformed: HashSet::new(),
@@ -238,7 +241,17 @@ impl Manager {
 
     /// The manager clock: time since the manager started (plus [`Manager::advance_clock`]).
     pub fn clock(&self) -> Duration {
-        self.started.elapsed() + self.skipped
+        match self.clock_stopped {
+            true => self.skipped,
+            false => self.started.elapsed() + self.skipped,
+        }
+    }
+
+    /// From now on the manager clock moves only by [`Manager::advance_clock`] (it keeps its
+    /// reading): for replaying a timeline tick by tick, as a simulation's.
+    pub fn stop_clock(&mut self) {
+        self.skipped = self.clock();
+        self.clock_stopped = true;
     }
 
     /// Moves the manager clock forward by `by`, as if that much time had passed: for

@@ -150,6 +150,8 @@ pub(super) struct Sim<'a> {
     ticks: u64,
     /// Per pool: its platform's state.
     platforms: Vec<platform::PlatformState>,
+    /// Every tick's trace, when traced.
+    trace: Option<Vec<super::TickTrace>>,
 }
 
 impl<'a> Sim<'a> {
@@ -217,10 +219,26 @@ impl<'a> Sim<'a> {
             platforms: (policies.iter())
                 .map(|p| platform::PlatformState::new(config.platforms.get(&p.name)))
                 .collect(),
+            trace: None,
         }
     }
 
-    pub(super) fn run(mut self) -> SimReport {
+    /// Keeps every tick's trace.
+    pub(super) fn traced(mut self) -> Self {
+        self.trace = Some(Vec::new());
+        self
+    }
+
+    /// Runs, and returns the report with every tick's trace (empty unless [`Sim::traced`]).
+    pub(super) fn run_traced(self) -> (SimReport, Vec<super::TickTrace>) {
+        self.run_inner()
+    }
+
+    pub(super) fn run(self) -> SimReport {
+        self.run_inner().0
+    }
+
+    fn run_inner(mut self) -> (SimReport, Vec<super::TickTrace>) {
         let sleep = self.config.sleep_time.as_millis().max(1) as u64;
         let last_arrival = self.workload.arrivals.last().map_or(0, |a| a.at_ms);
         let deadline = last_arrival.saturating_add(self.config.drain.as_millis() as u64);
@@ -235,7 +253,8 @@ impl<'a> Sim<'a> {
             self.tick(tick_at);
             tick_at += sleep;
         };
-        self.report(end, drained)
+        let trace = self.trace.take().unwrap_or_default();
+        (self.report(end, drained), trace)
     }
 
     fn done(&self) -> bool {

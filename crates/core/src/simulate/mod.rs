@@ -218,6 +218,55 @@ pub fn simulate(
     policies: &[PoolPolicy],
     config: &SimConfig,
 ) -> Result<SimReport, SimError> {
+    check(policies, config)?;
+    Ok(engine::Sim::new(workload, policies, config).run())
+}
+
+/// [`simulate`], with what the manager's tick engine was given and did at every tick (for a
+/// differential run of the real manager on the same inputs).
+pub fn simulate_traced(
+    workload: &Workload,
+    policies: &[PoolPolicy],
+    config: &SimConfig,
+) -> Result<(SimReport, Vec<TickTrace>), SimError> {
+    check(policies, config)?;
+    Ok(engine::Sim::new(workload, policies, config)
+        .traced()
+        .run_traced())
+}
+
+/// One tick of a simulation, as the manager's tick engine saw it and what it did.
+#[derive(Debug, Clone)]
+pub struct TickTrace {
+    /// The simulated clock.
+    pub at: Duration,
+    /// The server's workers (as `GET /rest/workers/info` lists them).
+    pub workers: Vec<crate::checkin::CheckedInWorker>,
+    /// The staged bundles the manager's search returned, oldest first.
+    pub staged: Vec<crate::bundle::StagedBundle>,
+    /// The owner of each run on the workers (what a search by its uuid says).
+    pub run_owners: Vec<(String, String)>,
+    /// Per pool, in the config's order.
+    pub pools: Vec<PoolTrace>,
+    /// The pool policy's whole decision.
+    pub decision: crate::pools::PoolsDecision,
+}
+
+/// One pool in one [`TickTrace`].
+#[derive(Debug, Clone, Default)]
+pub struct PoolTrace {
+    /// Its platform's listing.
+    pub listing: Vec<crate::backend::WorkerJob>,
+    /// Each launch: the job's id, or the platform's error.
+    pub launches: Vec<Result<String, String>>,
+    /// The jobs stopped.
+    pub stops: Vec<String>,
+    /// The codes of the decision's reasons, in order.
+    pub reasons: Vec<&'static str>,
+}
+
+/// The checks [`simulate`] makes before it runs.
+fn check(policies: &[PoolPolicy], config: &SimConfig) -> Result<(), SimError> {
     config.validate()?;
     if policies.is_empty() {
         return Err(SimError::Config("no pools to simulate".into()));
@@ -235,5 +284,5 @@ pub fn simulate(
             )));
         }
     }
-    Ok(engine::Sim::new(workload, policies, config).run())
+    Ok(())
 }

@@ -8,6 +8,7 @@ mod budget_restarts;
 mod capacity_restart;
 mod checkin_manager;
 mod codalab_transport;
+mod engine_differential;
 mod events_budgets;
 mod fallback_manager;
 mod fixtures;

@@ -70,12 +70,12 @@ impl FakeBundle {
         }
     }
 
-    fn resource(&self) -> Value {
+    fn resource(&self, state: &str) -> Value {
         json!({
             "type": "bundles",
             "id": self.uuid,
             "attributes": {
-                "uuid": self.uuid, "bundle_type": "run", "state": "staged", "command": "echo hi",
+                "uuid": self.uuid, "bundle_type": "run", "state": state, "command": "echo hi",
                 "args": "run \"echo hi\"",
                 "metadata": {
                     "request_cpus": self.cpus, "request_gpus": self.gpus, "request_memory": self.memory,
@@ -122,6 +122,8 @@ struct FakeState {
     tokens: HashMap<String, String>,
     refresh_tokens: HashMap<String, String>,
     bundles: Vec<FakeBundle>,
+    /// Bundles running on workers: found only by a `uuid=` search, as their owners' are.
+    running: Vec<FakeBundle>,
     workers: Vec<Value>,
     requests: Vec<RecordedRequest>,
     faults: Vec<(u16, String)>,
@@ -227,6 +229,12 @@ impl FakeCodaLab {
     /// Replaces the staged bundles.
     pub fn set_bundles(&self, bundles: Vec<FakeBundle>) {
         lock(&self.state).bundles = bundles;
+    }
+
+    /// Replaces the running bundles: a search by `uuid=` finds them (with the staged ones), as
+    /// the manager looks up the owners of the runs on its workers; no other search does.
+    pub fn set_running(&self, bundles: Vec<FakeBundle>) {
+        lock(&self.state).running = bundles;
     }
 
     /// Replaces the checked-in workers `GET /rest/workers/info` lists (each a JSON object as
@@ -429,10 +437,19 @@ async fn bundles(
     let mut limit = DEFAULT_LIMIT;
     let mut offset = 0;
     let mut count = false;
-    let mut matches: Vec<&FakeBundle> = s.bundles.iter().collect();
+    let uuids: Option<Vec<&str>> = (keywords.iter())
+        .find_map(|k| k.strip_prefix("uuid="))
+        .map(|list| list.split(',').collect());
+    let mut matches: Vec<(&FakeBundle, &str)> = match &uuids {
+        None => s.bundles.iter().map(|b| (b, "staged")).collect(),
+        Some(uuids) => (s.bundles.iter().map(|b| (b, "staged")))
+            .chain(s.running.iter().map(|b| (b, "running")))
+            .filter(|(b, _)| uuids.contains(&b.uuid.as_str()))
+            .collect(),
+    };
     for keyword in &keywords {
         if keyword == ".mine" {
-            matches.retain(|b| Some(&b.owner) == me.as_ref());
+            matches.retain(|(b, _)| Some(&b.owner) == me.as_ref());
         } else if keyword == ".count" {
             count = true;
         } else if let Some(n) = keyword.strip_prefix(".limit=") {
@@ -450,17 +467,17 @@ async fn bundles(
                 .split(',')
                 .map(|v| v.strip_prefix("tag=").unwrap_or(v))
                 .collect();
-            matches.retain(|b| allowed.contains(&b.queue.as_str()));
+            matches.retain(|(b, _)| allowed.contains(&b.queue.as_str()));
         } else if let Some(tag) = keyword.strip_prefix("tags=") {
-            matches.retain(|b| b.tags.iter().any(|t| t == tag));
+            matches.retain(|(b, _)| b.tags.iter().any(|t| t == tag));
         }
     }
     if count {
         return axum::Json(json!({"meta": {"result": matches.len(), "version": "1.7.5"}}))
             .into_response();
     }
-    let page: Vec<&FakeBundle> = matches.into_iter().skip(offset).take(limit).collect();
-    let mut owners: Vec<&str> = page.iter().map(|b| b.owner.as_str()).collect();
+    let page: Vec<(&FakeBundle, &str)> = matches.into_iter().skip(offset).take(limit).collect();
+    let mut owners: Vec<&str> = page.iter().map(|(b, _)| b.owner.as_str()).collect();
     owners.sort_unstable();
     owners.dedup();
     let included: Vec<Value> = owners
@@ -469,7 +486,7 @@ async fn bundles(
             "last_name": "", "affiliation": "", "url": null, "avatar_id": null, "has_access": true,
             "date_joined": "Sat Nov 21 20:51:29 2026"}}))
         .collect();
-    let data: Vec<Value> = page.iter().map(|b| b.resource()).collect();
+    let data: Vec<Value> = page.iter().map(|(b, state)| b.resource(state)).collect();
     let mut document = json!({"data": data, "meta": {"version": "1.7.5"}});
     if !included.is_empty() {
         document["included"] = Value::Array(included);

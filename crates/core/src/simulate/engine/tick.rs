@@ -5,6 +5,7 @@
 //! pool policy on the server's dispatch model, the estimates, scored when their bundles leave
 //! staged) and the act step: stops and launches, whose fate the configured rates draw.
 
+use super::super::{PoolTrace, TickTrace};
 use super::{Fate, Job, Phase, ROOT, Sim};
 use crate::backend::{JobState, WorkerJob};
 use crate::bundle::StagedBundle;
@@ -21,13 +22,22 @@ impl Sim<'_> {
     pub(super) fn tick(&mut self, now_ms: u64) {
         self.ticks += 1;
         let now = Duration::from_millis(now_ms);
+        let tracing = self.trace.is_some();
+        let mut traces: Vec<PoolTrace> = Vec::new();
         let listings = (0..self.policies.len())
             .map(|pool| {
                 let listing = self.listing(pool);
+                if tracing {
+                    traces.push(PoolTrace {
+                        listing: listing.clone(),
+                        ..PoolTrace::default()
+                    });
+                }
                 Ok((self.engine).listed(pool, listing, Default::default(), Vec::new(), now))
             })
             .collect();
         let view = self.checkin_view();
+        let workers = tracing.then(|| view.workers().to_vec());
         let mut events = self.engine.take_checkins(Some(Ok(view)), now);
         let identity = UserIdentity {
             id: ROOT.to_owned(),
@@ -53,10 +63,18 @@ impl Sim<'_> {
                 let stopped = "the simulated server";
                 events.extend((self.engine).stopped(pool, decided, results, stopped, now));
             }
+            if let Some(trace) = traces.get_mut(pool) {
+                trace.stops = decided.stops.clone();
+                trace.reasons = decided.reasons.iter().map(|r| r.code()).collect();
+            }
             for _ in 0..decided.launches {
                 let unique = format!("{:032x}", self.jobs.len() + 1);
                 self.engine.launching(pool, &unique, now, START);
                 let result = self.submit(pool, &unique, now_ms);
+                if let Some(trace) = traces.get_mut(pool) {
+                    let launch = result.as_ref().map(|job| job.id.clone());
+                    trace.launches.push(launch.map_err(|e| e.to_string()));
+                }
                 let outcome =
                     (self.engine).launch_result(pool, &unique, &result, false, now, START);
                 events.extend(outcome.events);
@@ -67,6 +85,23 @@ impl Sim<'_> {
         }
         self.engine.decided(&decision);
         self.engine.launched_for_overdue(&decision, &events);
+        if let (Some(trace), Some(workers)) = (self.trace.as_mut(), workers) {
+            let run_owners = (workers.iter())
+                .flat_map(|w| w.run_uuids.iter())
+                .filter_map(|uuid| {
+                    let arrival = &self.workload.arrivals[super::bundle_of(uuid)? as usize];
+                    Some((uuid.clone(), self.workload.owner_of(arrival).to_owned()))
+                })
+                .collect();
+            trace.push(TickTrace {
+                at: now,
+                run_owners,
+                workers,
+                staged: observed.pools.bundles,
+                pools: traces,
+                decision: decision.clone(),
+            });
+        }
         self.sample(now_ms);
     }
 
