@@ -71,6 +71,17 @@ pub(crate) struct Engine {
     tick: Duration,
 }
 
+/// One pool's listing, as its driver hands it to [`Engine::listed`].
+#[derive(Debug, Default)]
+pub(crate) struct Listing {
+    /// The pool's jobs.
+    pub jobs: Vec<WorkerJob>,
+    /// Pending jobs its backend says are held.
+    pub held: FxHashSet<String>,
+    /// Jobs its backend deleted since the last listing (`worker_reaped`).
+    pub reaped: Vec<String>,
+}
+
 /// What the observe step gives the plan step.
 #[derive(Debug, Default)]
 pub(crate) struct Observation {
@@ -142,19 +153,20 @@ impl Engine {
         self.pools[index].take_record(record, start);
     }
 
-    /// Takes pool `index`'s listing made at `now`: its jobs, the pending ones its backend
-    /// says are held, and the jobs its backend reaped.
+    /// Takes pool `index`'s listing made at `now` (`start`: the clock's zero as time since
+    /// the Unix epoch): its jobs, the pending ones its backend says are held, and the jobs its
+    /// backend reaped.
     pub fn listed(
         &mut self,
         index: usize,
-        jobs: Vec<WorkerJob>,
-        held: FxHashSet<String>,
-        reaped: Vec<String>,
+        listing: Listing,
         now: Duration,
+        start: Duration,
     ) -> ListingNews {
         let runtime = &mut self.pools[index];
-        runtime.held = held;
-        let mut news = runtime.take_listing(jobs, now);
+        runtime.held = listing.held;
+        let mut news = runtime.take_listing(listing.jobs, now, start);
+        let reaped = listing.reaped;
         let pool = runtime.name();
         news.events
             .extend(reaped.into_iter().map(|job_id| TickEvent::JobReaped {

@@ -238,7 +238,7 @@ impl PoolRuntime {
         let life = self.pool.worker.idle_seconds as f64;
         self.usage.charge(now, life);
         let usage = self.usage.to_unix(start);
-        self.record.reserve(unique, life, Some(usage));
+        self.record.reserve(unique, life, Some(usage), start + now);
     }
 
     /// The submit of `unique` failed (no job): its reservation is taken back and the use saved.

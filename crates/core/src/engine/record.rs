@@ -175,10 +175,16 @@ impl LaunchRecord {
     /// submitted: a process killed at any point after this has recorded the launch's use.
     /// When the file cannot be written, the launch is still recorded in memory (after a
     /// restart the job is then not this manager's: it is never stopped, which is the safe
-    /// side).
-    pub fn reserve(&mut self, unique: &str, reserved: f64, usage: Option<Vec<(u64, f64)>>) {
+    /// side). `at` is the time of the launch since the Unix epoch.
+    pub fn reserve(
+        &mut self,
+        unique: &str,
+        reserved: f64,
+        usage: Option<Vec<(u64, f64)>>,
+        at: Duration,
+    ) {
         let launch = Launch {
-            at: unix_now().as_secs(),
+            at: at.as_secs(),
             checked_in: false,
             reserved,
         };
@@ -288,14 +294,15 @@ impl LaunchRecord {
     }
 
     /// Forgets launches whose job is not in `listed` (a successful listing of the pool) and
-    /// that are older than [`FORGET_AFTER`]; saves when something was forgotten.
-    pub fn forget_gone(&mut self, listed: &[WorkerJob]) {
-        let live: Vec<&str> = listed.iter().filter_map(unique_of).collect();
-        let oldest_kept = unix_now().saturating_sub(FORGET_AFTER).as_secs();
+    /// that are older than [`FORGET_AFTER`] at `now` (since the Unix epoch); saves when
+    /// something was forgotten.
+    pub fn forget_gone(&mut self, listed: &[WorkerJob], now: Duration) {
+        let live: std::collections::HashSet<&str> = listed.iter().filter_map(unique_of).collect();
+        let oldest_kept = now.saturating_sub(FORGET_AFTER).as_secs();
         let before = self.contents.launches.len();
         self.contents
             .launches
-            .retain(|unique, launch| launch.at > oldest_kept || live.contains(&unique.as_str()));
+            .retain(|unique, launch| launch.at > oldest_kept || live.contains(unique.as_str()));
         if self.contents.launches.len() != before {
             self.save_or_warn();
         }

@@ -151,7 +151,13 @@ impl PoolRuntime {
     }
 
     /// Takes in a listing: forgets gone jobs, notes pending times, successes and failures.
-    pub fn take_listing(&mut self, jobs: Vec<WorkerJob>, now: Duration) -> ListingNews {
+    /// `start` is the clock's zero as time since the Unix epoch.
+    pub fn take_listing(
+        &mut self,
+        jobs: Vec<WorkerJob>,
+        now: Duration,
+        start: Duration,
+    ) -> ListingNews {
         // Ids are cloned into the maps only when first seen: a steady listing allocates nothing.
         let listed: FxHashSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
         let live: FxHashSet<&str> = jobs
@@ -171,7 +177,7 @@ impl PoolRuntime {
         self.active_since
             .retain(|id, _| listed.contains(id.as_str()));
         self.checkins.retain(&listed);
-        self.record.forget_gone(&jobs);
+        self.record.forget_gone(&jobs, start + now);
         self.kept_noted.retain(|id| live.contains(id.as_str()));
         self.foreign_noted.retain(|id| live.contains(id.as_str()));
         self.pending_since

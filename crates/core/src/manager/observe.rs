@@ -9,8 +9,8 @@ use crate::checkin::CheckinView;
 use crate::codalab::CodaLabClient;
 use crate::codalab::{SkippedBundle, staged_keywords};
 use crate::command::WorkerOptions;
-use crate::engine::Engine;
 use crate::engine::runtime::ListingNews;
+use crate::engine::{Engine, Listing};
 use crate::error::{Error, Result};
 use crate::pools::{PoolPolicy, PoolsObservation};
 use crate::status::TickEvent;
@@ -168,7 +168,9 @@ impl Manager {
                         .map(|j| j.id.clone())
                         .collect();
                     let reaped = backend.take_reaped();
-                    let news = (self.engine).listed(index, jobs, held, reaped, listed_at);
+                    let listing = Listing { jobs, held, reaped };
+                    let start = super::record::unix_now().saturating_sub(listed_at);
+                    let news = (self.engine).listed(index, listing, listed_at, start);
                     listings.push(Ok(news));
                 }
                 Err(error) => {

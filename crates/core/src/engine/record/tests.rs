@@ -18,8 +18,8 @@ fn launches_and_check_ins_survive_a_restart() {
     {
         let mut record = LaunchRecord::open(&state, "slurm-batch job_name=x").unwrap();
         assert!(!record.holds(&job(U1)));
-        record.reserve(U1, 0.0, None);
-        record.reserve(U2, 0.0, None);
+        record.reserve(U1, 0.0, None, unix_now());
+        record.reserve(U2, 0.0, None, unix_now());
         assert!(record.holds(&job(U1)));
         assert!(!record.checkins_seen());
         record.checked_in_now([&job(U1)]);
@@ -55,7 +55,7 @@ fn launches_and_check_ins_survive_a_restart() {
 fn another_identity_has_its_own_record_and_one_identity_one_process() {
     let dir = tempfile::tempdir().unwrap();
     let mut a = LaunchRecord::open(dir.path(), "k8s namespace=a").unwrap();
-    a.reserve(U1, 0.0, None);
+    a.reserve(U1, 0.0, None, unix_now());
     let b = LaunchRecord::open(dir.path(), "k8s namespace=b").unwrap();
     assert!(!b.holds(&job(U1)), "another pool identity does not own it");
     let err = LaunchRecord::open(dir.path(), "k8s namespace=a")
@@ -73,18 +73,18 @@ fn another_identity_has_its_own_record_and_one_identity_one_process() {
 #[test]
 fn gone_jobs_are_forgotten_after_an_hour_listed_ones_never() {
     let mut record = LaunchRecord::in_memory("pool");
-    record.reserve(U1, 0.0, None);
-    record.reserve(U2, 0.0, None);
+    record.reserve(U1, 0.0, None, unix_now());
+    record.reserve(U2, 0.0, None, unix_now());
     // Both launched long ago; only U1 is still listed.
     for launch in record.contents.launches.values_mut() {
         launch.at -= 2 * 3600;
     }
-    record.forget_gone(&[job(U1)]);
+    record.forget_gone(&[job(U1)], unix_now());
     assert!(record.holds(&job(U1)));
     assert!(!record.holds(&job(U2)));
     // A fresh launch not listed yet is kept.
-    record.reserve(U2, 0.0, None);
-    record.forget_gone(&[]);
+    record.reserve(U2, 0.0, None, unix_now());
+    record.forget_gone(&[], unix_now());
     assert!(record.holds(&job(U2)));
 }
 

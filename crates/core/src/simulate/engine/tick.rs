@@ -11,6 +11,7 @@ use crate::backend::{JobState, WorkerJob};
 use crate::bundle::StagedBundle;
 use crate::checkin::{CheckedInWorker, CheckinView};
 use crate::codalab::UserIdentity;
+use crate::engine::Listing;
 use crate::error::{Error, Result};
 use std::time::Duration;
 
@@ -33,7 +34,11 @@ impl Sim<'_> {
                         ..PoolTrace::default()
                     });
                 }
-                Ok((self.engine).listed(pool, listing, Default::default(), Vec::new(), now))
+                let listing = Listing {
+                    jobs: listing,
+                    ..Listing::default()
+                };
+                Ok((self.engine).listed(pool, listing, now, START))
             })
             .collect();
         let view = self.checkin_view();
