@@ -437,16 +437,7 @@ async fn bundles(
     let mut limit = DEFAULT_LIMIT;
     let mut offset = 0;
     let mut count = false;
-    let uuids: Option<Vec<&str>> = (keywords.iter())
-        .find_map(|k| k.strip_prefix("uuid="))
-        .map(|list| list.split(',').collect());
-    let mut matches: Vec<(&FakeBundle, &str)> = match &uuids {
-        None => s.bundles.iter().map(|b| (b, "staged")).collect(),
-        Some(uuids) => (s.bundles.iter().map(|b| (b, "staged")))
-            .chain(s.running.iter().map(|b| (b, "running")))
-            .filter(|(b, _)| uuids.contains(&b.uuid.as_str()))
-            .collect(),
-    };
+    let mut matches = searched(&s, &keywords);
     for keyword in &keywords {
         if keyword == ".mine" {
             matches.retain(|(b, _)| Some(&b.owner) == me.as_ref());
@@ -492,6 +483,21 @@ async fn bundles(
         document["included"] = Value::Array(included);
     }
     axum::Json(document).into_response()
+}
+
+/// The bundles a search starts from, with their state: the staged ones; for a search by
+/// `uuid=`, those of the uuids among the staged and the running ones.
+fn searched<'a>(s: &'a FakeState, keywords: &[String]) -> Vec<(&'a FakeBundle, &'static str)> {
+    let uuids: Option<Vec<&str>> = (keywords.iter())
+        .find_map(|k| k.strip_prefix("uuid="))
+        .map(|list| list.split(',').collect());
+    match &uuids {
+        None => s.bundles.iter().map(|b| (b, "staged")).collect(),
+        Some(uuids) => (s.bundles.iter().map(|b| (b, "staged")))
+            .chain(s.running.iter().map(|b| (b, "running")))
+            .filter(|(b, _)| uuids.contains(&b.uuid.as_str()))
+            .collect(),
+    }
 }
 
 fn internal_error(value: &str) -> Response {

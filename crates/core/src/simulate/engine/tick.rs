@@ -13,7 +13,19 @@ use crate::checkin::{CheckedInWorker, CheckinView};
 use crate::codalab::UserIdentity;
 use crate::engine::Listing;
 use crate::error::{Error, Result};
+use crate::pools::{PoolDecision, PoolsDecision, PoolsObservation};
+use crate::status::TickEvent;
 use std::time::Duration;
+
+/// What the observe step gives the rest of the tick.
+struct Observed {
+    pools: PoolsObservation,
+    events: Vec<TickEvent>,
+    /// Each pool's trace so far, when traced.
+    traces: Vec<PoolTrace>,
+    /// The server's workers, when traced.
+    workers: Option<Vec<CheckedInWorker>>,
+}
 
 /// The simulated runs' clock starts at the Unix epoch (the budget use is kept in its terms).
 const START: Duration = Duration::ZERO;
@@ -23,19 +35,42 @@ impl Sim<'_> {
     pub(super) fn tick(&mut self, now_ms: u64) {
         self.ticks += 1;
         let now = Duration::from_millis(now_ms);
+        let mut observed = self.observe(now);
+        let planned = (self.engine).plan(&mut observed.pools, true, now, START);
+        for scored in planned.scored {
+            (self.estimate_errors).push((scored.kind, scored.error_seconds * 1000));
+        }
+        let decision = planned.decision;
+        let mut events = observed.events;
+        for (pool, decided) in decision.pools.iter().enumerate() {
+            let trace = observed.traces.get_mut(pool);
+            events.extend(self.act(pool, decided, now_ms, trace));
+        }
+        self.engine.decided(&decision);
+        self.engine.launched_for_overdue(&decision, &events);
+        if let Some(workers) = observed.workers {
+            let staged = observed.pools.bundles;
+            self.keep_trace(now, workers, staged, observed.traces, &decision);
+        }
+        self.sample(now_ms);
+    }
+
+    /// The observe step: each pool's listing and the server's workers into the engine, then
+    /// the staged bundles the manager's search returns, and the owners' quotas left.
+    fn observe(&mut self, now: Duration) -> Observed {
         let tracing = self.trace.is_some();
         let mut traces: Vec<PoolTrace> = Vec::new();
         let listings = (0..self.policies.len())
             .map(|pool| {
-                let listing = self.listing(pool);
+                let jobs = self.listing(pool);
                 if tracing {
                     traces.push(PoolTrace {
-                        listing: listing.clone(),
+                        listing: jobs.clone(),
                         ..PoolTrace::default()
                     });
                 }
                 let listing = Listing {
-                    jobs: listing,
+                    jobs,
                     ..Listing::default()
                 };
                 Ok((self.engine).listed(pool, listing, now, START))
@@ -49,65 +84,84 @@ impl Sim<'_> {
             root: true,
         };
         let identity = self.config.server_model.then_some(&identity);
-        let mut observed = self.engine.observe(listings, identity, now);
-        if let Some(server) = observed.pools.server.as_mut() {
+        let mut observation = self.engine.observe(listings, identity, now);
+        if let Some(server) = observation.pools.server.as_mut() {
             server.owners.quota_left = self.owners().quota_left;
         }
-        observed.pools.bundles = self.policy_view();
-        let planned = (self.engine).plan(&mut observed.pools, true, now, START);
-        for scored in planned.scored {
-            (self.estimate_errors).push((scored.kind, scored.error_seconds * 1000));
+        observation.pools.bundles = self.policy_view();
+        events.append(&mut observation.events);
+        Observed {
+            pools: observation.pools,
+            events,
+            traces,
+            workers,
         }
-        let decision = planned.decision;
-        for (pool, decided) in decision.pools.iter().enumerate() {
-            events.extend(self.engine.note_kept(pool, decided, now));
-            if !decided.stops.is_empty() {
-                let results = (decided.stops.iter())
-                    .map(|id| (id.clone(), self.stop(pool, id, now_ms)))
-                    .collect();
-                let stopped = "the simulated server";
-                events.extend((self.engine).stopped(pool, decided, results, stopped, now));
-            }
-            if let Some(trace) = traces.get_mut(pool) {
-                trace.stops = decided.stops.clone();
-                trace.reasons = decided.reasons.iter().map(|r| r.code()).collect();
-            }
-            for _ in 0..decided.launches {
-                let unique = format!("{:032x}", self.jobs.len() + 1);
-                self.engine.launching(pool, &unique, now, START);
-                let result = self.submit(pool, &unique, now_ms);
-                if let Some(trace) = traces.get_mut(pool) {
-                    let launch = result.as_ref().map(|job| job.id.clone());
-                    trace.launches.push(launch.map_err(|e| e.to_string()));
-                }
-                let outcome =
-                    (self.engine).launch_result(pool, &unique, &result, false, now, START);
-                events.extend(outcome.events);
-                if !outcome.go_on {
-                    break;
-                }
-            }
-        }
-        self.engine.decided(&decision);
-        self.engine.launched_for_overdue(&decision, &events);
-        if let (Some(trace), Some(workers)) = (self.trace.as_mut(), workers) {
-            let run_owners = (workers.iter())
-                .flat_map(|w| w.run_uuids.iter())
-                .filter_map(|uuid| {
-                    let arrival = &self.workload.arrivals[super::bundle_of(uuid)? as usize];
-                    Some((uuid.clone(), self.workload.owner_of(arrival).to_owned()))
-                })
+    }
+
+    /// The act step of pool `pool`: the stops and launches `decided` names, each result handed
+    /// to the engine; returns the events.
+    fn act(
+        &mut self,
+        pool: usize,
+        decided: &PoolDecision,
+        now_ms: u64,
+        mut trace: Option<&mut PoolTrace>,
+    ) -> Vec<TickEvent> {
+        let now = Duration::from_millis(now_ms);
+        let mut events = self.engine.note_kept(pool, decided, now);
+        if !decided.stops.is_empty() {
+            let results = (decided.stops.iter())
+                .map(|id| (id.clone(), self.stop(pool, id, now_ms)))
                 .collect();
-            trace.push(TickTrace {
-                at: now,
-                run_owners,
-                workers,
-                staged: observed.pools.bundles,
-                pools: traces,
-                decision: decision.clone(),
-            });
+            let server = "the simulated server";
+            events.extend((self.engine).stopped(pool, decided, results, server, now));
         }
-        self.sample(now_ms);
+        if let Some(trace) = trace.as_deref_mut() {
+            trace.stops = decided.stops.clone();
+            trace.reasons = decided.reasons.iter().map(|r| r.code()).collect();
+        }
+        for _ in 0..decided.launches {
+            let unique = format!("{:032x}", self.jobs.len() + 1);
+            self.engine.launching(pool, &unique, now, START);
+            let result = self.submit(pool, &unique, now_ms);
+            if let Some(trace) = trace.as_deref_mut() {
+                let launch = result.as_ref().map(|job| job.id.clone());
+                trace.launches.push(launch.map_err(|e| e.to_string()));
+            }
+            let outcome = (self.engine).launch_result(pool, &unique, &result, false, now, START);
+            events.extend(outcome.events);
+            if !outcome.go_on {
+                break;
+            }
+        }
+        events
+    }
+
+    /// Keeps the tick's trace (see [`TickTrace`]).
+    fn keep_trace(
+        &mut self,
+        at: Duration,
+        workers: Vec<CheckedInWorker>,
+        staged: Vec<StagedBundle>,
+        pools: Vec<PoolTrace>,
+        decision: &PoolsDecision,
+    ) {
+        let run_owners = (workers.iter())
+            .flat_map(|w| w.run_uuids.iter())
+            .filter_map(|uuid| {
+                let arrival = &self.workload.arrivals[super::bundle_of(uuid)? as usize];
+                Some((uuid.clone(), self.workload.owner_of(arrival).to_owned()))
+            })
+            .collect();
+        let trace = TickTrace {
+            at,
+            run_owners,
+            workers,
+            staged,
+            pools,
+            decision: decision.clone(),
+        };
+        self.trace.get_or_insert_default().push(trace);
     }
 
     /// Pool `pool`'s jobs, as its platform lists them: a job that ended is listed once more
