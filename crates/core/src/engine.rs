@@ -1,7 +1,8 @@
 //! The tick engine: what a tick remembers between ticks and every rule it applies, as
-//! synchronous steps with the time passed in (quinn-proto's shape). The engine does no I/O: a
-//! driver lists the pools, reads the server, submits and stops jobs, and hands the engine what
-//! came back. Two drivers run it, so what a tick does is written once:
+//! synchronous steps with the time passed in (quinn-proto's shape). The engine calls no backend
+//! and no server: a driver lists the pools, reads the server, submits and stops jobs, and
+//! hands the engine what came back. Its one write is each pool's launch record (`record.rs`: a
+//! write-ahead file when the manager keeps records, memory otherwise), made before a submit. Two drivers run it, so what a tick does is written once:
 //! [`Manager`](crate::manager::Manager) (the backends, the CodaLab server, the launch records on
 //! disk) and the simulator (`crate::simulate`: its simulated platforms and server).
 //!
