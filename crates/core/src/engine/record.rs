@@ -110,9 +110,24 @@ impl LaunchRecord {
     /// The record of the pool with `identity` in `dir` (created private if needed), locked for
     /// this process; read from its file when there is one.
     pub fn open(dir: &Path, identity: &str) -> Result<Self> {
+        Self::open_as(dir, identity, true)
+    }
+
+    /// [`LaunchRecord::open`] without taking the lock, for tests whose "processes" run one
+    /// at a time by construction: another test's child process, between its fork and its
+    /// exec, can hold the lock of a record just closed for a moment.
+    #[cfg(test)]
+    pub(crate) fn open_unlocked(dir: &Path, identity: &str) -> Result<Self> {
+        Self::open_as(dir, identity, false)
+    }
+
+    fn open_as(dir: &Path, identity: &str, locked: bool) -> Result<Self> {
         create_private(dir)?;
         let path = file_of(dir, identity);
-        let lock = lock(&path, identity)?;
+        let lock = match locked {
+            true => lock(&path, identity)?,
+            false => lock_file(&path)?,
+        };
         let (contents, new) = match std::fs::read(&path) {
             Ok(bytes) => (parse(&bytes, &path)?, false),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -385,15 +400,21 @@ fn create_private(dir: &Path) -> Result<()> {
 }
 
 /// Takes the exclusive lock on `<path>.lock` for this process.
-fn lock(path: &Path, identity: &str) -> Result<File> {
+/// The lock file of the record at `path`, opened (not locked).
+fn lock_file(path: &Path) -> Result<File> {
     let lock_path = path.with_extension("json.lock");
-    let file = OpenOptions::new()
+    OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(false)
         .mode(0o600)
         .open(&lock_path)
-        .map_err(|e| invalid(format!("cannot open {}: {e}", lock_path.display())))?;
+        .map_err(|e| invalid(format!("cannot open {}: {e}", lock_path.display())))
+}
+
+fn lock(path: &Path, identity: &str) -> Result<File> {
+    let lock_path = path.with_extension("json.lock");
+    let file = lock_file(path)?;
     match file.try_lock() {
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => Err(invalid(format!(
