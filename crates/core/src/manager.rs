@@ -269,7 +269,7 @@ impl Manager {
     /// A dry run reads the records (as the live manager left them) and never writes them.
     /// Fails when a record cannot be created or read, or another process holds it.
     pub fn keep_records(&mut self, dir: &Path, identities: &[(String, String)]) -> Result<()> {
-        let start = record::unix_now().saturating_sub(self.clock());
+        let start = unix_start(self.clock());
         for index in 0..self.engine.pools.len() {
             let name = self.engine.pools[index].name().to_owned();
             let identity = identities
@@ -299,6 +299,12 @@ impl Manager {
     pub fn on_ready(&mut self, hook: impl FnOnce() + Send + 'static) {
         self.on_ready = Some(ReadyHook(Box::new(hook)));
     }
+}
+
+/// The manager clock's zero when it reads `now`, as time since the Unix epoch (the terms the
+/// engine keeps launch records and budget use in).
+fn unix_start(now: Duration) -> Duration {
+    record::unix_now().saturating_sub(now)
 }
 
 /// Checks a set of pools as a manager takes them: unique names, valid policies, and the pool

@@ -3,7 +3,7 @@
 //! The I/O is here; what each stop and launch means for the pool is the engine's
 //! ([`crate::engine`]'s act step).
 
-use super::{Manager, TickReport, record, shutdown};
+use super::{Manager, TickReport, shutdown};
 use crate::backend::{JobState, LaunchRequest, WorkerJob, new_unique};
 use crate::pools::PoolDecision;
 
@@ -58,7 +58,7 @@ impl Manager {
         let unique = new_unique();
         let dry_run = self.config.dry_run;
         let now = self.clock();
-        let start = record::unix_now().saturating_sub(now);
+        let start = super::unix_start(now);
         if !dry_run {
             self.engine.launching(index, &unique, now, start);
         }

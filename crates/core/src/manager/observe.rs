@@ -169,7 +169,7 @@ impl Manager {
                         .collect();
                     let reaped = backend.take_reaped();
                     let listing = Listing { jobs, held, reaped };
-                    let start = super::record::unix_now().saturating_sub(listed_at);
+                    let start = super::unix_start(listed_at);
                     let news = (self.engine).listed(index, listing, listed_at, start);
                     listings.push(Ok(news));
                 }

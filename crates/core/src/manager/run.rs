@@ -15,7 +15,7 @@ impl Manager {
     pub async fn run(&mut self, once: bool, shutdown: watch::Receiver<bool>) -> Result<Outcome> {
         let outcome = self.run_loop(once, shutdown).await;
         let now = self.clock();
-        (self.engine).save_budget_use(now, super::record::unix_now().saturating_sub(now));
+        (self.engine).save_budget_use(now, super::unix_start(now));
         outcome
     }
 

@@ -3,7 +3,7 @@
 //! (also after a failed tick, with its error).
 
 use super::observe::Observed;
-use super::{Manager, logs, record};
+use super::{Manager, logs};
 use crate::backend::WorkerJob;
 use crate::error::Result;
 use crate::estimate::BundleEstimate;
@@ -82,7 +82,7 @@ impl Manager {
 
     /// Asks the engine to plan, logs its decision and starts the tick's report.
     fn plan(&mut self, mut observed: Observed) -> TickReport {
-        let start = record::unix_now().saturating_sub(observed.now);
+        let start = super::unix_start(observed.now);
         let planned =
             (self.engine).plan(&mut observed.pools, observed.complete, observed.now, start);
         for event in planned.events {
