@@ -108,6 +108,7 @@ pub mod notify;
 pub mod policy;
 pub mod pools;
 pub mod retry;
+mod seconds;
 pub mod secret;
 pub mod settings;
 pub mod simulate;

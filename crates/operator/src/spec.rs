@@ -6,6 +6,7 @@
 
 use crate::crd::{CodaLabWorkerPool, CodaLabWorkerPoolSpec};
 use codalab_wm_core::PoolPolicy;
+use codalab_wm_core::describe::fields_of;
 use codalab_wm_core::settings::{PoolRules, Settings};
 use codalab_wm_k8s::{KubernetesConfig, names};
 use serde_json::{Map, Value, json};
@@ -78,59 +79,63 @@ pub fn resolve(
     Ok(ResolvedPool { policy, kubernetes })
 }
 
-/// The `[[pools]]` entry the spec describes.
+/// The `[[pools]]` entry the spec describes: every field named like a `[[pools]]` key
+/// ([`PoolRules::KEYS`], the spec's camelCase of it), so that the mapping cannot miss a field
+/// the CRD adds.
 pub fn pool_rules(spec: &CodaLabWorkerPoolSpec, name: &str) -> Result<PoolRules, String> {
-    let mut entry = Map::new();
+    let given = given(spec)?;
+    let mut entry: Map<String, Value> = (PoolRules::KEYS.iter())
+        .filter_map(|key| Some((key.name.to_owned(), given.get(key.name)?.clone())))
+        .collect();
     entry.insert("name".into(), json!(pool_name(name)));
     entry.insert("backend".into(), json!(BACKEND));
-    entry.insert("min".into(), json!(spec.min));
-    entry.insert("max".into(), json!(spec.max));
-    let optional = [
-        ("tag", json!(spec.tag)),
-        ("tag_exclusive", json!(spec.tag_exclusive)),
-        ("launch_mode", json!(spec.launch_mode)),
-        ("max_launches_per_tick", json!(spec.max_launches_per_tick)),
-        ("pending_timeout", json!(spec.pending_timeout)),
-        ("startup_grace", json!(spec.startup_grace)),
-        ("checkin_timeout", json!(spec.checkin_timeout)),
-        (
-            "min_seconds_between_workers",
-            json!(spec.min_seconds_between_workers),
-        ),
-    ];
-    insert_set(&mut entry, optional);
     serde_json::from_value(Value::Object(entry)).map_err(|e| format!("spec: {e}"))
 }
 
 /// The `[kubernetes]` table the spec describes: the pool's namespace, its manager id, the
-/// given credentials Secret, the shape and image.
+/// given credentials Secret, every field named like a `[kubernetes]` key (the shape …), and
+/// the image.
 pub fn kubernetes_config(
     spec: &CodaLabWorkerPoolSpec,
     name: &str,
     namespace: &str,
 ) -> Result<KubernetesConfig, String> {
-    let mut table = Map::new();
+    let given = given(spec)?;
+    let mut table: Map<String, Value> = (fields_of::<KubernetesConfig>().iter())
+        .filter(|key| !PoolRules::KEYS.iter().any(|k| k.name == **key))
+        .filter_map(|key| Some(((*key).to_owned(), given.get(*key)?.clone())))
+        .collect();
     table.insert("namespace".into(), json!(namespace));
     table.insert("manager_id".into(), json!(manager_id(name)));
     table.insert("credentials_secret".into(), json!(spec.credentials_secret));
-    let optional = [
-        ("cpus", json!(spec.cpus)),
-        ("gpus", json!(spec.gpus)),
-        ("memory_mb", json!(spec.memory_mb)),
-        ("keep_finished_pods", json!(spec.keep_finished_pods)),
-        ("image", json!(spec.pod_template.image)),
-    ];
-    insert_set(&mut table, optional);
+    if let Some(image) = &spec.pod_template.image {
+        table.insert("image".into(), json!(image));
+    }
     serde_json::from_value(Value::Object(table)).map_err(|e| format!("spec: {e}"))
 }
 
-/// Inserts the values that are set (not `null`).
-fn insert_set<const N: usize>(map: &mut Map<String, Value>, values: [(&str, Value); N]) {
-    for (key, value) in values {
-        if !value.is_null() {
-            map.insert(key.to_owned(), value);
-        }
+/// The fields the spec sets (not `null`), by the config file's snake_case names.
+fn given(spec: &CodaLabWorkerPoolSpec) -> Result<Map<String, Value>, String> {
+    match serde_json::to_value(spec) {
+        Ok(Value::Object(fields)) => Ok((fields.into_iter())
+            .filter(|(_, value)| !value.is_null())
+            .map(|(key, value)| (snake_case(&key), value))
+            .collect()),
+        Ok(_) => Err("spec: not an object".into()),
+        Err(e) => Err(format!("spec: {e}")),
     }
+}
+
+/// `maxLaunchesPerTick` → `max_launches_per_tick`.
+fn snake_case(key: &str) -> String {
+    let mut out = String::with_capacity(key.len() + 4);
+    for c in key.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
 }
 
 #[cfg(test)]
@@ -182,6 +187,26 @@ mod tests {
         assert_eq!((p.shape.cpus, p.shape.gpus), (4, 1));
         assert_eq!(resolved.kubernetes.keep_finished_pods, 2);
         assert_eq!(resolved.kubernetes.image(), "registry.local/worker:1");
+    }
+
+    /// A field added to the CRD reaches core through the mapping, or is one of the
+    /// operator's own: none is dropped on the way.
+    #[test]
+    fn every_spec_field_is_a_pool_key_a_kubernetes_key_or_the_operators_own() {
+        let own = ["server", "credentials_secret", "pod_template", "suspend"];
+        let kubernetes = fields_of::<KubernetesConfig>();
+        let schema = serde_json::to_value(schemars::schema_for!(CodaLabWorkerPoolSpec)).unwrap();
+        let fields = schema["properties"].as_object().unwrap();
+        assert!(fields.len() > own.len(), "{schema}");
+        for field in fields.keys().map(|k| snake_case(k)) {
+            let known = own.contains(&field.as_str())
+                || PoolRules::KEYS.iter().any(|k| k.name == field)
+                || kubernetes.contains(&field.as_str());
+            assert!(
+                known,
+                "spec field `{field}` reaches neither core nor the backend"
+            );
+        }
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! `config check` cannot drift from what `run` accepts: the keys of each table are the fields of
 //! the struct that table deserializes into (asked of its `Deserialize` impl), the defaults are
 //! the `Default` structs serialized, and the docs are the help of the matching flag (or, for
-//! keys without a flag, a line in [`EXTRA_DOCS`]). The program supplies the help of its global
+//! keys without a flag, a line in [`EXTRA_DOCS`]; for `[[pools]]`, its keys' own
+//! [`PoolRules::KEYS`]). The program supplies the help of its global
 //! flags and its backends ([`Program`]).
 
 use codalab_wm_core::describe::{BackendKind, Catalogue, TableSchema, fields_of};
@@ -85,16 +86,19 @@ pub fn pools() -> TableSchema {
         .ok()
         .and_then(|p| serde_json::to_value(p).ok())
         .unwrap_or_default();
-    table::<PoolRules>("pools", defaults, HashMap::new())
+    let docs = (PoolRules::KEYS.iter())
+        .map(|key| (key.name.to_owned(), key.doc()))
+        .collect();
+    table::<PoolRules>("pools", defaults, docs)
 }
 
 /// The example of `key` in `table` (a backend's table: `kind`), if there is one.
 pub fn example(table: &str, key: &str, kind: Option<&dyn BackendKind>) -> Option<&'static str> {
     let backend = kind.into_iter().flat_map(|k| k.examples().iter().copied());
-    EXAMPLES
-        .iter()
+    let pools = (PoolRules::KEYS.iter()).filter_map(|k| Some(("pools", k.name, k.example?)));
+    (EXAMPLES.iter().copied().chain(pools))
         .filter(|(t, _, _)| *t == table)
-        .map(|(_, k, v)| (*k, *v))
+        .map(|(_, k, v)| (k, v))
         .chain(backend)
         .find(|(k, _)| *k == key)
         .map(|(_, v)| v)
@@ -122,104 +126,6 @@ pub const EXTRA_DOCS: &[(&str, &str, &str)] = &[
         "cost_per_hour",
         "What one worker-hour of the single backend costs, for max_cost_per_day (pools set their own)",
     ),
-    ("pools", "name", "Unique name: letters, digits and `_`"),
-    (
-        "pools",
-        "backend",
-        "The pool's backend; its settings go in [pools.<backend table>]",
-    ),
-    ("pools", "min", "Workers kept at least"),
-    ("pools", "max", "Workers at most (jobs being stopped count)"),
-    (
-        "pools",
-        "tag",
-        "Tag put on the pool's workers; bundles with request_queue = tag need this pool",
-    ),
-    (
-        "pools",
-        "tag_exclusive",
-        "The pool's workers run only bundles of their tag",
-    ),
-    (
-        "pools",
-        "cost",
-        "Preference among pools of the same cost_per_hour: the lower first (ties: file order)",
-    ),
-    (
-        "pools",
-        "spill_after",
-        "Seconds a bundle may be expected to wait for this pool while a pricier fitting pool would start it sooner; past it the bundle goes there [default: any wait]",
-    ),
-    (
-        "pools",
-        "fallback",
-        "The pool new launches go to when this pool's capacity fails (a Spot pool's on-demand twin)",
-    ),
-    (
-        "pools",
-        "fallback_after",
-        "Capacity events (preemptions, stockouts, jobs pending past pending_timeout) within fallback_window that switch to the fallback [default: 3]",
-    ),
-    (
-        "pools",
-        "fallback_window",
-        "Seconds capacity events count for [default: 1800]",
-    ),
-    (
-        "pools",
-        "fallback_cooldown",
-        "Seconds on the fallback, since the last capacity event, before one launch tries this pool again [default: 1800]",
-    ),
-    (
-        "pools",
-        "min_on_demand",
-        "Workers kept on the fallback whenever this pool has bundles [default: 0]",
-    ),
-    (
-        "pools",
-        "pending_timeout",
-        "Seconds a job may stay pending before it is stopped and replaced elsewhere (target mode)",
-    ),
-    (
-        "pools",
-        "startup_grace",
-        "Seconds a job that just became active counts as free capacity [default: 30]",
-    ),
-    (
-        "pools",
-        "checkin_timeout",
-        "Seconds a running job may go without its worker checking in before it is stopped and replaced (target mode) [default: the global setting]",
-    ),
-    (
-        "pools",
-        "launch_mode",
-        "compat (upstream's rules) or target",
-    ),
-    (
-        "pools",
-        "max_launches_per_tick",
-        "Launches per tick at most",
-    ),
-    (
-        "pools",
-        "min_seconds_between_workers",
-        "Seconds between two launches of this pool [default: the global setting]",
-    ),
-    (
-        "pools",
-        "max_worker_hours_per_day",
-        "The pool's budget: worker-hours per rolling 24 hours [default: no limit]",
-    ),
-    (
-        "pools",
-        "max_cost_per_day",
-        "The pool's budget: cost per rolling 24 hours (needs cost_per_hour) [default: no limit]",
-    ),
-    (
-        "pools",
-        "cost_per_hour",
-        "What one worker-hour of this pool costs (the platform's price): bundles go to the cheapest fitting pool first (unset: free), and the cost budgets meter it",
-    ),
 ];
 
 /// Example values of options that are unset by default, written commented out.
@@ -243,18 +149,4 @@ pub const EXAMPLES: &[(&str, &str, &str)] = &[
     ("worker", "checkin_frequency_seconds", "20"),
     ("worker", "exit_after_num_runs", "100"),
     ("worker", "shared_memory_size_gb", "2"),
-    ("pools", "tag", "\"gpu\""),
-    ("pools", "pending_timeout", "900"),
-    ("pools", "startup_grace", "30"),
-    ("pools", "checkin_timeout", "300"),
-    ("pools", "min_seconds_between_workers", "0"),
-    ("pools", "max_worker_hours_per_day", "96"),
-    ("pools", "max_cost_per_day", "50"),
-    ("pools", "cost_per_hour", "0.5"),
-    ("pools", "spill_after", "600"),
-    ("pools", "fallback", "\"gpu_standard\""),
-    ("pools", "fallback_after", "3"),
-    ("pools", "fallback_window", "1800"),
-    ("pools", "fallback_cooldown", "1800"),
-    ("pools", "min_on_demand", "1"),
 ];

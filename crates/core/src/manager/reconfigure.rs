@@ -15,7 +15,9 @@ use super::Pool;
 use super::{Manager, ManagerConfig};
 use crate::engine::PoolSpec;
 use crate::error::{Error, Result};
+#[cfg(doc)]
 use crate::pools::PoolPolicy;
+use serde_json::Value;
 use std::fmt;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -69,12 +71,6 @@ impl Diff<'_> {
     fn note<T: PartialEq + fmt::Debug>(&mut self, key: &str, old: &T, new: &T) {
         if old != new {
             self.push(key, format!("{old:?}"), format!("{new:?}"));
-        }
-    }
-
-    fn note_shown<T: PartialEq + fmt::Display>(&mut self, key: &str, old: &T, new: &T) {
-        if old != new {
-            self.push(key, old.to_string(), new.to_string());
         }
     }
 
@@ -230,75 +226,43 @@ fn config_changes(old: &ManagerConfig, new: &ManagerConfig, changes: &mut Vec<Ch
     diff.note("budget", &old.budget, &new.budget);
 }
 
-/// Every key of a pool's rules that differs, by its config-file name. The pattern names every
-/// field of [`PoolPolicy`]: a field added to it does not compile here until the reload diff
-/// says how it is shown (a reload that changed only `checkin_timeout` once logged "nothing
-/// changed").
+/// Every key of a pool's rules that differs, by its config-file name: the policy's
+/// serialization ([`PoolPolicy`] serializes as the file names its keys), so that a key added
+/// to it is shown without a word here (a reload that changed only `checkin_timeout` once
+/// logged "nothing changed").
 fn pool_changes(old: &PoolSpec, new: &PoolSpec, changes: &mut Vec<Change>) {
-    let PoolPolicy {
-        name: _, // pools are matched by name: a rename is refused before the diff
-        shape,
-        min,
-        max,
-        tag,
-        tag_exclusive,
-        match_request_queue,
-        check_shape,
-        cost,
-        spill_after,
-        fallback,
-        pending_timeout,
-        startup_grace,
-        checkin_timeout,
-        launch_mode,
-        max_launches_per_tick,
-        min_seconds_between_workers,
-        budget,
-        cost_per_hour,
-        runs_per_worker,
-    } = &old.policy;
     let b = &new.policy;
     let mut diff = Diff {
         scope: format!("pool {}", b.name),
         changes,
     };
     // The single-backend pool's limits are upstream's flags.
-    let (min_key, max_key) = match b.is_single_backend() {
-        true => ("min_workers", "max_workers"),
-        false => ("min", "max"),
+    let key = |key: &str| match (b.is_single_backend(), key) {
+        (true, "min") => "min_workers".to_owned(),
+        (true, "max") => "max_workers".to_owned(),
+        _ => key.to_owned(),
     };
-    diff.note_shown("shape", shape, &b.shape);
-    diff.note(min_key, min, &b.min);
-    diff.note(max_key, max, &b.max);
-    diff.note(
-        "min_seconds_between_workers",
-        min_seconds_between_workers,
-        &b.min_seconds_between_workers,
-    );
-    diff.note_shown("launch_mode", launch_mode, &b.launch_mode);
-    diff.note(
-        "max_launches_per_tick",
-        max_launches_per_tick,
-        &b.max_launches_per_tick,
-    );
-    diff.note("tag", tag, &b.tag);
-    diff.note("tag_exclusive", tag_exclusive, &b.tag_exclusive);
-    diff.note_shown("cost", cost, &b.cost);
-    diff.note("spill_after", spill_after, &b.spill_after);
-    diff.note("fallback", fallback, &b.fallback);
-    diff.note("pending_timeout", pending_timeout, &b.pending_timeout);
-    diff.note("startup_grace", startup_grace, &b.startup_grace);
-    diff.note("checkin_timeout", checkin_timeout, &b.checkin_timeout);
-    diff.note("check_shape", check_shape, &b.check_shape);
-    diff.note("budget", budget, &b.budget);
-    diff.note("cost_per_hour", cost_per_hour, &b.cost_per_hour);
-    diff.note("runs_per_worker", runs_per_worker, &b.runs_per_worker);
-    diff.note(
-        "match_request_queue",
-        match_request_queue,
-        &b.match_request_queue,
-    );
+    let (Ok(Value::Object(before)), Ok(Value::Object(after))) =
+        (serde_json::to_value(&old.policy), serde_json::to_value(b))
+    else {
+        return;
+    };
+    for (name, value) in &after {
+        let was = before.get(name).unwrap_or(&Value::Null);
+        if was != value {
+            diff.push(&key(name), shown(was), shown(value));
+        }
+    }
     worker_changes(&old.worker, &new.worker, &mut diff);
+}
+
+/// A setting's value as the log shows it: a string without quotes, `unset` for none.
+fn shown(value: &Value) -> String {
+    match value {
+        Value::Null => "unset".to_owned(),
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
 }
 
 fn worker_changes(
@@ -309,13 +273,13 @@ fn worker_changes(
     if old == new {
         return;
     }
-    let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
+    let (Ok(Value::Object(a)), Ok(Value::Object(b))) =
         (serde_json::to_value(old), serde_json::to_value(new))
     else {
         return;
     };
     for (key, value) in &b {
-        let before = a.get(key).unwrap_or(&serde_json::Value::Null);
+        let before = a.get(key).unwrap_or(&Value::Null);
         if before != value {
             diff.push(
                 &format!("worker.{key}"),

@@ -20,16 +20,19 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(30 * 60);
 /// `fallback_cooldown`'s default: time on the fallback before the pool is tried again.
 pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(30 * 60);
 
-/// A pool's fallback rules (`fallback` and the keys beside it).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A pool's fallback rules (`fallback` and the keys beside it); it serializes as those keys
+/// say it, durations in seconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Fallback {
     /// The pool new launches go to.
     pub pool: String,
     /// Capacity events within `window` that switch.
     pub after: u32,
     /// How far back capacity events count.
+    #[serde(serialize_with = "crate::seconds::serialize")]
     pub window: Duration,
     /// Time on the fallback, since the last capacity event, before a launch tries again.
+    #[serde(serialize_with = "crate::seconds::serialize")]
     pub cooldown: Duration,
     /// Workers of the pair kept on the fallback whenever this pool has bundles.
     pub min_on_demand: u32,

@@ -47,12 +47,15 @@ impl std::str::FromStr for LaunchMode {
     }
 }
 
-/// The rules of one pool.
-#[derive(Debug, Clone, PartialEq)]
+/// The rules of one pool. It serializes as the config file names its keys, durations in
+/// seconds (what a reload's log compares, key by key: `manager/reconfigure.rs`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PoolPolicy {
     /// The pool's name (unique).
+    #[serde(skip)]
     pub name: String,
     /// What one worker provides.
+    #[serde(serialize_with = "shown")]
     pub shape: WorkerShape,
     /// Workers kept at least.
     pub min: u32,
@@ -73,16 +76,20 @@ pub struct PoolPolicy {
     pub cost: f64,
     /// The longest wait the admin accepts on this pool while a pricier one would start a
     /// bundle sooner ([`preference_order`](super::preference_order), `pools/spill.rs`); `None`: any wait.
+    #[serde(serialize_with = "crate::seconds::serialize_option")]
     pub spill_after: Option<Duration>,
     /// Where new launches go when this pool's capacity fails ([`fallback`]).
     pub fallback: Option<fallback::Fallback>,
     /// Stop jobs pending longer than this (target mode only).
+    #[serde(serialize_with = "crate::seconds::serialize_option")]
     pub pending_timeout: Option<Duration>,
     /// A job active for less than this is still starting its worker (which has not yet taken
     /// a bundle): it counts as free capacity, like a pending job (target mode).
+    #[serde(serialize_with = "crate::seconds::serialize")]
     pub startup_grace: Duration,
     /// A running job whose worker has not checked in with the server for longer than this is
     /// lost: stopped and replaced, and the pool backs off (target mode; see [`crate::checkin`]).
+    #[serde(serialize_with = "crate::seconds::serialize")]
     pub checkin_timeout: Duration,
     /// Compat or target.
     pub launch_mode: LaunchMode,
@@ -91,6 +98,7 @@ pub struct PoolPolicy {
     /// Seconds between two launches of this pool.
     pub min_seconds_between_workers: u64,
     /// The pool's budget per rolling day (see [`crate::budget`]).
+    #[serde(flatten)]
     pub budget: crate::budget::BudgetLimits,
     /// What one worker-hour of this pool costs: its price in the preference order, and
     /// what `max_cost_per_day` meters.
@@ -192,6 +200,11 @@ impl PoolPolicy {
         }
         Ok(())
     }
+}
+
+/// A value as its `Display` shows it.
+fn shown<S: serde::Serializer>(value: &impl fmt::Display, to: S) -> Result<S::Ok, S::Error> {
+    to.collect_str(value)
 }
 
 impl PoolPolicy {

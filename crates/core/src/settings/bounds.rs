@@ -70,22 +70,10 @@ impl Settings {
 }
 
 impl PoolRules {
-    /// The pool's duration settings in their range (≤ [`MAX_SECONDS`]).
+    /// The pool's duration settings (the keys marked `seconds` in [`PoolRules::KEYS`]) in
+    /// their range (≤ [`MAX_SECONDS`]).
     pub fn check_durations(&self) -> Result<(), String> {
-        let keys = [
-            ("pending_timeout", self.pending_timeout),
-            ("startup_grace", self.startup_grace),
-            ("checkin_timeout", self.checkin_timeout),
-            (
-                "min_seconds_between_workers",
-                self.min_seconds_between_workers,
-            ),
-            ("spill_after", self.spill_after),
-            ("fallback_window", self.fallback_window),
-            ("fallback_cooldown", self.fallback_cooldown),
-        ];
-        for (key, value) in keys {
-            let Some(value) = value else { continue };
+        for (key, value) in self.seconds() {
             Bound {
                 flag: "",
                 key: format!("pools.{key}` of pool `{}", self.name),

@@ -46,10 +46,12 @@ use std::path::PathBuf;
 mod bounds;
 mod edit;
 mod load;
+mod pool_keys;
 pub use crate::error::{ENV_PREFIX, invalid, suggestion};
 pub use bounds::MAX_SECONDS;
 pub use edit::Edit;
 pub use load::Layers;
+pub use pool_keys::{PoolKey, PoolRules};
 
 /// Output format of the logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, Default)]
@@ -254,147 +256,6 @@ pub struct PoolSettings {
     /// Every other key: the backend sub-table, or a mistake the layout names.
     #[serde(flatten)]
     pub tables: BTreeMap<String, serde_json::Value>,
-}
-
-/// The keys of a `[[pools]]` entry besides its backend table.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PoolRules {
-    /// Unique name: letters, digits and `_`.
-    pub name: String,
-    /// The backend (`slurm-batch`, `local` …).
-    pub backend: String,
-    /// Workers kept at least.
-    #[serde(default)]
-    pub min: u32,
-    /// Workers at most (jobs being stopped count).
-    #[serde(default = "default_pool_max")]
-    pub max: u32,
-    /// Tag put on the pool's workers; bundles with `request_queue` = tag go here.
-    pub tag: Option<String>,
-    /// The pool's workers run only bundles of their tag.
-    #[serde(default)]
-    pub tag_exclusive: bool,
-    /// Preference weight among pools of the same `cost_per_hour`: the cheapest fitting pool
-    /// gets a bundle (ties: file order).
-    #[serde(default)]
-    pub cost: f64,
-    /// Seconds a bundle may be expected to wait for a worker of this pool while a pricier
-    /// fitting pool would start it sooner; beyond it the bundle goes there [default: any wait].
-    pub spill_after: Option<u64>,
-    /// The pool new launches go to when this pool's capacity fails (a Spot pool's on-demand
-    /// twin): after `fallback_after` capacity events within `fallback_window`.
-    pub fallback: Option<String>,
-    /// Capacity events (preemptions, stockouts, jobs pending past `pending_timeout`) within
-    /// `fallback_window` that switch to the fallback [default: 3].
-    pub fallback_after: Option<u32>,
-    /// Seconds capacity events count for [default: 1800].
-    pub fallback_window: Option<u64>,
-    /// Seconds on the fallback, since the last capacity event, before one launch tries this
-    /// pool again [default: 1800].
-    pub fallback_cooldown: Option<u64>,
-    /// Workers kept on the fallback whenever this pool has bundles [default: 0].
-    pub min_on_demand: Option<u32>,
-    /// Seconds a job may stay pending before it is stopped and replaced elsewhere.
-    pub pending_timeout: Option<u64>,
-    /// Seconds a job that just became active counts as free capacity (its worker has not yet
-    /// taken a bundle) [default: 30].
-    pub startup_grace: Option<u64>,
-    /// Seconds a running job may go without its worker checking in before it is lost
-    /// [default: the global `worker_checkin_timeout`].
-    pub checkin_timeout: Option<u64>,
-    /// compat or target.
-    #[serde(default = "default_pool_mode")]
-    pub launch_mode: LaunchMode,
-    /// Launches per tick at most.
-    #[serde(default = "default_pool_cap")]
-    pub max_launches_per_tick: u32,
-    /// Seconds between two launches of this pool [default: the global setting].
-    pub min_seconds_between_workers: Option<u64>,
-    /// Worker-hours per rolling 24 hours for this pool.
-    pub max_worker_hours_per_day: Option<f64>,
-    /// Cost per rolling 24 hours for this pool (needs `cost_per_hour`).
-    pub max_cost_per_day: Option<f64>,
-    /// What one worker-hour of this pool costs: bundles go to the cheapest fitting pool
-    /// first (none = free), and `max_cost_per_day` meters it.
-    pub cost_per_hour: Option<f64>,
-}
-
-fn default_pool_max() -> u32 {
-    crate::policy::PolicyConfig::default().max_workers
-}
-
-fn default_pool_mode() -> LaunchMode {
-    LaunchMode::Target
-}
-
-fn default_pool_cap() -> u32 {
-    1
-}
-
-impl PoolRules {
-    /// The pool's fallback rules, when it names a fallback (the other keys' defaults in
-    /// [`crate::pools::fallback`]).
-    fn fallback(&self) -> Option<crate::pools::fallback::Fallback> {
-        use crate::pools::fallback::{DEFAULT_AFTER, DEFAULT_COOLDOWN, DEFAULT_WINDOW, Fallback};
-        let seconds = std::time::Duration::from_secs;
-        Some(Fallback {
-            pool: self.fallback.clone()?,
-            after: self.fallback_after.unwrap_or(DEFAULT_AFTER),
-            window: self.fallback_window.map_or(DEFAULT_WINDOW, seconds),
-            cooldown: self.fallback_cooldown.map_or(DEFAULT_COOLDOWN, seconds),
-            min_on_demand: self.min_on_demand.unwrap_or(0),
-        })
-    }
-
-    /// Keys that mean something only beside `fallback`, when set without it.
-    pub fn fallback_keys_alone(&self) -> Option<&'static str> {
-        if self.fallback.is_some() {
-            return None;
-        }
-        [
-            ("fallback_after", self.fallback_after.is_some()),
-            ("fallback_window", self.fallback_window.is_some()),
-            ("fallback_cooldown", self.fallback_cooldown.is_some()),
-            ("min_on_demand", self.min_on_demand.is_some()),
-        ]
-        .into_iter()
-        .find_map(|(key, set)| set.then_some(key))
-    }
-
-    /// The pool's rules for a backend whose workers have `shape` (what `run` starts the pool
-    /// with and what a reload applies).
-    pub fn policy(&self, settings: &Settings, shape: crate::WorkerShape) -> crate::PoolPolicy {
-        crate::PoolPolicy {
-            min: self.min,
-            max: self.max,
-            tag: self.tag.clone(),
-            tag_exclusive: self.tag_exclusive,
-            check_shape: !settings.no_prefilter,
-            cost: self.cost,
-            spill_after: self.spill_after.map(std::time::Duration::from_secs),
-            fallback: self.fallback(),
-            pending_timeout: self.pending_timeout.map(std::time::Duration::from_secs),
-            startup_grace: self.startup_grace.map_or(
-                crate::pools::DEFAULT_STARTUP_GRACE,
-                std::time::Duration::from_secs,
-            ),
-            checkin_timeout: std::time::Duration::from_secs(
-                self.checkin_timeout
-                    .unwrap_or(settings.worker_checkin_timeout),
-            ),
-            launch_mode: self.launch_mode,
-            max_launches_per_tick: self.max_launches_per_tick,
-            min_seconds_between_workers: self
-                .min_seconds_between_workers
-                .unwrap_or(settings.min_seconds_between_workers),
-            budget: crate::budget::BudgetLimits {
-                max_worker_hours_per_day: self.max_worker_hours_per_day,
-                max_cost_per_day: self.max_cost_per_day,
-            },
-            cost_per_hour: self.cost_per_hour,
-            ..crate::PoolPolicy::new(self.name.clone(), shape)
-        }
-    }
 }
 
 /// The `[worker]` table: the `--worker-*` flags. Its server is always the global `server`

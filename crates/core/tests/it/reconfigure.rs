@@ -367,7 +367,9 @@ async fn every_pool_key_a_reload_changes_is_named() {
             p.min_seconds_between_workers = 5
         }),
         ("cost_per_hour", |p| p.cost_per_hour = Some(0.5)),
-        ("budget", |p| p.budget.max_worker_hours_per_day = Some(3.0)),
+        ("max_worker_hours_per_day", |p| {
+            p.budget.max_worker_hours_per_day = Some(3.0)
+        }),
         ("runs_per_worker", |p| p.runs_per_worker = Some(2)),
     ];
     let server = server(0).await;
@@ -386,6 +388,12 @@ async fn every_pool_key_a_reload_changes_is_named() {
         assert!(
             keys.contains(&key),
             "a reload that changes `{key}` names it; it named {keys:?}"
+        );
+        assert!(
+            changes
+                .iter()
+                .all(|c| !c.old.contains("secs") && !c.new.contains("nanos")),
+            "durations are shown in seconds, as the file gives them: {changes:?}"
         );
     }
 }
