@@ -233,9 +233,10 @@ pub fn e2e(_args: &[String]) -> Result<()> {
         "--features",
         "full",
         "--test",
-        "e2e",
-        "--test",
-        "real_worker",
+        "it",
+        "--",
+        "e2e::",
+        "real_worker::",
     ])
 }
 

@@ -16,14 +16,14 @@ const PACKAGES: &[&str] = &[
     "libssl-dev",
     "curl",
     "ca-certificates",
-    // crates/cli/tests/dashboard_slurm.rs loads the dashboard in headless Chromium.
+    // crates/cli/tests/it/dashboard_slurm.rs loads the dashboard in headless Chromium.
     "chromium",
     // `promtool check metrics` lints /metrics (crates/app, crates/operator); `promtool test
-    // rules` and the `prometheus` server check deploy/prometheus (crates/cli/tests/prometheus.rs).
+    // rules` and the `prometheus` server check deploy/prometheus (crates/cli/tests/it/prometheus.rs).
     "prometheus",
-    // crates/cli/tests/compose.rs renders CodaLab's compose file with our override.
+    // crates/cli/tests/it/compose.rs renders CodaLab's compose file with our override.
     "docker-compose",
-    // `systemd-analyze verify` checks deploy/systemd's unit (crates/cli/tests/systemd.rs).
+    // `systemd-analyze verify` checks deploy/systemd's unit (crates/cli/tests/it/systemd.rs).
     "systemd",
 ];
 

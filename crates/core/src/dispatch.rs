@@ -1,6 +1,6 @@
 //! A model of how the CodaLab server dispatches staged run bundles to checked-in workers, and
 //! what is left for new workers of the manager's pools. Pure; the policy plans on it
-//! (`pools/assign.rs`). `crates/cli/tests/dispatch_differential.rs` checks it against the real
+//! (`pools/assign.rs`). `crates/cli/tests/it/dispatch_differential.rs` checks it against the real
 //! bundle manager: one staged set, real `cl-worker`s of several shapes and owners, the same
 //! bundles of each kind on each worker.
 //!

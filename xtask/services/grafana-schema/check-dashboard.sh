@@ -5,7 +5,7 @@
 # object literal typed `Dashboard`, so a field the schema does not know (at any depth where the
 # schema lists its fields) or a wrong type is an error naming it. Panel `options` and query
 # `targets` are free-form in the schema and so not checked here (the queries are run against a
-# real Prometheus by crates/cli/tests/prometheus.rs). Exit 0 when it type-checks.
+# real Prometheus by crates/cli/tests/it/prometheus.rs). Exit 0 when it type-checks.
 set -euo pipefail
 
 STATE="${SERVICES_DIR:-$PWD/.services}/grafana-schema"

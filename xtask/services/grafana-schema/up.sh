@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs Grafana's own dashboard schema (npm @grafana/schema: the TypeScript types Grafana
 # generates from its CUE schemas) and the TypeScript compiler into
-# $SERVICES_DIR/grafana-schema, for check-dashboard.sh (crates/cli/tests/grafana_schema.rs).
+# $SERVICES_DIR/grafana-schema, for check-dashboard.sh (crates/cli/tests/it/grafana_schema.rs).
 # Nothing runs. Idempotent: reinstalls only when missing or the pinned versions changed.
 set -euo pipefail
 

@@ -2,7 +2,7 @@
 //! (`codalab_wm_fake_codalab`, whose `GET /rest/workers/info` lists what the test sets, shaped
 //! like a real 1.7.5 server's reply) and the in-memory `testing::FakeBackend` (jobs named
 //! `fake-worker-<unique>`, as Slurm names them). Time runs on the manager clock, moved with
-//! `Manager::advance_clock` (no sleeping). The real server and Slurm: `crates/cli/tests/checkin_real.rs` and `pools_slurm.rs`.
+//! `Manager::advance_clock` (no sleeping). The real server and Slurm: `crates/cli/tests/it/checkin_real.rs` and `pools_slurm.rs`.
 
 use codalab_wm_core::checkin::{WorkerState, launch_unique};
 use codalab_wm_core::codalab::CodaLabClient;

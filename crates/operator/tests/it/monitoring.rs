@@ -1,7 +1,7 @@
 //! `deploy/kubernetes/monitoring` (for clusters with the Prometheus Operator), checked offline:
 //!
 //! - `prometheus-rule.yaml` is `deploy/prometheus/codalab-wm.rules.yml` (the rules' one home,
-//!   unit-tested by `crates/cli/tests/prometheus.rs`) wrapped in a PrometheusRule;
+//!   unit-tested by `crates/cli/tests/it/prometheus.rs`) wrapped in a PrometheusRule;
 //!   `UPDATE_GOLDEN=1` rewrites it;
 //! - `kubectl kustomize` (Debian's `kubernetes-client`) renders the kustomization into that
 //!   PrometheusRule and two PodMonitors, each of which selects the pods of a Deployment in

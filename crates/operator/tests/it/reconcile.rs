@@ -2,7 +2,7 @@
 //! (`codalab-wm-fake-k8s`; there is no real API server on these machines), for what needs no
 //! CodaLab server: the finalizer, the Degraded condition naming a bad spec or a missing
 //! Secret, a follower doing nothing, and a deleted pool's pods deleted before the pool goes.
-//! (Launches against the real CodaLab server are in `crates/cli/tests/operator.rs`.)
+//! (Launches against the real CodaLab server are in `crates/cli/tests/it/operator.rs`.)
 
 use codalab_wm_fake_k8s::FakeApiServer;
 use codalab_wm_operator::crd::{CodaLabWorkerPool, FINALIZER, crd_json};
