@@ -164,7 +164,9 @@ pub struct BundleEstimate {
     /// When and why.
     #[serde(flatten)]
     pub estimate: StartEstimate,
-    /// Seconds from the tick until it starts, when there is an estimate.
+    /// Seconds from the tick until it starts, when there is an estimate. Not read back: the
+    /// key is the estimate's own `seconds` too (`estimate.seconds()` says it again).
+    #[serde(skip_deserializing)]
     pub seconds: Option<u64>,
     /// The estimate in words (what `status` and the page show), with how `spill_after`
     /// weighed on its pool, when it did.
