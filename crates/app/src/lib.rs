@@ -7,6 +7,8 @@
 //!
 //! - [`dashboard`]: the page of `--listen`'s `/`, HTML rendered from the status snapshots, and
 //!   the bounded history of them it charts;
+//! - [`present`]: the one presenter of a status snapshot: its sections, headings, rows, cells
+//!   and sentences, every word written once, which the page and the view lay out;
 //! - [`view`]: the terminal rendering of `/status` (`cl-worker-manager status`);
 //! - [`config`]: `config check` (with the file's line numbers), `config init`'s template, and
 //!   the schema both read from the settings types;
@@ -26,5 +28,6 @@ pub mod dashboard;
 pub mod listen;
 pub mod logging;
 pub mod metrics;
+pub mod present;
 pub mod simulate;
 pub mod view;

@@ -222,7 +222,8 @@ fn in_window(hour: i64, now: Duration) -> bool {
 }
 
 /// A scope's use against its limits.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct BudgetStatus {
     /// The pool, or `all pools`.
     pub scope: String,

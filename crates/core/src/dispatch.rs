@@ -337,7 +337,9 @@ pub enum Unmet {
 
 /// Why the server gives a bundle no new worker of this manager, for its owner: the kinds of
 /// [`Unmet`] that hold a bundle back whatever the pools.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Hold {
     /// [`Unmet::QuotaExhausted`].

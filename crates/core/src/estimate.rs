@@ -19,13 +19,13 @@
 use crate::policy::Reason;
 use crate::pools::PoolsDecision;
 pub use crate::pools::times::{PoolTimes, Starting, minutes};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::fmt;
 
 /// When a staged bundle is expected to start, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum StartEstimate {
     /// A checked-in worker has room: the server starts it within seconds.
@@ -156,14 +156,17 @@ impl fmt::Display for StartEstimate {
 }
 
 /// One bundle's estimate.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(bound(deserialize = "'de: 'static"))]
 pub struct BundleEstimate {
     /// The bundle uuid.
     pub uuid: String,
     /// When and why.
     #[serde(flatten)]
     pub estimate: StartEstimate,
-    /// Seconds from the tick until it starts, when there is an estimate.
+    /// Seconds from the tick until it starts, when there is an estimate. Not read back: the
+    /// key is the estimate's own `seconds` too (`estimate.seconds()` says it again).
+    #[serde(skip_deserializing)]
     pub seconds: Option<u64>,
     /// The estimate in words (what `status` and the page show), with how `spill_after`
     /// weighed on its pool, when it did.

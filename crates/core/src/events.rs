@@ -9,14 +9,15 @@
 //! knows nothing of the manager) and from the changes between ticks the manager notices (the
 //! server unreachable / back, a reload); that derivation is pure.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Events kept in the status snapshot.
 pub const RECENT_EVENTS: usize = 50;
 
 /// Something that happened, with when.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(bound(deserialize = "'de: 'static"))]
 pub struct Event {
     /// When, in seconds since the manager started (the clock of the status snapshot).
     pub at_seconds: u64,
@@ -45,7 +46,7 @@ impl Event {
 }
 
 /// A pool with a `fallback` changed where its new launches go.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CapacitySwitch {
     /// The pool.
     pub pool: String,
@@ -79,7 +80,7 @@ impl fmt::Display for CapacitySwitch {
 }
 
 /// How much an event matters to an admin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
     /// Things going as they should.
@@ -89,8 +90,12 @@ pub enum Severity {
 }
 
 /// What happened. Serialised with the code in `event` (`worker_launched` …).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(
+    tag = "event",
+    rename_all = "snake_case",
+    bound(deserialize = "'de: 'static")
+)]
 pub enum EventKind {
     /// A worker job was submitted.
     WorkerLaunched {

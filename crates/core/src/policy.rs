@@ -11,7 +11,7 @@
 //!
 //! Every rule that fired is reported, in upstream's order, so a log line can say why.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
 
@@ -73,7 +73,7 @@ impl Observation {
 ///
 /// The first six variants are upstream's rules ([`plan`]); the others come from the pool
 /// policy ([`crate::pools::plan_pools`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "reason", rename_all = "snake_case")]
 pub enum Reason {
     /// No staged bundle needs a worker.
@@ -425,7 +425,7 @@ fn not_stopped(f: &mut fmt::Formatter<'_>, reason: &Reason) -> fmt::Result {
 }
 
 /// Why a job a rule would stop is kept ([`Reason::NotStopped`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NotStoppedWhy {
     /// This manager's launch record does not hold the job: another manager's, a person's, or

@@ -2,18 +2,23 @@
 //! ([`TickEvent`], in [`crate::manager::TickReport::events`]) that the status view and the
 //! metrics of the manager are built from. Everything serialises to JSON in snake_case (the
 //! terminal view of that JSON, as `cl-worker-manager status` prints it, is `codalab-wm-app`'s).
+//!
+//! [`Status`] reads back from that JSON too (missing fields take their defaults), so that
+//! `status` and the page present one structure. Some of its codes are `&'static str`: it
+//! deserializes from a `'static` document (`Status::deserialize(&'static Value)`).
 
 use crate::bundle::WorkerShape;
 use crate::checkin::WorkerState;
 use crate::pools::{LaunchMode, PoolDecision, PoolHealth, UnmetDemand, UnservedBundle};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Failures kept in [`Status::recent_failures`].
 pub const RECENT_FAILURES: usize = 20;
 
 /// A worker shape, serialisable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ShapeStatus {
     /// CPUs per worker.
     pub cpus: u32,
@@ -34,7 +39,8 @@ impl From<WorkerShape> for ShapeStatus {
 }
 
 /// One pool in the status snapshot.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, bound(deserialize = "'de: 'static"))]
 pub struct PoolStatus {
     /// The pool's name.
     pub name: String,
@@ -86,7 +92,8 @@ pub struct PoolStatus {
 }
 
 /// A failure remembered for the status view.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct FailureRecord {
     /// The pool.
     pub pool: String,
@@ -100,7 +107,8 @@ pub struct FailureRecord {
 }
 
 /// A snapshot of the manager for the status view.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, bound(deserialize = "'de: 'static"))]
 pub struct Status {
     /// Seconds since the manager started (the clock of every `*_seconds` field).
     pub uptime_seconds: u64,
@@ -142,7 +150,8 @@ pub struct Status {
 }
 
 /// One estimate, scored when its bundle left `staged`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ScoredEstimate {
     /// The bundle uuid.
     pub uuid: String,
@@ -275,7 +284,8 @@ pub enum TickEvent {
 }
 
 /// A pool's fallback and where its new launches go ([`crate::pools::fallback`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct FallbackStatus {
     /// The fallback pool.
     pub pool: String,
@@ -284,7 +294,8 @@ pub struct FallbackStatus {
 }
 
 /// A running total in [`Status::counters`].
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Counter {
     /// `launches`, `stops`, `decisions`, `unserved`, `job_failures`, `job_preemptions` or
     /// `backoffs`.

@@ -9,8 +9,8 @@
 //! [`MAX_TEXT`] bytes: at most ≈ 37 KB, typically ~ 3 KB (a few reasons of ~ 60 bytes). Nothing
 //! else grows with uptime.
 
+pub use crate::present::{DecisionRecord, MAX_REASONS, MAX_TEXT};
 use codalab_wm_core::checkin::WorkerState;
-use codalab_wm_core::pools::PoolDecision;
 use codalab_wm_core::status::{Counter, Status};
 use std::collections::VecDeque;
 
@@ -20,10 +20,6 @@ pub const BUCKET_SECONDS: u64 = 60;
 pub const BUCKETS: usize = 6 * 60;
 /// Decisions kept.
 pub const DECISIONS: usize = 15;
-/// Reasons kept per decision (a tick that stops many jobs has one reason per job).
-pub const MAX_REASONS: usize = 8;
-/// Longest reason text kept, in bytes (errors can be long).
-pub const MAX_TEXT: usize = 300;
 
 /// One minute of ticks, summed over every pool. Counts of workers and staged bundles are the
 /// last tick's in the minute (a level); launches and failures are the minute's sum.
@@ -53,43 +49,7 @@ pub struct Bucket {
     pub failures: u32,
 }
 
-/// One decision of one pool, with how long it has held (an unchanged decision is one record).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DecisionRecord {
-    /// The pool.
-    pub pool: String,
-    /// First tick with this decision (manager clock, seconds).
-    pub since_seconds: u64,
-    /// Last tick with this decision (manager clock, seconds).
-    pub last_seconds: u64,
-    /// Workers launched by it.
-    pub launches: u32,
-    /// Jobs it stopped.
-    pub stops: usize,
-    /// The target (target mode).
-    pub target: Option<u32>,
-    /// Each reason's code and its text (the latest tick's: figures such as seconds left move on).
-    pub reasons: Vec<(&'static str, String)>,
-}
-
 impl DecisionRecord {
-    fn from_decision(decision: &PoolDecision, at: u64) -> Self {
-        Self {
-            pool: decision.pool.clone(),
-            since_seconds: at,
-            last_seconds: at,
-            launches: decision.launches,
-            stops: decision.stops.len(),
-            target: decision.target,
-            reasons: decision
-                .reasons
-                .iter()
-                .take(MAX_REASONS)
-                .map(|r| (r.code(), cut(r.to_string())))
-                .collect(),
-        }
-    }
-
     /// The same decision: what it does and the rules that fired (not their changing figures,
     /// such as the seconds waited).
     fn same(&self, other: &Self) -> bool {
@@ -108,19 +68,6 @@ impl DecisionRecord {
             codes(other),
         )
     }
-}
-
-/// `text` cut at [`MAX_TEXT`] bytes (on a character boundary), with `…` when cut.
-fn cut(mut text: String) -> String {
-    if text.len() > MAX_TEXT {
-        let mut end = MAX_TEXT;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
-    text
 }
 
 /// The dashboard's history (see the module doc for its bounds).
@@ -194,9 +141,8 @@ impl History {
     }
 
     fn note_decisions(&mut self, status: &Status) {
-        let at = status.last_success_seconds.unwrap_or(status.uptime_seconds);
-        for decision in status.pools.iter().filter_map(|p| p.last_decision.as_ref()) {
-            let record = DecisionRecord::from_decision(decision, at);
+        for record in DecisionRecord::last_tick(status) {
+            let at = record.last_seconds;
             let previous = self
                 .decisions
                 .iter_mut()

@@ -1,9 +1,10 @@
-//! The page: its head (title, refresh, inline CSS), the sections in order, and the charts.
+//! The page: its head (title, refresh, inline CSS), the sections of the
+//! [presentation](crate::present) in order ([`super::html`]), and the charts.
 
 use super::history::{BUCKET_SECONDS, Bucket, History};
-use super::{Page, sections, utc};
+use super::{Page, html};
 use crate::chart::{self, Series, escape};
-use crate::view::duration;
+use crate::present::{self, CHARTS_BEFORE, duration, utc};
 use codalab_wm_core::status::Status;
 use std::fmt::Write as _;
 
@@ -33,15 +34,15 @@ pub fn render(status: &Status, history: &History, page: &Page) -> String {
         status.pools.len(),
         status.staged
     );
-    sections::health(&mut out, status, page);
-    sections::pools(&mut out, status);
-    sections::waiting(&mut out, status);
-    super::estimates::estimates(&mut out, status);
-    sections::budgets(&mut out, status);
-    charts(&mut out, status, history);
-    sections::events(&mut out, status);
-    sections::decisions(&mut out, history, status);
-    sections::failures(&mut out, status);
+    let shown = present::present(status, history.decisions());
+    let stale = present::stale(status, page.now_unix_seconds, page.refresh.as_secs());
+    html::health(&mut out, &shown.health, stale.as_deref());
+    for section in &shown.sections {
+        if section.id == CHARTS_BEFORE {
+            charts(&mut out, status, history);
+        }
+        html::section(&mut out, section);
+    }
     let _ = writeln!(
         out,
         "<p class=\"muted\">Read-only. Rendered at {}; reloads every {} s. \

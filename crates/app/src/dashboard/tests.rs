@@ -196,14 +196,14 @@ fn a_pool_shows_its_price_and_how_long_a_wait_it_accepts() {
     status.pools[0].fallback = Some(codalab_wm_core::status::FallbackStatus {
         pool: "standard".into(),
         capacity: codalab_wm_core::pools::fallback::CapacityState::Fallback {
-            since_seconds: 0,
-            retry_at_seconds: 1800,
+            since_seconds: 6000,
+            retry_at_seconds: 9000,
             why: "3 capacity events in 30 min, the last: job 9 preempted".into(),
         },
     });
     let html = render(&status, &History::new(), &page());
     assert!(
-        html.contains("<span data-field=\"capacity\" title=\"3 capacity events in 30 min, the last: job 9 preempted\">launches go to standard</span>"),
+        html.contains("<span data-field=\"capacity\" class=\"muted\" title=\"3 capacity events in 30 min, the last: job 9 preempted; for 20m 00s, one launch tries this pool again in 30m 00s\">launches go to standard</span>"),
         "{html}"
     );
     // Unset: nothing said (a free pool that takes any wait).
@@ -530,15 +530,4 @@ fn dates_are_utc() {
     assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
     assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
     assert_eq!(utc(1_795_000_100), "2026-11-18 11:08:20 UTC");
-}
-
-/// "At its max" only when the jobs are at the max; below it, the room that bundles ahead took.
-#[test]
-fn unmet_max_reached_says_at_its_max_only_at_the_max() {
-    let words = |jobs, max| super::sections::unmet_words(&UnmetReason::MaxReached { jobs, max });
-    assert_eq!(words(3, 3), "the pool is at its max (3 jobs, max 3)");
-    assert_eq!(
-        words(2, 4),
-        "beyond the pool's max: its room for 2 more (jobs: 2, max 4) goes to bundles ahead"
-    );
 }

@@ -5,12 +5,12 @@
 //! exactly as a run would, runs one tick with `--dry-run` forced (nothing is submitted), and
 //! shows that tick. Both print the same compact view, or with `--json` the `/status` document.
 //!
-//! The view is [`codalab_wm_app::view`], rendered from the JSON document.
+//! The view is [`codalab_wm_app::view`]: the document read back into the snapshot, presented.
 
 use crate::args::GlobalArgs;
 use crate::backends::{BackendCommand, catalogue};
 use anyhow::{Context, Result, anyhow, bail};
-use codalab_wm_app::view::{StatusView, render};
+use codalab_wm_app::view::{read, render};
 use codalab_wm_core::layout::Layout;
 use codalab_wm_core::settings::Settings;
 use serde_json::Value;
@@ -67,9 +67,9 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&document)?);
     } else {
-        let view: StatusView =
-            serde_json::from_value(document).context("the status document is not understood")?;
-        print!("{}", render(&view));
+        let status =
+            read(document).context("the status document is not understood (see --json)")?;
+        print!("{}", render(&status));
     }
     Ok(ExitCode::SUCCESS)
 }

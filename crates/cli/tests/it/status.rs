@@ -217,37 +217,51 @@ fn known_status() -> Status {
 }
 
 const KNOWN_VIEW: &str = "\
-cl-worker-manager: up 3m 20s, 41 ticks, last successful tick 2 s ago
-staged bundles: 4 (2 assigned and 2 unserved among those read)
+cl-worker-manager: Up 3m 20s since 2027-01-15 08:00:00 UTC · 41 ticks · last successful tick 2s ago (took 0.25 s) · 4 staged bundles seen (2 assigned and 2 unserved among those read)
 
-pool cpu (slurm-batch, target): 4 cpus, 0 gpus, 8 GiB per worker; min 0, max 4, cost 1, spill_after 600 s
-  workers   3 active, 1 pending, 1 failed, 0 stopping
-  backoff   none
-  decision  launch 0 (target 4, demand 2): want_workers (staged=2); target (capacity=4, target=4); max_reached (jobs=4, max=4)
-  bundles   2 assigned
+Pools
+  cpu  slurm-batch · target · 4 cpus, 0 gpus, 8 GiB · spills after 10 min · cost weight 1
+    Min / max: 0 / 4 · Target: 4
+    Workers, as the server sees them: Starting –, Ready –, Busy –, Vanished –, Lost –
+    Jobs on the platform: Pending 1, Active 3
+    Staged for it: 2 · Backoff: no · Budget (24 h): no limit
+  gpu  slurm-batch · target · 8 cpus, 1 gpus, 1.5 GiB · 2.5 an hour · cost weight 10 · tag gpu (exclusive) · launches go to gpu-standard (2 capacity events in 30 min, the last: job 9 preempted; for 1m 40s, one launch tries this pool again in 28m 20s)
+    Min / max: 0 / 4 · Target: –
+    Workers, as the server sees them: Starting 0, Ready 0, Busy 0, Vanished 0, Lost 0
+    Jobs on the platform: Pending 0, Active 0
+    Staged for it: 0 · Backoff: backing off, 1m 10s left (2 failures) · Budget (24 h): no limit
 
-pool gpu (slurm-batch, target): 8 cpus, 1 gpus, 1.5 GiB per worker; min 0, max 4, cost 10, cost_per_hour 2.5, tag gpu (exclusive)
-  workers   0 active, 0 pending, 0 failed, 0 stopping
-  backoff   backing off for 70 more s after 2 failures
-  capacity  new launches go to gpu-standard (for 100 s; one tries this pool again in 1700 s): 2 capacity events in 30 min, the last: job 9 preempted
-  decision  launch 0 (demand 0): backing_off (failures=2, remaining_seconds=70, until_seconds=270)
-  bundles   0 assigned
+Waiting: staged bundles with no worker coming
+  Every staged bundle has a worker coming (or none is staged).
 
-unserved bundles:
-  0x03  no_fitting_pool (cpu: misfit: request_cpus=64 > worker cpus=4; gpu: misfit: no request_queue, and the pool is exclusive to tag gpu)
-  0x04  backing_off (failures=2, remaining_seconds=70, until_seconds=270)
+The 2 bundles no pool takes this tick, one by one, with each pool's verdict
+  Bundle  Why                                                        Each pool's verdict
+  0x03    no pool can run this bundle                                cpu: request_cpus=64 > worker cpus=4; gpu: no request_queue, and the pool is exclusive to tag gpu
+  0x04    skipped: backing off for 70 more seconds after 2 failures
 
-expected to start (1 after_backoff, 1 worker_checkin):
-  0x01  in ~12 s, when job 4107 of cpu checks in
-  0x04  in ~100 s, when gpu stops backing off and a worker checks in
+When they start (1 after_backoff, 1 worker_checkin)
+  Bundle  Expected
+  0x01    in ~12 s, when job 4107 of cpu checks in
+  0x04    in ~100 s, when gpu stops backing off and a worker checks in
 
-worker-hours in the last 24 h: 1.5 (no budget set)
+Budgets (rolling 24 hours)
+  Scope      Worker-hours  Cost  State
+  all pools          1.50     –  no limit
 
-recent events:
-  at 2m 30s ! pool gpu: no launches for 120 s after 2 failures in a row
+Recent events (newest first)
+  When                               Event             What
+! 2027-01-15 08:02:30 UTC (50s ago)  pool_backing_off  pool gpu: no launches for 120 s after 2 failures in a row
 
-recent failures:
-  at 2m 30s  gpu  submit_failed: sbatch: error: invalid partition specified: gpu
+Last decisions (newest first)
+  When    Pool  Launch  Stop  Why
+  2s ago  gpu        0     0  backing_off skipped: backing off for 70 more seconds after 2 failures
+  2s ago  cpu        0     0  want_workers want to launch a worker because we have 2 > 0 staged bundles
+                              target target 4 workers, 4 count as capacity
+                              max_reached don't launch because too many workers already (4 >= 4)
+
+Recent failures (newest first)
+  When     Pool  Kind           Detail
+! 50s ago  gpu   submit_failed  sbatch: error: invalid partition specified: gpu
 ";
 
 /// Serves `status` as `/status` on 127.0.0.1, like `--listen`; returns the base URL.
@@ -397,25 +411,26 @@ async fn a_dry_tick_shows_what_one_tick_would_do_and_submits_nothing() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     assert!(
-        stdout.contains("1 ticks, last successful tick 0 s ago"),
+        stdout.contains("1 ticks · last successful tick 0s ago"),
         "{stdout}"
     );
     assert!(
-        stdout.contains("staged bundles: 2 (1 assigned and 1 unserved among those read)"),
+        stdout.contains("2 staged bundles seen (1 assigned and 1 unserved among those read)"),
         "{stdout}"
     );
     assert!(
-        stdout.contains("  0x00000000000000000000000000000002  no_fitting_pool (local: misfit: request_cpus=64 > worker cpus=2)"),
+        stdout.contains("  0x00000000000000000000000000000002  no pool can run this bundle  local: request_cpus=64 > worker cpus=2"),
         "the bundle asking 64 cpus is unserved, with why: {stdout}"
     );
     assert!(
-        stdout.contains(
-            "pool local (local, compat): 2 cpus, 0 gpus, 2 GiB per worker; min 0, max 10, cost 0"
-        ),
+        stdout
+            .contains("  local  local · compat · 2 cpus, 0 gpus, 2 GiB\n    Min / max: 0 / 10 · "),
         "{stdout}"
     );
     assert!(
-        stdout.contains("decision  launch 1 (demand 1): want_workers (staged=1)"),
+        stdout.contains(
+            "  local       1     0  want_workers want to launch a worker because we have 1 > 0 staged bundles"
+        ),
         "{stdout}"
     );
     // Nothing but the state dir's lock file: no worker record, no log.
@@ -520,27 +535,34 @@ fn waiting_status() -> Status {
 }
 
 const WAITING_VIEW: &str = "\
-cl-worker-manager: up 3m 20s, 3 ticks, last successful tick 0 s ago
-staged bundles: 4 (0 assigned and 0 unserved among those read)
+cl-worker-manager: Up 3m 20s · 3 ticks · last successful tick 0s ago (took 0.00 s) · 4 staged bundles seen (0 assigned and 0 unserved among those read)
 
-pool cpu (slurm-batch, target): 4 cpus, 0 gpus, 8 GiB per worker; min 0, max 2, cost 1
-  workers   2 active, 0 pending, 0 failed, 0 stopping
-  check-in  0 starting, 0 ready idle, 2 busy, 0 vanished, 0 lost
-  backoff   none
-  decision  none yet
-  bundles   0 assigned
+Pools
+  cpu  slurm-batch · target · 4 cpus, 0 gpus, 8 GiB · cost weight 1
+    Min / max: 0 / 2 · Target: –
+    Workers, as the server sees them: Starting 0, Ready 0, Busy 2, Vanished 0, Lost 0
+    Jobs on the platform: Pending 0, Active 2
+    Staged for it: 0 · Backoff: no · Budget (24 h): no limit
+  gpu  slurm-batch · target · 8 cpus, 2 gpus, 16 GiB · cost weight 1
+    Min / max: 0 / 4 · Target: –
+    Workers, as the server sees them: Starting 0, Ready 0, Busy 0, Vanished 0, Lost 0
+    Jobs on the platform: Pending 0, Active 0
+    Staged for it: 0 · Backoff: backing off, 18m 20s left (3 failures) · Budget (24 h): no limit
 
-pool gpu (slurm-batch, target): 8 cpus, 2 gpus, 16 GiB per worker; min 0, max 4, cost 1
-  workers   0 active, 0 pending, 0 failed, 0 stopping
-  backoff   backing off for 1100 more s after 3 failures
-  decision  none yet
-  bundles   0 assigned
+Waiting: staged bundles with no worker coming
+  Pool         Bundles  Asking for                          Why no worker is coming
+  (none fits)        1  1 cpus, 64 gpus, 1 GiB, queue gpuq  no pool fits them (cpu: request_queue=gpuq does not match pool tag (none); gpu: request_gpus=64 > worker gpus=2)
+  cpu                2  1 cpus, 0 gpus, 1 GiB               the pool is at its max (2 jobs, max 2)
+  gpu                1  1 cpus, 1 gpus, 1 GiB, queue gpuq   the pool backs off after 3 failed launches
 
-waiting:
-  pool  bundles  asking                              why no worker is coming
-  -           1  1 cpus, 64 gpus, 1 GiB, queue gpuq  no_fitting_pool: cpu: request_queue=gpuq does not match pool tag (none); gpu: request_gpus=64 > worker gpus=2
-  cpu         2  1 cpus, 0 gpus, 1 GiB               max_reached (jobs=2, max=2)
-  gpu         1  1 cpus, 1 gpus, 1 GiB, queue gpuq   backing_off (failures=3, until_seconds=1300)
+Budgets (rolling 24 hours)
+  No budget set (max_worker_hours_per_day, max_cost_per_day).
+
+Recent events (newest first)
+  No events yet.
+
+Last decisions (newest first)
+  None yet.
 ";
 
 /// `status` says why each bundle waits: a bundle asking 64 GPUs, a pool at max, a pool that

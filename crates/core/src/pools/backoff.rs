@@ -4,7 +4,7 @@
 //!
 //! Pure: time is the manager clock (time since the manager started), passed in.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// First backoff after a failure.
@@ -15,15 +15,16 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(30 * 60);
 pub const RESET_AFTER: Duration = Duration::from_secs(3 * 60 * 60);
 
 /// The failure streak of a pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PoolHealth {
     /// Failures in the current streak.
     pub failures: u32,
     /// When the last failure happened (manager clock).
-    #[serde(serialize_with = "secs_opt")]
+    #[serde(serialize_with = "secs_opt", skip_deserializing)]
     pub last_failure: Option<Duration>,
     /// The pool is skipped until then (manager clock).
-    #[serde(serialize_with = "secs_opt")]
+    #[serde(serialize_with = "secs_opt", skip_deserializing)]
     pub backoff_until: Option<Duration>,
 }
 

@@ -3,10 +3,11 @@
 
 use super::{BundleAssignment, BundleOnWorker, LaunchMode, UnmetDemand, UnservedBundle};
 use crate::policy::{Decision, Reason};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What one pool does this tick, and why.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, bound(deserialize = "'de: 'static"))]
 pub struct PoolDecision {
     /// The pool's name.
     pub pool: String,

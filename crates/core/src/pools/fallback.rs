@@ -62,7 +62,7 @@ pub fn unknown(pool: &str, fallback: &str, names: &[&str]) -> Option<String> {
 }
 
 /// Where a pool with a `fallback` takes its new launches.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum CapacityState {
     /// On its own capacity.

@@ -6,7 +6,7 @@
 //! time, Slurm's reason shown), as long again as the oldest has waited. Pure.
 
 use super::times::minutes;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// One fitting pool, as the rule sees it for one bundle.
@@ -41,7 +41,7 @@ pub(super) fn choose(candidates: &[Candidate]) -> (Option<usize>, Vec<usize>) {
 }
 
 /// A pool's estimated wait for a bundle, against its `spill_after`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolWait {
     /// The pool.
     pub pool: String,
@@ -69,7 +69,7 @@ impl PoolWait {
 }
 
 /// How `spill_after` weighed on the pool a bundle went to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Spill {
     /// It waits on a pool that has a `spill_after`.

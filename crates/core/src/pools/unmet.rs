@@ -7,11 +7,12 @@ use super::{BundleAssignment, Coverage, PoolDecision, PoolPolicy, UnservedBundle
 use crate::bundle::StagedBundle;
 use crate::dispatch::Hold;
 use crate::policy::Reason;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// What a class of bundles asks for.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct BundleClass {
     /// `request_cpus`.
     pub cpus: u32,
@@ -35,7 +36,7 @@ impl From<&StagedBundle> for BundleClass {
 }
 
 /// Why bundles have no worker coming.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(tag = "reason", rename_all = "snake_case")]
 pub enum UnmetReason {
     /// No pool can run them: what does not fit, per pool (`gpu: request_gpus=64 > worker gpus=2`).
@@ -118,7 +119,8 @@ impl UnmetReason {
 }
 
 /// Bundles of one class, for one pool (none for `no_fitting_pool`), waiting for one reason.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(bound(deserialize = "'de: 'static"))]
 pub struct UnmetDemand {
     /// The pool that would take them, if one fits.
     pub pool: Option<String>,
