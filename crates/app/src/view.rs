@@ -12,11 +12,9 @@ use codalab_wm_core::status::Status;
 use serde::Deserialize;
 use std::fmt::Write as _;
 
-/// The `/status` document read back into the snapshot. [`Status`]'s codes are `&'static str`,
-/// so the document is leaked to read it: for a program that reads one (`cl-worker-manager
-/// status`), not for a loop.
+/// The `/status` document read back into the snapshot.
 pub fn read(document: serde_json::Value) -> serde_json::Result<Status> {
-    Status::deserialize(&*Box::leak(Box::new(document)))
+    Status::deserialize(document)
 }
 
 /// The text view of `status`, with the decisions of its last tick.

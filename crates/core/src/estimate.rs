@@ -78,6 +78,7 @@ pub enum StartEstimate {
     /// Not while `reason` holds.
     NotWhile {
         /// The reason's code (`quota_exhausted`, `no_fitting_pool`, `max_reached`, …).
+        #[serde(deserialize_with = "crate::interned::deserialize")]
         reason: &'static str,
         /// In words.
         detail: String,
@@ -157,7 +158,6 @@ impl fmt::Display for StartEstimate {
 
 /// One bundle's estimate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(bound(deserialize = "'de: 'static"))]
 pub struct BundleEstimate {
     /// The bundle uuid.
     pub uuid: String,

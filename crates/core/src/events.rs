@@ -17,7 +17,6 @@ pub const RECENT_EVENTS: usize = 50;
 
 /// Something that happened, with when.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(bound(deserialize = "'de: 'static"))]
 pub struct Event {
     /// When, in seconds since the manager started (the clock of the status snapshot).
     pub at_seconds: u64,
@@ -53,6 +52,7 @@ pub struct CapacitySwitch {
     /// Its fallback.
     pub fallback: String,
     /// `to_fallback`, `retry` or `restored`.
+    #[serde(deserialize_with = "crate::interned::deserialize")]
     pub switch: &'static str,
     /// Why (to the fallback).
     pub why: Option<String>,
@@ -91,11 +91,7 @@ pub enum Severity {
 
 /// What happened. Serialised with the code in `event` (`worker_launched` …).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(
-    tag = "event",
-    rename_all = "snake_case",
-    bound(deserialize = "'de: 'static")
-)]
+#[serde(tag = "event", rename_all = "snake_case")]
 pub enum EventKind {
     /// A worker job was submitted.
     WorkerLaunched {

@@ -100,6 +100,7 @@ pub(crate) mod engine;
 pub mod error;
 pub mod estimate;
 pub mod events;
+mod interned;
 pub mod layout;
 #[cfg(feature = "local")]
 pub mod local;

@@ -174,6 +174,7 @@ pub enum Reason {
         /// The job.
         job_id: String,
         /// The rule that would stop it (`pending_timeout`, `worker_lost`).
+        #[serde(deserialize_with = "crate::interned::deserialize")]
         rule: &'static str,
         /// Seconds pending or without a check-in.
         seconds: u64,

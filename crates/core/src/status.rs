@@ -4,8 +4,8 @@
 //! terminal view of that JSON, as `cl-worker-manager status` prints it, is `codalab-wm-app`'s).
 //!
 //! [`Status`] reads back from that JSON too (missing fields take their defaults), so that
-//! `status` and the page present one structure. Some of its codes are `&'static str`: it
-//! deserializes from a `'static` document (`Status::deserialize(&'static Value)`).
+//! `status` and the page present one structure: it reads back from its JSON document (its
+//! codes, `&'static str` where the manager writes them, through [`crate::interned`]).
 
 use crate::bundle::WorkerShape;
 use crate::checkin::WorkerState;
@@ -40,7 +40,7 @@ impl From<WorkerShape> for ShapeStatus {
 
 /// One pool in the status snapshot.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(default, bound(deserialize = "'de: 'static"))]
+#[serde(default)]
 pub struct PoolStatus {
     /// The pool's name.
     pub name: String,
@@ -101,6 +101,7 @@ pub struct FailureRecord {
     pub at_seconds: u64,
     /// `submit_failed`, `job_failed_before_active`, `ended_before_checkin`, `worker_lost`,
     /// `worker_unconfirmed` or `pending_timeout`.
+    #[serde(deserialize_with = "crate::interned::deserialize")]
     pub kind: &'static str,
     /// The error, the job's reason, or the job id.
     pub detail: String,
@@ -108,7 +109,7 @@ pub struct FailureRecord {
 
 /// A snapshot of the manager for the status view.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(default, bound(deserialize = "'de: 'static"))]
+#[serde(default)]
 pub struct Status {
     /// Seconds since the manager started (the clock of every `*_seconds` field).
     pub uptime_seconds: u64,
@@ -156,6 +157,7 @@ pub struct ScoredEstimate {
     /// The bundle uuid.
     pub uuid: String,
     /// The estimate's kind (`worker_checkin`, `after_runs` …).
+    #[serde(deserialize_with = "crate::interned::deserialize")]
     pub kind: &'static str,
     /// |predicted start − the tick that saw it gone|, in seconds.
     pub error_seconds: u64,
@@ -299,6 +301,7 @@ pub struct FallbackStatus {
 pub struct Counter {
     /// `launches`, `stops`, `decisions`, `unserved`, `job_failures`, `job_preemptions` or
     /// `backoffs`.
+    #[serde(deserialize_with = "crate::interned::deserialize")]
     pub metric: &'static str,
     /// The pool (empty for `unserved`).
     pub pool: String,

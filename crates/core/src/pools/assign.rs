@@ -77,7 +77,6 @@ pub struct BundleAssignment {
 
 /// One pool's verdict on a bundle it does not take.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(bound(deserialize = "'de: 'static"))]
 pub struct PoolVerdict {
     /// The pool's name.
     pub pool: String,
@@ -88,7 +87,6 @@ pub struct PoolVerdict {
 
 /// A staged bundle no pool takes this tick.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(bound(deserialize = "'de: 'static"))]
 pub struct UnservedBundle {
     /// The bundle uuid.
     pub uuid: String,

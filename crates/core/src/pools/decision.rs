@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// What one pool does this tick, and why.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(default, bound(deserialize = "'de: 'static"))]
+#[serde(default)]
 pub struct PoolDecision {
     /// The pool's name.
     pub pool: String,

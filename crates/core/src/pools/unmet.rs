@@ -62,6 +62,7 @@ pub enum UnmetReason {
     /// `max_launches_per_tick` (`by`).
     Paced {
         /// `rate_limited` or `launch_cap_reached`.
+        #[serde(deserialize_with = "crate::interned::deserialize")]
         by: &'static str,
     },
     /// They wait for the pool's starting workers (pending, or running and not yet checked in).
@@ -94,6 +95,7 @@ pub enum UnmetReason {
     /// `worker_lost`).
     PoolUnavailable {
         /// The reason code.
+        #[serde(deserialize_with = "crate::interned::deserialize")]
         code: &'static str,
         /// The reason, in words.
         detail: String,
@@ -120,7 +122,6 @@ impl UnmetReason {
 
 /// Bundles of one class, for one pool (none for `no_fitting_pool`), waiting for one reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(bound(deserialize = "'de: 'static"))]
 pub struct UnmetDemand {
     /// The pool that would take them, if one fits.
     pub pool: Option<String>,
