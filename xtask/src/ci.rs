@@ -133,7 +133,8 @@ fn xtask_self(args: &[&str]) -> Result<()> {
 /// The crates whose own `cargo test -p NAME` must build: the workspace test run unifies
 /// features across crates and so hides a test that needs a feature only another crate enables
 /// (the `testing` module of codalab-wm-core once did).
-const CRATES: [&str; 13] = [
+const CRATES: [&str; 14] = [
+    "codalab-wm-backend",
     "codalab-wm-core",
     "codalab-wm-app",
     "codalab-wm-slurm",
@@ -160,7 +161,8 @@ fn crate_tests_alone() -> Result<()> {
 /// The library crates (published, linked by users): through their normal dependencies, with
 /// every feature on, none may pull in an HTTP server or a test fake (those live in
 /// `crates/testkit/`). The binary crate `codalab-wm` serves `--listen` with axum.
-const LIBRARIES: [&str; 8] = [
+const LIBRARIES: [&str; 9] = [
+    "codalab-wm-backend",
     "codalab-wm-core",
     "codalab-wm-app",
     "codalab-wm-slurm",

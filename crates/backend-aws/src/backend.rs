@@ -11,9 +11,9 @@ use crate::client::{BatchClient, JobListing, LIVE_STATUSES};
 use crate::config::AwsBatchConfig;
 use crate::definition::{HostEnvironment, JobDefinitionSpec, Launch, work_root};
 use crate::error::BACKEND;
-use codalab_wm_core::backend::WorkerAccount;
-use codalab_wm_core::secret::Credentials;
-use codalab_wm_core::{
+use codalab_wm_backend::backend::WorkerAccount;
+use codalab_wm_backend::secret::Credentials;
+use codalab_wm_backend::{
     CleanupItem, Error, JobState, LaunchRequest, Result, WorkerBackend, WorkerJob, WorkerOptions,
     WorkerShape,
 };
@@ -241,7 +241,7 @@ impl WorkerBackend for AwsBatchBackend {
 
     /// With `codalab_credentials_secret_arn` the jobs read their user name from Secrets
     /// Manager (the secret's `username`): read it too when this manager may, else say why not.
-    async fn worker_account(&self) -> codalab_wm_core::Result<WorkerAccount> {
+    async fn worker_account(&self) -> codalab_wm_backend::Result<WorkerAccount> {
         let Some(arn) = &self.config.codalab_credentials_secret_arn else {
             return Ok(WorkerAccount::Manager);
         };
@@ -396,7 +396,7 @@ mod tests {
 
     #[test]
     fn worker_ids_must_be_unique_hex() {
-        assert!(is_unique(&codalab_wm_core::backend::new_unique()));
+        assert!(is_unique(&codalab_wm_backend::backend::new_unique()));
         assert!(!is_unique("0123"));
         assert!(!is_unique(&"A".repeat(32)));
     }

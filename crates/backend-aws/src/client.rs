@@ -13,7 +13,7 @@ use aws_sdk_batch::types::{
     KeyValuesPair, MountPoint, ResourceRequirement, ResourceType, RetryStrategy, Secret, Volume,
 };
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
-use codalab_wm_core::Result;
+use codalab_wm_backend::Result;
 use std::collections::HashMap;
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The options of the `aws-batch` backend: upstream's flags plus what ownership and secret
 //! handling need. One [`AwsBatchConfig::validate`] checks them all before anything is called.
 
-use codalab_wm_core::{Error, Result, WorkerShape};
+use codalab_wm_backend::{Error, Result, WorkerShape};
 use serde::{Deserialize, Serialize};
 
 /// How many characters a job name may have on AWS Batch.
@@ -59,7 +59,7 @@ pub struct AwsBatchConfig {
 
 impl Default for AwsBatchConfig {
     fn default() -> Self {
-        codalab_wm_core::describe::defaults()
+        codalab_wm_backend::describe::defaults()
     }
 }
 

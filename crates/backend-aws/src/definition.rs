@@ -10,8 +10,8 @@
 //! `<prefix>/cl_worker_<id>_work_dir` below it, the path upstream uses.
 
 use crate::config::AwsBatchConfig;
-use codalab_wm_core::WorkerOptions;
-use codalab_wm_core::secret::Credentials;
+use codalab_wm_backend::WorkerOptions;
+use codalab_wm_backend::secret::Credentials;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;

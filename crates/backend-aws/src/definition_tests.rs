@@ -2,7 +2,7 @@
 //! combination, hashing and redaction.
 
 use super::*;
-use codalab_wm_core::secret::Secret;
+use codalab_wm_backend::secret::Secret;
 use serde_json::{Value, json};
 
 const PASSWORD: &str = "hunter2-not-for-logs";

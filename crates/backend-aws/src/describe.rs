@@ -2,14 +2,14 @@
 //! [`AwsBatchConfig`]), what `config check` needs and how it is built.
 
 use crate::{AwsBatchBackend, AwsBatchConfig};
-use codalab_wm_core::describe::{BackendConfig, BackendContext, Kind};
-use codalab_wm_core::{Result, WorkerBackend, WorkerShape};
+use codalab_wm_backend::describe::{BackendConfig, BackendContext, Kind};
+use codalab_wm_backend::{Result, WorkerBackend, WorkerShape};
 use std::sync::Arc;
 
 /// The description of the AWS Batch backend, for the program's list of backends.
 pub static KIND: Kind<AwsBatchConfig> = Kind::new();
 
-#[codalab_wm_core::async_trait]
+#[codalab_wm_backend::async_trait]
 impl BackendConfig for AwsBatchConfig {
     const NAME: &'static str = crate::error::BACKEND;
     const TABLE: &'static str = "aws_batch";

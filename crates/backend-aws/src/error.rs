@@ -4,7 +4,7 @@
 //! an invalid request) is permanent and keeps the platform's message.
 
 use aws_sdk_batch::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
-use codalab_wm_core::Error;
+use codalab_wm_backend::Error;
 use std::time::Duration;
 
 /// The backend name used in errors.

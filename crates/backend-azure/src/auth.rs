@@ -4,8 +4,8 @@
 use crate::config::EntraConfig;
 use crate::error::{BACKEND, describe, invalid_reply, transport_error};
 use crate::sign::SharedKeyCredential;
-use codalab_wm_core::Error;
-use codalab_wm_core::secret::Secret;
+use codalab_wm_backend::Error;
+use codalab_wm_backend::secret::Secret;
 use serde::Deserialize;
 use std::fmt;
 use std::time::{Duration, Instant};

@@ -20,9 +20,9 @@ use crate::models::{
     TaskContainerSettings, TaskExecutionResult, TaskState, parse_rfc3339,
 };
 use crate::sign::SharedKeyCredential;
-use codalab_wm_core::bundle::WorkerShape;
-use codalab_wm_core::secret::Credentials;
-use codalab_wm_core::{
+use codalab_wm_backend::bundle::WorkerShape;
+use codalab_wm_backend::secret::Credentials;
+use codalab_wm_backend::{
     CleanupItem, Error, JobState, LaunchRequest, Result, WorkerBackend, WorkerJob,
 };
 use std::collections::HashSet;
@@ -380,8 +380,8 @@ impl WorkerBackend for AzureBatchBackend {
 mod tests {
     use super::*;
     use crate::models::{TaskExecutionInformation, TaskFailureInformation};
-    use codalab_wm_core::command::WorkerOptions;
-    use codalab_wm_core::secret::Secret;
+    use codalab_wm_backend::command::WorkerOptions;
+    use codalab_wm_backend::secret::Secret;
     use std::time::{Duration, UNIX_EPOCH};
 
     fn backend() -> AzureBatchBackend {

@@ -10,7 +10,7 @@
 use crate::auth::Auth;
 use crate::error::{BACKEND, invalid_reply, response_error, transport_error};
 use crate::models::{CloudTask, CloudTaskListResult, TaskAddParameter};
-use codalab_wm_core::Error;
+use codalab_wm_backend::Error;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::header::{
     ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderValue,
@@ -357,7 +357,7 @@ fn header_value(text: &str) -> HeaderValue {
 mod tests {
     use super::*;
     use crate::sign::SharedKeyCredential;
-    use codalab_wm_core::secret::Secret;
+    use codalab_wm_backend::secret::Secret;
 
     fn client(service_url: &str) -> BatchClient {
         let key = SharedKeyCredential::new("acct", &Secret::new("a2V5")).unwrap();

@@ -12,9 +12,9 @@
 //! memory_mb = 16384
 //! ```
 
-use codalab_wm_core::Error;
-use codalab_wm_core::bundle::WorkerShape;
-use codalab_wm_core::secret::Secret;
+use codalab_wm_backend::Error;
+use codalab_wm_backend::bundle::WorkerShape;
+use codalab_wm_backend::secret::Secret;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -70,7 +70,7 @@ pub struct AzureBatchConfig {
 
 impl Default for AzureBatchConfig {
     fn default() -> Self {
-        codalab_wm_core::describe::defaults()
+        codalab_wm_backend::describe::defaults()
     }
 }
 

@@ -2,8 +2,8 @@
 //! [`AzureBatchConfig`]), what `config check` needs and how it is built.
 
 use crate::{AzureBatchBackend, AzureBatchConfig, EntraConfig};
-use codalab_wm_core::describe::{BackendConfig, BackendContext, Kind, fields_of};
-use codalab_wm_core::{Result, WorkerBackend, WorkerShape};
+use codalab_wm_backend::describe::{BackendConfig, BackendContext, Kind, fields_of};
+use codalab_wm_backend::{Result, WorkerBackend, WorkerShape};
 use std::sync::Arc;
 
 /// The description of the Azure Batch backend, for the program's list of backends.
@@ -11,7 +11,7 @@ pub static KIND: Kind<AzureBatchConfig> = Kind::new();
 
 const PLACEHOLDER: &str = "\"XXX-CUSTOMIZE-THIS-XXX\"";
 
-#[codalab_wm_core::async_trait]
+#[codalab_wm_backend::async_trait]
 impl BackendConfig for AzureBatchConfig {
     const NAME: &'static str = crate::error::BACKEND;
     const TABLE: &'static str = "azure_batch";

@@ -4,7 +4,7 @@
 //! `message`.
 
 use crate::models::BatchError;
-use codalab_wm_core::Error;
+use codalab_wm_backend::Error;
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use std::time::{Duration, SystemTime};

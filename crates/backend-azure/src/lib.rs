@@ -13,7 +13,7 @@
 //! - [`models`]: the request and response bodies, as the spec names them;
 //! - [`error`]: Batch errors to codalab-wm errors (throttling, temporary, permanent);
 //! - [`config`]: [`AzureBatchConfig`], upstream's flags;
-//! - [`backend`]: [`AzureBatchBackend`], the [`WorkerBackend`](codalab_wm_core::WorkerBackend);
+//! - [`backend`]: [`AzureBatchBackend`], the [`WorkerBackend`](codalab_wm_backend::WorkerBackend);
 //!
 //! The stateful fake of the service, and this backend's tests against it, are in
 //! `crates/testkit/azure` (`codalab-wm-fake-azure`).

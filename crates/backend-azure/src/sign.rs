@@ -10,8 +10,8 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use codalab_wm_core::Error;
-use codalab_wm_core::secret::Secret;
+use codalab_wm_backend::Error;
+use codalab_wm_backend::secret::Secret;
 use hmac::{Hmac, Mac};
 use reqwest::header::HeaderMap;
 use sha2::Sha256;

@@ -10,8 +10,8 @@
 use crate::error::{BACKEND, transport_error};
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use codalab_wm_core::secret::Secret;
-use codalab_wm_core::{Error, Result};
+use codalab_wm_backend::secret::Secret;
+use codalab_wm_backend::{Error, Result};
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

@@ -1,7 +1,7 @@
 //! [`GceBackend`]: each worker is one Compute Engine instance `cl-worker-<unique>`, labelled
 //! with the manager id, pool and origin; one filtered `instances.aggregatedList` per tick
 //! (every page) finds them in every zone, so a restarted manager adopts them. An instance
-//! labelled with another deployment's origin ([`codalab_wm_core::backend::origin`]) is not
+//! labelled with another deployment's origin ([`codalab_wm_backend::backend::origin`]) is not
 //! listed: neither counted, stopped, reaped nor deleted by `down`.
 //!
 //! - States: PROVISIONING/STAGING/PENDING → pending, RUNNING → active, anything else
@@ -26,10 +26,10 @@ use crate::config::{DEFAULT_METADATA_URL, GceConfig};
 use crate::error::BACKEND;
 use crate::models::{Instance, Operation};
 use crate::spec;
-use codalab_wm_core::backend;
-use codalab_wm_core::bundle::WorkerShape;
-use codalab_wm_core::secret::Credentials;
-use codalab_wm_core::{
+use codalab_wm_backend::backend;
+use codalab_wm_backend::bundle::WorkerShape;
+use codalab_wm_backend::secret::Credentials;
+use codalab_wm_backend::{
     CleanupItem, Error, JobState, LaunchRequest, Result, WorkerBackend, WorkerJob,
 };
 use std::collections::{HashMap, HashSet};

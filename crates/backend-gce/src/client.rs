@@ -8,7 +8,7 @@ use crate::error::{BACKEND, response_error, transport_error};
 use crate::models::{
     Instance, InstanceAggregatedList, InstanceResource, Operation, OperationAggregatedList,
 };
-use codalab_wm_core::{Error, Result};
+use codalab_wm_backend::{Error, Result};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;

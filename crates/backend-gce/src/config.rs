@@ -11,8 +11,8 @@
 //! password_secret = "codalab-password"          # Secret Manager, read by the instance
 //! ```
 
-use codalab_wm_core::Error;
-use codalab_wm_core::bundle::WorkerShape;
+use codalab_wm_backend::Error;
+use codalab_wm_backend::bundle::WorkerShape;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -130,7 +130,7 @@ pub struct GceConfig {
 
 impl Default for GceConfig {
     fn default() -> Self {
-        codalab_wm_core::describe::defaults()
+        codalab_wm_backend::describe::defaults()
     }
 }
 

@@ -2,15 +2,15 @@
 //! [`GceConfig`]), what `config check` needs and how it is built.
 
 use crate::{GceBackend, GceConfig};
-use codalab_wm_core::describe::{BackendConfig, BackendContext, Kind, Placement};
-use codalab_wm_core::{Result, WorkerBackend, WorkerShape};
+use codalab_wm_backend::describe::{BackendConfig, BackendContext, Kind, Placement};
+use codalab_wm_backend::{Result, WorkerBackend, WorkerShape};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
 /// The description of the Compute Engine backend, for the program's list of backends.
 pub static KIND: Kind<GceConfig> = Kind::new();
 
-#[codalab_wm_core::async_trait]
+#[codalab_wm_backend::async_trait]
 impl BackendConfig for GceConfig {
     const NAME: &'static str = crate::error::BACKEND;
     const TABLE: &'static str = "gce";
@@ -94,7 +94,7 @@ impl BackendConfig for GceConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use codalab_wm_core::describe::BackendKind;
+    use codalab_wm_backend::describe::BackendKind;
 
     #[test]
     fn pools_get_their_own_pool_label_and_identity_decides_sharing() {
@@ -119,7 +119,7 @@ mod tests {
     /// Spot VMs, the default, are reclaimable: their workers start with `--preemptible`.
     #[test]
     fn spot_instances_are_reclaimable_standard_ones_are_not() {
-        let mut config = codalab_wm_core::describe::defaults::<GceConfig>();
+        let mut config = codalab_wm_backend::describe::defaults::<GceConfig>();
         assert_eq!(config.provisioning, crate::Provisioning::Spot);
         assert!(BackendConfig::reclaimable(&config));
         config.provisioning = crate::Provisioning::Standard;

@@ -3,7 +3,7 @@
 //! else is permanent and carries the service's reason and message.
 
 use crate::models::ErrorBody;
-use codalab_wm_core::Error;
+use codalab_wm_backend::Error;
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use std::time::Duration;

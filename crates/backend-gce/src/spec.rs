@@ -11,14 +11,14 @@ use crate::models::{
     AcceleratorConfig, AccessConfig, AttachedDisk, AttachedDiskInitializeParams, InstanceResource,
     Metadata, MetadataItem, NetworkInterface, Scheduling, ServiceAccount,
 };
-use codalab_wm_core::WorkerOptions;
+use codalab_wm_backend::WorkerOptions;
 use std::collections::BTreeMap;
 
 /// The label holding the manager id.
 pub const MANAGER_LABEL: &str = "codalab-wm-manager";
 /// The label holding the pool.
 pub const POOL_LABEL: &str = "codalab-wm-pool";
-/// The label holding the deployment's origin ([`codalab_wm_core::backend::origin`]): which
+/// The label holding the deployment's origin ([`codalab_wm_backend::backend::origin`]): which
 /// deployment lists and reaps an instance.
 pub const ORIGIN_LABEL: &str = "codalab-wm-origin";
 /// The name prefix of worker instances.

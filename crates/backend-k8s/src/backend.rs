@@ -6,13 +6,13 @@ use crate::error::{BACKEND, from_kube};
 use crate::manifest::{WorkerTemplate, keys};
 use crate::names::{MANAGED_BY_LABEL, MANAGER_ID_LABEL, ORIGIN_LABEL};
 use crate::pods::{finished_beyond_limit, is_finished, job_from_pod};
-use codalab_wm_core::backend::{
+use codalab_wm_backend::backend::{
     self, CleanupItem, JobState, LaunchRequest, WorkerAccount, WorkerBackend, WorkerJob,
 };
-use codalab_wm_core::bundle::WorkerShape;
-use codalab_wm_core::command::WorkerOptions;
-use codalab_wm_core::error::{Error, Result};
-use codalab_wm_core::secret::Credentials;
+use codalab_wm_backend::bundle::WorkerShape;
+use codalab_wm_backend::command::WorkerOptions;
+use codalab_wm_backend::error::{Error, Result};
+use codalab_wm_backend::secret::Credentials;
 use k8s_openapi::api::core::v1::{Pod, Secret as SecretObject};
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use std::collections::HashMap;

@@ -2,7 +2,7 @@
 //! the kubeconfig / in-cluster service account when no host is given.
 
 use crate::config::{CertSource, KubernetesConfig};
-use codalab_wm_core::error::{Error, Result};
+use codalab_wm_backend::error::{Error, Result};
 use std::time::Duration;
 
 /// The longest wait for a TCP/TLS connection, whatever the request timeout.
@@ -104,7 +104,7 @@ mod tests {
     fn an_explicit_host_takes_token_and_cert() {
         let config = KubernetesConfig {
             cluster_host: Some("https://k8s.example:6443".into()),
-            auth_token: Some(codalab_wm_core::secret::Secret::new("tok")),
+            auth_token: Some(codalab_wm_backend::secret::Secret::new("tok")),
             cert: Some(PEM.replace('\n', r"\n")),
             ..KubernetesConfig::default()
         };

@@ -2,9 +2,9 @@
 //! flags of `cl-worker-manager kubernetes`), and their validation.
 
 use crate::names;
-use codalab_wm_core::bundle::WorkerShape;
-use codalab_wm_core::error::{Error, Result};
-use codalab_wm_core::secret::Secret;
+use codalab_wm_backend::bundle::WorkerShape;
+use codalab_wm_backend::error::{Error, Result};
+use codalab_wm_backend::secret::Secret;
 use serde::{Deserialize, Serialize};
 
 /// How workers run bundles (`cl-worker --bundle-runtime`).
@@ -105,7 +105,7 @@ pub struct KubernetesConfig {
 
 impl Default for KubernetesConfig {
     fn default() -> Self {
-        codalab_wm_core::describe::defaults()
+        codalab_wm_backend::describe::defaults()
     }
 }
 

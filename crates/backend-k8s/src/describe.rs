@@ -2,14 +2,14 @@
 //! [`KubernetesConfig`]), what `config check` needs and how it is built.
 
 use crate::{KubernetesBackend, KubernetesConfig};
-use codalab_wm_core::describe::{BackendConfig, BackendContext, Kind};
-use codalab_wm_core::{Result, WorkerBackend, WorkerShape};
+use codalab_wm_backend::describe::{BackendConfig, BackendContext, Kind};
+use codalab_wm_backend::{Result, WorkerBackend, WorkerShape};
 use std::sync::Arc;
 
 /// The description of the Kubernetes backend, for the program's list of backends.
 pub static KIND: Kind<KubernetesConfig> = Kind::new();
 
-#[codalab_wm_core::async_trait]
+#[codalab_wm_backend::async_trait]
 impl BackendConfig for KubernetesConfig {
     const NAME: &'static str = crate::error::BACKEND;
     const TABLE: &'static str = "kubernetes";

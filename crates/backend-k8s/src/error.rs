@@ -3,7 +3,7 @@
 //! are temporary, everything else (403 Forbidden, 422 Invalid …) is permanent and carries the
 //! API server's `Status` message.
 
-use codalab_wm_core::error::Error;
+use codalab_wm_backend::error::Error;
 use std::time::Duration;
 
 /// The backend name used in errors.

@@ -8,10 +8,10 @@
 use crate::config::{BundleRuntime, CertSource, KubernetesConfig};
 use crate::names;
 use crate::overrides::PodOverrides;
-use codalab_wm_core::backend;
-use codalab_wm_core::command::WorkerOptions;
-use codalab_wm_core::error::Result;
-use codalab_wm_core::secret::{Credentials, Secret};
+use codalab_wm_backend::backend;
+use codalab_wm_backend::command::WorkerOptions;
+use codalab_wm_backend::error::Result;
+use codalab_wm_backend::secret::{Credentials, Secret};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
     Affinity, Container, EnvVar, EnvVarSource, HostPathVolumeSource, ObjectFieldSelector,

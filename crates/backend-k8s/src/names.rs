@@ -7,7 +7,7 @@ pub const APP_LABEL: (&str, &str) = ("app", "cl-worker");
 pub const MANAGED_BY_LABEL: (&str, &str) = ("app.kubernetes.io/managed-by", "codalab-wm");
 /// The label key holding the manager id.
 pub const MANAGER_ID_LABEL: &str = "codalab-wm/manager-id";
-/// The label key holding the deployment's origin ([`codalab_wm_core::backend::origin`]: the
+/// The label key holding the deployment's origin ([`codalab_wm_backend::backend::origin`]: the
 /// workers' server and CodaLab user): a pod of another origin is another deployment's.
 pub const ORIGIN_LABEL: &str = "codalab-wm/origin";
 /// The node label the one-worker-per-node rule spreads over.

@@ -2,8 +2,8 @@
 //! are past the history limit.
 
 use crate::manifest::{CONTAINER_NAME, GPU_RESOURCE};
-use codalab_wm_core::backend::{JobState, WorkerJob};
-use codalab_wm_core::bundle::WorkerShape;
+use codalab_wm_backend::backend::{JobState, WorkerJob};
+use codalab_wm_backend::bundle::WorkerShape;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;

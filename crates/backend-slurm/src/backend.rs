@@ -6,9 +6,9 @@ use crate::script::{JobScript, redact};
 use crate::ssh::SshTransport;
 use crate::transport::{CallCounter, Invocation, Output, Transport};
 use crate::{scratch, squeue};
-use codalab_wm_core::backend::WorkerAccount;
-use codalab_wm_core::secret::Credentials;
-use codalab_wm_core::{
+use codalab_wm_backend::backend::WorkerAccount;
+use codalab_wm_backend::secret::Credentials;
+use codalab_wm_backend::{
     CleanupItem, Error, JobState, LaunchRequest, Result, WorkerBackend, WorkerJob, WorkerShape,
     async_trait,
 };
@@ -78,7 +78,7 @@ impl SlurmBackend {
         })
     }
 
-    /// This backend for the deployment of `origin` ([`codalab_wm_core::backend::origin`]):
+    /// This backend for the deployment of `origin` ([`codalab_wm_backend::backend::origin`]):
     /// it marks its jobs with it (`sbatch --comment`) and lists no job of another origin.
     pub fn with_origin(self, origin: Option<String>) -> Self {
         Self { origin, ..self }
@@ -165,7 +165,7 @@ impl SlurmBackend {
             invocation.secret_env = vec![
                 (
                     "CODALAB_USERNAME".into(),
-                    codalab_wm_core::secret::Secret::new(credentials.username.clone()),
+                    codalab_wm_backend::secret::Secret::new(credentials.username.clone()),
                 ),
                 ("CODALAB_PASSWORD".into(), credentials.password.clone()),
             ];
@@ -238,7 +238,7 @@ impl WorkerBackend for SlurmBackend {
             let worker_id = &script.worker_id;
             tracing::info!(%worker_id, path = %script.path, sbatch_option = comment, "dry run: would submit a batch script (printed on stdout)");
             let title = format!("dry run: the batch script of {worker_id}");
-            tracing::info!(target: codalab_wm_core::BLOCK_TARGET, %title, %text);
+            tracing::info!(target: codalab_wm_backend::BLOCK_TARGET, %title, %text);
             let job = WorkerJob::new(format!("dry-run-{}", request.unique), JobState::Ended);
             return Ok(WorkerJob {
                 name: script.worker_id,
@@ -339,8 +339,8 @@ impl WorkerBackend for SlurmBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use codalab_wm_core::WorkerOptions;
-    use codalab_wm_core::secret::Secret;
+    use codalab_wm_backend::WorkerOptions;
+    use codalab_wm_backend::secret::Secret;
 
     fn backend(config: SlurmConfig) -> SlurmBackend {
         let config = SlurmConfig {
@@ -356,7 +356,7 @@ mod tests {
     }
 
     /// The workers' account, as the manager can tell it (refused at start when another named
-    /// user: `codalab_wm_core::backend::check_worker_account`).
+    /// user: `codalab_wm_backend::backend::check_worker_account`).
     #[test]
     fn the_workers_account_is_the_password_files_first_line_when_the_manager_can_read_it() {
         use std::path::{Path, PathBuf};

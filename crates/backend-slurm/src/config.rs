@@ -4,8 +4,8 @@
 //! into; [`SlurmConfig::validate`] checks it once and resolves the defaults that depend on the
 //! machine (the current user), giving the [`Settings`] the backend runs with.
 
-use codalab_wm_core::command::{MAX_CHECKIN_ID_LEN, checkin_id};
-use codalab_wm_core::{Error, Result, WorkerShape};
+use codalab_wm_backend::command::{MAX_CHECKIN_ID_LEN, checkin_id};
+use codalab_wm_backend::{Error, Result, WorkerShape};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -83,7 +83,7 @@ pub const MAX_COMMAND_TIMEOUT_SECONDS: u64 = 3600;
 
 impl Default for SlurmConfig {
     fn default() -> Self {
-        codalab_wm_core::describe::defaults()
+        codalab_wm_backend::describe::defaults()
     }
 }
 
@@ -136,7 +136,7 @@ impl Settings {
         let worker_id = format!(
             "{}{}",
             self.job_name_prefix(),
-            codalab_wm_core::backend::new_unique()
+            codalab_wm_backend::backend::new_unique()
         );
         let len = checkin_id(&worker_id).len();
         let Some(over) = len.checked_sub(MAX_CHECKIN_ID_LEN).filter(|o| *o > 0) else {

@@ -2,15 +2,15 @@
 //! what `config check` needs and how it is built.
 
 use crate::{SlurmBackend, SlurmConfig};
-use codalab_wm_core::describe::{BackendConfig, BackendContext, Kind, Placement};
-use codalab_wm_core::{Result, WorkerBackend, WorkerShape};
+use codalab_wm_backend::describe::{BackendConfig, BackendContext, Kind, Placement};
+use codalab_wm_backend::{Result, WorkerBackend, WorkerShape};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
 /// The description of the Slurm backend, for the program's list of backends.
 pub static KIND: Kind<SlurmConfig> = Kind::new();
 
-#[codalab_wm_core::async_trait]
+#[codalab_wm_backend::async_trait]
 impl BackendConfig for SlurmConfig {
     const NAME: &'static str = crate::error::BACKEND;
     const TABLE: &'static str = "slurm_batch";
@@ -94,12 +94,12 @@ impl BackendConfig for SlurmConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use codalab_wm_core::describe::BackendKind;
+    use codalab_wm_backend::describe::BackendKind;
     use figment::Figment;
     use figment::providers::{Format, Serialized, Toml};
 
     /// The `[slurm_batch]` file table with the flags given on the command line over it.
-    fn read(file: &str, flags: &[&str]) -> Result<codalab_wm_core::describe::Table> {
+    fn read(file: &str, flags: &[&str]) -> Result<codalab_wm_backend::describe::Table> {
         let matches = KIND
             .command()
             .no_binary_name(true)

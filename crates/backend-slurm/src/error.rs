@@ -2,7 +2,7 @@
 //! that does not answer is temporary (the core retries on a later tick), anything else Slurm
 //! refuses (bad partition, too many CPUs, bad gres …) is permanent and carries Slurm's message.
 
-use codalab_wm_core::Error;
+use codalab_wm_backend::Error;
 
 /// The backend name used in errors.
 pub const BACKEND: &str = "slurm-batch";

@@ -8,12 +8,12 @@
 //! - [`script`]: the batch script of one worker (what upstream writes, shell-quoted, `exec`'d);
 //! - [`squeue`]: the one listing command per tick and its parsing;
 //! - [`transport`] and [`ssh`]: where the commands run (local child process or SSH session);
-//! - [`backend`]: [`SlurmBackend`], the [`WorkerBackend`](codalab_wm_core::WorkerBackend);
+//! - [`backend`]: [`SlurmBackend`], the [`WorkerBackend`](codalab_wm_backend::WorkerBackend);
 //! - [`error`]: which Slurm failures are temporary.
 //!
 //! Jobs belong to this manager when their name starts with `<user>-<job-name>-`, so a restarted
 //! manager finds the jobs an earlier one submitted, and their `--comment` carries no origin or
-//! this deployment's ([`codalab_wm_core::backend::origin`]): another server's or CodaLab
+//! this deployment's ([`codalab_wm_backend::backend::origin`]): another server's or CodaLab
 //! user's jobs under the same name are not listed. The comment is passed on `sbatch`'s command
 //! line; the script's `#SBATCH` lines stay upstream's.
 //!

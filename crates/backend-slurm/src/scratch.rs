@@ -3,7 +3,7 @@
 //! remove: those of this manager's workers (name starts with `<user>-<job-name>-`) whose job
 //! is no longer pending or running.
 
-use codalab_wm_core::WorkerJob;
+use codalab_wm_backend::WorkerJob;
 use std::collections::HashSet;
 
 /// Lists the directories directly under `$1`, one name a line; nothing when `$1` is missing.
@@ -47,7 +47,7 @@ pub fn finished_worker_dirs(listing: &str, prefix: &str, jobs: &[WorkerJob]) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use codalab_wm_core::JobState;
+    use codalab_wm_backend::JobState;
 
     #[test]
     fn only_own_finished_workers() {

@@ -8,7 +8,7 @@
 //! `#SBATCH --export` names what the job gets (not the manager's whole environment).
 
 use crate::config::Settings;
-use codalab_wm_core::WorkerOptions;
+use codalab_wm_backend::WorkerOptions;
 use std::collections::BTreeMap;
 
 /// The worker's working directory, relative to `--worker-work-dir-prefix` (as upstream).
@@ -198,7 +198,7 @@ mod tests {
     fn default_script_snapshot() {
         let script = script(SlurmConfig::default());
         let id = "alice-codalab-slurm-worker-0123456789abcdef0123456789abcdef";
-        let export = codalab_wm_core::command::WORKER_ENV.join(",");
+        let export = codalab_wm_backend::command::WORKER_ENV.join(",");
         assert_eq!(script.worker_id, id);
         assert_eq!(script.dir, format!("slurm-worker-scratch/{id}"));
         assert_eq!(script.path, format!("slurm-worker-scratch/{id}/{id}.slurm"));
@@ -268,7 +268,7 @@ exec srun --unbuffered cl-worker --server https://cl.example --verbose --exit-wh
                 "#SBATCH --exclude=node3,node4",
                 &format!(
                     "#SBATCH --export={}",
-                    codalab_wm_core::command::WORKER_ENV.join(",")
+                    codalab_wm_backend::command::WORKER_ENV.join(",")
                 ),
                 "#SBATCH --gres=gpu:a100:2",
                 &format!("#SBATCH --job-name={id}"),

@@ -6,14 +6,14 @@
 //! time, comment. Whatever the number of jobs, one call. The comment carries the origin of
 //! the deployment that submitted the job ([`ORIGIN_COMMENT`]).
 
-use codalab_wm_core::backend::is_listed;
-use codalab_wm_core::{Error, JobState, Result, WorkerJob};
+use codalab_wm_backend::backend::is_listed;
+use codalab_wm_backend::{Error, JobState, Result, WorkerJob};
 use std::time::{Duration, SystemTime};
 
 /// The `--format` of the listing: id, name, state, reason, submit time, comment.
 pub const FORMAT: &str = "%i|%j|%T|%r|%V|%k";
 
-/// What precedes the origin ([`codalab_wm_core::backend::origin`]) in the `--comment` of the
+/// What precedes the origin ([`codalab_wm_backend::backend::origin`]) in the `--comment` of the
 /// jobs this manager submits: `codalab-wm-origin=<16 hex>`.
 pub const ORIGIN_COMMENT: &str = "codalab-wm-origin=";
 

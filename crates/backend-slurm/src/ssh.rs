@@ -13,7 +13,7 @@
 use crate::config::SshTarget;
 use crate::error::transport_failed;
 use crate::transport::{Invocation, Output};
-use codalab_wm_core::{Error, Result};
+use codalab_wm_backend::{Error, Result};
 use ssh2::{CheckResult, KnownHostFileKind, Session};
 use std::collections::BTreeSet;
 use std::io::{Read, Write};

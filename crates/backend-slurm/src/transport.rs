@@ -8,8 +8,8 @@
 
 use crate::error::transport_failed;
 use crate::ssh::SshTransport;
-use codalab_wm_core::Result;
-use codalab_wm_core::secret::Secret;
+use codalab_wm_backend::Result;
+use codalab_wm_backend::secret::Secret;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

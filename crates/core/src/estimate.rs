@@ -79,7 +79,7 @@ pub enum StartEstimate {
     NotWhile {
         /// The reason's code (`quota_exhausted`, `no_fitting_pool`, `max_reached`, …).
         #[serde(deserialize_with = "crate::interned::deserialize")]
-        reason: &'static str,
+        reason: crate::interned::Code,
         /// In words.
         detail: String,
     },

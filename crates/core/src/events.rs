@@ -53,7 +53,7 @@ pub struct CapacitySwitch {
     pub fallback: String,
     /// `to_fallback`, `retry` or `restored`.
     #[serde(deserialize_with = "crate::interned::deserialize")]
-    pub switch: &'static str,
+    pub switch: crate::interned::Code,
     /// Why (to the fallback).
     pub why: Option<String>,
 }

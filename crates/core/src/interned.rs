@@ -8,6 +8,10 @@ use serde::{Deserialize, Deserializer, de::Error as _};
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
+/// A code the manager writes (`&'static str`). The alias is what serde reads through
+/// [`deserialize`]: a field of type `&'static str` itself would be borrowed from the document.
+pub type Code = &'static str;
+
 /// Distinct codes kept at most (the manager writes a few dozen).
 const MAX_CODES: usize = 1024;
 
@@ -15,7 +19,7 @@ const MAX_CODES: usize = 1024;
 static CODES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
 
 /// A code read back (`deserialize_with`).
-pub(crate) fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<&'static str, D::Error> {
+pub(crate) fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<Code, D::Error> {
     let code = String::deserialize(from)?;
     intern(code).ok_or_else(|| D::Error::custom("more distinct codes than any manager writes"))
 }

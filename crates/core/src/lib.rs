@@ -87,17 +87,14 @@
 //! [CodaLab Worksheets]: https://worksheets.codalab.org
 #![warn(missing_docs)]
 
-pub mod backend;
 pub mod budget;
-pub mod bundle;
 pub mod checkin;
 pub mod codalab;
-pub mod command;
-pub mod describe;
+#[cfg(all(test, feature = "local"))]
+mod describe_tests;
 pub mod dispatch;
 pub mod down;
 pub(crate) mod engine;
-pub mod error;
 pub mod estimate;
 pub mod events;
 mod interned;
@@ -110,27 +107,17 @@ pub mod policy;
 pub mod pools;
 pub mod retry;
 mod seconds;
-pub mod secret;
 pub mod settings;
 pub mod simulate;
-pub mod size;
 pub mod status;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-/// The `tracing` target of events that carry a block of text for a person, in the fields
-/// `title` and `text` (a dry run's batch script): a text log shows them as a block on stdout
-/// rather than as one escaped line (`codalab_wm_app::logging::BlockPrinter`); a JSON log has
-/// them as any other event.
-pub const BLOCK_TARGET: &str = "codalab_wm::block";
-
-pub use async_trait::async_trait;
-pub use backend::{CleanupItem, JobState, LaunchRequest, WorkerBackend, WorkerJob};
-pub use bundle::{StagedBundle, WorkerShape};
-pub use command::WorkerOptions;
-pub use error::{Error, Result};
+// The backend contract, under the paths core has always had them.
+pub use codalab_wm_backend::{
+    BLOCK_TARGET, CleanupItem, DEFAULT_SERVER, Error, JobState, LaunchRequest, Result,
+    StagedBundle, WorkerBackend, WorkerJob, WorkerOptions, WorkerShape, async_trait, backend,
+    bundle, command, describe, error, secret, size,
+};
 pub use manager::{Manager, ManagerConfig, Pool};
 pub use pools::{LaunchMode, PoolPolicy, SingleBackendFlags};
-
-/// The CodaLab server workers and the manager talk to unless told otherwise (upstream's default).
-pub const DEFAULT_SERVER: &str = "https://worksheets.codalab.org";

@@ -175,7 +175,7 @@ pub enum Reason {
         job_id: String,
         /// The rule that would stop it (`pending_timeout`, `worker_lost`).
         #[serde(deserialize_with = "crate::interned::deserialize")]
-        rule: &'static str,
+        rule: crate::interned::Code,
         /// Seconds pending or without a check-in.
         seconds: u64,
         /// The rule's limit.

@@ -5,7 +5,7 @@
 //!
 //! [`Status`] reads back from that JSON too (missing fields take their defaults), so that
 //! `status` and the page present one structure: it reads back from its JSON document (its
-//! codes, `&'static str` where the manager writes them, through [`crate::interned`]).
+//! codes, `&'static str` where the manager writes them, through a table of interned codes).
 
 use crate::bundle::WorkerShape;
 use crate::checkin::WorkerState;
@@ -102,7 +102,7 @@ pub struct FailureRecord {
     /// `submit_failed`, `job_failed_before_active`, `ended_before_checkin`, `worker_lost`,
     /// `worker_unconfirmed` or `pending_timeout`.
     #[serde(deserialize_with = "crate::interned::deserialize")]
-    pub kind: &'static str,
+    pub kind: crate::interned::Code,
     /// The error, the job's reason, or the job id.
     pub detail: String,
 }
@@ -158,7 +158,7 @@ pub struct ScoredEstimate {
     pub uuid: String,
     /// The estimate's kind (`worker_checkin`, `after_runs` …).
     #[serde(deserialize_with = "crate::interned::deserialize")]
-    pub kind: &'static str,
+    pub kind: crate::interned::Code,
     /// |predicted start − the tick that saw it gone|, in seconds.
     pub error_seconds: u64,
 }
@@ -302,7 +302,7 @@ pub struct Counter {
     /// `launches`, `stops`, `decisions`, `unserved`, `job_failures`, `job_preemptions` or
     /// `backoffs`.
     #[serde(deserialize_with = "crate::interned::deserialize")]
-    pub metric: &'static str,
+    pub metric: crate::interned::Code,
     /// The pool (empty for `unserved`).
     pub pool: String,
     /// The result or reason (`started`, `pending_timeout`, `rate_limited` …).

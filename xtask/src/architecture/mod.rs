@@ -22,10 +22,19 @@ pub const MAX_FILE_LINES: usize = 600;
 /// Lines a function outside tests may have.
 pub const MAX_FN_LINES: usize = 80;
 /// The crates whose modules must not import each other in a cycle.
-pub const CYCLE_FREE: [&str; 4] = ["cli", "core", "app", "operator"];
+pub const CYCLE_FREE: [&str; 5] = ["cli", "core", "backend", "app", "operator"];
 /// Packages core's normal dependencies must not include: the metrics registry, the HTTP server
 /// and the shell completions belong to the application (`crates/app`, `crates/cli`).
 pub const NOT_IN_CORE: [&str; 3] = ["prometheus-client", "axum", "clap_complete"];
+/// The backend crates: through their normal dependencies they reach the backend contract
+/// (`codalab-wm-backend`), never the manager (`codalab-wm-core`).
+pub const BACKENDS: [&str; 5] = [
+    "codalab-wm-aws",
+    "codalab-wm-azure",
+    "codalab-wm-gce",
+    "codalab-wm-k8s",
+    "codalab-wm-slurm",
+];
 /// What core's sources must not contain: pages and charts are the application's.
 const MARKUP: [&str; 2] = ["<svg", "<html"];
 
@@ -58,6 +67,15 @@ pub fn run(_args: &[String]) -> Result<()> {
         }
     }
     breaches.extend(core_is_lean(&root)?);
+    for backend in BACKENDS {
+        let tree = normal_dependencies(&root, backend)?;
+        if packages(&tree).any(|p| p == "codalab-wm-core") {
+            breaches.push(format!(
+                "{backend} depends on codalab-wm-core (a backend depends on the contract, \
+                 codalab-wm-backend, only)"
+            ));
+        }
+    }
     for (path, source) in sources(&root.join("crates"))? {
         breaches.extend(
             sizes(&source.lines)
@@ -74,7 +92,7 @@ pub fn run(_args: &[String]) -> Result<()> {
     }
     eprintln!(
         "architecture: crates/cli/src {total} lines, no import cycle, core without markup or \
-         {NOT_IN_CORE:?}, sizes within limits"
+         {NOT_IN_CORE:?}, backends on the contract alone, sizes within limits"
     );
     Ok(())
 }
@@ -93,15 +111,19 @@ fn core_is_lean(root: &Path) -> Result<Vec<String>> {
             })
         })
         .collect();
-    let args = [
-        "tree",
-        "-p",
-        "codalab-wm-core",
-        "-e",
-        "normal",
-        "--prefix",
-        "none",
-    ];
+    breaches.extend(
+        forbidden(&normal_dependencies(root, "codalab-wm-core")?)
+            .into_iter()
+            .map(|p| {
+                format!("codalab-wm-core depends on {p} (it belongs in crates/app or crates/cli)")
+            }),
+    );
+    Ok(breaches)
+}
+
+/// `cargo tree -p PACKAGE -e normal --prefix none` (its default features).
+fn normal_dependencies(root: &Path, package: &str) -> Result<String> {
+    let args = ["tree", "-p", package, "-e", "normal", "--prefix", "none"];
     let output = std::process::Command::new(env!("CARGO"))
         .args(args)
         .current_dir(root)
@@ -109,14 +131,13 @@ fn core_is_lean(root: &Path) -> Result<Vec<String>> {
     if !output.status.success() {
         bail!("cargo {} failed ({})", args.join(" "), output.status);
     }
-    breaches.extend(
-        forbidden(&String::from_utf8_lossy(&output.stdout))
-            .into_iter()
-            .map(|p| {
-                format!("codalab-wm-core depends on {p} (it belongs in crates/app or crates/cli)")
-            }),
-    );
-    Ok(breaches)
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The packages a `cargo tree --prefix none` listing names.
+fn packages(tree: &str) -> impl Iterator<Item = &str> {
+    tree.lines()
+        .filter_map(|line| line.split_whitespace().next())
 }
 
 /// Which of [`MARKUP`] production code (comments and tests left out) contains.
@@ -126,8 +147,7 @@ fn markup(code: &str) -> Vec<&'static str> {
 
 /// The packages of [`NOT_IN_CORE`] a `cargo tree --prefix none` listing names.
 fn forbidden(tree: &str) -> BTreeSet<&str> {
-    tree.lines()
-        .filter_map(|line| line.split_whitespace().next())
+    packages(tree)
         .filter(|package| NOT_IN_CORE.contains(package))
         .collect()
 }

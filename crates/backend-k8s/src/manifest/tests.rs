@@ -42,7 +42,7 @@ fn the_default_pod_is_upstreams_with_the_fixes() {
     assert_eq!(
         pod["metadata"]["labels"],
         json!({"app": "cl-worker", "app.kubernetes.io/managed-by": "codalab-wm", "codalab-wm/manager-id": "default",
-               "codalab-wm/origin": codalab_wm_core::backend::origin("https://cl.example", "alice")})
+               "codalab-wm/origin": codalab_wm_backend::backend::origin("https://cl.example", "alice")})
     );
     let spec = &pod["spec"];
     assert_eq!(spec["restartPolicy"], "Never");

@@ -63,7 +63,7 @@ pub enum UnmetReason {
     Paced {
         /// `rate_limited` or `launch_cap_reached`.
         #[serde(deserialize_with = "crate::interned::deserialize")]
-        by: &'static str,
+        by: crate::interned::Code,
     },
     /// They wait for the pool's starting workers (pending, or running and not yet checked in).
     WaitingForStarting {
@@ -96,7 +96,7 @@ pub enum UnmetReason {
     PoolUnavailable {
         /// The reason code.
         #[serde(deserialize_with = "crate::interned::deserialize")]
-        code: &'static str,
+        code: crate::interned::Code,
         /// The reason, in words.
         detail: String,
     },

@@ -120,7 +120,7 @@ fn read_file(path: &Path) -> std::result::Result<Secret, String> {
 
 /// The secrets directory's `TABLE.KEY` files of backend table `table`, as a settings layer
 /// (empty without a directory).
-pub(crate) fn layer(table: &str) -> Result<figment::Figment> {
+pub fn layer(table: &str) -> Result<figment::Figment> {
     let mut figment = figment::Figment::new();
     let Some(dir) = dir() else {
         return Ok(figment);
@@ -151,7 +151,7 @@ impl figment::Provider for SecretFile {
 /// Every file of the secrets directory checked (at start and at each reload, before any is
 /// used): `tables` are the backend tables; `pools`: the config declares `[[pools]]`, whose
 /// backend tables are read from the config file alone, so a `TABLE.KEY` file would be unused.
-pub(crate) fn check(tables: &[&str], pools: bool) -> Result<()> {
+pub fn check(tables: &[&str], pools: bool) -> Result<()> {
     let Some(dir) = dir() else {
         return Ok(());
     };

@@ -134,7 +134,7 @@ pub(crate) fn read_guarded(
 /// `url` with the password of its userinfo (`http://user:pw@host`) replaced by `***`, for
 /// logs and error messages; `url` itself when it has none (or is not a URL).
 pub fn redact_url(url: &str) -> std::borrow::Cow<'_, str> {
-    match reqwest::Url::parse(url) {
+    match url::Url::parse(url) {
         Ok(mut parsed) if parsed.password().is_some() => {
             let _ = parsed.set_password(Some("***"));
             let mut text = parsed.to_string();

@@ -1,7 +1,7 @@
 //! The worker backend trait: what a compute platform must do for the manager.
 //!
 //! A backend only knows its platform. It reports facts (which of *its own* worker jobs exist,
-//! in which state, since when) and starts or stops jobs when told; the [`policy`](crate::policy)
+//! in which state, since when) and starts or stops jobs when told; the policy (`codalab_wm_core::policy`)
 //! decides. Ownership comes from the platform (a job name prefix, labels, tags), so a backend
 //! created after a restart lists the jobs an earlier process started: there is no local state
 //! to lose. Jobs another deployment started under the same names carry another
@@ -213,7 +213,7 @@ pub trait WorkerBackend: Send + Sync + Debug + 'static {
 
     /// Whether the platform holds pending `job` by itself rather than for capacity (Slurm's
     /// `JobHeldAdmin`, `Dependency`, `BeginTime` …): such a job counts toward `max` but is no
-    /// starting worker, stretches no estimated wait and spills nothing ([`crate::pools`]).
+    /// starting worker, stretches no estimated wait and spills nothing (`codalab_wm_core::pools`).
     /// The backend says which of its reasons are holds; none by default.
     fn on_hold(&self, _job: &WorkerJob) -> bool {
         false

@@ -103,7 +103,7 @@ pub enum Error {
     },
     /// The platform has no capacity for a worker now: a Spot stockout, every zone
     /// exhausted. A launch failure (the pool backs off) and a capacity event for the pool's
-    /// `fallback` ([`crate::pools::fallback`]).
+    /// `fallback` (`codalab_wm_core::pools::fallback`).
     #[error("{backend} has no capacity for a worker now: {message}")]
     NoCapacity {
         /// The backend name.

@@ -11,7 +11,7 @@ pub struct StagedBundle {
     /// The owner's user name, when the server included it.
     pub owner: Option<String>,
     /// The owner's user id (`relationships.owner`), when the server gave it: what the
-    /// server's worker list names owners by ([`crate::dispatch`]).
+    /// server's worker list names owners by (`codalab_wm_core::dispatch`).
     pub owner_id: Option<String>,
     /// Its `request_priority`, when it has one (the server dispatches higher first).
     pub priority: Option<i64>,

@@ -1,5 +1,9 @@
-use super::*;
+//! The backend contract's `describe`, through the local backend (the contract has no backend
+//! of its own).
+
+use crate::describe::*;
 use crate::local::LocalConfig;
+use serde_json::Value;
 
 fn parse(kind: &dyn BackendKind, args: &[&str]) -> Value {
     let matches = kind

@@ -94,7 +94,7 @@ pub trait BackendConfig:
     /// Whether the platform may take these settings' workers away (a Spot or preemptible VM),
     /// as far as the table can tell. Their workers then start with `cl-worker --preemptible`,
     /// so that CodaLab stages their runs again instead of losing them (see
-    /// [`crate::layout::preemptible`]).
+    /// `codalab_wm_core::layout::preemptible`).
     fn reclaimable(&self) -> bool {
         false
     }
@@ -491,6 +491,3 @@ impl<'de> serde::Deserializer<'de> for Introspect<'_> {
 }
 
 type Result2<T> = std::result::Result<T, serde::de::value::Error>;
-
-#[cfg(test)]
-mod tests;
