@@ -17,7 +17,7 @@ pub struct SizeError {
 /// Parses a CodaLab size string into bytes.
 ///
 /// ```
-/// use codalab_wm_core::size::parse_size;
+/// use codalab_wm_backend::size::parse_size;
 /// assert_eq!(parse_size("4g").unwrap(), 4 * 1024 * 1024 * 1024);
 /// assert_eq!(parse_size("").unwrap(), 0);
 /// ```
