@@ -40,7 +40,7 @@ const COLUMNS: &[Column] = &[
     column("Backoff", "launches paused after failures"),
     column(
         "Budget (24 h)",
-        "worker-hours used in the last 24 hours / the limit",
+        "worker-hours of the last 24 hours / the limit: a worker counts the larger of its minimum life (idle_seconds, charged when it is launched) and the time its job is active",
     ),
 ];
 

@@ -138,14 +138,6 @@ fn config(dir: &Path, tag: &str, prefix: &str) -> PathBuf {
     path
 }
 
-/// The `--listen` address from the startup log line.
-fn listening(manager: &Manager) -> Option<String> {
-    let log = manager.log();
-    let rest = log.split("serving /metrics").nth(1)?;
-    let addr = rest.split("addr=").nth(1)?.split_whitespace().next()?;
-    Some(format!("http://{addr}"))
-}
-
 /// `/status` as JSON, if it answers (one HTTP/1.0 request, bounded by 10 s timeouts).
 fn status(base: &str) -> Option<serde_json::Value> {
     use std::io::{Read, Write};
@@ -219,9 +211,9 @@ fn chromium_shows_the_pools_as_squeue_and_the_reasons_as_status() {
     let args = ["--config".to_owned(), config.display().to_string()];
     let mut manager = Manager::start(&args, ("alice", "alicepw"), &[]);
     manager.wait_until("the --listen line", Duration::from_secs(60), |m| {
-        listening(m).is_some()
+        m.listen_address().is_some()
     });
-    let base = listening(&manager).unwrap();
+    let base = manager.listen_address().unwrap();
     // Bounded (180 s): until /status and squeue agree on every pool at its max, all running.
     manager.wait_until("every pool at max", Duration::from_secs(180), |_| {
         status(&base).is_some_and(|s| settled(&s, &squeue(&format!("{user}-{prefix}"))))

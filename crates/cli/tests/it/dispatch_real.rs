@@ -61,12 +61,10 @@ fn args(tag: &str, cpus: u32, max: u32, dir: &Path) -> Vec<String> {
 /// `GET path` from the manager's `--listen` address (in its "serving /metrics" log line).
 fn get(manager: &Manager, path: &str) -> String {
     use std::io::{Read, Write};
-    let log = manager.log();
-    let addr = log
-        .lines()
-        .find_map(|l| l.split("serving /metrics").nth(1)?.split("addr=").nth(1))
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no listen address in:\n{log}"));
+    let base = manager.listen_address();
+    let addr = (base.as_deref())
+        .and_then(|base| base.strip_prefix("http://"))
+        .unwrap_or_else(|| panic!("no listen address in:\n{}", manager.log()));
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
     let mut reply = String::new();

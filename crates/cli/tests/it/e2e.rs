@@ -10,17 +10,20 @@
 //! under `CI=true` it fails.
 
 use crate::support;
+use support::manager::{BIN, Manager, command};
 use support::{SERVER, codalab_running, slurm_running, stage, unique};
 
 use codalab_wm_core::testing::require_service;
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
+/// The line the manager logs at every tick.
+const STATUS_LINE: &str = " worker jobs (min=";
+/// How long a wait for the manager may take (bounded polls, not a sleep).
+const WITHIN: Duration = Duration::from_secs(180);
 
 /// A worker stand-in that records its argv and credentials in `dir`, then waits (bounded).
 fn stand_in(dir: &Path) -> PathBuf {
@@ -51,72 +54,6 @@ fn recorded(dir: &Path, prefix: &str) -> Vec<(String, String)> {
         .collect();
     files.sort();
     files
-}
-
-/// A running manager whose stderr is collected line by line.
-struct Running {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-}
-
-impl Running {
-    fn start(args: &[String], password: &str) -> Self {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .env("CODALAB_USERNAME", "alice")
-            .env("CODALAB_PASSWORD", password)
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Self { child, lines }
-    }
-
-    fn log(&self) -> String {
-        self.lines.lock().unwrap().join("\n")
-    }
-
-    fn ticks(&self) -> usize {
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.contains(" worker jobs (min="))
-            .count()
-    }
-
-    /// Waits (bounded: 180 s) until `done` holds.
-    fn wait_until(&mut self, what: &str, done: impl Fn(&Self) -> bool) {
-        for _ in 0..1800 {
-            if done(self) {
-                return;
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!(
-                    "manager exited ({status}) while waiting for {what}:\n{}",
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("timed out waiting for {what}:\n{}", self.log());
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Stops the stand-in workers recorded in a local state dir.
@@ -201,12 +138,14 @@ fn local_backend_against_a_real_codalab_server() {
     .map(|s| s.to_string())
     .collect();
 
-    let mut first = Running::start(&args, "alicepw");
-    first.wait_until("three workers", |_| {
+    let mut first = Manager::start(&args, ("alice", "alicepw"), &[]);
+    first.wait_until("three workers", WITHIN, |_| {
         recorded(dir.path(), "argv-").len() == 3
     });
-    let ticks = first.ticks();
-    first.wait_until("three more ticks", |m| m.ticks() >= ticks + 3);
+    let ticks = first.count(STATUS_LINE);
+    first.wait_until("three more ticks", WITHIN, |m| {
+        m.count(STATUS_LINE) >= ticks + 3
+    });
     let log = first.log();
     assert_eq!(
         recorded(dir.path(), "argv-").len(),
@@ -245,16 +184,10 @@ fn local_backend_against_a_real_codalab_server() {
     );
 
     // Kill the manager outright; a new one finds the three running workers and adds none.
-    drop(first);
-    let mut once = args.clone();
-    once.insert(0, "--once".into());
-    let second = Command::new(BIN)
-        .args(&once)
-        .env("CODALAB_USERNAME", "alice")
-        .env("CODALAB_PASSWORD", "alicepw")
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
+    first.kill();
+    let mut once: Vec<&str> = args.iter().map(String::as_str).collect();
+    once.insert(0, "--once");
+    let second = command(&once).output().unwrap();
     let log = String::from_utf8_lossy(&second.stderr);
     stop_local_workers(&state);
     assert!(second.status.success(), "{log}");
@@ -382,12 +315,13 @@ fn slurm_backend_against_real_codalab_and_real_slurm() {
     }
     let _cancel = Cancel(prefix.clone());
     let max_seen = Arc::new(Mutex::new(0usize));
-    let mut manager = Running::start(&args, "alicepw");
+    let mut manager = Manager::start(&args, ("alice", "alicepw"), &[]);
     let seen = max_seen.clone();
     let prefix_ = prefix.clone();
     let records = dir.path().to_path_buf();
     manager.wait_until(
         "two workers running the stand-in on the cluster",
+        WITHIN,
         move |_| {
             let jobs = squeue_names(&prefix_);
             let mut max = seen.lock().unwrap();
@@ -395,13 +329,13 @@ fn slurm_backend_against_real_codalab_and_real_slurm() {
             recorded(&records, "argv-").len() == 2
         },
     );
-    let ticks = manager.ticks();
+    let ticks = manager.count(STATUS_LINE);
     let seen = max_seen.clone();
     let prefix_ = prefix.clone();
-    manager.wait_until("three more ticks", move |m| {
+    manager.wait_until("three more ticks", WITHIN, move |m| {
         let mut max = seen.lock().unwrap();
         *max = (*max).max(squeue_names(&prefix_).len());
-        m.ticks() >= ticks + 3
+        m.count(STATUS_LINE) >= ticks + 3
     });
     let log = manager.log();
     assert_eq!(

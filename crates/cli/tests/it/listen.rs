@@ -82,10 +82,8 @@ impl Limited {
     async fn addr(&mut self) -> SocketAddr {
         self.wait_for("the --listen address", |m| m.count("serving /metrics") > 0)
             .await;
-        let log = self.log();
-        let line = log.lines().find(|l| l.contains("serving /metrics"));
-        let addr = line.and_then(|l| l.split("addr=").nth(1)?.split_whitespace().next());
-        addr.unwrap().parse().unwrap()
+        let base = self.0.listen_address().unwrap();
+        base.trim_start_matches("http://").parse().unwrap()
     }
 
     /// The soft and hard limits of open files of the running manager.

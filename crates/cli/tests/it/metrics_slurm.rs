@@ -10,17 +10,14 @@
 //! skips the test; under `CI=true` it fails.
 
 use crate::support;
+use support::manager::Manager;
 use support::{SERVER, codalab_running, slurm_running, stage, unique};
 
 use codalab_wm_core::testing::require_service;
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::Duration;
-
-const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
 
 /// A worker stand-in that waits (bounded), so that its Slurm job stays RUNNING.
 fn stand_in(dir: &Path) -> PathBuf {
@@ -55,61 +52,6 @@ impl Drop for Cancel {
         for (id, _) in squeue(&self.0) {
             let _ = Command::new("scancel").arg(id).status();
         }
-    }
-}
-
-/// A running manager whose stderr is collected.
-struct Running {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-}
-
-impl Running {
-    fn start(args: &[String]) -> Self {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .env("CODALAB_USERNAME", "alice")
-            .env("CODALAB_PASSWORD", "alicepw")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Self { child, lines }
-    }
-
-    fn log(&self) -> String {
-        self.lines.lock().unwrap().join("\n")
-    }
-
-    fn alive(&mut self) {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!("manager exited ({status}):\n{}", self.log());
-        }
-    }
-
-    /// The `--listen` address from the "serving /metrics" log line.
-    fn listening(&self) -> Option<String> {
-        self.lines.lock().unwrap().iter().find_map(|l| {
-            let rest = l.split("serving /metrics").nth(1)?;
-            let addr = rest.split("addr=").nth(1)?.split_whitespace().next()?;
-            Some(format!("http://{addr}"))
-        })
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -183,7 +125,7 @@ async fn metrics_match_squeue_during_a_real_slurm_run() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let mut manager = Running::start(&args);
+    let mut manager = Manager::start(&args, ("alice", "alicepw"), &[]);
     let pool = "slurm-batch";
     let started = format!(r#"codalab_wm_launches_total{{pool="{pool}",result="started"}}"#);
     let active = format!(r#"codalab_wm_worker_jobs{{pool="{pool}",state="active"}}"#);
@@ -192,10 +134,10 @@ async fn metrics_match_squeue_during_a_real_slurm_run() {
     let mut max_jobs = 0;
     // Bounded (180 s): until the scrape and squeue agree on two RUNNING jobs.
     for _ in 0..1800 {
-        manager.alive();
+        assert!(!manager.exited(), "manager exited:\n{}", manager.log());
         let jobs = squeue(&prefix);
         max_jobs = max_jobs.max(jobs.len());
-        if let Some(base) = manager.listening()
+        if let Some(base) = manager.listen_address()
             && let Ok(reply) = reqwest::get(format!("{base}/metrics")).await
         {
             last = reply.text().await.unwrap_or_default();

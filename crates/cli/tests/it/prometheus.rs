@@ -209,15 +209,11 @@ impl Drop for Prometheus {
 
 /// The manager's `--listen` address, from its "serving /metrics" log line (bounded).
 fn listen_addr(manager: &mut Manager) -> String {
-    let find = |m: &Manager| {
-        m.log()
-            .lines()
-            .find_map(|l| l.split("serving /metrics").nth(1)?.split("addr=").nth(1))
-            .and_then(|rest| rest.split_whitespace().next())
-            .map(str::to_owned)
-    };
-    manager.wait_until("the listen address", WITHIN, |m| find(m).is_some());
-    find(manager).unwrap()
+    manager.wait_until("the listen address", WITHIN, |m| {
+        m.listen_address().is_some()
+    });
+    let base = manager.listen_address().unwrap();
+    base.trim_start_matches("http://").to_owned()
 }
 
 fn manager_args(tag: &str, state: &Path) -> Vec<String> {

@@ -8,17 +8,20 @@
 //! squeue and of the manager's log.
 
 use crate::support;
+use support::manager::{BIN, Manager, command};
 use support::{SERVER, codalab_running, slurm_running, stage, unique};
 
 use codalab_wm_core::testing::require_service;
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
+/// The line the manager logs at every tick of its pools.
+const TICK_LINE: &str = "bundles assigned, ";
+/// How long a wait for the manager may take (bounded polls, not a sleep).
+const WITHIN: Duration = Duration::from_secs(180);
 
 /// `(job id, state)` of the jobs whose name starts with `prefix`, in submission order.
 fn squeue(prefix: &str) -> Vec<(String, String)> {
@@ -85,73 +88,6 @@ fn config(max_workers: u32, tag: &str, job_name: &str, user: &str, dir: &Path) -
     )
 }
 
-/// The manager, its stderr collected line by line.
-struct Running {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-}
-
-impl Running {
-    fn start(config: &Path) -> Self {
-        let mut child = Command::new(BIN)
-            .arg("--config")
-            .arg(config)
-            .env("CODALAB_USERNAME", "alice")
-            .env("CODALAB_PASSWORD", "alicepw")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Self { child, lines }
-    }
-
-    fn log(&self) -> String {
-        self.lines.lock().unwrap().join("\n")
-    }
-
-    fn ticks(&self) -> usize {
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.contains("bundles assigned, "))
-            .count()
-    }
-
-    /// Polls (bounded: 180 s) until `done` holds.
-    fn wait_until(&mut self, what: &str, mut done: impl FnMut(&Self) -> bool) {
-        for _ in 0..1800 {
-            if done(self) {
-                return;
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!(
-                    "manager exited ({status}) while waiting for {what}:\n{}",
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("timed out waiting for {what}:\n{}", self.log());
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn sighup_raises_max_from_1_to_3_without_restarting_the_first_worker() {
     let _turn = support::turn(module_path!());
@@ -184,40 +120,40 @@ fn sighup_raises_max_from_1_to_3_without_restarting_the_first_worker() {
         .unwrap();
     assert!(check.status.success(), "config check: {check:?}");
 
-    let mut manager = Running::start(&file);
+    let mut manager = Manager::spawn(command(&["--config", file.to_str().unwrap()]));
     let max_seen = Arc::new(Mutex::new(0usize));
     let note = |seen: &Arc<Mutex<usize>>, jobs: &[(String, String)]| {
         let mut max = seen.lock().unwrap();
         *max = (*max).max(jobs.len());
     };
-    manager.wait_until("one worker job", |_| {
+    manager.wait_until("one worker job", WITHIN, |_| {
         let jobs = squeue(&prefix);
         note(&max_seen, &jobs);
         jobs.len() == 1
     });
     let first = squeue(&prefix)[0].0.clone();
-    let ticks = manager.ticks();
-    manager.wait_until("three more ticks at max_workers = 1", |m| {
+    let ticks = manager.count(TICK_LINE);
+    manager.wait_until("three more ticks at max_workers = 1", WITHIN, |m| {
         note(&max_seen, &squeue(&prefix));
-        m.ticks() >= ticks + 3
+        m.count(TICK_LINE) >= ticks + 3
     });
     assert_eq!(*max_seen.lock().unwrap(), 1, "{}", manager.log());
 
     std::fs::write(&file, config(3, &tag, &job_name, &user, dir.path())).unwrap();
     let hup = Command::new("kill")
-        .args(["-HUP", &manager.child.id().to_string()])
+        .args(["-HUP", &manager.id().to_string()])
         .status()
         .unwrap();
     assert!(hup.success());
-    manager.wait_until("three worker jobs after SIGHUP", |_| {
+    manager.wait_until("three worker jobs after SIGHUP", WITHIN, |_| {
         let jobs = squeue(&prefix);
         note(&max_seen, &jobs);
         jobs.len() == 3
     });
-    let ticks = manager.ticks();
-    manager.wait_until("three more ticks at max_workers = 3", |m| {
+    let ticks = manager.count(TICK_LINE);
+    manager.wait_until("three more ticks at max_workers = 3", WITHIN, |m| {
         note(&max_seen, &squeue(&prefix));
-        m.ticks() >= ticks + 3
+        m.count(TICK_LINE) >= ticks + 3
     });
     let log = manager.log();
     let jobs = squeue(&prefix);

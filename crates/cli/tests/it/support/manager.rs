@@ -82,8 +82,26 @@ impl Manager {
         self.child.try_wait().unwrap().is_some()
     }
 
+    /// Everything it logged so far.
     pub fn log(&self) -> String {
         self.lines.lock().unwrap().join("\n")
+    }
+
+    /// The `--listen` address (`http://127.0.0.1:PORT`) from its "serving /metrics" line, once
+    /// it has logged it.
+    pub fn listen_address(&self) -> Option<String> {
+        let lines = self.lines.lock().unwrap();
+        lines.iter().find_map(|line| {
+            let rest = line.split("serving /metrics").nth(1)?;
+            let addr = rest.split("addr=").nth(1)?.split_whitespace().next()?;
+            Some(format!("http://{addr}"))
+        })
+    }
+
+    /// Kills it outright (SIGKILL), as a crash or an OOM kill would, and reaps it.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Log lines that contain `needle`.
@@ -156,6 +174,10 @@ impl Manager {
 
 impl Drop for Manager {
     fn drop(&mut self) {
+        // Exited and reaped: its pid may be another process's by now.
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
