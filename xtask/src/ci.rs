@@ -29,12 +29,17 @@ fn step(
     result.with_context(|| format!("ci step `{name}` failed"))
 }
 
-/// Prerequisites (Debian build packages, cargo-fuzz), fmt check, clippy, services, every test (unit, transport, real services, e2e), then the
-/// other proofs: bench in quick mode, a short soak, the fault scenarios and a bounded fuzz run.
+/// Prerequisites (Debian build packages, cargo-fuzz), then the services coming up beside fmt
+/// check, clippy and the structure checks, every test (unit, transport, real services, e2e),
+/// then the other proofs: bench in quick mode, a short soak, the fault scenarios and a bounded
+/// fuzz run.
 pub fn run(_args: &[String]) -> Result<()> {
     let mut timings = Vec::new();
     let result = (|| {
         step("prerequisites", &mut timings, crate::prereqs::ensure)?;
+        // The services install and start (pip, debootstrap, MariaDB, Slurm) while the checks
+        // below compile: most of their time is downloads and disk, not the compiler's CPU.
+        let services = std::thread::spawn(|| services::run(&["up".into(), "all".into()]));
         step("fmt", &mut timings, || cargo(&["fmt", "--all", "--check"]))?;
         step("clippy", &mut timings, || {
             cargo(&[
@@ -68,9 +73,11 @@ pub fn run(_args: &[String]) -> Result<()> {
             &mut timings,
             libraries_lean,
         )?;
-        step("services up", &mut timings, || {
-            services::run(&["up".into(), "all".into()])
-        })?;
+        step(
+            "services up (the part left after the checks)",
+            &mut timings,
+            || (services.join()).map_err(|_| anyhow::anyhow!("`services up all` panicked"))?,
+        )?;
         step("test", &mut timings, || {
             cargo(&["test", "--workspace", "--features", "codalab-wm/full"])
         })?;
