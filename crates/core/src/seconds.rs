@@ -1,6 +1,7 @@
-//! Durations serialized as whole seconds, as the config file gives them (`serialize_with`).
+//! Durations serialized as whole seconds, as the config file gives them and the status
+//! document shows them (`serialize_with`), and read back (`deserialize_with`).
 
-use serde::Serializer;
+use serde::{Deserialize, Deserializer, Serializer};
 use std::time::Duration;
 
 /// A duration in whole seconds.
@@ -17,4 +18,11 @@ pub(crate) fn serialize_option<S: Serializer>(
         Some(value) => serialize(value, to),
         None => to.serialize_none(),
     }
+}
+
+/// An optional number of seconds, as [`serialize_option`] writes it.
+pub(crate) fn deserialize_option<'de, D: Deserializer<'de>>(
+    from: D,
+) -> Result<Option<Duration>, D::Error> {
+    Ok(Option::<u64>::deserialize(from)?.map(Duration::from_secs))
 }

@@ -21,23 +21,17 @@ pub struct PoolHealth {
     /// Failures in the current streak.
     pub failures: u32,
     /// When the last failure happened (manager clock).
-    #[serde(serialize_with = "secs_opt", deserialize_with = "secs_opt_read")]
+    #[serde(
+        serialize_with = "crate::seconds::serialize_option",
+        deserialize_with = "crate::seconds::deserialize_option"
+    )]
     pub last_failure: Option<Duration>,
     /// The pool is skipped until then (manager clock).
-    #[serde(serialize_with = "secs_opt", deserialize_with = "secs_opt_read")]
+    #[serde(
+        serialize_with = "crate::seconds::serialize_option",
+        deserialize_with = "crate::seconds::deserialize_option"
+    )]
     pub backoff_until: Option<Duration>,
-}
-
-fn secs_opt<S: serde::Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    match value {
-        Some(d) => s.serialize_some(&d.as_secs()),
-        None => s.serialize_none(),
-    }
-}
-
-/// An optional number of seconds, as [`secs_opt`] writes it.
-fn secs_opt_read<'de, D: serde::Deserializer<'de>>(from: D) -> Result<Option<Duration>, D::Error> {
-    Ok(Option::<u64>::deserialize(from)?.map(Duration::from_secs))
 }
 
 impl PoolHealth {
