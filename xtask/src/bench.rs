@@ -6,16 +6,22 @@
 //! only builds them in release mode (feature `bench`,
 //! so that plain `cargo xtask` stays light) and runs `bench-harness run`, which prints the
 //! table, writes `bench/results.json` and the table in `BENCH.md` (`--quick`, for CI: small
-//! sizes, seconds, results in `target/bench/results-quick.json` only).
+//! sizes, seconds, results in `target/bench/results-quick.json` only; `--build-only`: the
+//! release build and nothing else, as CI runs it beside the tests).
 
 use crate::services::repo_root;
 use anyhow::{Context, Result, bail};
 use std::process::Command;
 
 pub fn run(args: &[String]) -> Result<()> {
+    let mut build_only = false;
     for arg in args {
-        if arg != "--quick" {
-            bail!("unknown bench option `{arg}` (usage: cargo xtask bench [--quick])");
+        match arg.as_str() {
+            "--quick" => {}
+            "--build-only" => build_only = true,
+            _ => bail!(
+                "unknown bench option `{arg}` (usage: cargo xtask bench [--quick | --build-only])"
+            ),
         }
     }
     let root = repo_root();
@@ -44,6 +50,9 @@ pub fn run(args: &[String]) -> Result<()> {
         .context("building the bench binaries")?;
     if !status.success() {
         bail!("building the bench binaries failed ({status})");
+    }
+    if build_only {
+        return Ok(());
     }
     let harness = crate::services::target_dir().join("release/bench-harness");
     let status = Command::new(&harness)

@@ -2,13 +2,23 @@
 
 use crate::services::{self, repo_root};
 use anyhow::{Context, Result, bail};
-use std::process::Command;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 fn cargo(args: &[&str]) -> Result<()> {
-    eprintln!("==> cargo {}", args.join(" "));
+    cargo_with(args, &[])
+}
+
+fn cargo_with(args: &[&str], env: &[(&str, &str)]) -> Result<()> {
+    let shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+    eprintln!("==> {}cargo {}", shown.concat(), args.join(" "));
     let status = Command::new(env!("CARGO"))
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(repo_root())
         .status()
         .with_context(|| format!("running cargo {}", args.join(" ")))?;
@@ -30,9 +40,14 @@ fn step(
 }
 
 /// Prerequisites (Debian build packages, cargo-fuzz), then the services coming up beside fmt
-/// check, clippy and the structure checks, every test (unit, transport, real services, e2e),
-/// then the other proofs: bench in quick mode, a short soak, the fault scenarios and a bounded
-/// fuzz run.
+/// check, clippy, the structure checks and the test build; every test (unit, transport, real
+/// services, e2e) while the release and fuzz builds run beside them; bench in quick mode; the
+/// fault scenarios with the soak and a bounded fuzz run beside them; the README's demo.
+///
+/// What runs beside what is chosen by what each needs: the tests, chaos and the demo share the
+/// real services and take them in turn; the builds, the soak (its own fake server) and fuzzing
+/// need only CPU, which the service steps mostly leave idle while they wait on the server; the
+/// bench measures alone.
 pub fn run(_args: &[String]) -> Result<()> {
     let mut timings = Vec::new();
     let result = (|| {
@@ -73,25 +88,32 @@ pub fn run(_args: &[String]) -> Result<()> {
             &mut timings,
             libraries_lean,
         )?;
+        step("build the tests", &mut timings, || cargo(&test_args(true)))?;
         step(
             "services up (the part left after the checks)",
             &mut timings,
             || (services.join()).map_err(|_| anyhow::anyhow!("`services up all` panicked"))?,
         )?;
+        let builds = Lane::start(
+            "release and fuzz builds",
+            &[&["bench", "--build-only"], &["fuzz", "--build-only"]],
+        )?;
+        // Six tests at a time on two cores: the tests that take long wait on the real server,
+        // Slurm or a worker, not on the CPU (the CLI's binary took 917 s with the default two
+        // threads, 777 s with six).
         step("test", &mut timings, || {
-            cargo(&["test", "--workspace", "--features", "codalab-wm/full"])
+            cargo_with(&test_args(false), &[("RUST_TEST_THREADS", "6")])
         })?;
+        builds.join(&mut timings)?;
         step("bench --quick", &mut timings, || {
             crate::bench::run(&["--quick".into()])
         })?;
-        step("soak --minutes 2", &mut timings, || {
-            crate::soak::run(&["--minutes".into(), "2".into()])
-        })?;
+        // 20 s a target keeps CI inside its limit; `cargo xtask fuzz` alone runs 60 s each.
+        let fuzz = Lane::start("fuzz --seconds 20", &[&["fuzz", "--seconds", "20"]])?;
+        let soak = Lane::start("soak --minutes 2", &[&["soak", "--minutes", "2"]])?;
         step("chaos", &mut timings, || crate::chaos::run(&[]))?;
-        // 20 s a target keeps CI inside its hour; `cargo xtask fuzz` alone runs 60 s each.
-        step("fuzz --seconds 20", &mut timings, || {
-            crate::fuzz::run(&["--seconds".into(), "20".into()])
-        })?;
+        soak.join(&mut timings)?;
+        fuzz.join(&mut timings)?;
         step("a fresh CodaLab for the demo", &mut timings, fresh_codalab)?;
         // Last: the README's first command, as a newcomer runs it (its real workers stay
         // registered on the server for a minute after they exit; nothing runs after it).
@@ -102,6 +124,106 @@ pub fn run(_args: &[String]) -> Result<()> {
     })();
     eprintln!("==> ci step timings (s): {timings:?}");
     result
+}
+
+/// The README's test command's test run: `cargo test --workspace --features codalab-wm/full`
+/// (with `--no-run`: only its build).
+fn test_args(build_only: bool) -> Vec<&'static str> {
+    let mut args = vec!["test", "--workspace", "--features", "codalab-wm/full"];
+    if build_only {
+        args.push("--no-run");
+    }
+    args
+}
+
+/// A CI step that runs beside others: `cargo xtask` tasks, one after another, as child
+/// processes of this one, their output kept in `target/ci/NAME.log` and printed when the lane is
+/// joined (so that two steps' output never interleave in the CI log).
+struct Lane {
+    name: &'static str,
+    log: PathBuf,
+    started: Instant,
+    thread: Option<std::thread::JoinHandle<Result<()>>>,
+    /// The process group of the task running now (0: none), stopped if the lane is dropped
+    /// unjoined (a step before it failed).
+    running: Arc<AtomicU32>,
+}
+
+impl Lane {
+    fn start(name: &'static str, tasks: &[&[&str]]) -> Result<Self> {
+        let dir = services::target_dir().join("ci");
+        std::fs::create_dir_all(&dir)?;
+        let log = dir.join(format!("{name}.log"));
+        let file =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let tasks: Vec<Vec<String>> = tasks
+            .iter()
+            .map(|task| task.iter().map(|arg| (*arg).to_owned()).collect())
+            .collect();
+        eprintln!("==> beside the next steps: {name} (log: {})", log.display());
+        let running = Arc::new(AtomicU32::new(0));
+        let shared = Arc::clone(&running);
+        let thread = std::thread::spawn(move || {
+            let xtask = std::env::current_exe().context("finding the xtask binary")?;
+            for task in &tasks {
+                let mut child = Command::new(&xtask)
+                    .args(task)
+                    .current_dir(repo_root())
+                    .stdin(Stdio::null())
+                    .stdout(file.try_clone()?)
+                    .stderr(file.try_clone()?)
+                    .process_group(0)
+                    .spawn()
+                    .with_context(|| format!("running cargo xtask {}", task.join(" ")))?;
+                shared.store(child.id(), Ordering::SeqCst);
+                let status = child.wait()?;
+                shared.store(0, Ordering::SeqCst);
+                if !status.success() {
+                    bail!("cargo xtask {} failed ({status})", task.join(" "));
+                }
+            }
+            Ok(())
+        });
+        Ok(Self {
+            name,
+            log,
+            started: Instant::now(),
+            thread: Some(thread),
+            running,
+        })
+    }
+
+    /// Waits for the lane, prints its log and records its time as a step of its own.
+    fn join(mut self, timings: &mut Vec<(String, u64)>) -> Result<()> {
+        let result = self.thread.take().map_or(Ok(()), |thread| {
+            thread
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("the lane's thread panicked")))
+        });
+        let seconds = self.started.elapsed().as_secs();
+        timings.push((format!("{} (beside)", self.name), seconds));
+        eprintln!(
+            "==> {} ({seconds} s, beside the steps above); its log:",
+            self.name
+        );
+        match std::fs::read_to_string(&self.log) {
+            Ok(text) => eprint!("{text}"),
+            Err(error) => eprintln!("(could not read {}: {error})", self.log.display()),
+        }
+        result.with_context(|| format!("ci step `{}` failed", self.name))
+    }
+}
+
+impl Drop for Lane {
+    fn drop(&mut self) {
+        let group = self.running.load(Ordering::SeqCst);
+        if self.thread.is_some() && group != 0 {
+            eprintln!("==> stopping {} (a step it ran beside failed)", self.name);
+            let _ = Command::new("kill")
+                .args(["-TERM", "--", &format!("-{group}")])
+                .status();
+        }
+    }
 }
 
 /// The tests leave alice's bundles staged (a test stages what it needs and checks what the

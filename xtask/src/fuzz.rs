@@ -6,6 +6,8 @@
 //!
 //! cargo-fuzz needs nightly-only flags (`-Zsanitizer`); this project builds on stable, so the
 //! task sets `RUSTC_BOOTSTRAP=1` for the fuzz build only. Needs `cargo install cargo-fuzz`.
+//! `--build-only` builds the targets as a run would and runs none (CI builds them beside the
+//! tests).
 
 use crate::services::repo_root;
 use anyhow::{Context, Result, bail};
@@ -29,9 +31,11 @@ fn max_len(target: &str) -> usize {
 pub fn run(args: &[String]) -> Result<()> {
     let mut seconds = 60u64;
     let mut targets: Vec<&str> = Vec::new();
+    let mut build_only = false;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
+            "--build-only" => build_only = true,
             "--seconds" => {
                 let value = args.next().context("--seconds needs a number")?;
                 seconds = value
@@ -40,7 +44,7 @@ pub fn run(args: &[String]) -> Result<()> {
             }
             name if TARGETS.contains(&name) => targets.push(name),
             other => bail!(
-                "usage: cargo xtask fuzz [--seconds N] [TARGET…]; unknown `{other}` (targets: {})",
+                "usage: cargo xtask fuzz [--seconds N | --build-only] [TARGET…]; unknown `{other}` (targets: {})",
                 TARGETS.join(" ")
             ),
         }
@@ -56,12 +60,15 @@ pub fn run(args: &[String]) -> Result<()> {
     if !installed {
         bail!("cargo-fuzz is not installed: run `cargo install cargo-fuzz`");
     }
+    if build_only {
+        return build(&fuzz_dir, &targets);
+    }
     for target in &targets {
         let corpus = fuzz_dir.join("corpus").join(target);
         std::fs::create_dir_all(&corpus)?;
         eprintln!("==> fuzz {target} for {seconds} s");
         let status = Command::new(env!("CARGO"))
-            .args(["fuzz", "run", "--release", target])
+            .args(["fuzz", "run", FUZZ_PROFILE, target])
             .arg(&corpus)
             .arg(fuzz_dir.join("seeds").join(target))
             .args([
@@ -84,5 +91,25 @@ pub fn run(args: &[String]) -> Result<()> {
         "fuzz: {} targets ran {seconds} s each with no crash",
         targets.len()
     );
+    Ok(())
+}
+
+/// The profile flag of every `cargo fuzz` call here: a build and a run use the same artefacts.
+const FUZZ_PROFILE: &str = "--release";
+
+/// `cargo fuzz build` for `targets`, with the flags a run uses.
+fn build(fuzz_dir: &std::path::Path, targets: &[&str]) -> Result<()> {
+    for target in targets {
+        eprintln!("==> cargo fuzz build {FUZZ_PROFILE} {target}");
+        let status = Command::new(env!("CARGO"))
+            .args(["fuzz", "build", FUZZ_PROFILE, target])
+            .current_dir(fuzz_dir)
+            .env("RUSTC_BOOTSTRAP", "1")
+            .status()
+            .with_context(|| format!("running cargo fuzz build {target}"))?;
+        if !status.success() {
+            bail!("cargo fuzz build {target} failed ({status})");
+        }
+    }
     Ok(())
 }

@@ -56,8 +56,8 @@ const HELP: &str = "usage: cargo xtask <task>
   ci                                  fmt check, clippy, all tests against real services (what .ci/run runs)
   architecture                        the thin binary (lines, no import cycle) and file/function sizes
   e2e                                 the manager end to end against a real CodaLab server
-  bench [--quick]                     speed, memory and backend cost, side by side with the Python manager
+  bench [--quick|--build-only]        speed, memory and backend cost, side by side with the Python manager
   chaos                               fault scenarios against real services through a fault-injecting proxy
   soak [--minutes N]                  long run against the fake server; RSS and open files over time
-  fuzz [--seconds N]                  every cargo-fuzz target for N seconds each (RUSTC_BOOTSTRAP=1 on stable)
+  fuzz [--seconds N|--build-only]     every cargo-fuzz target for N seconds each (RUSTC_BOOTSTRAP=1 on stable)
   image [--binary PATH] [--tag TAG]   the container image, from a debootstrap base (no registry needed)";

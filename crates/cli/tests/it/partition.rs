@@ -7,9 +7,15 @@
 //! and the bundle goes `worker_offline`) and than four check-in timeouts. The manager must stop
 //! nothing; once the path is back, the worker checks in again and the bundle ends `ready` with
 //! its output. Locally a missing service skips the test; under `CI=true` it fails.
+//!
+//! The test takes no turn at the shared services ([`support::turn`]): most of its time is the
+//! bundle's sleep and the cut, and nothing of it is shared (bob's bundle and worker carry a
+//! queue of their own, the forwarder is its own, and no test pauses the server). It runs
+//! beside the other files, holding only [`docker_in_use`] so that dockerd is not stopped
+//! under its worker.
 
 use crate::support;
-use support::bundles::{Server, cl_worker, docker_host, docker_running};
+use support::bundles::{Server, cl_worker, docker_host, docker_in_use, docker_running};
 use support::forwarder::Forwarder;
 use support::manager::{Manager, down};
 use support::{codalab_running, stage_queued, unique};
@@ -98,7 +104,7 @@ fn wait_state(server: &Server, uuid: &str, manager: &Manager, done: impl Fn(&str
 
 #[test]
 fn a_busy_worker_cut_off_from_the_server_is_not_stopped_and_its_bundle_ends_ready() {
-    let _turn = support::turn(module_path!());
+    let _docker = docker_in_use();
     if !(require_service("codalab", codalab_running())
         && require_service("docker", docker_running()))
     {

@@ -6,33 +6,31 @@
 //! Nothing here is a stand-in: a bundle counts only when the server says `ready` and its output
 //! file holds what its command wrote.
 //!
-//! These tests run as `bob` (every other test stages as alice, whose bundles bob's workers never
-//! take). Tests in this file run in parallel; each uses its own queue (`--request-queue` on the
-//! bundles, `--worker-tag … --worker-tag-exclusive` on the workers), so no worker takes another
-//! test's bundle. The two tests that involve untagged bundles or untagged workers take the
+//! These tests run as `bob`. Tests in this file run in parallel; each uses its own queue
+//! (`--request-queue` on the bundles, `--worker-tag … --worker-tag-exclusive` on the workers),
+//! so no worker takes another test's bundle, and bob's bundles of other files carry queues of
+//! their own. The two tests that involve untagged bundles or untagged workers take the
 //! `UNTAGGED` lock, so that one's untagged workers never run the other's untagged bundle. Two
-//! fault tests: a worker SIGKILLed mid-run, and dockerd stopped (that one runs alone: the others
-//! hold the `DOCKER` lock for reading). No test sleeps to synchronise: each polls the server's
-//! bundle states or the manager's log with a deadline. Locally a missing service skips the test; under `CI=true` it fails.
+//! fault tests: a worker SIGKILLed mid-run, and dockerd stopped ([`DockerStopped`]: it waits
+//! until no test that runs beside this file's turn, nor any of this file, holds
+//! [`docker_in_use`]). No test sleeps to synchronise: each polls the server's bundle states or
+//! the manager's log with a deadline. Locally a missing service skips the test; under `CI=true`
+//! it fails.
 
 use crate::support;
-use support::bundles::{Server, cl_worker, docker_host, docker_running};
+use support::bundles::{
+    DockerStopped, Server, cl_worker, docker_host, docker_in_use, docker_running,
+};
 use support::manager::{Manager, down};
 use support::{codalab_running, slurm_running, stage_as, unique};
 
 use codalab_wm_core::testing::require_service;
 use std::path::Path;
-use std::sync::{Mutex, RwLock};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Held by the tests whose bundles or workers carry no queue (see the module doc).
 static UNTAGGED: Mutex<()> = Mutex::new(());
-/// Every test reads Docker; the test that stops dockerd writes (runs alone).
-static DOCKER: RwLock<()> = RwLock::new(());
-
-fn docker_in_use() -> std::sync::RwLockReadGuard<'static, ()> {
-    DOCKER.read().unwrap_or_else(|p| p.into_inner())
-}
 
 const USER: (&str, &str) = ("bob", "bobpw");
 /// Time for workers to start, run and upload (measured: a bundle is ready ~8 s after its worker
@@ -576,32 +574,6 @@ fn a_preemptible_worker_killed_mid_run_has_its_run_staged_again_and_finished_els
     server.remove(&uuids);
 }
 
-/// Restarts our dockerd when dropped, whatever the test did.
-struct DockerStopped;
-
-impl DockerStopped {
-    fn stop() -> Self {
-        docker_script("down.sh");
-        Self
-    }
-}
-
-impl Drop for DockerStopped {
-    fn drop(&mut self) {
-        docker_script("up.sh");
-    }
-}
-
-fn docker_script(name: &str) {
-    let repo = support::repo();
-    let status = std::process::Command::new("bash")
-        .arg(repo.join("xtask/services/docker").join(name))
-        .env("SERVICES_DIR", repo.join(".services"))
-        .status()
-        .unwrap();
-    assert!(status.success(), "services/docker/{name} failed");
-}
-
 /// Fault: dockerd is stopped. A real `cl-worker` cannot start without it (it exits 1 at once);
 /// the manager must count those workers as failed starts, not as capacity: with
 /// `--exit-after-num-failed 2` it gives up with exit status 3 and the bundle stays staged.
@@ -611,7 +583,6 @@ fn with_dockerd_stopped_workers_fail_and_are_counted_as_failures() {
     if !services_up(false) {
         return;
     }
-    let _docker = DOCKER.write().unwrap_or_else(|p| p.into_inner());
     let tag = unique("realnodocker");
     let dir = tempfile::tempdir().unwrap();
     let server = Server::login(USER.0, USER.1);

@@ -6,6 +6,7 @@ use super::{SERVER, repo};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 /// States from which a run bundle never moves on.
@@ -22,6 +23,44 @@ pub fn docker_host() -> String {
         "unix://{}",
         repo().join(".services/docker/docker.sock").display()
     )
+}
+
+/// Every test whose workers run in our dockerd reads this lock; the test that stops dockerd
+/// writes it, so it runs when no other test uses the engine.
+static DOCKER: RwLock<()> = RwLock::new(());
+
+/// Held while a test's real workers use our dockerd: it is not stopped meanwhile.
+pub fn docker_in_use() -> RwLockReadGuard<'static, ()> {
+    DOCKER.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Our dockerd stopped (`xtask/services/docker/down.sh`) once no other test uses it, and
+/// started again (`up.sh`) when dropped, whatever the test did.
+pub struct DockerStopped {
+    _alone: RwLockWriteGuard<'static, ()>,
+}
+
+impl DockerStopped {
+    pub fn stop() -> Self {
+        let alone = DOCKER.write().unwrap_or_else(|p| p.into_inner());
+        docker_script("down.sh");
+        Self { _alone: alone }
+    }
+}
+
+impl Drop for DockerStopped {
+    fn drop(&mut self) {
+        docker_script("up.sh");
+    }
+}
+
+fn docker_script(name: &str) {
+    let status = Command::new("bash")
+        .arg(repo().join("xtask/services/docker").join(name))
+        .env("SERVICES_DIR", repo().join(".services"))
+        .status()
+        .unwrap();
+    assert!(status.success(), "services/docker/{name} failed");
 }
 
 /// Whether our dockerd answers and the default image exists (`xtask/services/docker/status.sh`).

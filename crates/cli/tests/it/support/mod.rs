@@ -125,7 +125,17 @@ pub fn set_quota(user: &str, quota: u32) {
 
 /// Whose turn it is at the shared services: a file (module path) and how many of its tests
 /// hold the turn.
-static TURN: Mutex<(Option<&'static str>, usize)> = Mutex::new((None, 0));
+static TURN: Mutex<Held> = Mutex::new(Held {
+    file: None,
+    tests: 0,
+    since: None,
+});
+/// The file whose turn it is, how many of its tests hold it, and since when.
+struct Held {
+    file: Option<&'static str>,
+    tests: usize,
+    since: Option<std::time::Instant>,
+}
 /// Signalled when a turn ends.
 static TURN_ENDED: Condvar = Condvar::new();
 
@@ -136,23 +146,36 @@ pub struct Turn;
 /// Waits until no test of another file uses the shared services (the real CodaLab server and
 /// its users, Docker, the Slurm cluster, moto), then holds the turn for `file` (the caller's
 /// `module_path!()`): tests of one file share it, as they ran when each file was a binary of
-/// its own. Every test of such a file takes it first; a test never waits on another while
-/// holding it, so the turns cannot deadlock.
+/// its own. Every test of such a file takes it first; a test never waits on another file's
+/// test while holding it, so the turns cannot deadlock. A file whose tests share nothing with
+/// the others but dockerd (`partition.rs`) takes no turn and runs beside them; the locks it
+/// holds ([`bundles::docker_in_use`]) it takes without a turn. Each turn's length goes to
+/// stderr, past the harness's capture, so CI's log shows where the step's time went.
 pub fn turn(file: &'static str) -> Turn {
     let mut held = lock(&TURN);
-    while held.0.is_some_and(|owner| owner != file) {
+    while held.file.is_some_and(|owner| owner != file) {
         held = TURN_ENDED.wait(held).unwrap_or_else(|p| p.into_inner());
     }
-    *held = (Some(file), held.1 + 1);
+    if held.file.is_none() {
+        held.since = Some(std::time::Instant::now());
+    }
+    held.file = Some(file);
+    held.tests += 1;
     Turn
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
         let mut held = lock(&TURN);
-        held.1 -= 1;
-        if held.1 == 0 {
-            held.0 = None;
+        held.tests -= 1;
+        if held.tests == 0 {
+            // Straight to the process's stderr, past the test harness's capture: CI's log shows
+            // where the test step's time goes.
+            if let (Some(file), Some(since)) = (held.file, held.since) {
+                let line = format!("turn of {file}: {} s\n", since.elapsed().as_secs());
+                let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+            }
+            held.file = None;
             TURN_ENDED.notify_all();
         }
     }
