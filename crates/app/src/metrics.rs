@@ -201,7 +201,7 @@ impl Metrics {
         );
         registry.register(
             "codalab_wm_stops",
-            "Jobs stopped by the manager, by pool and reason",
+            "Jobs stopped by the manager, by pool and reason (pending_timeout, worker_lost, withdrawn: pending and no longer needed; reaped; each with _failed)",
             self.stops.clone(),
         );
         registry.register(

@@ -20,7 +20,13 @@ use std::time::SystemTime;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
-    /// Submitted, waiting for resources or booting (Slurm PENDING, Batch RUNNABLE, pod Pending).
+    /// Submitted and not started: waiting for resources, or being placed (Slurm PENDING; AWS
+    /// Batch SUBMITTED, PENDING, RUNNABLE, STARTING; a Pending pod; a GCE instance
+    /// PROVISIONING or STAGING, billed only from RUNNING; an Azure Batch task `active`, not
+    /// yet on a node). The manager withdraws a job of its own in this state when its plan no
+    /// longer needs it, so a backend maps here only states in which the worker has not started
+    /// and the platform bills nothing for the job alone; a booting VM that is billed is
+    /// [`JobState::Active`].
     Pending,
     /// Running (or finishing: Slurm COMPLETING still holds its resources).
     Active,

@@ -153,6 +153,13 @@ pub enum EventKind {
         /// The job.
         job_id: String,
     },
+    /// A pending job the plan no longer needed was cancelled before it started.
+    LaunchWithdrawn {
+        /// The pool.
+        pool: String,
+        /// The job.
+        job_id: String,
+    },
     /// A pool with a `fallback` changed where its new launches go
     /// ([`crate::pools::fallback`]).
     CapacitySwitched(CapacitySwitch),
@@ -197,6 +204,7 @@ impl EventKind {
             EventKind::WorkerPreempted { .. } => "worker_preempted",
             EventKind::WorkerReaped { .. } => "worker_reaped",
             EventKind::StuckPendingStopped { .. } => "stuck_pending_stopped",
+            EventKind::LaunchWithdrawn { .. } => "launch_withdrawn",
             EventKind::CapacitySwitched(_) => "capacity_switched",
             EventKind::BudgetReached { .. } => "budget_reached",
             EventKind::BudgetRestored { .. } => "budget_restored",
@@ -216,6 +224,7 @@ impl EventKind {
         "worker_preempted",
         "worker_reaped",
         "stuck_pending_stopped",
+        "launch_withdrawn",
         "capacity_switched",
         "budget_reached",
         "budget_restored",
@@ -263,7 +272,8 @@ impl EventKind {
             | EventKind::WorkerLost { pool, .. }
             | EventKind::WorkerPreempted { pool, .. }
             | EventKind::WorkerReaped { pool, .. }
-            | EventKind::StuckPendingStopped { pool, .. } => Some(pool),
+            | EventKind::StuckPendingStopped { pool, .. }
+            | EventKind::LaunchWithdrawn { pool, .. } => Some(pool),
             EventKind::CapacitySwitched(switch) => Some(&switch.pool),
             _ => None,
         }
@@ -307,6 +317,12 @@ impl fmt::Display for EventKind {
             }
             EventKind::StuckPendingStopped { pool, job_id } => {
                 write!(f, "pool {pool}: job {job_id} pending too long, stopped")
+            }
+            EventKind::LaunchWithdrawn { pool, job_id } => {
+                write!(
+                    f,
+                    "pool {pool}: pending job {job_id} withdrawn (no longer needed)"
+                )
             }
             EventKind::CapacitySwitched(switch) => write!(f, "{switch}"),
             EventKind::BudgetReached { scope, detail } => {

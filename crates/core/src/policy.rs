@@ -155,6 +155,22 @@ pub enum Reason {
         /// The pool's `pending_timeout`.
         timeout_seconds: u64,
     },
+    /// Pool policy: a pending job this manager launched, whose worker never checked in, is no
+    /// longer needed (the pool's capacity is above what its busy workers, its `min` and the
+    /// bundles waiting that it could run need: the bundles it was for went to other workers or
+    /// away) and is withdrawn before it starts: cancelled on the platform, at no cost where
+    /// pending is not billed, and with no backoff (see [`crate::pools`]).
+    Withdrawn {
+        /// The withdrawn job.
+        job_id: String,
+        /// Seconds it has been pending.
+        pending_seconds: u64,
+        /// Workers the pool needs (busy ones, `min`, and one for each waiting bundle it could
+        /// run), at most `max`.
+        needed: usize,
+        /// Jobs counted as capacity (active and pending) before withdrawing.
+        capacity: usize,
+    },
     /// Pool policy: a running job's worker never checked in with the server, for longer than
     /// the pool's `checkin_timeout` over fresh views; the job is stopped and replaced (see
     /// [`crate::checkin`]).
@@ -260,6 +276,7 @@ impl Reason {
             Reason::OnFallback { .. } => "on_fallback",
             Reason::PendingTimeout { .. } => "pending_timeout",
             Reason::WorkerLost { .. } => "worker_lost",
+            Reason::Withdrawn { .. } => "withdrawn",
             Reason::NotStopped { .. } => "not_stopped",
             Reason::Unobserved { .. } => "unobserved",
             Reason::BudgetReached { .. } => "budget_reached",
@@ -338,22 +355,9 @@ impl fmt::Display for Reason {
                 retry_in_seconds,
                 why,
             } => on_fallback(f, fallback, *retry_in_seconds, why),
-            Reason::PendingTimeout {
-                job_id,
-                pending_seconds,
-                timeout_seconds,
-            } => write!(
-                f,
-                "stop job {job_id}: pending {pending_seconds} s, longer than pending_timeout {timeout_seconds} s"
-            ),
-            Reason::WorkerLost {
-                job_id,
-                unseen_seconds,
-                timeout_seconds,
-            } => write!(
-                f,
-                "stop job {job_id}: its worker never checked in for {unseen_seconds} s, longer than checkin_timeout {timeout_seconds} s"
-            ),
+            Reason::PendingTimeout { .. }
+            | Reason::WorkerLost { .. }
+            | Reason::Withdrawn { .. } => stop(f, self),
             Reason::NotStopped { .. } => not_stopped(f, self),
             Reason::Unobserved { error } => {
                 write!(f, "skipped: cannot list the pool's jobs: {error}")
@@ -388,6 +392,39 @@ fn max_reached(f: &mut fmt::Formatter<'_>, jobs: usize, max: u32) -> fmt::Result
         f,
         "capped by max {max}: room for {room} more (jobs: {jobs} < {max})"
     )
+}
+
+/// The words of the reasons that stop a job: [`Reason::PendingTimeout`],
+/// [`Reason::WorkerLost`] and [`Reason::Withdrawn`].
+fn stop(f: &mut fmt::Formatter<'_>, reason: &Reason) -> fmt::Result {
+    match reason {
+        Reason::PendingTimeout {
+            job_id,
+            pending_seconds,
+            timeout_seconds,
+        } => write!(
+            f,
+            "stop job {job_id}: pending {pending_seconds} s, longer than pending_timeout {timeout_seconds} s"
+        ),
+        Reason::WorkerLost {
+            job_id,
+            unseen_seconds,
+            timeout_seconds,
+        } => write!(
+            f,
+            "stop job {job_id}: its worker never checked in for {unseen_seconds} s, longer than checkin_timeout {timeout_seconds} s"
+        ),
+        Reason::Withdrawn {
+            job_id,
+            pending_seconds,
+            needed,
+            capacity,
+        } => write!(
+            f,
+            "withdraw job {job_id}: pending {pending_seconds} s, not needed ({capacity} jobs count as capacity, {needed} needed)"
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// The words of [`Reason::BudgetRoom`].

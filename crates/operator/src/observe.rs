@@ -113,6 +113,8 @@ pub fn pool_observation(
         checkins_seen: remembered.workers_seen || seen_now,
         // A fallback is between a manager's pools; a pool resource stands alone.
         capacity: Default::default(),
+        // The operator keeps no memory of a surplus between reconciles: it withdraws nothing.
+        surplus_for: None,
     }
 }
 

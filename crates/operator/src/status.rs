@@ -253,6 +253,7 @@ mod tests {
             active,
             pending,
             stopping: 0,
+            surplus: 0,
             reasons,
         }
     }

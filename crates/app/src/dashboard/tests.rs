@@ -24,6 +24,7 @@ fn decision(pool: &str, launches: u32, reasons: Vec<Reason>) -> PoolDecision {
         active: 1,
         pending: 1,
         stopping: 0,
+        surplus: 0,
         reasons,
     }
 }

@@ -34,6 +34,10 @@ const COLUMNS: &[Column] = &[
     column("Pending", "jobs pending on the platform (queued)"),
     column("Active", "jobs running on the platform"),
     column(
+        "Withdrawn",
+        "pending jobs cancelled before they started because no bundle needed them any more, since the manager started",
+    ),
+    column(
         "Staged for it",
         "staged bundles assigned to this pool at the last tick",
     ),
@@ -67,7 +71,7 @@ pub(super) fn pools(status: &Status) -> Section {
         groups: vec![
             ("", 3),
             ("Workers, as the server sees them", 5),
-            ("Jobs on the platform", 2),
+            ("Jobs on the platform", 3),
             ("", 3),
         ],
         cards: true,
@@ -99,11 +103,19 @@ fn row(pool: &PoolStatus, status: &Status) -> Row {
     cells.extend([
         Cell::number(pool.pending).field("pending"),
         Cell::number(pool.active).field("active"),
+        Cell::number(withdrawn(status, &pool.name)).field("withdrawn"),
         Cell::number(pool.assigned.len()).field("assigned"),
         backoff(pool, status.uptime_seconds),
         budget(status.budgets.iter().find(|b| b.scope == pool.name)),
     ]);
     Row::new(vec![("pool", pool.name.clone())], cells)
+}
+
+/// The pool's jobs withdrawn since the manager started (its `stops` counter, `withdrawn`).
+fn withdrawn(status: &Status, pool: &str) -> u64 {
+    (status.counters.iter())
+        .find(|c| c.metric == "stops" && c.pool == pool && c.label == "withdrawn")
+        .map_or(0, |c| c.value)
 }
 
 /// The name, then "slurm-batch · target · 4 cpus, 0 gpus, 8 GiB", and the pool's price,

@@ -12,7 +12,7 @@ use codalab_wm_core::pools::{
     BundleClass, LaunchMode, PoolDecision, PoolHealth, PoolVerdict, UnmetDemand, UnmetReason,
     UnservedBundle,
 };
-use codalab_wm_core::status::{FailureRecord, FallbackStatus, PoolStatus, ShapeStatus};
+use codalab_wm_core::status::{Counter, FailureRecord, FallbackStatus, PoolStatus, ShapeStatus};
 use std::time::Duration;
 
 /// Manager clock of the fixture: an hour in.
@@ -251,6 +251,12 @@ fn rich() -> Status {
                 },
             ),
         ],
+        counters: vec![Counter {
+            metric: "stops",
+            pool: "spot".into(),
+            label: "withdrawn".into(),
+            value: 4,
+        }],
         ..Status::default()
     }
 }
@@ -340,7 +346,7 @@ fn the_words_of_a_rich_snapshot() {
         "  spot  slurm-batch · target · 4 cpus, 1 gpus, 1.5 GiB · 0.4 an hour · spills after 10 min · cost weight 2 · tag gpu (exclusive) · launches go to standard (2 capacity events in 30 min, the last: job 9 preempted; for 10m 00s, one launch tries this pool again in 20m 00s)\n\
          \x20   Min / max: 0 / 3 · Target: 3\n\
          \x20   Workers, as the server sees them: Starting 1, Ready 0, Busy 2, Vanished 0, Lost 0\n\
-         \x20   Jobs on the platform: Pending 1, Active 2\n\
+         \x20   Jobs on the platform: Pending 1, Active 2, Withdrawn 4\n\
          \x20   Staged for it: 1 · Backoff: no · Budget (24 h): 24.00 / 24 worker-h: reached\n",
         "    Workers, as the server sees them: Starting –, Ready –, Busy –, Vanished –, Lost –\n",
         "    Staged for it: 1 · Backoff: backing off, 5m 00s left (2 failures) · Budget (24 h): 2.00 / 10 worker-h\n",

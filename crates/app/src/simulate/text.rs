@@ -16,51 +16,11 @@ pub fn text(report: &SimReport) -> String {
     );
     out.push_str(&bundles_line(report));
     out.push('\n');
-    let header = [
-        "pool", "mode", "min", "max", "launches", "unused", "failed", "stuck", "peak", "worker-h",
-        "busy", "ran", "wait p50", "p90", "p99", "max",
-    ];
-    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    let mut rows: Vec<Vec<String>> = vec![COLUMNS.iter().map(|c| c.header.to_owned()).collect()];
     for pool in &report.pools {
-        rows.push(vec![
-            pool.name.clone(),
-            pool.launch_mode.to_string(),
-            pool.min.to_string(),
-            pool.max.to_string(),
-            pool.launches.to_string(),
-            pool.unused_launches.to_string(),
-            pool.failures.to_string(),
-            pool.stuck_stops.to_string(),
-            pool.peak_workers.to_string(),
-            format!("{:.1}", pool.worker_hours),
-            percent(pool.busy_hours, pool.worker_hours),
-            pool.bundles_run.to_string(),
-            wait(pool.wait.p50_seconds),
-            wait(pool.wait.p90_seconds),
-            wait(pool.wait.p99_seconds),
-            wait(pool.wait.max_seconds),
-        ]);
+        rows.push(COLUMNS.iter().map(|c| c.cell(pool)).collect());
     }
-    let sum = |f: fn(&PoolReport) -> f64| report.pools.iter().map(f).sum::<f64>();
-    let (worker_h, busy_h) = (sum(|p| p.worker_hours), sum(|p| p.busy_hours));
-    rows.push(vec![
-        "total".into(),
-        String::new(),
-        String::new(),
-        String::new(),
-        (sum(|p| p.launches as f64) as u64).to_string(),
-        (sum(|p| p.unused_launches as f64) as u64).to_string(),
-        (sum(|p| p.failures as f64) as u64).to_string(),
-        (sum(|p| p.stuck_stops as f64) as u64).to_string(),
-        String::new(),
-        format!("{worker_h:.1}"),
-        percent(busy_h, worker_h),
-        report.started.to_string(),
-        wait(report.total_wait.p50_seconds),
-        wait(report.total_wait.p90_seconds),
-        wait(report.total_wait.p99_seconds),
-        wait(report.total_wait.max_seconds),
-    ]);
+    rows.push(COLUMNS.iter().map(|c| c.total(report)).collect());
     out.push_str(&table(&rows));
     for pool in &report.pools {
         let _ = writeln!(out, "  {}: {}", pool.name, pool.shape);
@@ -71,6 +31,122 @@ pub fn text(report: &SimReport) -> String {
     out.push_str(&estimates(report));
     out
 }
+
+/// A column of the pools table: its header, a pool's cell and the total row's.
+struct Column {
+    header: &'static str,
+    cell: Cell,
+    total: Total,
+}
+
+/// A pool's cell.
+enum Cell {
+    /// A count, summed by [`Total::Sum`].
+    Count(fn(&PoolReport) -> u64),
+    Text(fn(&PoolReport) -> String),
+}
+
+/// The total row's cell.
+enum Total {
+    Blank,
+    /// The pools' counts added up.
+    Sum,
+    /// A figure of the whole run.
+    Run(fn(&SimReport) -> String),
+}
+
+impl Column {
+    fn cell(&self, pool: &PoolReport) -> String {
+        match self.cell {
+            Cell::Count(count) => count(pool).to_string(),
+            Cell::Text(text) => text(pool),
+        }
+    }
+
+    fn total(&self, report: &SimReport) -> String {
+        match (&self.total, &self.cell) {
+            (Total::Sum, Cell::Count(count)) => {
+                report.pools.iter().map(count).sum::<u64>().to_string()
+            }
+            (Total::Run(figure), _) => figure(report),
+            _ => String::new(),
+        }
+    }
+}
+
+const fn count(header: &'static str, count: fn(&PoolReport) -> u64) -> Column {
+    Column {
+        header,
+        cell: Cell::Count(count),
+        total: Total::Sum,
+    }
+}
+
+const fn shown(header: &'static str, text: fn(&PoolReport) -> String, total: Total) -> Column {
+    Column {
+        header,
+        cell: Cell::Text(text),
+        total,
+    }
+}
+
+/// Worker-hours and busy hours of every pool.
+fn hours(report: &SimReport) -> (f64, f64) {
+    let sum = |f: fn(&PoolReport) -> f64| report.pools.iter().map(f).sum::<f64>();
+    (sum(|p| p.worker_hours), sum(|p| p.busy_hours))
+}
+
+/// The pools table, left to right.
+const COLUMNS: &[Column] = &[
+    shown("pool", |p| p.name.clone(), Total::Run(|_| "total".into())),
+    shown("mode", |p| p.launch_mode.to_string(), Total::Blank),
+    shown("min", |p| p.min.to_string(), Total::Blank),
+    shown("max", |p| p.max.to_string(), Total::Blank),
+    count("launches", |p| p.launches),
+    count("unused", |p| p.unused_launches),
+    count("withdrawn", |p| p.withdrawn),
+    count("failed", |p| p.failures),
+    count("stuck", |p| p.stuck_stops),
+    shown("peak", |p| p.peak_workers.to_string(), Total::Blank),
+    shown(
+        "worker-h",
+        |p| format!("{:.1}", p.worker_hours),
+        Total::Run(|r| format!("{:.1}", hours(r).0)),
+    ),
+    shown(
+        "busy",
+        |p| percent(p.busy_hours, p.worker_hours),
+        Total::Run(|r| {
+            let (worker, busy) = hours(r);
+            percent(busy, worker)
+        }),
+    ),
+    shown(
+        "ran",
+        |p| p.bundles_run.to_string(),
+        Total::Run(|r| r.started.to_string()),
+    ),
+    shown(
+        "wait p50",
+        |p| wait(p.wait.p50_seconds),
+        Total::Run(|r| wait(r.total_wait.p50_seconds)),
+    ),
+    shown(
+        "p90",
+        |p| wait(p.wait.p90_seconds),
+        Total::Run(|r| wait(r.total_wait.p90_seconds)),
+    ),
+    shown(
+        "p99",
+        |p| wait(p.wait.p99_seconds),
+        Total::Run(|r| wait(r.total_wait.p99_seconds)),
+    ),
+    shown(
+        "max",
+        |p| wait(p.wait.max_seconds),
+        Total::Run(|r| wait(r.total_wait.max_seconds)),
+    ),
+];
 
 /// "bundles: N arrived, …": what became of the workload's bundles.
 fn bundles_line(report: &SimReport) -> String {

@@ -62,6 +62,7 @@ fn known_status() -> Status {
             active: 3,
             pending: 1,
             stopping: 0,
+            surplus: 0,
             reasons: vec![
                 Reason::WantWorkers { staged: 2 },
                 Reason::Target {
@@ -110,6 +111,7 @@ fn known_status() -> Status {
             active: 0,
             pending: 0,
             stopping: 0,
+            surplus: 0,
             reasons: vec![Reason::BackingOff {
                 until_seconds: 270,
                 remaining_seconds: 70,
@@ -223,12 +225,12 @@ Pools
   cpu  slurm-batch · target · 4 cpus, 0 gpus, 8 GiB · spills after 10 min · cost weight 1
     Min / max: 0 / 4 · Target: 4
     Workers, as the server sees them: Starting –, Ready –, Busy –, Vanished –, Lost –
-    Jobs on the platform: Pending 1, Active 3
+    Jobs on the platform: Pending 1, Active 3, Withdrawn 0
     Staged for it: 2 · Backoff: no · Budget (24 h): no limit
   gpu  slurm-batch · target · 8 cpus, 1 gpus, 1.5 GiB · 2.5 an hour · cost weight 10 · tag gpu (exclusive) · launches go to gpu-standard (2 capacity events in 30 min, the last: job 9 preempted; for 1m 40s, one launch tries this pool again in 28m 20s)
     Min / max: 0 / 4 · Target: –
     Workers, as the server sees them: Starting 0, Ready 0, Busy 0, Vanished 0, Lost 0
-    Jobs on the platform: Pending 0, Active 0
+    Jobs on the platform: Pending 0, Active 0, Withdrawn 0
     Staged for it: 0 · Backoff: backing off, 1m 10s left (2 failures) · Budget (24 h): no limit
 
 Waiting: staged bundles with no worker coming
@@ -541,12 +543,12 @@ Pools
   cpu  slurm-batch · target · 4 cpus, 0 gpus, 8 GiB · cost weight 1
     Min / max: 0 / 2 · Target: –
     Workers, as the server sees them: Starting 0, Ready 0, Busy 2, Vanished 0, Lost 0
-    Jobs on the platform: Pending 0, Active 2
+    Jobs on the platform: Pending 0, Active 2, Withdrawn 0
     Staged for it: 0 · Backoff: no · Budget (24 h): no limit
   gpu  slurm-batch · target · 8 cpus, 2 gpus, 16 GiB · cost weight 1
     Min / max: 0 / 4 · Target: –
     Workers, as the server sees them: Starting 0, Ready 0, Busy 0, Vanished 0, Lost 0
-    Jobs on the platform: Pending 0, Active 0
+    Jobs on the platform: Pending 0, Active 0, Withdrawn 0
     Staged for it: 0 · Backoff: backing off, 18m 20s left (3 failures) · Budget (24 h): no limit
 
 Waiting: staged bundles with no worker coming

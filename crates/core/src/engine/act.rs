@@ -60,7 +60,8 @@ impl Engine {
     /// Takes the stops of pool `index`'s `decision` as the driver made them (each job's
     /// result, or its error): a stopped job is over by this manager's hand; a lost worker
     /// and the stuck pending jobs count as failed starts of the pool (backoff), the stuck
-    /// ones as a capacity event too. `server` names the server in the lost workers' message.
+    /// ones as a capacity event too; a withdrawn launch is neither (the pool did nothing
+    /// wrong). `server` names the server in the lost workers' message.
     pub fn stopped(
         &mut self,
         index: usize,
@@ -73,25 +74,29 @@ impl Engine {
         let mut events = Vec::new();
         let mut stuck = Vec::new();
         for (id, result) in results {
-            let lost = lost_reason(decision, &id);
-            let reason = if lost.is_some() {
-                "worker_lost"
-            } else {
-                "pending_timeout"
-            };
-            let message = lost.map(|lost| lost_message(lost, server));
-            match (&result, &message) {
-                (Ok(()), Some(message)) => {
-                    tracing::error!(pool = runtime.name(), job = %id, reason, "worker job {id} is lost and stopped; it {message}");
+            let why = stop_reason(decision, &id);
+            let reason = why.map_or("pending_timeout", Reason::code);
+            let pool = runtime.name();
+            match (why, &result) {
+                (Some(lost @ Reason::WorkerLost { .. }), Ok(())) => {
+                    let message = lost_message(lost, server);
+                    tracing::error!(pool, job = %id, reason, "worker job {id} is lost and stopped; it {message}");
                 }
-                (Ok(()), None) => {
-                    tracing::info!(pool = runtime.name(), job = %id, reason, "stopped a stuck pending job; its demand goes to the next fitting pool");
+                (Some(lost @ Reason::WorkerLost { .. }), Err(error)) => {
+                    let message = lost_message(lost, server);
+                    tracing::warn!(pool, job = %id, %error, "cannot stop lost worker job {id} ({message})");
                 }
-                (Err(error), Some(message)) => {
-                    tracing::warn!(pool = runtime.name(), job = %id, %error, "cannot stop lost worker job {id} ({message})");
+                (Some(withdrawn @ Reason::Withdrawn { .. }), Ok(())) => {
+                    tracing::info!(pool, job = %id, reason, "{withdrawn}: cancelled before it started");
                 }
-                (Err(error), None) => {
-                    tracing::warn!(pool = runtime.name(), job = %id, %error, "cannot stop a stuck pending job");
+                (Some(Reason::Withdrawn { .. }), Err(error)) => {
+                    tracing::warn!(pool, job = %id, %error, "cannot withdraw pending job {id}; it stays and counts as capacity");
+                }
+                (_, Ok(())) => {
+                    tracing::info!(pool, job = %id, reason, "stopped a stuck pending job; its demand goes to the next fitting pool");
+                }
+                (_, Err(error)) => {
+                    tracing::warn!(pool, job = %id, %error, "cannot stop a stuck pending job");
                 }
             }
             if result.is_ok() {
@@ -103,13 +108,15 @@ impl Engine {
                 reason,
                 ok: result.is_ok(),
             });
-            match message {
-                Some(message) => {
+            match why {
+                Some(lost @ Reason::WorkerLost { .. }) => {
+                    let message = lost_message(lost, server);
                     let news = runtime.fail(now, "worker_lost", format!("job {id}: {message}"));
                     events.extend(news.events);
                     runtime::remember(&mut self.recent_failures, news.failures);
                 }
-                None => stuck.push(id),
+                Some(Reason::Withdrawn { .. }) => {}
+                _ => stuck.push(id),
             }
         }
         if !stuck.is_empty() {
@@ -189,9 +196,14 @@ impl Engine {
         LaunchOutcome { events, go_on }
     }
 
-    /// Remembers each pool's decision and the bundles assigned to it, for its status.
-    pub fn decided(&mut self, decision: &PoolsDecision) {
+    /// Remembers each pool's decision and the bundles assigned to it, for its status, and
+    /// since when its decisions have found a surplus (for the next plan's withdrawals).
+    pub fn decided(&mut self, decision: &PoolsDecision, now: Duration) {
         for (runtime, pool) in self.pools.iter_mut().zip(&decision.pools) {
+            runtime.surplus_since = match pool.surplus {
+                0 => None,
+                _ => Some(runtime.surplus_since.unwrap_or(now)),
+            };
             runtime.last_decision = Some(pool.clone());
             runtime.assigned = (decision.assignments.iter())
                 .filter(|a| a.pool == pool.pool)
@@ -238,11 +250,13 @@ impl Engine {
 }
 
 /// The `worker_lost` reason of job `id` in `decision`, if it is lost.
-fn lost_reason<'a>(decision: &'a PoolDecision, id: &str) -> Option<&'a Reason> {
-    decision
-        .reasons
-        .iter()
-        .find(|r| matches!(r, Reason::WorkerLost { job_id, .. } if job_id == id))
+/// The reason `decision` stops job `id` for: its worker is lost, it is withdrawn, or (none
+/// of those) it was pending too long.
+fn stop_reason<'a>(decision: &'a PoolDecision, id: &str) -> Option<&'a Reason> {
+    decision.reasons.iter().find(|r| match r {
+        Reason::WorkerLost { job_id, .. } | Reason::Withdrawn { job_id, .. } => job_id == id,
+        _ => false,
+    })
 }
 
 /// Why a lost worker is stopped, with what to check: the log line and the failure record.

@@ -48,6 +48,9 @@ pub(crate) struct PoolRuntime {
     pub listed: Vec<WorkerJob>,
     pub failed_listed: usize,
     pub last_decision: Option<PoolDecision>,
+    /// Since when (manager clock) every decision found pending jobs the pool no longer
+    /// needs ([`PoolDecision::surplus`]): they are withdrawn once that lasts `withdraw_after`.
+    pub surplus_since: Option<Duration>,
     pub assigned: Vec<String>,
     /// Check-ins of the pool's workers.
     pub checkins: CheckinMemory,
@@ -101,6 +104,7 @@ impl PoolRuntime {
             listed: Vec::new(),
             failed_listed: 0,
             last_decision: None,
+            surplus_since: None,
             assigned: Vec::new(),
             checkins: CheckinMemory::default(),
             checkin_aware: false,
@@ -403,6 +407,7 @@ impl PoolRuntime {
             budget_room: None,
             checkins_seen: self.record.checkins_seen(),
             capacity: self.capacity.state.clone(),
+            surplus_for: self.surplus_since.map(|since| now.saturating_sub(since)),
         }
     }
 

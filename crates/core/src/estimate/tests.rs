@@ -19,6 +19,7 @@ fn pool(name: &str, launches: u32) -> PoolDecision {
         active: 0,
         pending: 0,
         stopping: 0,
+        surplus: 0,
         reasons: Vec::new(),
     }
 }

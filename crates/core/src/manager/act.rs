@@ -21,7 +21,7 @@ impl Manager {
                 }
             }
         }
-        self.engine.decided(&report.pools);
+        self.engine.decided(&report.pools, self.clock());
     }
 
     /// Stops the jobs `decision` names on pool `index` (a dry run only says it would).

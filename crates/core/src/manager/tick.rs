@@ -198,7 +198,7 @@ fn upstream_decision(policies: &[PoolPolicy], decision: &PoolsDecision) -> Decis
 
 /// The events of one tick's [`TickEvent`]s, in their order: launches started or refused (a
 /// temporary error, retried next tick, and a dry run are not events), stuck jobs stopped, lost
-/// workers stopped, jobs failed before they became active, preempted jobs, pools backing off.
+/// workers stopped, launches withdrawn, jobs failed before they became active, preempted jobs, pools backing off.
 /// `now_seconds` is the manager clock at the end of the tick.
 pub(super) fn from_tick(tick_events: &[TickEvent], now_seconds: u64) -> Vec<EventKind> {
     tick_events
@@ -228,21 +228,9 @@ fn from_tick_event(event: &TickEvent, now_seconds: u64) -> Option<EventKind> {
         TickEvent::Stop {
             pool,
             job_id,
-            reason: "pending_timeout",
-            ..
-        } => EventKind::StuckPendingStopped {
-            pool: pool.clone(),
-            job_id: job_id.clone(),
-        },
-        TickEvent::Stop {
-            pool,
-            job_id,
-            reason: "worker_lost",
-            ..
-        } => EventKind::WorkerLost {
-            pool: pool.clone(),
-            job_id: job_id.clone(),
-        },
+            reason,
+            ok,
+        } => return stop_event(pool, job_id, reason, *ok),
         TickEvent::JobFailed {
             pool,
             job_id,
@@ -278,4 +266,16 @@ fn from_tick_event(event: &TickEvent, now_seconds: u64) -> Option<EventKind> {
         _ => return None,
     };
     Some(kind)
+}
+
+/// The event of a stop: a stuck job or a lost worker stopped (or tried: a failed stop is in
+/// the log too), a launch withdrawn (once it is).
+fn stop_event(pool: &str, job_id: &str, reason: &str, ok: bool) -> Option<EventKind> {
+    let (pool, job_id) = (pool.to_owned(), job_id.to_owned());
+    match reason {
+        "pending_timeout" => Some(EventKind::StuckPendingStopped { pool, job_id }),
+        "worker_lost" => Some(EventKind::WorkerLost { pool, job_id }),
+        "withdrawn" if ok => Some(EventKind::LaunchWithdrawn { pool, job_id }),
+        _ => None,
+    }
 }

@@ -30,6 +30,10 @@ pub(super) struct Census {
     pub(super) lost_ids: Vec<String>,
     /// Jobs a rule would stop but the manager may not ([`Reason::NotStopped`]).
     pub(super) kept: Vec<Reason>,
+    /// Of `pending`, the jobs the plan may withdraw when it no longer needs them: launched
+    /// here, never checked in (a requeued job that ran is not), not on hold; with how long
+    /// each has been pending.
+    pub(super) withdrawable: Vec<(Duration, String)>,
     /// Every job that counts toward `max`: active, pending, stuck and stopping.
     pub(super) jobs: usize,
     pub(super) backing_off: Option<Reason>,
@@ -107,6 +111,7 @@ pub(super) fn census(policy: &PoolPolicy, observed: &PoolObservation, now: Durat
         lost: Vec::new(),
         lost_ids: Vec::new(),
         kept: Vec::new(),
+        withdrawable: Vec::new(),
         jobs: observed.stopping,
         backing_off: None,
     };
@@ -170,6 +175,9 @@ impl Census {
         match job.on_hold {
             true => self.on_hold += 1,
             false => self.pending += 1,
+        }
+        if !job.on_hold && may_not_stop(job, false, true).is_none() && !ever_checked_in(job) {
+            self.withdrawable.push((job.pending_for, job.id.clone()));
         }
     }
 

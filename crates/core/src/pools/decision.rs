@@ -30,6 +30,10 @@ pub struct PoolDecision {
     pub pending: usize,
     /// Jobs being stopped.
     pub stopping: usize,
+    /// Pending jobs of this manager the pool no longer needs (its jobs stand above what its
+    /// busy workers, `min` and the waiting bundles it could run need): withdrawn once every
+    /// decision has found a surplus for `withdraw_after`, the ones withdrawn now included.
+    pub surplus: usize,
     /// Every rule that fired.
     pub reasons: Vec<Reason>,
 }

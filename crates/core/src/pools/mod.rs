@@ -29,14 +29,21 @@
 //!    **Lost workers** (target mode): a running job whose worker has **never** checked in for
 //!    longer than `checkin_timeout` (over fresh views) is stopped (`worker_lost`) and, like a
 //!    stuck one, the pool takes nothing that tick (the manager backs it off).
+//! 5. **Withdraw** (target mode): when `active + pending` stands above the target, as many
+//!    pending jobs as the surplus are cancelled before they start (`withdrawn`), the most
+//!    recently submitted first: a launch whose bundle went to another worker, or away, costs
+//!    nothing where pending is not billed (see [`crate::backend::JobState::Pending`]) instead
+//!    of a worker that boots, finds nothing and idles out. No backoff: the pool did nothing
+//!    wrong. Held jobs (on hold by the platform) are left alone.
 //!
 //! **What is never stopped** (the manager's invariant, see ARCHITECTURE.md): a rule stops a job
 //! only when this manager launched it ([`ObservedJob::launched_here`]) and its worker never
 //! checked in; a lost job is stopped only once a worker of the pool has been seen checking in
 //! ([`PoolObservation::checkins_seen`]: otherwise the workers may log in as an account whose
-//! workers the manager cannot see). Jobs a rule would stop but may not are kept, counted
+//! workers the manager cannot see); a job is withdrawn only while it is pending, on the same
+//! two conditions. Jobs a rule would stop but may not are kept, counted
 //! toward `max`, and reported ([`Reason::NotStopped`](crate::policy::Reason::NotStopped)).
-//! 5. **Compat** (`launch_mode = compat`): upstream's exact rules ([`crate::policy::plan`]) on the
+//! 6. **Compat** (`launch_mode = compat`): upstream's exact rules ([`crate::policy::plan`]) on the
 //!    bundles assigned to the pool, with no backoff and no pending timeout; a compat pool takes
 //!    every bundle that fits it.
 //!
@@ -65,6 +72,8 @@ mod spill_tests;
 mod tests;
 pub mod times;
 pub mod unmet;
+#[cfg(test)]
+mod withdraw_tests;
 
 pub use assign::{BundleAssignment, BundleOnWorker, Coverage, PoolVerdict, UnservedBundle, misfit};
 pub use backoff::PoolHealth;

@@ -86,6 +86,10 @@ pub struct PoolObservation {
     pub checkins_seen: bool,
     /// Where the pool's new launches go, when it has a `fallback` ([`fallback`]).
     pub capacity: fallback::CapacityState,
+    /// How long every decision has found pending jobs the pool no longer needs
+    /// ([`super::PoolDecision::surplus`]), tick after tick; `None` when the last one found
+    /// none.
+    pub surplus_for: Option<Duration>,
 }
 
 /// The server's side of a tick, for the dispatch model ([`crate::dispatch`]): its checked-in

@@ -90,6 +90,10 @@ pub(super) struct Assignment {
     demand: Vec<usize>,
     /// Per pool: the workers those bundles fill (each waiting bundle counts one).
     pub(super) workers: Vec<usize>,
+    /// Per pool: the bundles that wait for a worker (assigned to any pool, or waiting for
+    /// room) and that it could run: what its pending jobs may still be needed for, though the
+    /// bundles went to another pool (spilled: the first worker that checks in takes them).
+    fitting: Vec<usize>,
 }
 
 pub(super) fn assignment(
@@ -146,11 +150,20 @@ pub(super) fn assignment(
     for p in (0..slots.len()).filter(|&p| slots[p].compat) {
         workers[p] = demand[p];
     }
+    let mut fitting = vec![0usize; policies.len()];
+    let waiting_for_workers = (assigned.assigned.iter().map(|(_, b, ..)| &bundles[*b]))
+        .chain(bundles.iter().filter(|b| waiting.contains(b.uuid.as_str())));
+    for bundle in waiting_for_workers {
+        for (p, policy) in policies.iter().enumerate() {
+            fitting[p] += usize::from(misfit(policy, bundle).is_none());
+        }
+    }
     Assignment {
         censuses,
         assigned,
         demand,
         workers,
+        fitting,
     }
 }
 
@@ -222,6 +235,7 @@ pub fn plan_pools(
         assigned,
         demand,
         workers,
+        fitting,
     } = assignment(
         &observed.bundles,
         &observations,
@@ -237,6 +251,7 @@ pub fn plan_pools(
             let demand = Demand {
                 bundles: demand[i],
                 workers: workers[i],
+                fitting: fitting[i],
                 packs: server.is_some(),
             };
             decide(policy, observations[i], &censuses[i], demand, now)
@@ -310,9 +325,15 @@ fn overdue_launches(
 struct Demand {
     bundles: usize,
     workers: usize,
+    /// Bundles waiting for a worker that the pool could run, wherever they were assigned.
+    fitting: usize,
     /// Workers hold several bundles (the server's side is known).
     packs: bool,
 }
+
+/// How long a pool's decisions must find pending jobs it no longer needs before they are
+/// withdrawn.
+const WITHDRAW_AFTER: Duration = Duration::from_secs(60);
 
 fn decide(
     policy: &PoolPolicy,
@@ -332,6 +353,7 @@ fn decide(
         active: census.active,
         pending: census.pending + census.on_hold + census.stuck_ids.len(),
         stopping: observed.stopping,
+        surplus: 0,
         reasons: Vec::new(),
     };
     if let Some(error) = &observed.unobserved {
@@ -500,4 +522,41 @@ fn decide_target(
         });
     }
     decision.launches = allowed.min(cap);
+    let needed = (busy + demand.workers.max(demand.fitting))
+        .max(policy.min as usize)
+        .min(policy.max as usize);
+    withdraw(census, capacity, needed, observed.surplus_for, decision);
+}
+
+/// Withdraws the pending jobs no longer needed: as many as the capacity stands above
+/// `needed` (the target, counting every waiting bundle the pool could run though it was
+/// assigned elsewhere: a spilled bundle keeps its first pool's job until a worker takes it),
+/// among the jobs the manager may withdraw ([`Census::withdrawable`]: its own, never checked
+/// in, not on hold), the most recently submitted first (the platform would start them last).
+/// `needed` holds `min`, so what is withdrawn is a launch no bundle and no minimum waits for.
+/// Only once every decision has found a surplus for [`WITHDRAW_AFTER`] (`surplus_for`): a
+/// bundle that leaves for a moment, or goes to a worker that frees up while another one's
+/// bundle arrives, costs no job its place in the platform's queue.
+fn withdraw(
+    census: &Census,
+    capacity: usize,
+    needed: usize,
+    surplus_for: Option<Duration>,
+    decision: &mut PoolDecision,
+) {
+    let mut newest_first = census.withdrawable.clone();
+    decision.surplus = capacity.saturating_sub(needed).min(newest_first.len());
+    if surplus_for.is_none_or(|lasted| lasted < WITHDRAW_AFTER) {
+        return;
+    }
+    newest_first.sort();
+    for (pending_for, job_id) in newest_first.into_iter().take(decision.surplus) {
+        decision.stops.push(job_id.clone());
+        decision.reasons.push(Reason::Withdrawn {
+            job_id,
+            pending_seconds: pending_for.as_secs(),
+            needed,
+            capacity,
+        });
+    }
 }

@@ -98,6 +98,7 @@ struct Stats {
     launches: u64,
     failures: u64,
     stuck_stops: u64,
+    withdrawn: u64,
     live: usize,
     active: usize,
     peak: usize,

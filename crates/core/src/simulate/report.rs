@@ -58,6 +58,9 @@ pub struct PoolReport {
     pub failures: u64,
     /// Pending jobs stopped by `pending_timeout`.
     pub stuck_stops: u64,
+    /// Pending jobs withdrawn before they started: no bundle needed them any more.
+    #[serde(default)]
+    pub withdrawn: u64,
     /// Most jobs (pending + active) at once.
     pub peak_workers: usize,
     /// Active worker time (what a cloud bills), hours.

@@ -84,17 +84,21 @@ fn a_check_in_on_one_pool_is_not_taken_for_another_pools_queued_job() {
     let two = Workload::parse("time,cpus,duration\n0,1,100\n2000,1,100\n").unwrap();
     let report = simulate(&two, &pools(Some(600)), &config()).unwrap();
     let (slurm, cloud) = (&report.pools[0], &report.pools[1]);
-    // The first spills; its cloud worker checks in at 665 s and is gone by 1365 s. The Slurm
-    // job is still queued at 2000 s (launch uniques differ across pools, so that check-in
-    // is not its own), so the second bundle spills too, to a second cloud worker.
-    assert_eq!((slurm.launches, cloud.launches), (1, 2));
+    // The first spills; its cloud worker checks in at 665 s (launch uniques differ across
+    // pools, so that check-in is not the Slurm job's) and takes it, so the Slurm job, still
+    // queued and no longer needed, is withdrawn a minute later. The second bundle at 2000 s
+    // gets a new Slurm job, queued too, and spills as well, to a second cloud worker.
+    assert_eq!((slurm.launches, cloud.launches), (2, 2));
     assert_eq!((slurm.bundles_run, cloud.bundles_run), (0, 2));
 }
 
 #[test]
 fn a_job_placed_when_the_spell_ends_runs_so_a_new_bundle_waits_for_it() {
     let two = Workload::parse("time,cpus,duration\n0,1,100\n3605,1,100\n").unwrap();
-    let report = simulate(&two, &pools(Some(600)), &config()).unwrap();
+    // `min = 1` keeps the Slurm job once the first bundle is taken (else it is withdrawn).
+    let mut pools = pools(Some(600));
+    pools[0].min = 1;
+    let report = simulate(&two, &pools, &config()).unwrap();
     let (slurm, cloud) = (&report.pools[0], &report.pools[1]);
     // The first spills (as above). Its Slurm job gets a place when the spell ends at 3600 s
     // and is listed running, as Slurm lists it, while its worker starts: no longer queued,

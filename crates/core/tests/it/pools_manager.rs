@@ -241,6 +241,61 @@ async fn a_stuck_pending_job_is_stopped_and_replaced_on_the_other_pool() {
     );
 }
 
+/// A pending job whose bundle went away is withdrawn once the pool has had it to spare for a
+/// minute: stopped on the platform, with a `withdrawn` stop, a `launch_withdrawn` event and
+/// counter, and no backoff (the pool launches again at once for a new bundle).
+#[tokio::test]
+async fn a_pending_job_no_bundle_needs_is_withdrawn_after_a_minute_with_no_backoff() {
+    let mut s = setup(
+        vec![cpu_bundle(1), cpu_bundle(2)],
+        cpu_policy(),
+        gpu_policy(),
+    )
+    .await;
+    s.manager.tick().await.unwrap();
+    assert_eq!(s.cpu.launches().len(), 2);
+    s.server.set_bundles(vec![cpu_bundle(1)]);
+    let report = s.manager.tick().await.unwrap();
+    assert_eq!(report.pools.pools[0].surplus, 1, "one job to spare");
+    assert!(s.cpu.stops().is_empty(), "not for a minute yet");
+    s.manager.advance_clock(Duration::from_secs(59));
+    s.manager.tick().await.unwrap();
+    assert!(s.cpu.stops().is_empty(), "59 s: not yet");
+    s.manager.advance_clock(Duration::from_secs(1));
+    let report = s.manager.tick().await.unwrap();
+    assert_eq!(s.cpu.stops(), ["2"], "the newest job is withdrawn");
+    assert!(report.events.contains(&TickEvent::Stop {
+        pool: "cpu".into(),
+        job_id: "2".into(),
+        reason: "withdrawn",
+        ok: true
+    }));
+    let status = s.manager.status();
+    assert!(
+        status.recent_failures.is_empty(),
+        "{:?}",
+        status.recent_failures
+    );
+    assert_eq!(status.pools[0].backing_off_until, None);
+    let withdrawn = (status.counters.iter())
+        .find(|c| c.metric == "stops" && c.pool == "cpu" && c.label == "withdrawn")
+        .map(|c| c.value);
+    assert_eq!(withdrawn, Some(1));
+    assert!(
+        (status.events.iter()).any(|e| e.kind.code() == "launch_withdrawn"),
+        "{:?}",
+        status.events
+    );
+    s.cpu.set_state("2", JobState::Ended);
+    s.server.set_bundles(vec![cpu_bundle(1), cpu_bundle(3)]);
+    let report = s.manager.tick().await.unwrap();
+    assert_eq!(
+        report.launched.len(),
+        1,
+        "no backoff: a new bundle gets a job"
+    );
+}
+
 #[tokio::test]
 async fn jobs_being_stopped_count_toward_max() {
     let cpu = PoolPolicy {

@@ -206,6 +206,8 @@ impl SimPool {
                 detail: "room".into(),
             }),
             checkins_seen: true,
+            // Any surplus is withdrawn at once.
+            surplus_for: Some(Duration::from_secs(3600)),
             capacity: match churn.capacity {
                 0 => CapacityState::Own,
                 1 => CapacityState::Fallback {
@@ -333,7 +335,7 @@ server: None,
 
     /// With no rate limit, a large per-tick cap, no backoff and every pool observed, every
     /// bundle that fits a pool gets a pending worker or a launch, unless every pool it fits is
-    /// full.
+    /// full; the pending jobs withdrawn are none of the ones the bundles are given to.
     #[test]
     fn fitting_bundles_get_a_worker_when_capacity_and_rate_allow(
         policies in policies_strategy(),
@@ -372,7 +374,8 @@ server: None,
                     launched_here: true,
                     on_hold: false,
                 }));
-                PoolObservation { jobs, stopping, ..PoolObservation::default() }
+                // Any surplus is withdrawn at once.
+                PoolObservation { jobs, stopping, surplus_for: Some(Duration::from_secs(3600)), ..PoolObservation::default() }
             })
             .collect();
         let observed = PoolsObservation { times: Vec::new(), bundles: bundles.clone(), pools: pools.clone(), server: None };
@@ -384,7 +387,19 @@ server: None,
                 .filter(|a| a.pool == pool.pool && a.coverage == Coverage::NewWorker)
                 .count();
             prop_assert!(pool.launches as usize >= new_workers, "{pool:?} has {new_workers} bundles needing a launch");
-            prop_assert_eq!(pool.stops.len(), 0);
+            // The only stops here withdraw pending jobs, none a bundle is given to (a bundle is
+            // given to a pending or starting one: `Coverage::PendingWorker`).
+            let jobs = pools[i].jobs.len();
+            let on_pending = decision
+                .assignments
+                .iter()
+                .filter(|a| a.pool == pool.pool && a.coverage == Coverage::PendingWorker)
+                .count();
+            prop_assert!(pool.stops.iter().all(|id| id.starts_with('p')), "{pool:?} stops a job that is not pending");
+            prop_assert!(
+                on_pending + pool.stops.len() <= jobs,
+                "{pool:?} withdraws a job a bundle waits for ({on_pending} bundles on {jobs} jobs)"
+            );
             let jobs = pools[i].jobs.len() + pools[i].stopping;
             prop_assert!(jobs + pool.launches as usize <= policies[i].max as usize);
         }

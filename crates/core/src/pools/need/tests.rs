@@ -259,6 +259,7 @@ fn random_observation(rng: &mut SplitMix64, max: u32) -> PoolObservation {
         budget_room: None,
         checkins_seen: true,
         capacity: Default::default(),
+        surplus_for: None,
     }
 }
 

@@ -54,6 +54,7 @@ impl Sim<'_> {
                     unused_launches: stats.unused,
                     failures: stats.failures,
                     stuck_stops: stats.stuck_stops,
+                    withdrawn: stats.withdrawn,
                     peak_workers: stats.peak,
                     worker_hours: hours(stats.worker_ms),
                     busy_hours: hours(stats.busy_ms),

@@ -13,6 +13,7 @@ use crate::checkin::{CheckedInWorker, CheckinView};
 use crate::codalab::UserIdentity;
 use crate::engine::Listing;
 use crate::error::{Error, Result};
+use crate::policy::Reason;
 use crate::pools::{PoolDecision, PoolsDecision, PoolsObservation};
 use crate::status::TickEvent;
 use std::time::Duration;
@@ -46,7 +47,7 @@ impl Sim<'_> {
             let trace = observed.traces.get_mut(pool);
             events.extend(self.act(pool, decided, now_ms, trace));
         }
-        self.engine.decided(&decision);
+        self.engine.decided(&decision, now);
         self.engine.launched_for_overdue(&decision, &events);
         if let Some(workers) = observed.workers {
             let staged = observed.pools.bundles;
@@ -111,7 +112,11 @@ impl Sim<'_> {
         let mut events = self.engine.note_kept(pool, decided, now);
         if !decided.stops.is_empty() {
             let results = (decided.stops.iter())
-                .map(|id| (id.clone(), self.stop(pool, id, now_ms)))
+                .map(|id| {
+                    let withdrawn = (decided.reasons.iter())
+                        .any(|r| matches!(r, Reason::Withdrawn { job_id, .. } if job_id == id));
+                    (id.clone(), self.stop(pool, id, withdrawn, now_ms))
+                })
                 .collect();
             let server = "the simulated server";
             events.extend((self.engine).stopped(pool, decided, results, server, now));
@@ -236,9 +241,9 @@ impl Sim<'_> {
         picked.into_iter().map(|b| self.staged_bundle(b)).collect()
     }
 
-    /// Stops job `id` of `pool`; the simulated platform stops every job (one already gone
-    /// too).
-    fn stop(&mut self, pool: usize, id: &str, now_ms: u64) -> Result<(), String> {
+    /// Stops job `id` of `pool` (`withdrawn`: a pending job no longer needed; else a stuck
+    /// one); the simulated platform stops every job (one already gone too).
+    fn stop(&mut self, pool: usize, id: &str, withdrawn: bool, now_ms: u64) -> Result<(), String> {
         let found =
             (self.pool_jobs[pool].iter().copied()).find(|&j| self.jobs[j as usize].id == id);
         let Some(job) = found else {
@@ -248,7 +253,10 @@ impl Sim<'_> {
             Phase::Pending => {
                 self.jobs[job as usize].phase = Phase::Gone;
                 self.stats[pool].live -= 1;
-                self.stats[pool].stuck_stops += 1;
+                match withdrawn {
+                    true => self.stats[pool].withdrawn += 1,
+                    false => self.stats[pool].stuck_stops += 1,
+                }
                 self.release(job, now_ms);
             }
             Phase::Active => self.end_active(job, now_ms, Phase::Gone),

@@ -1,0 +1,255 @@
+//! Table tests of the withdraw rule of the pool policy (rule 5 of the module doc): a pending
+//! job of this manager that never checked in is cancelled once the pool's capacity stands
+//! above what its busy workers, its `min` and the waiting bundles it could run need; the
+//! newest first; never a job on hold, another manager's, or one whose worker checked in.
+
+use super::*;
+use crate::backend::JobState;
+use crate::bundle::{StagedBundle, WorkerShape};
+use crate::checkin::JobCheckin;
+use crate::policy::Reason;
+use std::time::Duration;
+
+const S: fn(u64) -> Duration = Duration::from_secs;
+
+fn pool(name: &str, min: u32, max: u32) -> PoolPolicy {
+    PoolPolicy {
+        min,
+        max,
+        min_seconds_between_workers: 0,
+        max_launches_per_tick: 100,
+        ..PoolPolicy::new(name, WorkerShape::from_flags(1, 0, 4096))
+    }
+}
+
+fn bundles(n: u32) -> Vec<StagedBundle> {
+    (0..n)
+        .map(|i| StagedBundle {
+            request_cpus: 1,
+            ..StagedBundle::new(format!("0x{i}"))
+        })
+        .collect()
+}
+
+/// A pending job of this manager, pending for `seconds`.
+fn pending(id: &str, seconds: u64) -> ObservedJob {
+    ObservedJob::new(id, JobState::Pending, S(seconds), S(0)).launched_here()
+}
+
+/// A running job of this manager, busy with a bundle.
+fn busy(id: &str) -> ObservedJob {
+    ObservedJob {
+        checkin: JobCheckin::CheckedIn {
+            runs: 1,
+            terminating: false,
+        },
+        ..ObservedJob::new(id, JobState::Active, S(0), S(600)).launched_here()
+    }
+}
+
+/// The pool's jobs, its decisions having found a surplus for an hour.
+fn observed(jobs: Vec<ObservedJob>) -> PoolObservation {
+    PoolObservation {
+        jobs,
+        checkins_seen: true,
+        surplus_for: Some(S(3600)),
+        ..PoolObservation::default()
+    }
+}
+
+fn decide(
+    bundles: Vec<StagedBundle>,
+    pools: Vec<PoolObservation>,
+    policies: &[PoolPolicy],
+) -> PoolsDecision {
+    plan_pools(
+        &PoolsObservation {
+            times: Vec::new(),
+            bundles,
+            pools,
+            server: None,
+        },
+        policies,
+        S(3600),
+    )
+}
+
+/// The jobs withdrawn, from the reasons; checks that each is among the stops.
+fn withdrawn(decision: &PoolDecision) -> Vec<String> {
+    let ids: Vec<String> = (decision.reasons.iter())
+        .filter_map(|r| match r {
+            Reason::Withdrawn { job_id, .. } => Some(job_id.clone()),
+            _ => None,
+        })
+        .collect();
+    for id in &ids {
+        assert!(decision.stops.contains(id), "{id} withdrawn, not stopped");
+    }
+    ids
+}
+
+#[test]
+fn withdraw_rules_table() {
+    let on_hold = |id: &str| ObservedJob {
+        on_hold: true,
+        ..pending(id, 500)
+    };
+    let foreign = |id: &str| ObservedJob::new(id, JobState::Pending, S(500), S(0));
+    let requeued = |id: &str| ObservedJob {
+        checkin: JobCheckin::Vanished { unseen_for: S(30) },
+        ..pending(id, 500)
+    };
+    // (case, staged bundles, min, max, jobs, withdrawn)
+    type Case = (
+        &'static str,
+        u32,
+        u32,
+        u32,
+        Vec<ObservedJob>,
+        Vec<&'static str>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "as many pending as bundles: none",
+            2,
+            0,
+            5,
+            vec![pending("old", 300), pending("new", 10)],
+            vec![],
+        ),
+        (
+            "one bundle left: the newest goes",
+            1,
+            0,
+            5,
+            vec![pending("old", 300), pending("new", 10)],
+            vec!["new"],
+        ),
+        (
+            "no bundle: every pending job goes",
+            0,
+            0,
+            5,
+            vec![pending("old", 300), pending("new", 10)],
+            vec!["new", "old"],
+        ),
+        (
+            "min keeps its workers",
+            0,
+            1,
+            5,
+            vec![pending("old", 300), pending("new", 10)],
+            vec!["new"],
+        ),
+        (
+            "a busy worker is not capacity for the bundles",
+            1,
+            0,
+            5,
+            vec![busy("b"), pending("p", 10)],
+            vec![],
+        ),
+        (
+            "above max after a reload: the surplus goes",
+            2,
+            0,
+            1,
+            vec![pending("old", 300), pending("new", 10)],
+            vec!["new"],
+        ),
+        (
+            "held by the platform: left alone",
+            0,
+            0,
+            5,
+            vec![on_hold("held")],
+            vec![],
+        ),
+        (
+            "another manager's: left alone",
+            0,
+            0,
+            5,
+            vec![foreign("theirs")],
+            vec![],
+        ),
+        (
+            "its worker checked in before a requeue: left alone",
+            0,
+            0,
+            5,
+            vec![requeued("ran")],
+            vec![],
+        ),
+    ];
+    for (case, staged, min, max, jobs, expected) in cases {
+        let decision = decide(
+            bundles(staged),
+            vec![observed(jobs)],
+            &[pool("cpu", min, max)],
+        );
+        let pool = &decision.pools[0];
+        assert_eq!(withdrawn(pool), expected, "{case}");
+        assert_eq!(pool.stops.len(), expected.len(), "{case}: {:?}", pool.stops);
+    }
+}
+
+/// A surplus is withdrawn only once the pool's decisions have found one for 60 s: the
+/// decision says how many jobs are not needed meanwhile.
+#[test]
+fn a_surplus_is_withdrawn_once_it_lasted_a_minute() {
+    let jobs = || vec![pending("old", 300), pending("new", 10)];
+    for (lasted, withdrawn_now) in [(None, 0), (Some(0), 0), (Some(59), 0), (Some(60), 2)] {
+        let pools = vec![PoolObservation {
+            surplus_for: lasted.map(S),
+            ..observed(jobs())
+        }];
+        let decision = decide(bundles(0), pools, &[pool("cpu", 0, 5)]);
+        let pool = &decision.pools[0];
+        assert_eq!(pool.surplus, 2, "after {lasted:?} s");
+        assert_eq!(withdrawn(pool).len(), withdrawn_now, "after {lasted:?} s");
+    }
+}
+
+/// A bundle spilled to a second pool keeps the first pool's pending job: whichever worker
+/// checks in first takes it. Once the bundle is gone, the job is withdrawn.
+#[test]
+fn a_spilled_bundle_keeps_its_first_pools_job_until_it_is_taken() {
+    let pools = [pool("free", 0, 5), pool("paid", 0, 5)];
+    let both = || {
+        vec![
+            observed(vec![pending("queued", 900)]),
+            observed(vec![pending("booting", 30)]),
+        ]
+    };
+    let decision = decide(bundles(1), both(), &pools);
+    assert!(withdrawn(&decision.pools[0]).is_empty());
+    assert!(withdrawn(&decision.pools[1]).is_empty());
+    let taken = decide(bundles(0), both(), &pools);
+    assert_eq!(withdrawn(&taken.pools[0]), ["queued"]);
+    assert_eq!(withdrawn(&taken.pools[1]), ["booting"]);
+}
+
+/// A withdrawal is said with its figures, true of the decision beside it.
+#[test]
+fn the_reason_says_what_was_needed_and_counted() {
+    let decision = decide(
+        bundles(1),
+        vec![observed(vec![
+            busy("b"),
+            pending("p1", 40),
+            pending("p2", 20),
+        ])],
+        &[pool("cpu", 0, 5)],
+    );
+    let pool = &decision.pools[0];
+    let reason = (pool.reasons.iter())
+        .find(|r| r.code() == "withdrawn")
+        .expect("one withdrawn");
+    assert_eq!(
+        reason.to_string(),
+        "withdraw job p2: pending 20 s, not needed (3 jobs count as capacity, 2 needed)"
+    );
+    assert_eq!(pool.target, Some(2));
+    assert_eq!(pool.launches, 0);
+}
