@@ -331,10 +331,6 @@ struct Demand {
     packs: bool,
 }
 
-/// How long a pool's decisions must find pending jobs it no longer needs before they are
-/// withdrawn.
-const WITHDRAW_AFTER: Duration = Duration::from_secs(60);
-
 fn decide(
     policy: &PoolPolicy,
     observed: &PoolObservation,
@@ -522,31 +518,29 @@ fn decide_target(
         });
     }
     decision.launches = allowed.min(cap);
-    let needed = (busy + demand.workers.max(demand.fitting))
-        .max(policy.min as usize)
-        .min(policy.max as usize);
-    withdraw(census, capacity, needed, observed.surplus_for, decision);
+    let wanted = busy + demand.workers.max(demand.fitting);
+    withdraw(policy, observed, census, (wanted, capacity), decision);
 }
 
-/// Withdraws the pending jobs no longer needed: as many as the capacity stands above
-/// `needed` (the target, counting every waiting bundle the pool could run though it was
-/// assigned elsewhere: a spilled bundle keeps its first pool's job until a worker takes it),
-/// among the jobs the manager may withdraw ([`Census::withdrawable`]: its own, never checked
-/// in, not on hold), the most recently submitted first (the platform would start them last).
-/// `needed` holds `min`, so what is withdrawn is a launch no bundle and no minimum waits for.
-/// Only once every decision has found a surplus for [`WITHDRAW_AFTER`] (`surplus_for`): a
-/// bundle that leaves for a moment, or goes to a worker that frees up while another one's
-/// bundle arrives, costs no job its place in the platform's queue.
+/// Withdraws the pending jobs no longer needed: as many as `capacity` stands above `wanted`
+/// (the workers the busy ones and every waiting bundle the pool could run need, though it was
+/// assigned elsewhere: a spilled bundle keeps its first pool's job until a worker takes it)
+/// within `min` and `max`, among the jobs the manager may withdraw ([`Census::withdrawable`]:
+/// its own, never checked in, not on hold), the most recently submitted first (the platform
+/// would start them last). So what is withdrawn is a launch no bundle and no minimum waits
+/// for; and only once every decision has found a surplus for the pool's `withdraw_after`.
 fn withdraw(
+    policy: &PoolPolicy,
+    observed: &PoolObservation,
     census: &Census,
-    capacity: usize,
-    needed: usize,
-    surplus_for: Option<Duration>,
+    (wanted, capacity): (usize, usize),
     decision: &mut PoolDecision,
 ) {
+    let needed = wanted.max(policy.min as usize).min(policy.max as usize);
     let mut newest_first = census.withdrawable.clone();
     decision.surplus = capacity.saturating_sub(needed).min(newest_first.len());
-    if surplus_for.is_none_or(|lasted| lasted < WITHDRAW_AFTER) {
+    let lasted = observed.surplus_for;
+    if lasted.is_none_or(|lasted| lasted < policy.withdraw_after) {
         return;
     }
     newest_first.sort();

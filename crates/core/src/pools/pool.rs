@@ -91,6 +91,10 @@ pub struct PoolPolicy {
     /// lost: stopped and replaced, and the pool backs off (target mode; see [`crate::checkin`]).
     #[serde(serialize_with = "crate::seconds::serialize")]
     pub checkin_timeout: Duration,
+    /// How long the pool's decisions must find pending jobs it no longer needs before they
+    /// are withdrawn (target mode; see [`crate::pools`], rule 5).
+    #[serde(serialize_with = "crate::seconds::serialize")]
+    pub withdraw_after: Duration,
     /// Compat or target.
     pub launch_mode: LaunchMode,
     /// Launches per tick at most (target mode).
@@ -109,6 +113,12 @@ pub struct PoolPolicy {
 }
 
 impl PoolPolicy {
+    /// `withdraw_after` when unset: a minute, so that a bundle that leaves for a moment, or
+    /// goes to a worker that frees up while another bundle arrives, costs no job its place in
+    /// the platform's queue (in the simulator, a shorter one withdrew booting jobs and
+    /// relaunched them, at a longer wait).
+    pub const DEFAULT_WITHDRAW_AFTER: Duration = Duration::from_secs(60);
+
     /// A target-mode pool with `min` 0, upstream's `max` and pacing, and otherwise the
     /// defaults of `[[pools]]`.
     pub fn new(name: impl Into<String>, shape: WorkerShape) -> Self {
@@ -128,6 +138,7 @@ impl PoolPolicy {
             pending_timeout: None,
             startup_grace: DEFAULT_STARTUP_GRACE,
             checkin_timeout: crate::checkin::DEFAULT_CHECKIN_TIMEOUT,
+            withdraw_after: Self::DEFAULT_WITHDRAW_AFTER,
             launch_mode: LaunchMode::Target,
             max_launches_per_tick: 1,
             min_seconds_between_workers: limits.min_seconds_between_workers,

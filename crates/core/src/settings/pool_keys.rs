@@ -165,6 +165,15 @@ pool_rules! {
         /// and replaced (target mode) [default: the global worker_checkin_timeout].
         #[key(seconds: true, example: Some("300"))]
         pub checkin_timeout: Option<u64>,
+        /// Seconds a pending job of this manager may stay unneeded (beyond the pool's busy
+        /// workers, its min and the staged bundles it could run) before it is withdrawn:
+        /// cancelled before it starts (target mode).
+        #[key(
+            seconds: true,
+            example: Some("300"),
+            unset: Some(crate::PoolPolicy::DEFAULT_WITHDRAW_AFTER.as_secs())
+        )]
+        pub withdraw_after: Option<u64>,
         /// compat (upstream's rules) or target.
         #[key]
         #[serde(default = "default_mode")]
@@ -269,6 +278,9 @@ impl PoolRules {
                 self.checkin_timeout
                     .unwrap_or(settings.worker_checkin_timeout),
             ),
+            withdraw_after: self
+                .withdraw_after
+                .map_or(crate::PoolPolicy::DEFAULT_WITHDRAW_AFTER, seconds),
             launch_mode: self.launch_mode,
             max_launches_per_tick: self.max_launches_per_tick,
             min_seconds_between_workers: self
@@ -318,6 +330,24 @@ mod tests {
         );
         assert!(key("startup_grace").doc().ends_with("[default: 30]"));
         assert_eq!(key("min").doc(), "Workers kept at least");
+    }
+
+    #[test]
+    fn withdraw_after_is_the_policys_or_a_minute() {
+        let settings = super::super::Settings::default();
+        let shape = crate::WorkerShape::from_flags(1, 0, 1024);
+        let rules = |extra: serde_json::Value| {
+            let mut entry = serde_json::json!({"name": "p", "backend": "local"});
+            entry
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            serde_json::from_value::<PoolRules>(entry).unwrap()
+        };
+        let policy = rules(serde_json::json!({})).policy(&settings, shape);
+        assert_eq!(policy.withdraw_after, std::time::Duration::from_secs(60));
+        let policy = rules(serde_json::json!({"withdraw_after": 300})).policy(&settings, shape);
+        assert_eq!(policy.withdraw_after, std::time::Duration::from_secs(300));
     }
 
     #[test]
