@@ -33,6 +33,9 @@ fn manager_on(
         max: 10,
         max_launches_per_tick: 10,
         min_seconds_between_workers: 0,
+        // The stand-in workers never check in: past the check-in timeout the pool would back
+        // off (`worker_unconfirmed`) and launch nothing for the property's next bundle.
+        checkin_timeout: Duration::from_secs(86_400),
         budget: BudgetLimits {
             max_worker_hours_per_day: Some(10.0),
             max_cost_per_day: None,
