@@ -41,14 +41,20 @@ fn step(
 
 /// Prerequisites (Debian build packages, cargo-fuzz), then the services coming up beside fmt
 /// check, clippy, the structure checks and the test build; every test (unit, transport, real
-/// services, e2e) while the release and fuzz builds run beside them; bench in quick mode; the
-/// fault scenarios with the soak and a bounded fuzz run beside them; the README's demo.
+/// services, e2e) while the release and fuzz builds, each crate's own test check and a bounded
+/// fuzz run go on beside them; bench in quick mode; the fault scenarios with the soak beside
+/// them; the README's demo.
 ///
 /// What runs beside what is chosen by what each needs: the tests, chaos and the demo share the
 /// real services and take them in turn; the builds, the soak (its own fake server) and fuzzing
 /// need only CPU, which the service steps mostly leave idle while they wait on the server; the
 /// bench measures alone.
-pub fn run(_args: &[String]) -> Result<()> {
+pub fn run(args: &[String]) -> Result<()> {
+    match args {
+        [] => {}
+        [step] if step == EACH_CRATE => return crate_tests_alone(),
+        _ => bail!("usage: cargo xtask ci [{EACH_CRATE}]"),
+    }
     let mut timings = Vec::new();
     let result = (|| {
         step("prerequisites", &mut timings, crate::prereqs::ensure)?;
@@ -79,7 +85,6 @@ pub fn run(_args: &[String]) -> Result<()> {
                 "warnings",
             ])
         })?;
-        step("each crate's tests alone", &mut timings, crate_tests_alone)?;
         step("architecture", &mut timings, || {
             crate::architecture::run(&[])
         })?;
@@ -94,9 +99,17 @@ pub fn run(_args: &[String]) -> Result<()> {
             &mut timings,
             || (services.join()).map_err(|_| anyhow::anyhow!("`services up all` panicked"))?,
         )?;
-        let builds = Lane::start(
-            "release and fuzz builds",
-            &[&["bench", "--build-only"], &["fuzz", "--build-only"]],
+        // Each crate's own test check after the release builds: the test step builds nothing
+        // by then. 20 s a fuzz target keeps CI inside its limit (`cargo xtask fuzz` alone runs
+        // 60 s each).
+        let beside_tests = Lane::start(
+            "release and fuzz builds, each crate's tests alone, fuzz --seconds 20",
+            &[
+                &["bench", "--build-only"],
+                &["fuzz", "--build-only"],
+                &["ci", EACH_CRATE],
+                &["fuzz", "--seconds", "20"],
+            ],
         )?;
         // Six tests at a time on two cores: the tests that take long wait on the real server,
         // Slurm or a worker, not on the CPU (the CLI's binary took 917 s with the default two
@@ -104,16 +117,13 @@ pub fn run(_args: &[String]) -> Result<()> {
         step("test", &mut timings, || {
             cargo_with(&test_args(false), &[("RUST_TEST_THREADS", "6")])
         })?;
-        builds.join(&mut timings)?;
+        beside_tests.join(&mut timings)?;
         step("bench --quick", &mut timings, || {
             crate::bench::run(&["--quick".into()])
         })?;
-        // 20 s a target keeps CI inside its limit; `cargo xtask fuzz` alone runs 60 s each.
-        let fuzz = Lane::start("fuzz --seconds 20", &[&["fuzz", "--seconds", "20"]])?;
         let soak = Lane::start("soak --minutes 2", &[&["soak", "--minutes", "2"]])?;
         step("chaos", &mut timings, || crate::chaos::run(&[]))?;
         soak.join(&mut timings)?;
-        fuzz.join(&mut timings)?;
         step("a fresh CodaLab for the demo", &mut timings, fresh_codalab)?;
         // Last: the README's first command, as a newcomer runs it (its real workers stay
         // registered on the server for a minute after they exit; nothing runs after it).
@@ -153,7 +163,10 @@ impl Lane {
     fn start(name: &'static str, tasks: &[&[&str]]) -> Result<Self> {
         let dir = services::target_dir().join("ci");
         std::fs::create_dir_all(&dir)?;
-        let log = dir.join(format!("{name}.log"));
+        let slug: String = (name.chars())
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let log = dir.join(format!("{slug}.log"));
         let file =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let tasks: Vec<Vec<String>> = tasks
@@ -258,6 +271,9 @@ fn xtask_self(args: &[&str]) -> Result<()> {
     full.extend_from_slice(args);
     cargo(&full)
 }
+
+/// `cargo xtask ci each-crate`: the step [`crate_tests_alone`] alone (CI runs it in a lane).
+const EACH_CRATE: &str = "each-crate";
 
 /// The crates whose own `cargo test -p NAME` must build: the workspace test run unifies
 /// features across crates and so hides a test that needs a feature only another crate enables

@@ -31,6 +31,39 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
+/// The arguments that build `target/debug/cl-worker-manager` with every backend, as the
+/// test step builds it (`cargo test --workspace --features codalab-wm/full`): the same
+/// features, so after that step the build is fresh and the binary is the one the tests ran
+/// (with `-p codalab-wm` alone the features differ, and the two builds replace each other's
+/// binary).
+pub const BUILD_MANAGER: [&str; 6] = [
+    "build",
+    "--workspace",
+    "--features",
+    "codalab-wm/full",
+    "--bin",
+    "cl-worker-manager",
+];
+
+/// Builds `target/debug/cl-worker-manager` ([`BUILD_MANAGER`]); `who` prefixes the line said.
+pub fn build_manager(who: &str) -> Result<()> {
+    cargo(who, &BUILD_MANAGER)
+}
+
+/// `cargo ARGS…` in the repository, said first (prefixed by `who`); fails when cargo does.
+pub fn cargo(who: &str, args: &[&str]) -> Result<()> {
+    eprintln!("{who}: cargo {}", args.join(" "));
+    let status = Command::new(env!("CARGO"))
+        .args(args)
+        .current_dir(repo_root())
+        .status()
+        .with_context(|| format!("running cargo {}", args.join(" ")))?;
+    if !status.success() {
+        bail!("cargo {} failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

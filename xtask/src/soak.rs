@@ -82,28 +82,17 @@ pub fn run(args: &[String]) -> Result<()> {
 }
 
 fn build() -> Result<()> {
-    for args in [
-        &["build", "-p", "codalab-wm", "--features", "full"][..],
-        &[
-            "build",
-            "-p",
-            "xtask",
-            "--features",
-            "soak",
-            "--bin",
-            "soak-fake",
-        ][..],
-    ] {
-        eprintln!("soak: cargo {}", args.join(" "));
-        let status = Command::new(env!("CARGO"))
-            .args(args)
-            .current_dir(repo_root())
-            .status()?;
-        if !status.success() {
-            bail!("cargo {} failed", args.join(" "));
-        }
-    }
-    Ok(())
+    crate::services::build_manager("soak")?;
+    let fake = [
+        "build",
+        "-p",
+        "xtask",
+        "--features",
+        "soak",
+        "--bin",
+        "soak-fake",
+    ];
+    crate::services::cargo("soak", &fake)
 }
 
 fn start_fake(lifetime: Duration) -> Result<(Guard, String)> {

@@ -141,15 +141,7 @@ fn names() -> Vec<&'static str> {
 
 /// Builds the binary and checks that CodaLab and Slurm answer.
 fn preflight() -> Result<()> {
-    eprintln!("chaos: cargo build -p codalab-wm --features full");
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-p", "codalab-wm", "--features", "full"])
-        .current_dir(repo_root())
-        .status()
-        .context("running cargo build")?;
-    if !status.success() {
-        bail!("cargo build -p codalab-wm --features full failed");
-    }
+    crate::services::build_manager("chaos")?;
     let codalab = Command::new("curl")
         .args(["-s", "-o", "/dev/null", "-m", "5", "-w", "%{http_code}"])
         .arg("http://127.0.0.1:2900/rest/bundles?keywords=.count")

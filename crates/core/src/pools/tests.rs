@@ -65,7 +65,8 @@ fn jobs(active: usize, pending: usize) -> PoolObservation {
     }
 }
 
-fn plan2(
+/// The plan of `policies` for `bundles` and `pools`, at 10,000 s of the manager clock.
+pub(super) fn plan2(
     bundles: Vec<StagedBundle>,
     pools: Vec<PoolObservation>,
     policies: &[PoolPolicy],

@@ -3,6 +3,7 @@
 //! above what its busy workers, its `min` and the waiting bundles it could run need; the
 //! newest first; never a job on hold, another manager's, or one whose worker checked in.
 
+use super::tests::plan2 as decide;
 use super::*;
 use crate::backend::JobState;
 use crate::bundle::{StagedBundle, WorkerShape};
@@ -55,23 +56,6 @@ fn observed(jobs: Vec<ObservedJob>) -> PoolObservation {
         surplus_for: Some(S(3600)),
         ..PoolObservation::default()
     }
-}
-
-fn decide(
-    bundles: Vec<StagedBundle>,
-    pools: Vec<PoolObservation>,
-    policies: &[PoolPolicy],
-) -> PoolsDecision {
-    plan_pools(
-        &PoolsObservation {
-            times: Vec::new(),
-            bundles,
-            pools,
-            server: None,
-        },
-        policies,
-        S(3600),
-    )
 }
 
 /// The jobs withdrawn, from the reasons; checks that each is among the stops.

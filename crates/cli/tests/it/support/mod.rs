@@ -146,11 +146,12 @@ pub struct Turn;
 /// Waits until no test of another file uses the shared services (the real CodaLab server and
 /// its users, Docker, the Slurm cluster, moto), then holds the turn for `file` (the caller's
 /// `module_path!()`): tests of one file share it, as they ran when each file was a binary of
-/// its own. Every test of such a file takes it first; a test never waits on another file's
-/// test while holding it, so the turns cannot deadlock. A file whose tests share nothing with
-/// the others but dockerd (`partition.rs`) takes no turn and runs beside them; the locks it
-/// holds ([`bundles::docker_in_use`]) it takes without a turn. Each turn's length goes to
-/// stderr, past the harness's capture, so CI's log shows where the step's time went.
+/// its own. Every test of such a file takes it first; while holding it a test waits on no
+/// other file's test but those that take no turn (below), which never wait for one: the turns
+/// cannot deadlock. A file whose tests share nothing with the others but dockerd
+/// (`partition.rs`, `checkin_real.rs`) takes no turn and runs beside them, holding only
+/// [`bundles::docker_in_use`]. Each turn's length goes to stderr, past the harness's capture,
+/// so CI's log shows where the step's time went.
 pub fn turn(file: &'static str) -> Turn {
     let mut held = lock(&TURN);
     while held.file.is_some_and(|owner| owner != file) {
