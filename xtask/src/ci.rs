@@ -10,22 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 fn cargo(args: &[&str]) -> Result<()> {
-    cargo_with(args, &[])
-}
-
-fn cargo_with(args: &[&str], env: &[(&str, &str)]) -> Result<()> {
-    let shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
-    eprintln!("==> {}cargo {}", shown.concat(), args.join(" "));
-    let status = Command::new(env!("CARGO"))
-        .args(args)
-        .envs(env.iter().copied())
-        .current_dir(repo_root())
-        .status()
-        .with_context(|| format!("running cargo {}", args.join(" ")))?;
-    if !status.success() {
-        bail!("cargo {} failed ({status})", args.join(" "));
-    }
-    Ok(())
+    services::cargo_with("==>", args, &[])
 }
 
 fn step(
@@ -115,7 +100,7 @@ pub fn run(args: &[String]) -> Result<()> {
         // Slurm or a worker, not on the CPU (the CLI's binary took 917 s with the default two
         // threads, 777 s with six).
         step("test", &mut timings, || {
-            cargo_with(&test_args(false), &[("RUST_TEST_THREADS", "6")])
+            services::cargo_with("==>", &test_args(false), &[("RUST_TEST_THREADS", "6")])
         })?;
         beside_tests.join(&mut timings)?;
         step("bench --quick", &mut timings, || {

@@ -52,9 +52,17 @@ pub fn build_manager(who: &str) -> Result<()> {
 
 /// `cargo ARGS…` in the repository, said first (prefixed by `who`); fails when cargo does.
 pub fn cargo(who: &str, args: &[&str]) -> Result<()> {
-    eprintln!("{who}: cargo {}", args.join(" "));
+    cargo_with(&format!("{who}:"), args, &[])
+}
+
+/// `cargo ARGS…` in the repository with `env` set, said first after `said`; fails when cargo
+/// does.
+pub fn cargo_with(said: &str, args: &[&str], env: &[(&str, &str)]) -> Result<()> {
+    let shown: String = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+    eprintln!("{said} {shown}cargo {}", args.join(" "));
     let status = Command::new(env!("CARGO"))
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(repo_root())
         .status()
         .with_context(|| format!("running cargo {}", args.join(" ")))?;
