@@ -259,7 +259,8 @@ fn random_observation(rng: &mut SplitMix64, max: u32) -> PoolObservation {
         budget_room: None,
         checkins_seen: true,
         capacity: Default::default(),
-        surplus_for: None,
+        // Half the pools have had jobs to spare for an hour: their surplus is withdrawn.
+        surplus_for: (rng.between(0, 1) == 0).then(|| Duration::from_secs(3600)),
     }
 }
 
