@@ -20,8 +20,10 @@ CL_URL=http://127.0.0.1:$CL_REST_PORT
 # own (`cargo xtask bench` stages and removes thousands of bundles as bench, so no test sees them);
 # `carol` is the user whose parallel_run_quota the dispatch tests set (nobody else's changes);
 # `dave` and `erin` are the dispatch differential test's own (no other test leaves bundles of
-# theirs staged, so their bundles' places in the server's dispatch order are the test's)
-CL_USERS="codalab:codalab alice:alicepw bob:bobpw bench:benchpw carol:carolpw dave:davepw erin:erinpw"
+# theirs staged, so their bundles' places in the server's dispatch order are the test's);
+# `frank` is chaos's dispatch-stopped scenario's own (it runs beside the other scenarios, which
+# revoke bob's tokens)
+CL_USERS="codalab:codalab alice:alicepw bob:bobpw bench:benchpw carol:carolpw dave:davepw erin:erinpw frank:frankpw"
 
 cl_user_names() {  # the user names of CL_USERS, space-separated
   local up names=""

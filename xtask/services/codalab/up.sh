@@ -10,10 +10,9 @@
 #   cl-bundle-manager --sleep-time 1 (no port): moves bundles created -> staged (-> starting if a
 #                     worker checks in)
 #   no cl-ws-server: not needed for the REST API nor for staging (see launch.py).
-# Users (refreshed on every up, verified + has_access): root codalab/codalab, alice/alicepw, bob/bobpw,
-# bench/benchpw (the bench's own: it stages and removes thousands of bundles), carol/carolpw (whose
-# parallel_run_quota the dispatch tests set),
-# each with a home worksheet; CLI homes under clients/<user> (used by cl.sh and stage.sh).
+# Users (refreshed on every up, verified + has_access): CL_USERS in common.sh says who they are and
+# whose each is; root is codalab/codalab. Each has a home worksheet; CLI homes under
+# clients/<user> (used by cl.sh and stage.sh).
 # Health probe: GET http://127.0.0.1:2900/rest/bundles?keywords=.count -> 200 (no auth).
 # Idempotent: only what is not running is started ("already running" otherwise); waits at most
 # 120 s for REST. Stop with down.sh (`down.sh --purge` also deletes DB, homes and logs; the venv stays).
@@ -221,5 +220,5 @@ for up in $CL_USERS; do
   curl -sf -m 20 -o /dev/null -H "Authorization: Bearer $tok" -H 'X-Requested-With: XMLHttpRequest' \
     "$CL_URL/rest/worksheets?specs=%2F" || die "home worksheet of $u"
 done
-log "users ready: codalab/codalab (root), alice/alicepw, bob/bobpw, bench/benchpw, carol/carolpw (login checked, home worksheets exist)"
+log "users ready: $(echo "$CL_USERS" | sed 's/:/\//g; s/ /, /g') (codalab is root; login checked, home worksheets exist)"
 log "done in $(since "$T0")s. REST $CL_URL; CLI: bash xtask/services/codalab/cl.sh USER ARGS...; logs $CL_LOGS"

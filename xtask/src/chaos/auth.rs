@@ -13,7 +13,7 @@ use std::time::Duration;
 const RECOVER: Duration = Duration::from_secs(60);
 
 /// How long each refusal lasts: several of the manager's retries, well inside its bound.
-const SPELL: Duration = Duration::from_secs(20);
+const SPELL: Duration = Duration::from_secs(10);
 
 /// The token endpoint's refusals, as a proxy, a maintenance page or a busy user table give them.
 fn refusals() -> [Fault; 3] {

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 const MAX: usize = 4;
 /// Workers the one overdue bundle may have: the first, and one launched for it once overdue.
 const ALLOWED: usize = 2;
+/// The scenario's own CodaLab user (it runs beside scenarios that revoke [`harness::USER`]'s tokens).
+const USER: (&str, &str) = ("frank", "frankpw");
 /// How long the scenario watches: the review's probe reached `max` within 110 s of the first
 /// launch; past the 60 s grace, with the workers' start on a loaded machine.
 const WATCH: Duration = Duration::from_secs(180);
@@ -88,15 +90,23 @@ fn checked_in(manager: &harness::ManagerProcess, cursor: u64) -> u64 {
 pub fn dispatch_stopped(setup: &Setup) -> Result<Findings> {
     let mut findings = Findings::default();
     let tag = format!("{}-undispatched", setup.spec.job_name);
-    let uuids = harness::stage_bundles(1, &tag)?;
-    let result = watch_pool(setup, &tag, &mut findings);
-    harness::remove_bundles(&uuids);
+    let uuids = harness::stage_bundles_as(USER.0, 1, &tag)?;
+    let paused = Paused::new();
+    let result = match paused {
+        Ok(_) => {
+            findings.faults += 1;
+            watch_pool(setup, &tag, &mut findings)
+        }
+        Err(_) => Ok(()),
+    };
+    // Removed while the bundle manager is paused: it cannot hand the bundle to a worker the
+    // server still lists after its job was cancelled.
+    harness::remove_bundles_as(USER.0, &uuids);
+    drop(paused?);
     result.map(|()| findings)
 }
 
 fn watch_pool(setup: &Setup, tag: &str, findings: &mut Findings) -> Result<()> {
-    let paused = Paused::new()?;
-    findings.faults += 1;
     let root = repo_root();
     let mut command = harness::manager_command(&setup.spec.dir, &setup.spec.server);
     command
@@ -130,8 +140,8 @@ fn watch_pool(setup: &Setup, tag: &str, findings: &mut Findings) -> Result<()> {
                 root.join(".services/docker/docker.sock").display()
             ),
         )
-        .env("CODALAB_USERNAME", harness::USER)
-        .env("CODALAB_PASSWORD", harness::PASSWORD);
+        .env("CODALAB_USERNAME", USER.0)
+        .env("CODALAB_PASSWORD", USER.1);
     let mut manager = harness::start(command, &setup.spec.dir, "dispatch-stopped")?;
     let start = Instant::now();
     let mut most = 0;
@@ -156,10 +166,8 @@ fn watch_pool(setup: &Setup, tag: &str, findings: &mut Findings) -> Result<()> {
         WATCH.as_secs(),
         harness::tail(&manager.log)
     );
-    // Workers gone before the server may dispatch again, so no run starts on a job we cancel.
     manager.stop()?;
     harness::cancel_jobs(&setup.spec.job_name)?;
-    drop(paused);
     findings.notes.push(format!(
         "bundle manager paused {} s: at most {most} worker jobs for the one bundle ({seen} checked in at the end; max {MAX})",
         WATCH.as_secs()

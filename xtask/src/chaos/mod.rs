@@ -6,7 +6,9 @@
 //! ([`crate::proxy`]); Slurm faults are a stopped `slurmctld`; tokens are revoked in MariaDB;
 //! the manager itself is killed. Outcomes are checked from the outside: `squeue` (launches,
 //! never more than `--max-workers`), the JSON log (what was skipped and why), the process
-//! (crashes). Every scenario cancels its jobs afterwards, whatever happened. Exits non-zero
+//! (crashes). Every scenario cancels its jobs afterwards, whatever happened. The scenarios of
+//! `scenarios::ALL` run one after another, those of `scenarios::BESIDE` beside them (each lane
+//! through a proxy of its own). Exits non-zero
 //! when a scenario fails, a manager crashed or more than `--max-workers` jobs ran at once.
 
 mod auth;
@@ -62,63 +64,28 @@ pub fn run(args: &[String]) -> Result<()> {
     harness::copy_binary(&dir)?;
     let tag = format!("chaos-{nonce}");
     let started = Instant::now();
-    let proxy = FaultProxy::start("127.0.0.1:2900".parse()?)?;
     eprintln!("chaos: staging 3 bundles of {} tagged {tag}", harness::USER);
     let uuids = harness::stage_bundles(3, &tag)?;
-    let mut rows = Vec::new();
-    for (index, (name, injected, scenario)) in scenarios::ALL.iter().enumerate() {
-        if only.is_some_and(|o| o != *name) {
-            continue;
-        }
-        let job_name = format!("chaos{nonce}s{index}");
-        let spec = ManagerSpec {
-            server: proxy.url(),
-            tag: format!("tags={tag}"),
-            job_name: job_name.clone(),
-            dir: dir.join(name),
-            backend: harness::Backend::Slurm,
-        };
-        std::fs::create_dir_all(&spec.dir)?;
-        eprintln!("chaos: scenario {name}: {injected}");
-        let watch = {
-            let job_name = job_name.clone();
-            JobWatch::start(move || harness::slurm_jobs(&job_name))
-        };
-        let start = Instant::now();
-        let setup = scenarios::Setup {
-            proxy: &proxy,
-            spec,
-            staged: uuids.len(),
-            watch: &watch,
-        };
-        let result = scenario(&setup);
-        proxy.set(crate::proxy::Fault::Pass);
-        let cleanup = harness::cancel_jobs(&job_name);
-        let orphans = orphan_processes(&setup.spec.dir);
-        let beyond_max = watch.max_at_once().saturating_sub(MAX_WORKERS)
-            + result.as_ref().map_or(0, |f| f.beyond_max);
-        let crashed = crashed(&setup.spec.dir, &result);
-        let result = result.and_then(|findings| {
-            cleanup?;
-            if !orphans.is_empty() {
-                bail!("stand-in workers still running after scancel: {orphans:?}");
-            }
-            Ok(findings)
-        });
-        if let Err(error) = &result {
-            eprintln!("chaos: scenario {name} FAILED: {error:#}");
-        }
-        rows.push(Row {
-            name,
-            injected,
-            faults: result.as_ref().map_or(0, |f| f.faults),
-            crashed,
-            beyond_max,
-            seconds: start.elapsed().as_secs(),
-            result: result.map(|f| f.notes),
-        });
-    }
-    drop(proxy);
+    let run = Run {
+        nonce: &nonce,
+        dir: &dir,
+        tag: &tag,
+        staged: uuids.len(),
+        only,
+    };
+    let upstream = "127.0.0.1:2900".parse()?;
+    let (proxy, beside_proxy) = (FaultProxy::start(upstream)?, FaultProxy::start(upstream)?);
+    let rows = std::thread::scope(|scope| {
+        let beside = scope.spawn(|| run.lane(scenarios::BESIDE, &beside_proxy));
+        let mut rows = run.lane(scenarios::ALL, &proxy);
+        rows.extend(
+            beside
+                .join()
+                .expect("a scenario beside the others panicked"),
+        );
+        rows
+    });
+    drop((proxy, beside_proxy));
     harness::remove_bundles(&uuids);
     report(&rows, started.elapsed().as_secs());
     let failed = rows
@@ -136,7 +103,97 @@ pub fn run(args: &[String]) -> Result<()> {
 }
 
 fn names() -> Vec<&'static str> {
-    scenarios::ALL.iter().map(|(name, _, _)| *name).collect()
+    scenarios::ALL
+        .iter()
+        .chain(scenarios::BESIDE)
+        .map(|(name, _, _)| *name)
+        .collect()
+}
+
+/// What the scenarios of one run share.
+struct Run<'a> {
+    nonce: &'a str,
+    /// The run's directory (the binary; a directory per scenario).
+    dir: &'a std::path::Path,
+    /// The tag of the staged bundles.
+    tag: &'a str,
+    staged: usize,
+    only: Option<&'a str>,
+}
+
+impl Run<'_> {
+    /// Runs `scenarios` one after another through `proxy`.
+    fn lane(&self, scenarios: &[scenarios::Scenario], proxy: &FaultProxy) -> Vec<Row> {
+        let mut rows = Vec::new();
+        for (name, injected, scenario) in scenarios {
+            if self.only.is_some_and(|o| o != *name) {
+                continue;
+            }
+            rows.push(self.scenario(name, injected, *scenario, proxy));
+        }
+        rows
+    }
+
+    fn scenario(
+        &self,
+        name: &'static str,
+        injected: &'static str,
+        scenario: fn(&scenarios::Setup) -> Result<scenarios::Findings>,
+        proxy: &FaultProxy,
+    ) -> Row {
+        let index = names()
+            .iter()
+            .position(|n| *n == name)
+            .unwrap_or(usize::MAX);
+        let job_name = format!("chaos{}s{index}", self.nonce);
+        let spec = ManagerSpec {
+            server: proxy.url(),
+            tag: format!("tags={}", self.tag),
+            job_name: job_name.clone(),
+            dir: self.dir.join(name),
+            backend: harness::Backend::Slurm,
+        };
+        eprintln!("chaos: scenario {name}: {injected}");
+        let watch = {
+            let job_name = job_name.clone();
+            JobWatch::start(move || harness::slurm_jobs(&job_name))
+        };
+        let start = Instant::now();
+        let setup = scenarios::Setup {
+            proxy,
+            spec,
+            staged: self.staged,
+            watch: &watch,
+        };
+        let result = std::fs::create_dir_all(&setup.spec.dir)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| scenario(&setup));
+        proxy.set(crate::proxy::Fault::Pass);
+        let cleanup = harness::cancel_jobs(&job_name);
+        let orphans = orphan_processes(&setup.spec.dir);
+        let beyond_max = watch.max_at_once().saturating_sub(MAX_WORKERS)
+            + result.as_ref().map_or(0, |f| f.beyond_max);
+        let crashed = crashed(&setup.spec.dir, &result);
+        let result = result.and_then(|findings| {
+            cleanup?;
+            if !orphans.is_empty() {
+                bail!("stand-in workers still running after scancel: {orphans:?}");
+            }
+            Ok(findings)
+        });
+        if let Err(error) = &result {
+            eprintln!("chaos: scenario {name} FAILED: {error:#}");
+        }
+        Row {
+            name,
+            injected,
+            faults: result.as_ref().map_or(0, |f| f.faults),
+            crashed,
+            beyond_max,
+            seconds: start.elapsed().as_secs(),
+            result: result.map(|f| f.notes),
+        }
+    }
 }
 
 /// Builds the binary and checks that CodaLab and Slurm answer.
@@ -207,9 +264,13 @@ fn report(rows: &[Row], seconds: u64) {
             Ok(notes) => format!("ok: {}", notes.join("; ")),
             Err(error) => format!("FAILED: {}", format!("{error:#}").replace('\n', " ")),
         };
+        let beside = scenarios::BESIDE
+            .iter()
+            .any(|(name, _, _)| *name == row.name);
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {}{} | {} | {} | {} | {} | {} | {} |",
             row.name,
+            if beside { " (beside the others)" } else { "" },
             row.injected,
             row.faults,
             u8::from(row.crashed),
