@@ -23,6 +23,7 @@ use codalab_wm_core::bundle::WorkerShape;
 use codalab_wm_core::checkin::WorkerState;
 use codalab_wm_core::error::Result;
 use codalab_wm_core::manager::TICK_ERROR_KINDS;
+use codalab_wm_core::pools::FailureClass;
 use codalab_wm_core::status::{LaunchResult, Status};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -45,6 +46,13 @@ struct PoolState {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Pool {
     pool: String,
+}
+
+/// `{pool, class}` of `codalab_wm_pool_failures_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolClass {
+    pool: String,
+    class: String,
 }
 
 /// `{reason}` of `codalab_wm_unmet_bundles`.
@@ -116,6 +124,8 @@ pub struct Metrics {
     staged: Gauge,
     last_success: Gauge,
     pool_backing_off: Family<Pool, Gauge>,
+    pool_suspended: Family<Pool, Gauge>,
+    pool_failures: Family<PoolClass, Counter>,
     worker_jobs: Family<PoolState, Gauge>,
     workers: Family<PoolState, Gauge>,
     unmet_bundles: Family<UnmetReason, Gauge>,
@@ -141,6 +151,8 @@ impl Default for Metrics {
             staged: Gauge::default(),
             last_success: Gauge::default(),
             pool_backing_off: Family::default(),
+            pool_suspended: Family::default(),
+            pool_failures: Family::default(),
             worker_jobs: Family::default(),
             workers: Family::default(),
             unmet_bundles: Family::default(),
@@ -187,6 +199,16 @@ impl Metrics {
             "codalab_wm_pool_backing_off",
             "1 while a pool's launches are paused after failures (backoff), else 0",
             self.pool_backing_off.clone(),
+        );
+        registry.register(
+            "codalab_wm_pool_suspended",
+            "1 while a pool is suspended for misconfiguration (the same error again and again: no launches until its settings are fixed and reloaded), else 0",
+            self.pool_suspended.clone(),
+        );
+        registry.register(
+            "codalab_wm_pool_failures",
+            "Failures of a pool, by class: misconfiguration (its settings: suspends after 3 in a row), capacity (goes to its fallback), transient",
+            self.pool_failures.clone(),
         );
         self.register_pools(registry);
         registry.register(
@@ -308,6 +330,9 @@ impl Metrics {
                 pool,
                 reason: "reaped".to_owned(),
             }),
+            "failures" => self
+                .pool_failures
+                .get_or_create(&PoolClass { pool, class: label }),
             "server_errors" => self.server_errors.get_or_create(&ErrorKind { kind: label }),
             _ => return,
         }
@@ -332,6 +357,10 @@ impl Metrics {
                 let reason = reason.to_owned();
                 (self.job_endings.get_or_create(&PoolReason { pool, reason })).inc_by(0);
             }
+            for class in FailureClass::ALL {
+                let (pool, class) = (pool.name.clone(), class.code().to_owned());
+                (self.pool_failures.get_or_create(&PoolClass { pool, class })).inc_by(0);
+            }
         }
     }
 
@@ -342,6 +371,7 @@ impl Metrics {
         self.worker_jobs.clear();
         self.workers.clear();
         self.pool_backing_off.clear();
+        self.pool_suspended.clear();
         for pool in &status.pools {
             let backing_off = pool
                 .backing_off_until
@@ -350,6 +380,8 @@ impl Metrics {
                 pool: pool.name.clone(),
             };
             (self.pool_backing_off.get_or_create(&labels)).set(i64::from(backing_off));
+            let suspended = i64::from(pool.suspended.is_some());
+            (self.pool_suspended.get_or_create(&labels)).set(suspended);
             let counts = [
                 ("active", pool.active),
                 ("pending", pool.pending),

@@ -25,7 +25,8 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 /// Makes `manager`, built from `layout`, reload its configuration on SIGHUP (without a
-/// `--config` file a SIGHUP only logs that there is nothing to reload).
+/// `--config` file the settings are the flags' and stay as they are; the reload still resumes
+/// the pools suspended for misconfiguration, which is how a person tells it to try again).
 pub fn install(
     manager: &mut Manager,
     layers: Layers,
@@ -92,7 +93,10 @@ impl Reloader {
     /// Reads the configuration again and builds what changed.
     pub async fn reload(&mut self) -> Result<Reconfiguration> {
         if self.layers.file.is_none() {
-            bail!("no --config file to reload");
+            tracing::info!(
+                "no --config file: the settings are the flags' and do not change; pools \
+                 suspended for misconfiguration resume"
+            );
         }
         let settings = crate::setup::settings(&self.layers)?;
         fixed_settings(&self.current, &settings)?;
@@ -100,7 +104,11 @@ impl Reloader {
         let credentials = crate::setup::credentials(settings.password_file.as_deref())?;
         let mut built = Vec::new();
         let mut pools = Vec::new();
+        let mut hashes = Vec::new();
         for pool in layout.pools {
+            if let Some(hash) = pool.record_key().settings {
+                hashes.push((pool.policy.name.clone(), hash));
+            }
             let handle = self.rebuilt(&pool, &credentials).await?;
             pools.push(Pool {
                 policy: pool.policy.clone(),
@@ -114,6 +122,7 @@ impl Reloader {
         Ok(Reconfiguration {
             config: layout.config,
             pools,
+            settings: hashes,
         })
     }
 

@@ -48,9 +48,7 @@ pub async fn build_manager(
             .await
             .with_context(|| format!("pool {}", pool.policy.name))?;
     }
-    let identities: Vec<(String, String)> = (layout.pools.iter())
-        .map(|p| (p.policy.name.clone(), p.identity()))
-        .collect();
+    let records: Vec<_> = layout.pools.iter().map(|p| p.record_key()).collect();
     let client =
         CodaLabClient::with_options(&settings.server, credentials, &client_options(settings)?)?;
     let server = codalab_wm_core::secret::redact_url(client.server()).into_owned();
@@ -62,7 +60,7 @@ pub async fn build_manager(
     let launch_mode = first.policy.launch_mode;
     let single = layout.single;
     let mut manager = Manager::with_pools(layout.config, client, pools)?;
-    manager.keep_records(&settings.record_dir(), &identities)?;
+    manager.keep_records(&settings.record_dir(), &records)?;
     // Said once the server answered and took the credentials, not before.
     manager.on_ready(move || match single {
         false => tracing::info!(server, user, pools = count, "started worker manager; {count} pools"),

@@ -41,6 +41,7 @@ mod plan;
 pub(crate) mod record;
 pub(crate) mod runtime;
 pub mod server_view;
+mod suspension;
 
 pub(crate) use runtime::PoolSpec;
 

@@ -123,6 +123,24 @@ pub enum EventKind {
         /// The pool.
         pool: String,
     },
+    /// A pool was suspended for misconfiguration: the same error again and again
+    /// ([`crate::pools::MISCONFIGURED_AFTER`] failures in a row). It launches nothing until
+    /// its settings change or an admin resumes it (a reload).
+    PoolSuspended {
+        /// The pool.
+        pool: String,
+        /// Misconfiguration failures in a row, with the same error.
+        failures: u32,
+        /// The last of them.
+        error: String,
+    },
+    /// A suspended pool launches again.
+    PoolResumed {
+        /// The pool.
+        pool: String,
+        /// Why: `reloaded`, `its settings changed`, `a worker of the pool checked in` ….
+        why: String,
+    },
     /// A running job's worker stopped (or never started) checking in; it is stopped.
     WorkerLost {
         /// The pool.
@@ -200,6 +218,8 @@ impl EventKind {
             EventKind::LaunchFailed { .. } => "launch_failed",
             EventKind::PoolBackingOff { .. } => "pool_backing_off",
             EventKind::PoolRecovered { .. } => "pool_recovered",
+            EventKind::PoolSuspended { .. } => "pool_suspended",
+            EventKind::PoolResumed { .. } => "pool_resumed",
             EventKind::WorkerLost { .. } => "worker_lost",
             EventKind::WorkerPreempted { .. } => "worker_preempted",
             EventKind::WorkerReaped { .. } => "worker_reaped",
@@ -220,6 +240,8 @@ impl EventKind {
         "launch_failed",
         "pool_backing_off",
         "pool_recovered",
+        "pool_suspended",
+        "pool_resumed",
         "worker_lost",
         "worker_preempted",
         "worker_reaped",
@@ -238,6 +260,7 @@ impl EventKind {
         match self {
             EventKind::LaunchFailed { .. }
             | EventKind::PoolBackingOff { .. }
+            | EventKind::PoolSuspended { .. }
             | EventKind::WorkerLost { .. }
             | EventKind::StuckPendingStopped { .. }
             | EventKind::BudgetReached { .. }
@@ -269,6 +292,8 @@ impl EventKind {
             | EventKind::LaunchFailed { pool, .. }
             | EventKind::PoolBackingOff { pool, .. }
             | EventKind::PoolRecovered { pool }
+            | EventKind::PoolSuspended { pool, .. }
+            | EventKind::PoolResumed { pool, .. }
             | EventKind::WorkerLost { pool, .. }
             | EventKind::WorkerPreempted { pool, .. }
             | EventKind::WorkerReaped { pool, .. }
@@ -301,6 +326,19 @@ impl fmt::Display for EventKind {
                 if *failures == 1 { "" } else { "s" }
             ),
             EventKind::PoolRecovered { pool } => write!(f, "pool {pool}: launching again"),
+            EventKind::PoolSuspended {
+                pool,
+                failures,
+                error,
+            } => write!(
+                f,
+                "pool {pool}: suspended for misconfiguration after {failures} failures in a row \
+                 with the same error ({error}); no launches until its settings are fixed and \
+                 reloaded"
+            ),
+            EventKind::PoolResumed { pool, why } => {
+                write!(f, "pool {pool}: resumed ({why}), launching again")
+            }
             EventKind::WorkerLost { pool, job_id } => {
                 write!(f, "pool {pool}: worker lost (job {job_id}), stopped")
             }

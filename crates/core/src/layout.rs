@@ -4,7 +4,6 @@
 //! check`. Every rule about a combination of settings lives here, once; [`PoolLayout::build`]
 //! then builds the backends (the only I/O).
 
-use crate::Pool;
 use crate::WorkerOptions;
 use crate::describe::{BackendContext, BackendKind, Catalogue, Placement, Table};
 use crate::error::{Error, Result};
@@ -13,6 +12,7 @@ use crate::policy::PolicyConfig;
 use crate::pools::{PoolPolicy, SingleBackendFlags};
 use crate::secret::Credentials;
 use crate::settings::{Layers, PoolSettings, Settings, suggestion};
+use crate::{Pool, RecordKey};
 use figment::Figment;
 use figment::providers::Serialized;
 use std::time::Duration;
@@ -146,6 +146,20 @@ impl PoolLayout {
             identity.push_str(&format!(" {key}={value}"));
         }
         identity
+    }
+
+    /// The key of the pool's launch record: its [`PoolLayout::identity`], and a hash of its
+    /// settings (backend, table, rules, worker settings) that a suspension for misconfiguration
+    /// is kept with ([`crate::RecordKey::settings`]).
+    pub fn record_key(&self) -> RecordKey {
+        // Secrets included (a credential fixed is a setting changed); only the hash is kept.
+        let table = self.table.values();
+        let settings = serde_json::json!([self.kind.name(), table, self.policy, self.worker]);
+        RecordKey {
+            pool: self.policy.name.clone(),
+            identity: self.identity(),
+            settings: Some(crate::hash::fnv1a(settings.to_string().as_bytes())),
+        }
     }
 
     /// The pool, its backend built.

@@ -97,6 +97,7 @@ pub mod down;
 pub(crate) mod engine;
 pub mod estimate;
 pub mod events;
+mod hash;
 mod interned;
 pub mod layout;
 #[cfg(feature = "local")]
@@ -119,5 +120,5 @@ pub use codalab_wm_backend::{
     StagedBundle, WorkerBackend, WorkerJob, WorkerOptions, WorkerShape, async_trait, backend,
     bundle, command, describe, error, secret, size,
 };
-pub use manager::{Manager, ManagerConfig, Pool};
+pub use manager::{Manager, ManagerConfig, Pool, RecordKey};
 pub use pools::{LaunchMode, PoolPolicy, SingleBackendFlags};

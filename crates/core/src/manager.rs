@@ -47,7 +47,7 @@ mod streak;
 mod tick;
 
 pub use error_policy::{REFUSED_AGAIN_FOR, TICK_ERROR_KINDS};
-pub use pool::Pool;
+pub use pool::{Pool, RecordKey};
 pub use reconfigure::{Change, DRAIN_THEN_RESTART, Reconfiguration};
 pub use shutdown::SUBMIT_GRACE;
 pub use tick::TickReport;
@@ -262,20 +262,23 @@ impl Manager {
     }
 
     /// Keeps each pool's launch record (which jobs this manager launched, which checked in,
-    /// the budget use) in `dir`, in a file named after the pool's identity from
-    /// `identities` (pool name → identity: the backend and the keys that name its jobs; a pool
-    /// missing there is named by its name), read back after a restart. Without this, the
+    /// the budget use) in `dir`, in a file named after the pool's identity from its key in
+    /// `keys` (the backend and the keys that name its jobs; a pool missing there is named by
+    /// its name), read back after a restart. Without this, the
     /// records live in memory: after a restart the manager stops none of the jobs it finds.
     /// A dry run reads the records (as the live manager left them) and never writes them.
     /// Fails when a record cannot be created or read, or another process holds it.
-    pub fn keep_records(&mut self, dir: &Path, identities: &[(String, String)]) -> Result<()> {
+    ///
+    /// Each key may carry a hash of the pool's settings ([`RecordKey::settings`]): a pool
+    /// suspended for misconfiguration stays suspended over a restart with the same settings,
+    /// and is resumed by one with other settings.
+    pub fn keep_records(&mut self, dir: &Path, keys: &[RecordKey]) -> Result<()> {
         let start = unix_start(self.clock());
         for index in 0..self.engine.pools.len() {
             let name = self.engine.pools[index].name().to_owned();
-            let identity = identities
-                .iter()
-                .find(|(pool, _)| *pool == name)
-                .map_or(name.as_str(), |(_, identity)| identity.as_str());
+            let key = keys.iter().find(|key| key.pool == name);
+            let identity = key.map_or(name.as_str(), |key| key.identity.as_str());
+            self.engine.pools[index].settings = key.and_then(|key| key.settings);
             let record = match self.config.dry_run {
                 // A dry run beside the live manager: reads its record, holds and writes nothing.
                 true => record::LaunchRecord::read_only(dir, identity)?,

@@ -135,6 +135,13 @@ pub enum Reason {
         /// Failures in the current streak.
         failures: u32,
     },
+    /// Pool policy: the pool is suspended for misconfiguration (the same error
+    /// [`crate::pools::MISCONFIGURED_AFTER`] times in a row) and launches nothing until it
+    /// is resumed (a reload, changed settings at a restart, a check-in of its workers).
+    Suspended {
+        /// Misconfiguration failures in a row, with the same error.
+        failures: u32,
+    },
     /// Pool policy: the pool's capacity failed; its new launches go to its `fallback`
     /// ([`crate::pools::fallback`]).
     OnFallback {
@@ -273,6 +280,7 @@ impl Reason {
             Reason::Target { .. } => "target",
             Reason::LaunchCapReached { .. } => "launch_cap_reached",
             Reason::BackingOff { .. } => "backing_off",
+            Reason::Suspended { .. } => "suspended",
             Reason::OnFallback { .. } => "on_fallback",
             Reason::PendingTimeout { .. } => "pending_timeout",
             Reason::WorkerLost { .. } => "worker_lost",
@@ -349,6 +357,11 @@ impl fmt::Display for Reason {
             } => write!(
                 f,
                 "skipped: backing off for {remaining_seconds} more seconds after {failures} failures"
+            ),
+            Reason::Suspended { failures } => write!(
+                f,
+                "suspended for misconfiguration after {failures} failures in a row with the \
+                 same error; fix the pool's settings and reload (SIGHUP) to resume"
             ),
             Reason::OnFallback {
                 fallback,

@@ -85,10 +85,25 @@ pub struct PoolStatus {
     pub health: PoolHealth,
     /// The pool is skipped until then (seconds since the manager started), if it is.
     pub backing_off_until: Option<u64>,
+    /// The pool is suspended for misconfiguration: it launches nothing until it is resumed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suspended: Option<SuspensionStatus>,
     /// The last decision with its reasons.
     pub last_decision: Option<PoolDecision>,
     /// Staged bundles assigned to the pool at the last tick.
     pub assigned: Vec<String>,
+}
+
+/// A pool suspended for misconfiguration ([`crate::pools::PoolHealth::record_failure`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SuspensionStatus {
+    /// Since when (seconds since the Unix epoch).
+    pub since_unix_seconds: u64,
+    /// Misconfiguration failures in a row, with the same error.
+    pub failures: u32,
+    /// The last of them.
+    pub error: String,
 }
 
 /// A failure remembered for the status view.
@@ -103,6 +118,8 @@ pub struct FailureRecord {
     /// `worker_unconfirmed` or `pending_timeout`.
     #[serde(deserialize_with = "crate::interned::deserialize")]
     pub kind: crate::interned::Code,
+    /// What it says about the pool, and so what the manager did about it.
+    pub class: crate::pools::FailureClass,
     /// The error, the job's reason, or the job id.
     pub detail: String,
 }
@@ -266,6 +283,30 @@ pub enum TickEvent {
         /// End of the backoff (seconds since the manager started).
         until_seconds: u64,
     },
+    /// A failure of the pool (a failed start, a lost worker, a job pending too long), with
+    /// its class.
+    Failure {
+        /// The pool.
+        pool: String,
+        /// What it says about the pool.
+        class: crate::pools::FailureClass,
+    },
+    /// A pool was suspended for misconfiguration: it launches nothing until it is resumed.
+    PoolSuspended {
+        /// The pool.
+        pool: String,
+        /// Misconfiguration failures in a row, with the same error.
+        failures: u32,
+        /// The last of them.
+        detail: String,
+    },
+    /// A suspended pool was resumed.
+    PoolResumed {
+        /// The pool.
+        pool: String,
+        /// Why, in words (`reloaded`, `its settings changed`, `a worker of the pool checked in`).
+        why: &'static str,
+    },
     /// A job the platform had stopped was deleted by its backend
     /// ([`crate::WorkerBackend::take_reaped`]).
     JobReaped {
@@ -299,8 +340,8 @@ pub struct FallbackStatus {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Counter {
-    /// `launches`, `stops`, `decisions`, `unserved`, `job_failures`, `job_preemptions` or
-    /// `backoffs`.
+    /// `launches`, `stops`, `decisions`, `unserved`, `job_failures`, `job_preemptions`,
+    /// `backoffs`, `failures` (by class) or `suspensions`.
     #[serde(deserialize_with = "crate::interned::deserialize")]
     pub metric: crate::interned::Code,
     /// The pool (empty for `unserved`).
@@ -352,6 +393,15 @@ impl TickEvent {
             }
             TickEvent::BackoffStarted { pool, .. } => {
                 ("backoffs", pool.clone(), "started".to_owned())
+            }
+            TickEvent::Failure { pool, class } => {
+                ("failures", pool.clone(), class.code().to_owned())
+            }
+            TickEvent::PoolSuspended { pool, .. } => {
+                ("suspensions", pool.clone(), "suspended".to_owned())
+            }
+            TickEvent::PoolResumed { pool, .. } => {
+                ("suspensions", pool.clone(), "resumed".to_owned())
             }
             TickEvent::JobReaped { pool, .. } => ("reaped", pool.clone(), "stopped".to_owned()),
             TickEvent::WorkerVanished { pool, .. } => {

@@ -17,7 +17,7 @@ use crate::crd::FailureStreak;
 use crate::memory::Remembered;
 use codalab_wm_core::backend::{JobState, WorkerJob};
 use codalab_wm_core::checkin::{CheckinView, JobCheckin, JobTimes, Sighting, job_checkin};
-use codalab_wm_core::pools::{ObservedJob, PoolHealth, PoolObservation};
+use codalab_wm_core::pools::{Failure, ObservedJob, PoolHealth, PoolObservation};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::HashMap;
@@ -135,7 +135,9 @@ pub fn health(recorded: Option<&FailureStreak>, jobs: &[WorkerJob], now: Duratio
     news.sort();
     for (at, failed) in news {
         if failed {
-            health.record_failure(at);
+            // The operator keeps a streak in its status, not the errors: it backs off, and
+            // suspends no pool for misconfiguration (the manager does).
+            health.record_failure(at, Failure::TRANSIENT);
         } else {
             health.record_success();
         }
@@ -165,6 +167,7 @@ fn from_streak(streak: &FailureStreak) -> PoolHealth {
         failures: streak.count,
         last_failure: Some(clock(&streak.last_failure)),
         backoff_until: Some(clock(&streak.backoff_until)),
+        ..PoolHealth::default()
     }
 }
 
@@ -337,7 +340,7 @@ mod tests {
     #[test]
     fn the_recorded_streak_goes_on_until_a_newer_pod_runs() {
         let mut recorded = PoolHealth::default();
-        recorded.record_failure(clock(at(100)));
+        recorded.record_failure(clock(at(100)), Failure::TRANSIENT);
         let streak = to_streak(&recorded).unwrap();
         assert_eq!(from_streak(&streak), recorded, "the status keeps it whole");
         let old_pods = [job("old", JobState::Active, 50)];

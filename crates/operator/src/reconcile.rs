@@ -124,7 +124,7 @@ async fn run_policy(
     // workers, back the pool off.
     let mut health = observed.pools[0].health;
     if !outcome.launch_errors.is_empty() || outcome.stopped > 0 {
-        health.record_failure(clock(now));
+        health.record_failure(clock(now), codalab_wm_core::pools::Failure::TRANSIENT);
     }
     outcome.health = Some(health);
     outcome.remembered = Some(remembered);

@@ -60,6 +60,7 @@ fn pool(name: &str) -> PoolStatus {
         .into(),
         health: PoolHealth::default(),
         backing_off_until: None,
+        suspended: None,
         last_decision: Some(decision(
             name,
             0,

@@ -62,6 +62,7 @@ fn pool(active: usize) -> PoolStatus {
         workers: Default::default(),
         health: PoolHealth::default(),
         backing_off_until: None,
+        suspended: None,
         last_decision: None,
         assigned: Vec::new(),
     }
@@ -74,6 +75,7 @@ fn the_exporter_counts_growth_once_and_sets_gauges_of_successful_ticks() {
     assert!(!exporter.observe(&Status::default()), "no tick yet");
     let mut backing_off = pool(2);
     backing_off.backing_off_until = Some(400);
+    backing_off.suspended = Some(Default::default());
     let mut first = Status {
         ticks: 1,
         uptime_seconds: 100,
@@ -84,6 +86,7 @@ fn the_exporter_counts_growth_once_and_sets_gauges_of_successful_ticks() {
         counters: vec![
             counter("launches", "started", 2),
             counter("job_failures", "before_active", 1),
+            counter("failures", "misconfiguration", 3),
         ],
         budgets: vec![codalab_wm_core::budget::BudgetStatus {
             scope: "all pools".into(),
@@ -116,6 +119,9 @@ fn the_exporter_counts_growth_once_and_sets_gauges_of_successful_ticks() {
         r#"codalab_wm_job_endings_total{pool="cpu",reason="failed_before_active"} 1"#,
         r#"codalab_wm_worker_jobs{pool="cpu",state="active"} 2"#,
         r#"codalab_wm_pool_backing_off{pool="cpu"} 1"#,
+        r#"codalab_wm_pool_suspended{pool="cpu"} 1"#,
+        r#"codalab_wm_pool_failures_total{pool="cpu",class="misconfiguration"} 3"#,
+        r#"codalab_wm_pool_failures_total{pool="cpu",class="capacity"} 0"#,
         r#"codalab_wm_launches_total{pool="cpu",result="failed"} 0"#,
         r#"codalab_wm_server_errors_total{kind="unauthenticated"} 0"#,
         "codalab_wm_last_successful_tick_timestamp_seconds 1800000095",

@@ -41,7 +41,10 @@ const COLUMNS: &[Column] = &[
         "Staged for it",
         "staged bundles assigned to this pool at the last tick",
     ),
-    column("Backoff", "launches paused after failures"),
+    column(
+        "Backoff",
+        "launches paused after failures; suspended: the same error again and again (its settings), no launches until they are fixed and reloaded",
+    ),
     column(
         "Budget (24 h)",
         "worker-hours of the last 24 hours / the limit: a worker counts the larger of its minimum life (idle_seconds, charged when it is launched) and the time its job is active",
@@ -209,16 +212,23 @@ fn workers(pool: &PoolStatus) -> impl Iterator<Item = Cell> + '_ {
 
 fn backoff(pool: &PoolStatus, now: u64) -> Cell {
     let failures = pool.health.failures;
-    let (tone, text) = match pool.backing_off_until {
-        Some(until) => (
+    let (tone, text) = match (&pool.suspended, pool.backing_off_until) {
+        (Some(suspended), _) => (
+            Tone::Bad,
+            format!(
+                "suspended after {} failures in a row ({}); fix the settings and reload",
+                suspended.failures, suspended.error
+            ),
+        ),
+        (None, Some(until)) => (
             Tone::Bad,
             format!(
                 "backing off, {} left ({failures} failures)",
                 duration(until.saturating_sub(now))
             ),
         ),
-        None if failures > 0 => (Tone::Warning, format!("no ({failures} recent failures)")),
-        None => (Tone::Ok, "no".to_owned()),
+        (None, None) if failures > 0 => (Tone::Warning, format!("no ({failures} recent failures)")),
+        (None, None) => (Tone::Ok, "no".to_owned()),
     };
     Cell::text(text).field("backoff").tone(tone)
 }

@@ -241,7 +241,7 @@ pub(super) fn events(status: &Status) -> Section {
     section.with_table(table, status.events.len().saturating_sub(EVENT_ROWS))
 }
 
-const FAILURE_COLUMNS: &[Column] = &titled(["When", "Pool", "Kind", "Detail"]);
+const FAILURE_COLUMNS: &[Column] = &titled(["When", "Pool", "Kind", "Class", "Detail"]);
 
 /// The recent failures, newest first.
 pub(super) fn failures(status: &Status) -> Option<Section> {
@@ -254,6 +254,7 @@ pub(super) fn failures(status: &Status) -> Option<Section> {
             Cell::text(format!("{ago} ago")),
             Cell::text(&failure.pool),
             Cell::code(failure.kind),
+            Cell::code(failure.class.code()),
             Cell::text(&failure.detail),
         ];
         Row {

@@ -78,8 +78,10 @@ fn pools() -> Vec<PoolStatus> {
             failures: 2,
             last_failure: Some(Duration::from_secs(3500)),
             backoff_until: Some(Duration::from_secs(3900)),
+            ..PoolHealth::default()
         },
         backing_off_until: Some(3900),
+        suspended: None,
         workers: [(WorkerState::Lost, 1)].into(),
         last_decision: Some(decision(
             "retrying",
@@ -103,9 +105,14 @@ fn pools() -> Vec<PoolStatus> {
     let unknown = PoolStatus {
         workers: Default::default(),
         health: PoolHealth {
-            failures: 1,
-            ..PoolHealth::default()
+            failures: 3,
+            ..PoolHealth::suspended_after(3)
         },
+        suspended: Some(codalab_wm_core::status::SuspensionStatus {
+            since_unix_seconds: 1_800_000_000,
+            failures: 3,
+            error: "job 7: exit code 127".into(),
+        }),
         ..pool("own", Some(CapacityState::Own))
     };
     vec![spot, backing, unknown]
@@ -225,6 +232,7 @@ fn rich() -> Status {
             pool: "retrying".into(),
             at_seconds: 3500,
             kind: "submit_failed",
+            class: codalab_wm_core::pools::FailureClass::Misconfiguration,
             detail: "sbatch: error: invalid partition".into(),
         }],
         events: events(),
@@ -359,7 +367,8 @@ fn the_words_of_a_rich_snapshot() {
         "! 2027-01-15 08:51:40 UTC (8m 20s ago)   capacity_switched  pool spot: new launches go to standard: job 9 preempted\n",
         "  10s ago  retrying       0     0  backing_off skipped: backing off for 300 more seconds after 2 failures\n\
          \x20                                  max_reached don't launch because too many workers already (3 >= 3)\n",
-        "! 1m 40s ago  retrying  submit_failed  sbatch: error: invalid partition\n",
+        "! 1m 40s ago  retrying  submit_failed  misconfiguration  sbatch: error: invalid partition\n",
+        "Backoff: suspended after 3 failures in a row (job 7: exit code 127); fix the settings and reload",
     ];
     for words in said {
         assert!(text.contains(words), "{words}\nnot in\n{text}");

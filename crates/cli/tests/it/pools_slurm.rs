@@ -86,7 +86,7 @@ fn gpu_bundles_get_gpu_workers_and_a_pool_whose_submits_fail_backs_off() {
         "one GPU for the gpu worker: {jobs:?}"
     );
     assert!(!jobs.iter().any(|j| j.0 == "broken"), "{jobs:?}");
-    scratch.wait_for_log("pool broken backs off for 300 s after 1 failure(s) (submit_failed)");
+    scratch.wait_for_log("pool broken backs off for 300 s after 1 failure(s) (submit_failed: misconfiguration; 1 of 3 in a row with this error suspend it)");
     scratch.wait_for_log("reasons=backing_off");
     let logs = scratch.logs();
     assert!(
@@ -137,7 +137,9 @@ fn a_pending_job_on_a_partition_that_cannot_start_jobs_is_replaced_on_the_other_
             .all(|j| j.2 == "CANCELLED")
     });
     scratch.wait_for_log("stopped a stuck pending job; its demand goes to the next fitting pool");
-    scratch.wait_for_log("pool preferred backs off for 300 s after 1 failure(s) (pending_timeout)");
+    scratch.wait_for_log(
+        "pool preferred backs off for 300 s after 1 failure(s) (pending_timeout: capacity)",
+    );
     let logs = scratch.logs();
     assert!(logs.contains("reasons=pending_timeout"), "{logs}");
     let fallback = scratch
@@ -228,14 +230,14 @@ fn workers_nobody_sees_check_in_are_kept_and_each_pool_backs_off() {
     // The stand-in runs but never checks in, as a worker logged in as another account would
     // look to this manager: it is kept, and the pool backs off instead of relaunching.
     scratch.wait_for_log("no worker of this pool has been seen checking in yet");
-    scratch.wait_for_log("pool broken backs off for 300 s after 1 failure(s) (worker_unconfirmed)");
+    scratch.wait_for_log("pool broken backs off for 300 s after 1 failure(s) (worker_unconfirmed: misconfiguration; 1 of 3");
     let jobs = scratch.wait_for("a replacement on the spare pool", |jobs| {
         jobs.iter().any(|j| j.0 == "spare")
     });
     let broken: Vec<_> = jobs.iter().filter(|j| j.0 == "broken").collect();
     assert_eq!(broken.len(), 1, "{jobs:?}");
     assert_eq!(broken[0].2, "RUNNING", "kept, not cancelled: {jobs:?}");
-    scratch.wait_for_log("pool spare backs off for 300 s after 1 failure(s) (worker_unconfirmed)");
+    scratch.wait_for_log("pool spare backs off for 300 s after 1 failure(s) (worker_unconfirmed: misconfiguration; 1 of 3");
     let logs = scratch.logs();
     assert!(
         logs.contains("give them the manager's account; else check the worker image"),

@@ -38,6 +38,7 @@ fn pool(name: &str, shape: ShapeStatus) -> PoolStatus {
         workers: Default::default(),
         health: PoolHealth::default(),
         backing_off_until: None,
+        suspended: None,
         last_decision: None,
         assigned: Vec::new(),
     }
@@ -98,8 +99,10 @@ fn known_status() -> Status {
             failures: 2,
             last_failure: Some(Duration::from_secs(150)),
             backoff_until: Some(Duration::from_secs(270)),
+            ..PoolHealth::default()
         },
         backing_off_until: Some(270),
+        suspended: None,
         last_decision: Some(PoolDecision {
             pool: "gpu".into(),
             launch_mode: LaunchMode::Target,
@@ -170,6 +173,7 @@ fn known_status() -> Status {
             pool: "gpu".into(),
             at_seconds: 150,
             kind: "submit_failed",
+            class: codalab_wm_core::pools::FailureClass::Misconfiguration,
             detail: "sbatch: error: invalid partition specified: gpu".into(),
         }],
         counters: vec![Counter {
@@ -262,8 +266,8 @@ Last decisions (newest first)
                               max_reached don't launch because too many workers already (4 >= 4)
 
 Recent failures (newest first)
-  When     Pool  Kind           Detail
-! 50s ago  gpu   submit_failed  sbatch: error: invalid partition specified: gpu
+  When     Pool  Kind           Class             Detail
+! 50s ago  gpu   submit_failed  misconfiguration  sbatch: error: invalid partition specified: gpu
 ";
 
 /// Serves `status` as `/status` on 127.0.0.1, like `--listen`; returns the base URL.
@@ -491,6 +495,7 @@ fn waiting_status() -> Status {
         failures: 3,
         last_failure: Some(Duration::from_secs(100)),
         backoff_until: Some(Duration::from_secs(1300)),
+        ..PoolHealth::default()
     };
     let observed = PoolsObservation {
         server: None,

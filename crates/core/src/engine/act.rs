@@ -8,7 +8,7 @@ use super::{Engine, runtime};
 use crate::backend::WorkerJob;
 use crate::error::Error;
 use crate::policy::{NotStoppedWhy, Reason};
-use crate::pools::{LaunchMode, PoolDecision, PoolsDecision};
+use crate::pools::{FailureClass, LaunchMode, PoolDecision, PoolsDecision};
 use crate::status::{LaunchResult, TickEvent};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -47,8 +47,12 @@ impl Engine {
                 }
                 NotStoppedWhy::NoCheckinSeen => {
                     tracing::error!(pool = runtime.name(), job = %job_id, "{reason}: this manager's account sees no worker of this pool; if the workers log in as another CodaLab account, give them the manager's account; else check the worker image and that nodes reach the server");
-                    let news =
-                        runtime.fail(now, "worker_unconfirmed", format!("job {job_id}: {reason}"));
+                    let news = runtime.fail(
+                        now,
+                        "worker_unconfirmed",
+                        FailureClass::Misconfiguration,
+                        format!("job {job_id}: {reason}"),
+                    );
                     events.extend(news.events);
                     runtime::remember(&mut self.recent_failures, news.failures);
                 }
@@ -111,7 +115,12 @@ impl Engine {
             match why {
                 Some(lost @ Reason::WorkerLost { .. }) => {
                     let message = lost_message(lost, server);
-                    let news = runtime.fail(now, "worker_lost", format!("job {id}: {message}"));
+                    let news = runtime.fail(
+                        now,
+                        "worker_lost",
+                        FailureClass::Transient,
+                        format!("job {id}: {message}"),
+                    );
                     events.extend(news.events);
                     runtime::remember(&mut self.recent_failures, news.failures);
                 }
@@ -121,7 +130,7 @@ impl Engine {
         }
         if !stuck.is_empty() {
             let what = format!("jobs {} pending too long", stuck.join(", "));
-            let news = runtime.fail(now, "pending_timeout", what.clone());
+            let news = runtime.fail(now, "pending_timeout", FailureClass::Capacity, what.clone());
             events.extend(news.events);
             events.extend(runtime.capacity_event(now, what));
             runtime::remember(&mut self.recent_failures, news.failures);
@@ -176,7 +185,8 @@ impl Engine {
                 runtime.last_launch = Some(now);
                 self.num_failed += 1;
                 tracing::error!(pool, %error, failed = self.num_failed, "failed to start a worker job");
-                let news = runtime.fail(now, "submit_failed", error.to_string());
+                let news =
+                    runtime.fail(now, "submit_failed", submit_class(error), error.to_string());
                 let mut follow = news.events;
                 if matches!(error, Error::NoCapacity { .. }) {
                     follow.extend(runtime.capacity_event(now, error.to_string()));
@@ -266,5 +276,15 @@ fn lost_message(reason: &Reason, server: &str) -> String {
             "never checked in after {unseen_seconds} s: check the worker image, credentials, and that nodes reach {server}"
         ),
         other => other.to_string(),
+    }
+}
+
+/// The class of a submit the platform refused for good (a temporary error is retried on a
+/// later tick and is no failure): no capacity is the platform's; anything else, a queue,
+/// image, credential or setting it does not take, is the pool's settings.
+fn submit_class(error: &Error) -> FailureClass {
+    match error {
+        Error::NoCapacity { .. } => FailureClass::Capacity,
+        _ => FailureClass::Misconfiguration,
     }
 }

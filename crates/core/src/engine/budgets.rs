@@ -223,6 +223,7 @@ impl PoolRuntime {
             self.capacity = crate::pools::fallback::Capacity::from_unix(capacity, start);
         }
         self.record = record;
+        self.restore_suspension();
     }
 
     /// Writes the use, as metered, to the record.

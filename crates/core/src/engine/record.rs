@@ -21,6 +21,7 @@
 use crate::backend::WorkerJob;
 use crate::checkin::launch_unique;
 use crate::error::{Error, Result};
+use crate::hash::fnv1a;
 use crate::pools::fallback::CapacityRecord;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -84,6 +85,25 @@ struct Contents {
     /// not launch another). Kept while the bundles are staged.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     overdue_launches: BTreeSet<String>,
+    /// The pool is suspended for misconfiguration (a restart must not launch again into the
+    /// same error): kept until it is resumed, or a restart finds other settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    suspended: Option<Suspension>,
+}
+
+/// A pool suspended for misconfiguration ([`crate::pools::PoolHealth::suspended`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Suspension {
+    /// When (seconds since the Unix epoch).
+    pub since: u64,
+    /// Misconfiguration failures in a row, with the same error.
+    pub failures: u32,
+    /// The last of them, in words.
+    pub detail: String,
+    /// A hash of the pool's settings then (see `Manager::keep_records`), if known: a restart
+    /// with other settings resumes the pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<u64>,
 }
 
 /// One pool's launch record.
@@ -272,6 +292,19 @@ impl LaunchRecord {
         }
     }
 
+    /// The pool's suspension, as last saved.
+    pub fn suspension(&self) -> Option<&Suspension> {
+        self.contents.suspended.as_ref()
+    }
+
+    /// Saves the pool's suspension (or its end) when it changed.
+    pub fn set_suspension(&mut self, suspension: Option<Suspension>) {
+        if self.contents.suspended != suspension {
+            self.contents.suspended = suspension;
+            self.save_or_warn();
+        }
+    }
+
     /// Saves the pool's capacity memory when it changed.
     pub fn set_capacity(&mut self, capacity: CapacityRecord) {
         if self.contents.capacity.as_ref() != Some(&capacity) {
@@ -427,13 +460,6 @@ fn lock(path: &Path, identity: &str) -> Result<File> {
             Err(invalid(format!("cannot lock {}: {e}", lock_path.display())))
         }
     }
-}
-
-/// FNV-1a, 64 bits: a stable short name for an identity (not a security measure).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
-        (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 fn invalid(message: String) -> Error {

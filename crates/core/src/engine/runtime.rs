@@ -9,7 +9,8 @@ use crate::backend::{JobState, WorkerJob};
 use crate::checkin::{CheckinView, Sighting, WorkerState, worker_state};
 use crate::command::WorkerOptions;
 use crate::pools::{
-    LaunchMode, ObservedJob, PoolDecision, PoolHealth, PoolObservation, PoolPolicy,
+    Failure, FailureClass, FailureSignature, LaunchMode, MISCONFIGURED_AFTER, ObservedJob,
+    PoolDecision, PoolHealth, PoolObservation, PoolPolicy,
 };
 use crate::status::{FailureRecord, PoolStatus, RECENT_FAILURES, TickEvent};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -74,6 +75,9 @@ pub(crate) struct PoolRuntime {
     pub foreign_noted: FxHashSet<String>,
     /// Where new launches go, for a pool with a `fallback` (`capacity.rs`).
     pub capacity: crate::pools::fallback::Capacity,
+    /// A hash of the pool's settings, when the manager's caller gave one: kept with a
+    /// suspension, so that a restart with other settings resumes the pool (`suspension.rs`).
+    pub settings: Option<u64>,
 }
 
 /// What a new listing showed, besides the observation.
@@ -113,6 +117,7 @@ impl PoolRuntime {
             usage: crate::budget::UsageWindow::default(),
             metered_at: None,
             capacity: Default::default(),
+            settings: None,
         }
     }
 
@@ -124,32 +129,62 @@ impl PoolRuntime {
         self.pool.policy.launch_mode == LaunchMode::Target
     }
 
-    /// Records a failure of a target-mode pool (backoff) and returns its events.
-    pub fn fail(&mut self, now: Duration, kind: &'static str, detail: String) -> ListingNews {
+    /// Records a failure of the pool (`kind`: what failed) and, in target mode, its backoff
+    /// and what its class does: a misconfiguration may suspend the pool
+    /// ([`crate::pools::PoolHealth::record_failure`]). Returns its events.
+    pub fn fail(
+        &mut self,
+        now: Duration,
+        kind: &'static str,
+        class: FailureClass,
+        detail: String,
+    ) -> ListingNews {
         let mut news = ListingNews::default();
+        news.events.push(TickEvent::Failure {
+            pool: self.name().to_owned(),
+            class,
+        });
+        let signature = FailureSignature::of(kind, &detail);
         news.failures.push(FailureRecord {
             pool: self.name().to_owned(),
             at_seconds: now.as_secs(),
             kind,
+            class,
             detail,
         });
         if self.target_mode() {
-            self.health.record_failure(now);
+            let suspends = self
+                .health
+                .record_failure(now, Failure { class, signature });
             let until = self.health.backoff_until.unwrap_or(now);
+            let streak = match class {
+                FailureClass::Misconfiguration => format!(
+                    "; {} of {MISCONFIGURED_AFTER} in a row with this error suspend it",
+                    self.health.misconfigured
+                ),
+                _ => String::new(),
+            };
             tracing::warn!(
                 pool = self.name(),
                 failures = self.health.failures,
+                class = class.code(),
                 until_seconds = until.as_secs(),
-                "pool {} backs off for {} s after {} failure(s) ({kind})",
+                "pool {} backs off for {} s after {} failure(s) ({kind}: {}{streak})",
                 self.name(),
                 until.saturating_sub(now).as_secs(),
-                self.health.failures
+                self.health.failures,
+                class.code()
             );
-            news.events.push(TickEvent::BackoffStarted {
-                pool: self.name().to_owned(),
-                failures: self.health.failures,
-                until_seconds: until.as_secs(),
-            });
+            // A suspension outlasts any backoff: its event is the one said.
+            let event = match suspends {
+                true => self.suspend(news.failures.last().map_or("", |f| f.detail.as_str())),
+                false => TickEvent::BackoffStarted {
+                    pool: self.name().to_owned(),
+                    failures: self.health.failures,
+                    until_seconds: until.as_secs(),
+                },
+            };
+            news.events.push(event);
         }
         news
     }
@@ -312,7 +347,9 @@ impl PoolRuntime {
                 true => "ended_before_checkin",
                 false => "job_failed_before_active",
             };
-            let more = self.fail(now, kind, format!("job {}: {reason}", job.id));
+            // Once is a failed start; the same exit again and again is the pool's settings.
+            let class = FailureClass::Misconfiguration;
+            let more = self.fail(now, kind, class, format!("job {}: {reason}", job.id));
             news.events.extend(more.events);
             news.failures.extend(more.failures);
         }
@@ -346,9 +383,12 @@ impl PoolRuntime {
             true => Vec::new(),
             false => self.capacity_checked_in(),
         };
-        if !news.first_checkins.is_empty() && self.health.failures > 0 {
-            tracing::info!(pool = self.name(), job = %news.first_checkins[0], "a worker checked in; the pool's failure streak is forgotten");
-            self.health.record_success();
+        if let Some(job) = news.first_checkins.first() {
+            events.extend(self.resume("a worker of the pool checked in"));
+            if self.health.failures > 0 {
+                tracing::info!(pool = self.name(), job = %job, "a worker checked in; the pool's failure streak is forgotten");
+                self.health.record_success();
+            }
         }
         events.extend(news.vanished.into_iter().map(|job_id| {
             tracing::warn!(pool = self.name(), job = %job_id, "the worker of job {job_id} checked in, then vanished from the server's list (a network partition, a worker's nap?); it is presumed busy and not stopped: its bundles resume when it checks in again");
@@ -479,6 +519,11 @@ impl PoolRuntime {
             workers: self.worker_states.clone(),
             health: self.health,
             backing_off_until: self.health.backing_off(now).map(|u| u.as_secs()),
+            suspended: self.suspension().map(|s| crate::status::SuspensionStatus {
+                since_unix_seconds: s.since,
+                failures: s.failures,
+                error: s.detail.clone(),
+            }),
             last_decision: self.last_decision.clone(),
             assigned: self.assigned.clone(),
         }

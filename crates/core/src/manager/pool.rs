@@ -45,3 +45,28 @@ impl From<&Pool> for PoolSpec {
         }
     }
 }
+
+/// Which launch record is a pool's, and a hash of its settings ([`super::Manager::keep_records`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordKey {
+    /// The pool's name.
+    pub pool: String,
+    /// Its identity on its platform (its backend and the keys that name its jobs): names its
+    /// record file.
+    pub identity: String,
+    /// A hash of everything the pool runs with (its backend's table, rules and worker
+    /// settings), if known: a pool suspended for misconfiguration stays suspended over a
+    /// restart with the same hash (or none), and is resumed by one with another.
+    pub settings: Option<u64>,
+}
+
+impl RecordKey {
+    /// The key of pool `pool` with record identity `identity`, its settings unknown.
+    pub fn new(pool: impl Into<String>, identity: impl Into<String>) -> Self {
+        Self {
+            pool: pool.into(),
+            identity: identity.into(),
+            settings: None,
+        }
+    }
+}

@@ -59,6 +59,9 @@ pub struct Reconfiguration {
     pub config: ManagerConfig,
     /// The pools: in the single-backend mode exactly one, made with [`Pool::single_backend`].
     pub pools: Vec<Pool>,
+    /// A hash of each pool's settings by pool name, as [`Manager::keep_records`] takes them
+    /// (a pool missing here keeps the hash it had).
+    pub settings: Vec<(String, u64)>,
 }
 
 /// Collects the differences between two values of the same settings.
@@ -89,6 +92,9 @@ impl Manager {
     /// changed (empty when nothing did). On error nothing is applied: the pools must be the
     /// same ones (matched by name; their order may change), each pool's backend of the same
     /// kind, every policy valid, and the staged search within what the server accepts.
+    ///
+    /// A reload is an admin's act on the pools: every pool suspended for misconfiguration is
+    /// resumed (fixed settings, or the same ones to try again).
     pub fn reconfigure(&mut self, config: ManagerConfig, pools: Vec<Pool>) -> Result<Vec<Change>> {
         self.check_reconfiguration(&pools)?;
         let keywords = super::observe::search_keywords(
@@ -118,7 +124,21 @@ impl Manager {
         }
         self.config = config;
         (self.engine).reconfigure(self.config.budget, self.config.sleep_time);
+        self.resume_suspended();
         Ok(changes)
+    }
+
+    /// Resumes every suspended pool after a reload (its events counted and journaled).
+    fn resume_suspended(&mut self) {
+        let now = self.clock();
+        let mut resumed = Vec::new();
+        for runtime in &mut self.engine.pools {
+            resumed.extend(runtime.resume("the configuration was reloaded"));
+        }
+        self.counters.add(&resumed);
+        for event in super::tick::from_tick(&resumed, now.as_secs()) {
+            self.journal.record(now, event);
+        }
     }
 
     fn check_reconfiguration(&self, pools: &[Pool]) -> Result<()> {
@@ -177,6 +197,9 @@ impl Manager {
         }
         for reload in waiting {
             let result = self.reconfigure(reload.config, reload.pools);
+            if result.is_ok() {
+                self.take_settings(&reload.settings);
+            }
             if let Ok(changes) = &result {
                 let changes = changes.iter().map(ToString::to_string).collect();
                 let now = self.clock();
@@ -199,6 +222,18 @@ impl Manager {
                 Err(error) => {
                     tracing::error!(%error, "new configuration refused; the old one keeps running")
                 }
+            }
+        }
+    }
+}
+
+impl Manager {
+    /// Takes each pool's new settings hash (pool name → hash, as [`Manager::keep_records`]
+    /// takes them), kept with a later suspension.
+    fn take_settings(&mut self, settings: &[(String, u64)]) {
+        for runtime in &mut self.engine.pools {
+            if let Some((_, hash)) = settings.iter().find(|(pool, _)| pool == runtime.name()) {
+                runtime.settings = Some(*hash);
             }
         }
     }

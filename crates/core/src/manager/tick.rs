@@ -173,7 +173,8 @@ impl Manager {
     /// Records `pool_recovered` for each pool whose backoff, announced earlier, is over.
     fn note_recoveries(&mut self, now: std::time::Duration) {
         for runtime in &mut self.engine.pools {
-            let backing_off = runtime.health.backing_off(now).is_some();
+            // A suspended pool has its own events (`pool_suspended`, `pool_resumed`).
+            let backing_off = runtime.health.backing_off(now).is_some() || runtime.health.suspended;
             if runtime.announced_backoff && !backing_off {
                 let pool = runtime.name().to_owned();
                 self.journal
@@ -198,7 +199,8 @@ fn upstream_decision(policies: &[PoolPolicy], decision: &PoolsDecision) -> Decis
 
 /// The events of one tick's [`TickEvent`]s, in their order: launches started or refused (a
 /// temporary error, retried next tick, and a dry run are not events), stuck jobs stopped, lost
-/// workers stopped, launches withdrawn, jobs failed before they became active, preempted jobs, pools backing off.
+/// workers stopped, launches withdrawn, jobs failed before they became active, preempted jobs, pools backing off,
+/// suspended and resumed.
 /// `now_seconds` is the manager clock at the end of the tick.
 pub(super) fn from_tick(tick_events: &[TickEvent], now_seconds: u64) -> Vec<EventKind> {
     tick_events
@@ -252,6 +254,19 @@ fn from_tick_event(event: &TickEvent, now_seconds: u64) -> Option<EventKind> {
         TickEvent::JobReaped { pool, job_id } => EventKind::WorkerReaped {
             pool: pool.clone(),
             job_id: job_id.clone(),
+        },
+        TickEvent::PoolSuspended {
+            pool,
+            failures,
+            detail,
+        } => EventKind::PoolSuspended {
+            pool: pool.clone(),
+            failures: *failures,
+            error: detail.clone(),
+        },
+        TickEvent::PoolResumed { pool, why } => EventKind::PoolResumed {
+            pool: pool.clone(),
+            why: (*why).to_owned(),
         },
         TickEvent::BackoffStarted {
             pool,

@@ -36,6 +36,7 @@ pub(super) struct Census {
     pub(super) withdrawable: Vec<(Duration, String)>,
     /// Every job that counts toward `max`: active, pending, stuck and stopping.
     pub(super) jobs: usize,
+    /// Why the pool launches nothing after failures: suspended, or backing off.
     pub(super) backing_off: Option<Reason>,
 }
 
@@ -123,7 +124,11 @@ pub(super) fn census(policy: &PoolPolicy, observed: &PoolObservation, now: Durat
         }
         census.jobs += 1;
     }
-    if target && let Some(until) = observed.health.backing_off(now) {
+    if target && observed.health.suspended {
+        census.backing_off = Some(Reason::Suspended {
+            failures: observed.health.misconfigured,
+        });
+    } else if target && let Some(until) = observed.health.backing_off(now) {
         census.backing_off = Some(Reason::BackingOff {
             until_seconds: until.as_secs(),
             remaining_seconds: until.saturating_sub(now).as_secs(),

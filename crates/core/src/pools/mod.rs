@@ -76,7 +76,7 @@ pub mod unmet;
 mod withdraw_tests;
 
 pub use assign::{BundleAssignment, BundleOnWorker, Coverage, PoolVerdict, UnservedBundle, misfit};
-pub use backoff::PoolHealth;
+pub use backoff::{Failure, FailureClass, FailureSignature, MISCONFIGURED_AFTER, PoolHealth};
 pub use decision::{PoolDecision, PoolsDecision};
 pub use need::Need;
 pub use observe::{ObservedJob, PoolObservation, PoolsObservation, ServerView};

@@ -498,7 +498,7 @@ fn a_stuck_pending_job_is_stopped_and_its_demand_goes_to_the_next_pool() {
 #[test]
 fn a_backing_off_pool_is_skipped_and_its_demand_falls_back() {
     let mut health = PoolHealth::default();
-    health.record_failure(S(9_900));
+    health.record_failure(S(9_900), Failure::TRANSIENT);
     let backing_off = PoolObservation {
         health,
         ..PoolObservation::default()

@@ -304,6 +304,7 @@ mod tests {
             failures: 2,
             last_failure: Some(S(100)),
             backoff_until: Some(S(700)),
+            ..PoolHealth::default()
         };
         let observed = PoolsObservation {
             times: Vec::new(),

@@ -8,7 +8,7 @@ use codalab_wm_core::budget::BudgetLimits;
 use codalab_wm_core::manager::Outcome;
 use codalab_wm_core::testing::FakeBackend;
 use codalab_wm_core::{
-    JobState, Manager, ManagerConfig, Pool, PoolPolicy, WorkerOptions, WorkerShape,
+    JobState, Manager, ManagerConfig, Pool, PoolPolicy, RecordKey, WorkerOptions, WorkerShape,
 };
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::path::Path;
@@ -60,7 +60,7 @@ fn manager_on(
     };
     let mut manager = Manager::with_pools(config, client, vec![pool]).unwrap();
     manager
-        .keep_records(dir, &[("cpu".into(), "fake test-pool".into())])
+        .keep_records(dir, &[RecordKey::new("cpu", "fake test-pool")])
         .unwrap();
     manager
 }

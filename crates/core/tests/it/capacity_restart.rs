@@ -8,7 +8,7 @@
 use codalab_wm_core::pools::fallback::{CapacityState, Fallback};
 use codalab_wm_core::status::{LaunchResult, TickEvent};
 use codalab_wm_core::testing::{FakeBackend, capacity_switches};
-use codalab_wm_core::{JobState, Manager, Pool, PoolPolicy, WorkerOptions, WorkerShape};
+use codalab_wm_core::{JobState, Manager, Pool, PoolPolicy, RecordKey, WorkerOptions, WorkerShape};
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::path::Path;
 use std::sync::Arc;
@@ -62,8 +62,8 @@ fn manager(
     let config = crate::fixtures::instant();
     let mut manager = Manager::with_pools(config, client, pools).unwrap();
     let identities = [
-        ("spot".to_owned(), "fake-spot test".to_owned()),
-        ("standard".to_owned(), "fake-standard test".to_owned()),
+        RecordKey::new("spot", "fake-spot test"),
+        RecordKey::new("standard", "fake-standard test"),
     ];
     manager.keep_records(dir, &identities).unwrap();
     manager

@@ -9,7 +9,7 @@ use codalab_wm_core::codalab::CodaLabClient;
 use codalab_wm_core::secret::{Credentials, Secret};
 use codalab_wm_core::status::TickEvent;
 use codalab_wm_core::testing::FakeBackend;
-use codalab_wm_core::{Manager, Pool, PoolPolicy, WorkerOptions, WorkerShape};
+use codalab_wm_core::{Manager, Pool, PoolPolicy, RecordKey, WorkerOptions, WorkerShape};
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab, user_id};
 use serde_json::json;
 use std::sync::Arc;
@@ -359,7 +359,7 @@ async fn a_restart_launches_no_second_worker_for_an_overdue_bundle() {
     // again on the same records (a restart, the same backend and server) waits for the
     // server instead of launching for it again (review §4, issue 40 item 3).
     let dir = tempfile::tempdir().unwrap();
-    let identities = [("cpu".to_owned(), "fake cpu".to_owned())];
+    let identities = [RecordKey::new("cpu", "fake cpu")];
     let mut s = setup(1).await;
     s.manager.keep_records(dir.path(), &identities).unwrap();
     let run = |s: &mut Setup| {

@@ -23,4 +23,5 @@ mod reconfigure;
 mod relogin;
 mod staged_misfits;
 mod staged_search;
+mod suspension;
 mod tls_ca_cert;

@@ -314,11 +314,11 @@ server: None,
                     sim.stopping.push(id);
                 }
                 if !pool.stops.is_empty() {
-                    sim.health.record_failure(now);
+                    sim.health.record_failure(now, codalab_wm_core::pools::Failure::TRANSIENT);
                 }
                 for _ in 0..pool.launches {
                     if churns[i].fail_submit {
-                        sim.health.record_failure(now);
+                        sim.health.record_failure(now, codalab_wm_core::pools::Failure::TRANSIENT);
                         break;
                     }
                     next_id += 1;

@@ -278,6 +278,7 @@ async fn run_applies_what_the_reload_channel_holds_before_its_tick() {
         .send(Reconfiguration {
             config: instant(),
             pools: vec![pool],
+            settings: Vec::new(),
         })
         .unwrap();
     let (_stop, shutdown) = tokio::sync::watch::channel(false);

@@ -61,7 +61,7 @@ fn the_prometheus_rule_holds_the_rules_file() {
     let rule: Value = serde_yaml::from_str(&checked_in).unwrap();
     let file: Value = serde_yaml::from_str(&rules).unwrap();
     assert_eq!(rule["spec"]["groups"], file["groups"]);
-    assert_eq!(file["groups"][0]["rules"].as_sequence().unwrap().len(), 8);
+    assert_eq!(file["groups"][0]["rules"].as_sequence().unwrap().len(), 9);
 }
 
 /// The pods' labels and port names of every Deployment in `deploy/kubernetes` (one file each).

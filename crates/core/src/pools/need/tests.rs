@@ -49,6 +49,7 @@ fn caps_table() {
             failures: 1,
             last_failure: Some(NOW),
             backoff_until: Some(NOW + Duration::from_secs(60)),
+            ..PoolHealth::default()
         },
         ..jobs(0, 0, 0)
     };
@@ -245,6 +246,7 @@ fn random_observation(rng: &mut SplitMix64, max: u32) -> PoolObservation {
             failures: 1,
             last_failure: Some(NOW),
             backoff_until: Some(NOW + Duration::from_secs(60)),
+            ..PoolHealth::default()
         }
     } else {
         PoolHealth::default()
