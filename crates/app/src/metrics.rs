@@ -195,21 +195,6 @@ impl Metrics {
             Unit::Seconds,
             self.last_success.clone(),
         );
-        registry.register(
-            "codalab_wm_pool_backing_off",
-            "1 while a pool's launches are paused after failures (backoff), else 0",
-            self.pool_backing_off.clone(),
-        );
-        registry.register(
-            "codalab_wm_pool_suspended",
-            "1 while a pool is suspended for misconfiguration (the same error again and again: no launches until its settings are fixed and reloaded), else 0",
-            self.pool_suspended.clone(),
-        );
-        registry.register(
-            "codalab_wm_pool_failures",
-            "Failures of a pool, by class: misconfiguration (its settings: suspends after 3 in a row), capacity (goes to its fallback), transient",
-            self.pool_failures.clone(),
-        );
         self.register_pools(registry);
         registry.register(
             "codalab_wm_unmet_bundles",
@@ -273,8 +258,23 @@ impl Metrics {
         );
     }
 
-    /// The pools' job and worker gauges.
+    /// Each pool's state: backoff, suspension, failures by class, its jobs and workers.
     fn register_pools(&self, registry: &mut Registry) {
+        registry.register(
+            "codalab_wm_pool_backing_off",
+            "1 while a pool's launches are paused after failures (backoff), else 0",
+            self.pool_backing_off.clone(),
+        );
+        registry.register(
+            "codalab_wm_pool_suspended",
+            "1 while a pool is suspended for misconfiguration (the same error again and again: no launches until its settings are fixed and reloaded), else 0",
+            self.pool_suspended.clone(),
+        );
+        registry.register(
+            "codalab_wm_pool_failures",
+            "Failures of a pool, by class: misconfiguration (its settings: suspends after 3 in a row), capacity (goes to its fallback), transient",
+            self.pool_failures.clone(),
+        );
         registry.register(
             "codalab_wm_worker_jobs",
             "Worker jobs per pool at the last successful tick, by state (active, pending, failed, stopping)",

@@ -92,23 +92,16 @@ impl Reloader {
 
     /// Reads the configuration again and builds what changed.
     pub async fn reload(&mut self) -> Result<Reconfiguration> {
-        if self.layers.file.is_none() {
-            tracing::info!(
-                "no --config file: the settings are the flags' and do not change; pools \
-                 suspended for misconfiguration resume"
-            );
-        }
         let settings = crate::setup::settings(&self.layers)?;
         fixed_settings(&self.current, &settings)?;
         let layout = Layout::new(&settings, &self.layers, &catalogue())?;
         let credentials = crate::setup::credentials(settings.password_file.as_deref())?;
-        let mut built = Vec::new();
-        let mut pools = Vec::new();
-        let mut hashes = Vec::new();
+        let (mut built, mut pools) = (Vec::new(), Vec::new());
+        let keys = layout.pools.iter().map(PoolLayout::record_key);
+        let hashes = keys
+            .filter_map(|key| Some((key.pool, key.settings?)))
+            .collect();
         for pool in layout.pools {
-            if let Some(hash) = pool.record_key().settings {
-                hashes.push((pool.policy.name.clone(), hash));
-            }
             let handle = self.rebuilt(&pool, &credentials).await?;
             pools.push(Pool {
                 policy: pool.policy.clone(),

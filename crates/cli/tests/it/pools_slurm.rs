@@ -13,6 +13,8 @@
 //! - A pool whose partition cannot start jobs (`scontrol update PartitionName=gpu State=DOWN`,
 //!   restored by a drop guard) has its pending job stopped after `pending_timeout` and replaced
 //!   on the other pool.
+//! - A pending job on that DOWN partition, launched for a bundle that then went away, is
+//!   withdrawn (cancelled) once the pool's `withdraw_after` has passed, with no backoff.
 //! - With the REAL CodaLab server (as bob, in this test's own queue): a stand-in that runs on
 //!   Slurm but never checks in with the server (as a worker of another account would look) is
 //!   kept past the pool's (test-set, 5 s) `checkin_timeout`, not cancelled, and each pool
@@ -148,6 +150,42 @@ fn a_pending_job_on_a_partition_that_cannot_start_jobs_is_replaced_on_the_other_
         .filter(|j| j.0 == "fallback")
         .count();
     assert_eq!(fallback, 1, "exactly one replacement:\n{logs}");
+}
+
+/// Issue 42, item 1 on the real cluster: a launch the plan no longer needs is withdrawn. The
+/// pool's partition is DOWN, so its job pends (`PartitionDown`: Slurm bills nothing for it);
+/// the bundle it was launched for goes away; once the surplus has lasted the pool's
+/// `withdraw_after`, the manager cancels the job (`scancel`: `CANCELLED`), says so, and does
+/// not back off (the pool did nothing wrong).
+#[test]
+fn a_pending_job_no_bundle_needs_any_more_is_withdrawn_from_the_real_cluster() {
+    let _turn = support::turn(module_path!());
+    if !slurm_available() {
+        return;
+    }
+    let _cluster = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let (_runtime, server) = fake_server(vec![FakeBundle::new("alice", 1)]);
+    // Declared first, dropped last (see the test above).
+    let _down = PartitionState::set("gpu", "DOWN");
+    let mut scratch = Scratch::new();
+    let pools = [scratch.pool("queued", "gpu", 0, "withdraw_after = 2")];
+    scratch.start(&server.url(), &pools);
+    scratch.wait_for("a pending job", |jobs| {
+        jobs.iter().any(|j| j.0 == "queued" && j.2 == "PENDING")
+    });
+    server.set_bundles(Vec::new());
+    let jobs = scratch.wait_for("the pending job withdrawn", |jobs| {
+        jobs.iter().all(|j| j.0 != "queued" || j.2 == "CANCELLED")
+    });
+    assert_eq!(jobs.len(), 1, "one launch, none after: {jobs:?}");
+    scratch.wait_for_log(
+        "not needed (1 jobs count as capacity, 0 needed): cancelled before it started",
+    );
+    let logs = scratch.logs();
+    assert!(
+        !logs.contains("backs off"),
+        "a withdrawal is no failure:\n{logs}"
+    );
 }
 
 #[test]
