@@ -160,7 +160,10 @@ fn a_busy_worker_of_the_root_account_is_kept_and_its_bundle_ends_ready() {
         );
         assert_eq!(server.cat(&uuids[0], "out.txt").trim(), "done");
         let log = manager.log();
-        assert!(log.contains("(worker_unconfirmed)"), "{log}");
+        assert!(
+            log.contains("(worker_unconfirmed: misconfiguration"),
+            "{log}"
+        );
         assert_eq!(log.matches("is lost and stopped").count(), 0, "{log}");
         assert_eq!(
             log.matches("stopped a stuck pending job").count(),
