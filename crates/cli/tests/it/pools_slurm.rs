@@ -25,7 +25,7 @@ use support::slurm_pools::{CLUSTER, PartitionState, Scratch, fake_server, slurm_
 use support::{codalab_running, stage, stage_queued};
 
 use codalab_wm_core::testing::require_service;
-use codalab_wm_fake_codalab::FakeBundle;
+use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use std::time::Duration;
 
 #[test]
@@ -106,6 +106,33 @@ fn gpu_bundles_get_gpu_workers_and_a_pool_whose_submits_fail_backs_off() {
     assert_eq!(scratch.jobs().len(), 2, "{}", scratch.logs());
 }
 
+/// A manager on the real cluster with its `pools`, serving one staged bundle of the fake
+/// server, while the `gpu` partition is DOWN: a job submitted there stays PENDING (reason
+/// `PartitionDown`). Dropped in field order: the manager is stopped and its jobs cancelled
+/// before the partition is UP again.
+struct GpuDown {
+    scratch: Scratch,
+    server: FakeCodaLab,
+    _runtime: tokio::runtime::Runtime,
+    _down: PartitionState,
+}
+
+impl GpuDown {
+    fn start(pools: impl FnOnce(&Scratch) -> Vec<String>) -> Self {
+        let (runtime, server) = fake_server(vec![FakeBundle::new("alice", 1)]);
+        let down = PartitionState::set("gpu", "DOWN");
+        let mut scratch = Scratch::new();
+        let pools = pools(&scratch);
+        scratch.start(&server.url(), &pools);
+        Self {
+            scratch,
+            server,
+            _runtime: runtime,
+            _down: down,
+        }
+    }
+}
+
 #[test]
 fn a_pending_job_on_a_partition_that_cannot_start_jobs_is_replaced_on_the_other_pool() {
     let _turn = support::turn(module_path!());
@@ -113,16 +140,12 @@ fn a_pending_job_on_a_partition_that_cannot_start_jobs_is_replaced_on_the_other_
         return;
     }
     let _cluster = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
-    let (_runtime, server) = fake_server(vec![FakeBundle::new("alice", 1)]);
-    // Jobs submitted to a DOWN partition stay PENDING (reason PartitionDown). Declared first,
-    // dropped last: the manager is stopped and the jobs cancelled before the partition is UP.
-    let _down = PartitionState::set("gpu", "DOWN");
-    let mut scratch = Scratch::new();
-    let pools = [
-        scratch.pool("preferred", "gpu", 0, "cost = 0\npending_timeout = 4"),
-        scratch.pool("fallback", "cpu", 0, "cost = 1"),
-    ];
-    scratch.start(&server.url(), &pools);
+    let GpuDown { scratch, .. } = &GpuDown::start(|scratch| {
+        vec![
+            scratch.pool("preferred", "gpu", 0, "cost = 0\npending_timeout = 4"),
+            scratch.pool("fallback", "cpu", 0, "cost = 1"),
+        ]
+    });
     scratch.wait_for("a pending job on the preferred pool", |jobs| {
         jobs.iter().any(|j| j.0 == "preferred" && j.2 == "PENDING")
     });
@@ -164,12 +187,9 @@ fn a_pending_job_no_bundle_needs_any_more_is_withdrawn_from_the_real_cluster() {
         return;
     }
     let _cluster = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
-    let (_runtime, server) = fake_server(vec![FakeBundle::new("alice", 1)]);
-    // Declared first, dropped last (see the test above).
-    let _down = PartitionState::set("gpu", "DOWN");
-    let mut scratch = Scratch::new();
-    let pools = [scratch.pool("queued", "gpu", 0, "withdraw_after = 2")];
-    scratch.start(&server.url(), &pools);
+    let GpuDown {
+        scratch, server, ..
+    } = &GpuDown::start(|scratch| vec![scratch.pool("queued", "gpu", 0, "withdraw_after = 2")]);
     scratch.wait_for("a pending job", |jobs| {
         jobs.iter().any(|j| j.0 == "queued" && j.2 == "PENDING")
     });
