@@ -208,7 +208,7 @@ impl Metrics {
         );
         registry.register(
             "codalab_wm_stops",
-            "Jobs stopped by the manager, by pool and reason (pending_timeout, worker_lost, withdrawn: pending and no longer needed; reaped; each with _failed)",
+            "Jobs stopped by the manager, by pool and reason (pending_timeout, blocked: its platform says it will not start, worker_lost, withdrawn: pending and no longer needed; reaped; each with _failed)",
             self.stops.clone(),
         );
         registry.register(

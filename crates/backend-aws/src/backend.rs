@@ -14,8 +14,8 @@ use crate::error::BACKEND;
 use codalab_wm_backend::backend::WorkerAccount;
 use codalab_wm_backend::secret::Credentials;
 use codalab_wm_backend::{
-    CleanupItem, Error, JobState, LaunchRequest, Result, WorkerBackend, WorkerJob, WorkerOptions,
-    WorkerShape,
+    CleanupItem, Error, JobState, LaunchRequest, PendingKind, Result, WorkerBackend, WorkerJob,
+    WorkerOptions, WorkerShape,
 };
 use regex::Regex;
 use std::collections::BTreeMap;
@@ -34,6 +34,20 @@ pub const RECLAIMED_REASON: &str = "Host EC2 (instance ";
 /// Whether a FAILED job's status reason says its host was taken away (spot reclaim).
 pub fn is_reclaimed(reason: &str) -> bool {
     reason.starts_with(RECLAIMED_REASON) && reason.contains(") terminated")
+}
+
+/// What a RUNNABLE job's status reason says of it. AWS Batch names the reason it holds a job
+/// at the head of a blocked queue in `statusReason` ("Jobs stuck in a RUNNABLE status" in its
+/// user guide): `MISCONFIGURATION:…` (`JOB_RESOURCE_REQUIREMENT`, `SERVICE_ROLE_PERMISSIONS`,
+/// `COMPUTE_ENVIRONMENT_MAX_RESOURCE`, …: no compute environment of the queue can ever run
+/// it) and `CAPACITY:…` (`INSUFFICIENT_INSTANCE_CAPACITY`: EC2 has none of its instance
+/// types). Any other pending job waits its turn.
+pub fn pending_kind(reason: Option<&str>) -> PendingKind {
+    match reason {
+        Some(r) if r.starts_with("MISCONFIGURATION:") => PendingKind::Misconfigured,
+        Some(r) if r.starts_with("CAPACITY:") => PendingKind::NoCapacity,
+        _ => PendingKind::Queued,
+    }
 }
 
 /// Submits `cl-worker` jobs to an AWS Batch job queue.
@@ -239,6 +253,11 @@ impl WorkerBackend for AwsBatchBackend {
         self.config.shape()
     }
 
+    /// A blocked queue's reason ([`pending_kind`]).
+    fn pending_kind(&self, job: &WorkerJob) -> PendingKind {
+        pending_kind(job.reason.as_deref())
+    }
+
     /// With `codalab_credentials_secret_arn` the jobs read their user name from Secrets
     /// Manager (the secret's `username`): read it too when this manager may, else say why not.
     async fn worker_account(&self) -> codalab_wm_backend::Result<WorkerAccount> {
@@ -346,6 +365,32 @@ impl WorkerBackend for AwsBatchBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The reasons AWS Batch's user guide gives for a RUNNABLE job at the head of a blocked
+    /// queue, and reasons it is not.
+    #[test]
+    fn a_blocked_queues_reason_says_whether_the_job_can_ever_start() {
+        let cases = [
+            (
+                "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT - The job resource requirement (vCPU/memory/GPU) is higher than that can be met by the CE(s) attached to the job queue.",
+                PendingKind::Misconfigured,
+            ),
+            (
+                "MISCONFIGURATION:SERVICE_ROLE_PERMISSIONS - Batch service role has a permission issue.",
+                PendingKind::Misconfigured,
+            ),
+            (
+                "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - Service cannot fulfill the capacity requested for instance type [p3.2xlarge]",
+                PendingKind::NoCapacity,
+            ),
+            ("", PendingKind::Queued),
+            ("Waiting for capacity", PendingKind::Queued),
+        ];
+        for (reason, kind) in cases {
+            assert_eq!(pending_kind(Some(reason)), kind, "{reason}");
+        }
+        assert_eq!(pending_kind(None), PendingKind::Queued);
+    }
 
     #[test]
     fn maps_every_batch_status() {

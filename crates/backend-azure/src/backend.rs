@@ -219,6 +219,7 @@ impl AzureBatchBackend {
             submitted_at: Some(SystemTime::now()),
             shape: Some(self.worker_shape()),
             reason: None,
+            expected_start: None,
         }
     }
 }
@@ -279,6 +280,7 @@ pub fn worker_job(task: &CloudTask, shape: WorkerShape) -> WorkerJob {
         submitted_at: task.creation_time.as_deref().and_then(parse_rfc3339),
         shape: Some(shape),
         reason,
+        expected_start: None,
     }
 }
 

@@ -265,6 +265,7 @@ impl GceBackend {
                     if preempted { " (preempted)" } else { "" }
                 )
             }),
+            expected_start: None,
         }
     }
 

@@ -7,13 +7,14 @@ use crate::manifest::{WorkerTemplate, keys};
 use crate::names::{MANAGED_BY_LABEL, MANAGER_ID_LABEL, ORIGIN_LABEL};
 use crate::pods::{finished_beyond_limit, is_finished, job_from_pod};
 use codalab_wm_backend::backend::{
-    self, CleanupItem, JobState, LaunchRequest, WorkerAccount, WorkerBackend, WorkerJob,
+    self, CleanupItem, JobState, LaunchRequest, PendingKind, WorkerAccount, WorkerBackend,
+    WorkerJob,
 };
 use codalab_wm_backend::bundle::WorkerShape;
 use codalab_wm_backend::command::WorkerOptions;
 use codalab_wm_backend::error::{Error, Result};
 use codalab_wm_backend::secret::Credentials;
-use k8s_openapi::api::core::v1::{Pod, Secret as SecretObject};
+use k8s_openapi::api::core::v1::{Event, Pod, Secret as SecretObject};
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use std::collections::HashMap;
 use std::fmt;
@@ -30,6 +31,11 @@ use std::sync::Mutex;
 /// credentials live in a Secret.
 pub struct KubernetesBackend {
     pods: Api<Pod>,
+    /// The namespace's Events: the cluster-autoscaler's word on pending pods
+    /// ([`crate::scale_up`]).
+    events: Api<Event>,
+    /// Whether the Events could not be read last time (said once, not every tick).
+    events_unreadable: std::sync::atomic::AtomicBool,
     secrets: Api<SecretObject>,
     template: WorkerTemplate,
     shape: WorkerShape,
@@ -95,6 +101,8 @@ impl KubernetesBackend {
     ) -> Self {
         Self {
             pods: Api::namespaced(client.clone(), template.namespace()),
+            events: Api::namespaced(client.clone(), template.namespace()),
+            events_unreadable: Default::default(),
             secrets: Api::namespaced(client, template.namespace()),
             template,
             shape: config.worker_shape(),
@@ -254,6 +262,34 @@ impl KubernetesBackend {
             .collect())
     }
 
+    /// `jobs`, the unschedulable ones with the cluster-autoscaler's refusal as their reason
+    /// when it refused them ([`crate::scale_up`]). The Events are advice: when they cannot be
+    /// read (the Role has no `list` on `events`), the pods keep their own reasons, and that
+    /// is said once.
+    async fn with_scale_up_refusals(&self, mut jobs: Vec<WorkerJob>) -> Vec<WorkerJob> {
+        use std::sync::atomic::Ordering;
+        if !jobs.iter().any(crate::scale_up::unschedulable) {
+            return jobs;
+        }
+        match crate::scale_up::list(&self.events).await {
+            Ok(events) => {
+                let by_uid = (self.uids().iter())
+                    .map(|(name, uid)| (uid.clone(), name.clone()))
+                    .collect();
+                let now = std::time::SystemTime::now();
+                let refusals = crate::scale_up::refusals(&events, &by_uid, now);
+                crate::scale_up::apply(&mut jobs, &refusals);
+                self.events_unreadable.store(false, Ordering::Relaxed);
+            }
+            Err(error) => {
+                if !self.events_unreadable.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(%error, "cannot read the namespace's Events: unschedulable pods are not told apart from pods no node will come for (give the Role `list` on `events`)");
+                }
+            }
+        }
+        jobs
+    }
+
     /// Deletes pod `name` if it is still the pod with `uid`. A pod already gone, or replaced
     /// by another pod of the same name, counts as deleted.
     async fn delete_pod(
@@ -391,8 +427,14 @@ impl WorkerBackend for KubernetesBackend {
                     .is_some_and(|n| deleted.contains(n))
             })
             .map(job_from_pod)
-            .collect();
-        Ok(jobs)
+            .collect::<Vec<_>>();
+        Ok(self.with_scale_up_refusals(jobs).await)
+    }
+
+    /// What a pending pod's reason says ([`crate::pods::pending_kind`]): its image or
+    /// settings are wrong, or the cluster-autoscaler will add no node for it.
+    fn pending_kind(&self, job: &WorkerJob) -> PendingKind {
+        crate::pods::pending_kind(job.reason.as_deref())
     }
 
     #[tracing::instrument(skip(self, request), fields(backend = BACKEND, unique = request.unique))]

@@ -37,6 +37,7 @@ pub mod manifest;
 pub mod names;
 pub mod overrides;
 pub mod pods;
+pub mod scale_up;
 
 pub use backend::KubernetesBackend;
 pub use config::{BundleRuntime, KubernetesConfig};

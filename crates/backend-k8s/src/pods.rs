@@ -2,7 +2,7 @@
 //! are past the history limit.
 
 use crate::manifest::{CONTAINER_NAME, GPU_RESOURCE};
-use codalab_wm_backend::backend::{JobState, WorkerJob};
+use codalab_wm_backend::backend::{JobState, PendingKind, WorkerJob};
 use codalab_wm_backend::bundle::WorkerShape;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -59,6 +59,7 @@ pub fn job_from_pod(pod: &Pod) -> WorkerJob {
             .map(|t| SystemTime::from(t.0)),
         shape: shape(pod),
         reason,
+        expected_start: None,
     }
 }
 
@@ -106,14 +107,20 @@ fn finished_at(pod: &Pod) -> Option<SystemTime> {
         .map(|t| SystemTime::from(t.0))
 }
 
-/// The most telling reason: the pod's (`Evicted` …), else the worker container's waiting or
-/// terminated reason (`ImagePullBackOff`, `CreateContainerConfigError`, `Error` …), else an
-/// unschedulable condition's (`Unschedulable`).
+/// The most telling reason: the pod's (`Evicted` …), else the worker container's waiting
+/// reason with its message (`ImagePullBackOff: Back-off pulling image …`,
+/// `CreateContainerConfigError: secret "x" not found`) or its terminated reason (`Error` …),
+/// else an unschedulable condition's with the scheduler's message (`Unschedulable: 0/3 nodes
+/// are available: 3 Insufficient nvidia.com/gpu.`, what its `FailedScheduling` event says).
 fn reason(pod: &Pod) -> Option<String> {
     let status = pod.status.as_ref()?;
     if let Some(reason) = status.reason.clone() {
         return Some(reason);
     }
+    let with_message = |reason: &Option<String>, message: &Option<String>| match message {
+        Some(message) if !message.is_empty() => Some(format!("{}: {message}", reason.as_ref()?)),
+        _ => reason.clone(),
+    };
     let container = status
         .container_statuses
         .iter()
@@ -121,21 +128,56 @@ fn reason(pod: &Pod) -> Option<String> {
         .find(|c| c.name == CONTAINER_NAME);
     let from_container = container.and_then(|c| {
         let state = c.state.as_ref()?;
-        state
-            .waiting
-            .as_ref()
-            .and_then(|w| w.reason.clone())
+        (state.waiting.as_ref())
+            .and_then(|w| with_message(&w.reason, &w.message))
             .or_else(|| state.terminated.as_ref()?.reason.clone())
     });
     from_container.or_else(|| {
-        status
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| c.type_ == "PodScheduled" && c.status == "False")?
-            .reason
-            .clone()
+        let unscheduled = (status.conditions.iter().flatten())
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+        with_message(&unscheduled.reason, &unscheduled.message)
     })
+}
+
+/// What the cluster-autoscaler's `NotTriggerScaleUp` event on a pending pod is turned into
+/// (its reason, then the event's message): no node group can grow to fit the pod.
+pub const NOT_TRIGGER_SCALE_UP: &str = "NotTriggerScaleUp";
+
+/// Container waiting reasons that no retry mends: the pod's settings are wrong.
+const MISCONFIGURED: &[&str] = &[
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "CreateContainerConfigError",
+];
+
+/// Words of an image pull's message that say the image is not there or not ours to pull
+/// (a registry that is down or throttles says otherwise, and is retried).
+const IMAGE_MISSING: &[&str] = &[
+    "not found",
+    "manifest unknown",
+    "pull access denied",
+    "unauthorized",
+    "repository does not exist",
+];
+
+/// What a pending pod's reason ([`job_from_pod`], or the autoscaler's event) says of it:
+/// misconfigured when its image cannot be had (an invalid name, an image missing or refused)
+/// or its container cannot be made from its settings (a Secret or key missing); no capacity
+/// when the cluster-autoscaler says no node group can grow for it ([`NOT_TRIGGER_SCALE_UP`]);
+/// else queued (unschedulable for now: a node may come, or a pod may end).
+pub fn pending_kind(reason: Option<&str>) -> PendingKind {
+    let Some(reason) = reason else {
+        return PendingKind::Queued;
+    };
+    let (code, message) = reason.split_once(": ").unwrap_or((reason, ""));
+    let pull = matches!(code, "ErrImagePull" | "ImagePullBackOff");
+    if MISCONFIGURED.contains(&code) || pull && IMAGE_MISSING.iter().any(|w| message.contains(w)) {
+        PendingKind::Misconfigured
+    } else if code == NOT_TRIGGER_SCALE_UP {
+        PendingKind::NoCapacity
+    } else {
+        PendingKind::Queued
+    }
 }
 
 /// The worker shape from the container's limits, when they are whole CPUs, whole GPUs and
@@ -244,11 +286,15 @@ mod tests {
                 "limits": {"cpu": "4", "memory": "2048Mi", "nvidia.com/gpu": "1"}}}]},
             "status": {"phase": "Pending", "containerStatuses": [{
                 "name": "cl-worker", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
-                "state": {"waiting": {"reason": "CreateContainerConfigError"}}}]}
+                "state": {"waiting": {"reason": "CreateContainerConfigError",
+                    "message": "secret \"codalab-credentials\" not found"}}}]}
         })));
         assert_eq!(job.id, "cl-worker-1");
         assert_eq!(job.shape, Some(WorkerShape::from_flags(4, 1, 2048)));
-        assert_eq!(job.reason.as_deref(), Some("CreateContainerConfigError"));
+        assert_eq!(
+            job.reason.as_deref(),
+            Some("CreateContainerConfigError: secret \"codalab-credentials\" not found")
+        );
         let submitted = job
             .submitted_at
             .unwrap()
@@ -262,9 +308,57 @@ mod tests {
         let job = job_from_pod(&pod(json!({
             "metadata": {"name": "p"},
             "status": {"phase": "Pending", "conditions": [
-                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]}
         })));
-        assert_eq!(job.reason.as_deref(), Some("Unschedulable"));
+        assert_eq!(
+            job.reason.as_deref(),
+            Some("Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+        );
+        assert_eq!(pending_kind(job.reason.as_deref()), PendingKind::Queued);
+    }
+
+    /// #42 item 4: what a pending pod's reason says, with the messages the kubelet and the
+    /// cluster-autoscaler give.
+    #[test]
+    fn a_pending_pods_reason_says_whether_it_can_ever_start() {
+        let cases = [
+            (
+                "ImagePullBackOff: Back-off pulling image \"codalab/worker:nosuch\": ErrImagePull: rpc error: code = NotFound desc = failed to pull and unpack image \"docker.io/codalab/worker:nosuch\": docker.io/codalab/worker:nosuch: not found",
+                PendingKind::Misconfigured,
+            ),
+            (
+                "ErrImagePull: pull access denied for private/worker, repository does not exist or may require 'docker login'",
+                PendingKind::Misconfigured,
+            ),
+            (
+                "InvalidImageName: Failed to apply default image tag \"Codalab/Worker\"",
+                PendingKind::Misconfigured,
+            ),
+            (
+                "CreateContainerConfigError: secret \"codalab-credentials\" not found",
+                PendingKind::Misconfigured,
+            ),
+            // A registry that throttles or is down: the kubelet retries, and so does the pool.
+            (
+                "ErrImagePull: toomanyrequests: You have reached your pull rate limit.",
+                PendingKind::Queued,
+            ),
+            ("ImagePullBackOff", PendingKind::Queued),
+            (
+                "NotTriggerScaleUp: pod didn't trigger scale-up: 1 max node group size reached",
+                PendingKind::NoCapacity,
+            ),
+            (
+                "Unschedulable: 0/3 nodes are available: 3 Insufficient cpu.",
+                PendingKind::Queued,
+            ),
+            ("ContainerCreating", PendingKind::Queued),
+        ];
+        for (reason, kind) in cases {
+            assert_eq!(pending_kind(Some(reason)), kind, "{reason}");
+        }
+        assert_eq!(pending_kind(None), PendingKind::Queued);
     }
 
     #[test]

@@ -9,8 +9,8 @@ use crate::{scratch, squeue};
 use codalab_wm_backend::backend::WorkerAccount;
 use codalab_wm_backend::secret::Credentials;
 use codalab_wm_backend::{
-    CleanupItem, Error, JobState, LaunchRequest, Result, WorkerBackend, WorkerJob, WorkerShape,
-    async_trait,
+    CleanupItem, Error, JobState, LaunchRequest, PendingKind, Result, WorkerBackend, WorkerJob,
+    WorkerShape, async_trait,
 };
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -203,10 +203,15 @@ impl WorkerBackend for SlurmBackend {
         self.settings.worker_shape()
     }
 
-    /// A hold, a dependency, a begin time or unavailable requested nodes
-    /// ([`squeue::is_hold`]): Slurm keeps that job back, not the partition's queue.
-    fn on_hold(&self, job: &WorkerJob) -> bool {
-        job.reason.as_deref().is_some_and(squeue::is_hold)
+    /// Held: a hold, a dependency, a begin time or unavailable requested nodes
+    /// ([`squeue::is_hold`]): Slurm keeps that job back, not the partition's queue. Any other
+    /// reason is the queue's (`Resources`, `Priority`, a limit of the account or QOS, which
+    /// lifts as its jobs end).
+    fn pending_kind(&self, job: &WorkerJob) -> PendingKind {
+        match job.reason.as_deref().is_some_and(squeue::is_hold) {
+            true => PendingKind::Held,
+            false => PendingKind::Queued,
+        }
     }
 
     /// Without a password file, the manager's own account (handed to the job); with one, the
@@ -268,6 +273,7 @@ impl WorkerBackend for SlurmBackend {
             submitted_at: Some(SystemTime::now()),
             shape: Some(self.worker_shape()),
             reason: None,
+            expected_start: None,
         })
     }
 

@@ -1,17 +1,19 @@
 //! The one `squeue` call per tick and the parsing of its output.
 //!
-//! `squeue --noheader --states=all --user=USER [--partition=P] --format=%i|%j|%T|%r|%V|%k`
+//! `squeue --noheader --states=all --user=USER [--partition=P] --format=%i|%j|%T|%r|%V|%S|%k`
 //! lists every job of the user (in the pool's partition) that the controller still knows
 //! (finished ones for `MinJobAge` seconds), one line each: id, name, state, reason, submit
-//! time, comment. Whatever the number of jobs, one call. The comment carries the origin of
+//! time, start time (of a pending job, the controller's forecast: what `squeue --start`
+//! prints; set by the backfill scheduler from the time limits of the jobs ahead, `N/A`
+//! until it has one), comment. Whatever the number of jobs, one call. The comment carries the origin of
 //! the deployment that submitted the job ([`ORIGIN_COMMENT`]).
 
 use codalab_wm_backend::backend::is_listed;
 use codalab_wm_backend::{Error, JobState, Result, WorkerJob};
 use std::time::{Duration, SystemTime};
 
-/// The `--format` of the listing: id, name, state, reason, submit time, comment.
-pub const FORMAT: &str = "%i|%j|%T|%r|%V|%k";
+/// The `--format` of the listing: id, name, state, reason, submit time, start time, comment.
+pub const FORMAT: &str = "%i|%j|%T|%r|%V|%S|%k";
 
 /// What precedes the origin ([`codalab_wm_backend::backend::origin`]) in the `--comment` of the
 /// jobs this manager submits: `codalab-wm-origin=<16 hex>`.
@@ -100,15 +102,16 @@ fn parse_line(line: &str) -> Result<(WorkerJob, &str)> {
         message: format!("{why} in line {line:?}"),
     };
     let (id, rest) = line.split_once('|').ok_or_else(|| bad("no `|`"))?;
-    let mut tail = rest.rsplitn(5, '|');
-    let (Some(comment), Some(submitted), Some(reason), Some(state), Some(name)) = (
+    let mut tail = rest.rsplitn(6, '|');
+    let (Some(comment), Some(start), Some(submitted), Some(reason), Some(state), Some(name)) = (
+        tail.next(),
         tail.next(),
         tail.next(),
         tail.next(),
         tail.next(),
         tail.next(),
     ) else {
-        return Err(bad("fewer than 6 fields"));
+        return Err(bad("fewer than 7 fields"));
     };
     if id.is_empty()
         || !id
@@ -117,15 +120,37 @@ fn parse_line(line: &str) -> Result<(WorkerJob, &str)> {
     {
         return Err(bad("bad job id"));
     }
+    let state = job_state(state);
     let job = WorkerJob {
         id: id.to_owned(),
         name: name.to_owned(),
-        state: job_state(state),
+        state,
         submitted_at: parse_time(submitted),
         shape: None,
         reason: Some(reason.to_owned()).filter(|r| !r.is_empty() && r != "None"),
+        expected_start: forecast(state, parse_time(submitted), parse_time(start)),
     };
     Ok((job, comment))
+}
+
+/// How far past its submit time a forecast may be and still be one: Slurm puts the start of
+/// a job it cannot place (the jobs ahead of it have no time limit) a year after its backfill
+/// pass, which says only that it cannot tell.
+const CANNOT_TELL: Duration = Duration::from_secs(300 * 86_400);
+
+/// A pending job's `%S`: the controller's forecast of its start (what `squeue --start`
+/// prints), unless it is Slurm's way of saying it cannot tell ([`CANNOT_TELL`]). A started
+/// job's `%S` is when it started: no forecast.
+fn forecast(
+    state: JobState,
+    submitted: Option<SystemTime>,
+    start: Option<SystemTime>,
+) -> Option<SystemTime> {
+    let start = start.filter(|_| state == JobState::Pending)?;
+    let ahead = submitted.and_then(|submitted| start.duration_since(submitted).ok());
+    ahead
+        .is_none_or(|ahead| ahead < CANNOT_TELL)
+        .then_some(start)
 }
 
 /// `2026-11-21T20:44:46` (UTC) as a [`SystemTime`]; `None` for `N/A`, `Unknown` or garbage.
@@ -183,10 +208,34 @@ mod tests {
         for (reason, hold) in cases {
             assert_eq!(is_hold(reason), hold, "{reason}");
         }
-        let line = "12|root-codalab-slurm-worker-1|PENDING|JobHeldAdmin|2026-11-21T20:44:46|(null)";
+        let line =
+            "12|root-codalab-slurm-worker-1|PENDING|JobHeldAdmin|2026-11-21T20:44:46|N/A|(null)";
         let job = &parse(line, PREFIX).unwrap()[0];
         assert_eq!(job.reason.as_deref(), Some("JobHeldAdmin"));
         assert!(is_hold(job.reason.as_deref().unwrap()));
+    }
+
+    /// Lines the real slurmctld (Debian's, `sched/backfill`) printed here on 2026-11-29: a job
+    /// pending behind one with a 10-minute limit, forecast to start when that limit ends; one
+    /// pending before the backfill pass (no forecast yet); one behind a job without a time
+    /// limit (a year out: Slurm cannot tell); a held one; a running one (its start is no
+    /// forecast).
+    #[test]
+    fn a_pending_jobs_start_time_is_the_controllers_forecast() {
+        let output = "\
+495|root-codalab-slurm-worker-a|PENDING|Resources|2026-11-29T14:03:24|2026-11-29T14:13:22|(null)
+497|root-codalab-slurm-worker-b|PENDING|Resources|2026-11-29T14:04:02|N/A|(null)
+498|root-codalab-slurm-worker-e|PENDING|Resources|2026-11-29T14:04:02|2027-11-29T14:04:01|(null)
+493|root-codalab-slurm-worker-c|PENDING|JobHeldUser|2026-11-29T14:03:17|N/A|(null)
+494|root-codalab-slurm-worker-d|RUNNING|None|2026-11-29T14:03:22|2026-11-29T14:03:22|(null)
+";
+        let jobs = parse(output, PREFIX).unwrap();
+        let starts: Vec<_> = jobs.iter().map(|j| j.expected_start).collect();
+        assert_eq!(
+            starts,
+            [parse_time("2026-11-29T14:13:22"), None, None, None, None]
+        );
+        assert!(starts[0].is_some());
     }
 
     #[test]
@@ -216,15 +265,15 @@ mod tests {
     #[test]
     fn parses_recorded_output() {
         let output = "\
-32|root-codalab-slurm-worker-aa|PENDING|Resources|2026-11-21T20:45:01|(null)
-33|root-codalab-slurm-worker-bb|PENDING|Priority|2026-11-21T20:45:02|(null)
-1|root-codalab-slurm-worker-cc|RUNNING|None|2026-11-21T20:44:36|(null)
-6|root-codalab-slurm-worker-dd|CANCELLED|None|2026-11-21T20:44:40|(null)
-5|root-codalab-slurm-worker-ee|COMPLETED|None|2026-11-21T20:44:41|(null)
-4|root-codalab-slurm-worker-ff|FAILED|NonZeroExitCode|2026-11-21T20:44:42|(null)
-3|root-codalab-slurm-worker-gg|TIMEOUT|TimeLimit|2026-11-21T20:44:43|(null)
-7|sleeper|RUNNING|None|2026-11-21T20:44:36|(null)
-8|root-other-job-hh|RUNNING|None|N/A|(null)
+32|root-codalab-slurm-worker-aa|PENDING|Resources|2026-11-21T20:45:01|N/A|(null)
+33|root-codalab-slurm-worker-bb|PENDING|Priority|2026-11-21T20:45:02|N/A|(null)
+1|root-codalab-slurm-worker-cc|RUNNING|None|2026-11-21T20:44:36|N/A|(null)
+6|root-codalab-slurm-worker-dd|CANCELLED|None|2026-11-21T20:44:40|N/A|(null)
+5|root-codalab-slurm-worker-ee|COMPLETED|None|2026-11-21T20:44:41|N/A|(null)
+4|root-codalab-slurm-worker-ff|FAILED|NonZeroExitCode|2026-11-21T20:44:42|N/A|(null)
+3|root-codalab-slurm-worker-gg|TIMEOUT|TimeLimit|2026-11-21T20:44:43|N/A|(null)
+7|sleeper|RUNNING|None|2026-11-21T20:44:36|N/A|(null)
+8|root-other-job-hh|RUNNING|None|N/A|N/A|(null)
 ";
         let jobs = parse(output, PREFIX).unwrap();
         let seen: Vec<_> = jobs
@@ -255,9 +304,9 @@ mod tests {
     #[test]
     fn preempted_and_node_failed_jobs_are_preempted() {
         let output = "\
-40|root-codalab-slurm-worker-pp|PREEMPTED|None|2026-11-21T20:45:01|(null)
-41|root-codalab-slurm-worker-nf|NODE_FAIL|NodeDown|2026-11-21T20:45:02|(null)
-42|root-codalab-slurm-worker-bf|BOOT_FAIL|None|2026-11-21T20:45:03|(null)
+40|root-codalab-slurm-worker-pp|PREEMPTED|None|2026-11-21T20:45:01|N/A|(null)
+41|root-codalab-slurm-worker-nf|NODE_FAIL|NodeDown|2026-11-21T20:45:02|N/A|(null)
+42|root-codalab-slurm-worker-bf|BOOT_FAIL|None|2026-11-21T20:45:03|N/A|(null)
 ";
         let jobs = parse(output, PREFIX).unwrap();
         let seen: Vec<_> = jobs
@@ -279,7 +328,7 @@ mod tests {
         assert!(parse("", PREFIX).unwrap().is_empty());
         assert!(parse("\n  \n", PREFIX).unwrap().is_empty());
         let jobs = parse(
-            "9|root-codalab-slurm-worker-x|y|RUNNING|None|N/A|(null)\n",
+            "9|root-codalab-slurm-worker-x|y|RUNNING|None|N/A|N/A|(null)\n",
             PREFIX,
         )
         .unwrap();
@@ -291,7 +340,7 @@ mod tests {
     fn garbage_is_an_invalid_reply() {
         for bad in [
             "slurm_load_jobs error: Unable to contact slurm controller",
-            "x|a|RUNNING|None|N/A|(null)",
+            "x|a|RUNNING|None|N/A|N/A|(null)",
             "1|a|b",
         ] {
             let err = parse(bad, PREFIX).unwrap_err();
@@ -306,10 +355,10 @@ mod tests {
     #[test]
     fn jobs_of_another_origin_are_left_out() {
         let output = "\
-1|root-codalab-slurm-worker-aa|RUNNING|None|2026-11-21T20:44:36|codalab-wm-origin=00000000000000aa
-2|root-codalab-slurm-worker-bb|RUNNING|None|2026-11-21T20:44:36|codalab-wm-origin=00000000000000bb
-3|root-codalab-slurm-worker-cc|RUNNING|None|2026-11-21T20:44:36|(null)
-4|root-codalab-slurm-worker-dd|RUNNING|None|2026-11-21T20:44:36|a note
+1|root-codalab-slurm-worker-aa|RUNNING|None|2026-11-21T20:44:36|N/A|codalab-wm-origin=00000000000000aa
+2|root-codalab-slurm-worker-bb|RUNNING|None|2026-11-21T20:44:36|N/A|codalab-wm-origin=00000000000000bb
+3|root-codalab-slurm-worker-cc|RUNNING|None|2026-11-21T20:44:36|N/A|(null)
+4|root-codalab-slurm-worker-dd|RUNNING|None|2026-11-21T20:44:36|N/A|a note
 ";
         let ids = |own| -> Vec<String> {
             let jobs = parse_own(output, PREFIX, own).unwrap();
@@ -343,11 +392,11 @@ mod tests {
     fn one_command_for_all_jobs() {
         assert_eq!(
             command("alice", None).join(" "),
-            "squeue --noheader --states=all --user=alice --format=%i|%j|%T|%r|%V|%k"
+            "squeue --noheader --states=all --user=alice --format=%i|%j|%T|%r|%V|%S|%k"
         );
         assert_eq!(
             command("alice", Some("cpu")).join(" "),
-            "squeue --noheader --states=all --user=alice --partition=cpu --format=%i|%j|%T|%r|%V|%k"
+            "squeue --noheader --states=all --user=alice --partition=cpu --format=%i|%j|%T|%r|%V|%S|%k"
         );
     }
 }

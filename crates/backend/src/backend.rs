@@ -110,6 +110,10 @@ pub struct WorkerJob {
     pub shape: Option<WorkerShape>,
     /// The platform's reason for the state (`Resources`, `NonZeroExitCode`, `Evicted` …).
     pub reason: Option<String>,
+    /// When the platform itself expects a pending job to start, when it says (Slurm's
+    /// `StartTime`, what `squeue --start` prints). A bound from the time limits of the jobs
+    /// ahead of it: the job may start sooner, when they end early.
+    pub expected_start: Option<SystemTime>,
 }
 
 impl WorkerJob {
@@ -123,7 +127,37 @@ impl WorkerJob {
             submitted_at: None,
             shape: None,
             reason: None,
+            expected_start: None,
         }
+    }
+}
+
+/// What a platform says of one of its pending jobs ([`WorkerBackend::pending_kind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PendingKind {
+    /// Queued for capacity, or the platform says nothing: it starts when there is room.
+    #[default]
+    Queued,
+    /// Held by the platform by itself, not for capacity (Slurm's `JobHeldAdmin`,
+    /// `Dependency`, `BeginTime` …): it counts toward `max` but is no starting worker,
+    /// stretches no estimated wait and spills nothing.
+    Held,
+    /// The platform says it will never start as submitted, whatever the capacity: the pool is
+    /// misconfigured (an AWS Batch `MISCONFIGURATION:` status reason, a pod whose image cannot
+    /// be pulled). The manager withdraws it and counts a misconfiguration failure.
+    Misconfigured,
+    /// The platform says it has no capacity for it and will not make some (an AWS Batch
+    /// `CAPACITY:` status reason, cluster-autoscaler's `NotTriggerScaleUp`). The manager
+    /// withdraws it and counts a capacity failure, as a job pending past `pending_timeout`.
+    NoCapacity,
+}
+
+impl PendingKind {
+    /// Whether the platform says the job will not start as it is (misconfigured, or no
+    /// capacity to be had).
+    pub fn is_blocked(self) -> bool {
+        matches!(self, PendingKind::Misconfigured | PendingKind::NoCapacity)
     }
 }
 
@@ -217,12 +251,12 @@ pub trait WorkerBackend: Send + Sync + Debug + 'static {
         None
     }
 
-    /// Whether the platform holds pending `job` by itself rather than for capacity (Slurm's
-    /// `JobHeldAdmin`, `Dependency`, `BeginTime` …): such a job counts toward `max` but is no
-    /// starting worker, stretches no estimated wait and spills nothing (`codalab_wm_core::pools`).
-    /// The backend says which of its reasons are holds; none by default.
-    fn on_hold(&self, _job: &WorkerJob) -> bool {
-        false
+    /// What the platform's reason for pending `job` means ([`PendingKind`]): queued for
+    /// capacity, held by the platform by itself, or blocked for good (misconfigured, or no
+    /// capacity to be had). The backend says which of its reasons are which; queued by
+    /// default.
+    fn pending_kind(&self, _job: &WorkerJob) -> PendingKind {
+        PendingKind::Queued
     }
 
     /// The ids of jobs the platform had stopped (a preempted VM left STOPPED, …) that this

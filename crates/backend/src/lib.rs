@@ -39,7 +39,7 @@ pub const BLOCK_TARGET: &str = "codalab_wm::block";
 pub const DEFAULT_SERVER: &str = "https://worksheets.codalab.org";
 
 pub use async_trait::async_trait;
-pub use backend::{CleanupItem, JobState, LaunchRequest, WorkerBackend, WorkerJob};
+pub use backend::{CleanupItem, JobState, LaunchRequest, PendingKind, WorkerBackend, WorkerJob};
 pub use bundle::{StagedBundle, WorkerShape};
 pub use command::WorkerOptions;
 pub use error::{Error, Result};

@@ -22,15 +22,15 @@
 //! (`checkins.rs`), the dispatch model's placements (`server_view.rs`), what the estimates
 //! learned (`estimates.rs`), the budgets' states (`budgets.rs`) and the recent failures.
 
-use crate::backend::WorkerJob;
+use crate::backend::{JobState, PendingKind, WorkerJob};
 use crate::budget::{BudgetLimits, BudgetStatus};
 use crate::checkin::{CheckedInWorker, CheckinView};
 use crate::codalab::UserIdentity;
 use crate::pools::{Need, PoolPolicy, PoolsObservation};
 use crate::status::{FailureRecord, TickEvent};
-use rustc_hash::FxHashSet;
+use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 mod act;
 mod budgets;
@@ -78,8 +78,8 @@ pub(crate) struct Engine {
 pub(crate) struct Listing {
     /// The pool's jobs.
     pub jobs: Vec<WorkerJob>,
-    /// Pending jobs its backend says are held.
-    pub held: FxHashSet<String>,
+    /// Pending jobs its backend says are not merely queued (held, blocked).
+    pub pending_kinds: FxHashMap<String, PendingKind>,
     /// Jobs its backend deleted since the last listing (`worker_reaped`).
     pub reaped: Vec<String>,
 }
@@ -166,7 +166,14 @@ impl Engine {
         start: Duration,
     ) -> ListingNews {
         let runtime = &mut self.pools[index];
-        runtime.held = listing.held;
+        runtime.pending_kinds = listing.pending_kinds;
+        runtime.forecasts = (listing.jobs.iter())
+            .filter(|job| job.state == JobState::Pending)
+            .filter_map(|job| {
+                let at = job.expected_start?.duration_since(UNIX_EPOCH).ok()?;
+                Some((job.id.clone(), at.saturating_sub(start)))
+            })
+            .collect();
         let mut news = runtime.take_listing(listing.jobs, now, start);
         let reaped = listing.reaped;
         let pool = runtime.name();

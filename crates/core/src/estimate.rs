@@ -41,6 +41,11 @@ pub enum StartEstimate {
         job: Option<String>,
         /// Seconds from now.
         seconds: u64,
+        /// The figure rests on the platform's own forecast of the start of that job, or of
+        /// the queued one a new worker waits behind (Slurm's `squeue --start`); else on what
+        /// the manager learned of the pool's launches.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        forecast: bool,
     },
     /// When runs on the pool's workers end: `ahead` bundles wait before it.
     AfterRuns {
@@ -119,11 +124,18 @@ impl fmt::Display for StartEstimate {
             StartEstimate::Now { worker_id } => write!(f, "now: worker {worker_id} has room"),
             StartEstimate::WorkerCheckin {
                 pool,
-                job: Some(job),
+                job,
                 seconds,
-            } => write!(f, "in ~{seconds} s, when job {job} of {pool} checks in"),
-            StartEstimate::WorkerCheckin { pool, seconds, .. } => {
-                write!(f, "in ~{seconds} s, when a new worker of {pool} checks in")
+                forecast,
+            } => {
+                match job {
+                    Some(job) => write!(f, "in ~{seconds} s, when job {job} of {pool} checks in")?,
+                    None => write!(f, "in ~{seconds} s, when a new worker of {pool} checks in")?,
+                }
+                match forecast {
+                    true => write!(f, " (by its platform's forecast of the start)"),
+                    false => Ok(()),
+                }
             }
             StartEstimate::AfterRuns {
                 pool,
@@ -225,22 +237,37 @@ pub fn estimate(decision: &PoolsDecision, times: &[PoolTimes]) -> Vec<BundleEsti
         })
         .collect();
     let times_of = |pool: &str| pools.get(pool).copied().unwrap_or((&UNKNOWN, 0));
-    let mut ahead: BTreeMap<&str, usize> = BTreeMap::new();
+    // First the bundles on workers within each pool's max, noting when each starts: the
+    // bundles beyond it wait for one of those runs (or a run already going) to end.
+    let mut planned: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    let mut estimates: Vec<Option<StartEstimate>> = Vec::new();
     for assignment in &decision.assignments {
         let (times, launches) = times_of(&assignment.pool);
         let pool = assignment.pool.as_str();
         let beyond = (times.room).is_some_and(|room| assignment.worker >= times.starting() + room);
-        let estimate = if assignment.overdue {
-            StartEstimate::Overdue {
+        estimates.push(match (assignment.overdue, beyond) {
+            (true, _) => Some(StartEstimate::Overdue {
                 pool: pool.to_owned(),
+            }),
+            (false, true) => None,
+            (false, false) => {
+                let estimate = on_worker(pool, times, assignment.worker, launches);
+                let start = planned.entry(pool).or_default();
+                start.extend(estimate.seconds());
+                Some(estimate)
             }
-        } else if beyond {
-            let position = ahead.entry(pool).or_default();
-            *position += 1;
-            after_runs(pool, *position - 1, times)
-        } else {
-            on_worker(pool, times, assignment.worker, launches)
-        };
+        });
+    }
+    let mut ahead: BTreeMap<String, usize> = BTreeMap::new();
+    let mut after_runs_of = |pool: &str, times: &PoolTimes| {
+        let position = ahead.entry(pool.to_owned()).or_default();
+        *position += 1;
+        let starts = planned.get(pool).map_or(&[][..], Vec::as_slice);
+        after_runs(pool, *position - 1, times, starts)
+    };
+    for (assignment, estimate) in decision.assignments.iter().zip(estimates) {
+        let estimate = estimate
+            .unwrap_or_else(|| after_runs_of(&assignment.pool, times_of(&assignment.pool).0));
         out.push(
             BundleEstimate::new(&assignment.uuid, estimate).with_spill(assignment.spill.as_ref()),
         );
@@ -251,11 +278,7 @@ pub fn estimate(decision: &PoolsDecision, times: &[PoolTimes]) -> Vec<BundleEsti
             .map(|v| v.pool.as_str());
         let times = pool.map_or(&UNKNOWN, |p| times_of(p).0);
         let estimate = match (&unserved.reason, pool) {
-            (Reason::MaxReached { .. }, Some(pool)) => {
-                let position = ahead.entry(pool).or_default();
-                *position += 1;
-                after_runs(pool, *position - 1, times)
-            }
+            (Reason::MaxReached { .. }, Some(pool)) => after_runs_of(pool, times),
             (
                 Reason::BackingOff {
                     remaining_seconds, ..
@@ -292,6 +315,7 @@ fn on_worker(pool: &str, times: &PoolTimes, worker: usize, launches: usize) -> S
             pool: pool.to_owned(),
             job: Some(starting.job.clone()),
             seconds: wait,
+            forecast: times.forecast_used(worker),
         };
     }
     let new = worker - times.starting();
@@ -300,24 +324,33 @@ fn on_worker(pool: &str, times: &PoolTimes, worker: usize, launches: usize) -> S
         pool: pool.to_owned(),
         job: None,
         seconds: paced * times.launch_interval + wait,
+        forecast: times.forecast_used(worker),
     }
 }
 
 /// The bundle with `ahead` bundles before it, waiting for runs on `pool`'s workers to end:
-/// each run ends after the pool's run length less its age, then each freed place runs one
-/// waiting bundle for a run length.
-fn after_runs(pool: &str, ahead: usize, times: &PoolTimes) -> StartEstimate {
-    let Some(run) = times.run_seconds.filter(|_| !times.run_ages.is_empty()) else {
-        return StartEstimate::NotWhile {
-            reason: "max_reached",
-            detail: format!(
+/// each run going ends after the pool's run length less its age, each run planned (a bundle
+/// on a worker within the pool's max, starting in `planned` seconds) a run length after it
+/// starts; then each freed place runs one waiting bundle for a run length.
+fn after_runs(pool: &str, ahead: usize, times: &PoolTimes, planned: &[u64]) -> StartEstimate {
+    let known = !times.run_ages.is_empty() || !planned.is_empty();
+    let Some(run) = times.run_seconds.filter(|_| known) else {
+        let detail = match planned.len() {
+            0 => format!(
                 "{pool} is at its max and no run on its workers is known to end (no run time learned yet)"
             ),
+            n => format!(
+                "{pool}'s max is taken by the {n} bundles planned on its workers ahead of it, and no run time is learned yet to say when one ends"
+            ),
+        };
+        return StartEstimate::NotWhile {
+            reason: "max_reached",
+            detail,
         };
     };
-    let mut free: BinaryHeap<Reverse<u64>> = (times.run_ages.iter())
-        .map(|age| Reverse(run.saturating_sub(*age)))
-        .collect();
+    let going = (times.run_ages.iter()).map(|age| run.saturating_sub(*age));
+    let coming = planned.iter().map(|start| start + run);
+    let mut free: BinaryHeap<Reverse<u64>> = going.chain(coming).map(Reverse).collect();
     let mut start = 0;
     for _ in 0..=ahead {
         let Reverse(at) = free.pop().unwrap_or(Reverse(0));

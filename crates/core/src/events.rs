@@ -164,7 +164,8 @@ pub enum EventKind {
         /// The job.
         job_id: String,
     },
-    /// A job pending longer than the pool's `pending_timeout` was stopped.
+    /// A pending job was stopped: pending longer than the pool's `pending_timeout`, or its platform
+    /// said it will not start as it is (`blocked`).
     StuckPendingStopped {
         /// The pool.
         pool: String,

@@ -116,7 +116,7 @@ pub mod testing;
 
 // The backend contract, under the paths core has always had them.
 pub use codalab_wm_backend::{
-    BLOCK_TARGET, CleanupItem, DEFAULT_SERVER, Error, JobState, LaunchRequest, Result,
+    BLOCK_TARGET, CleanupItem, DEFAULT_SERVER, Error, JobState, LaunchRequest, PendingKind, Result,
     StagedBundle, WorkerBackend, WorkerJob, WorkerOptions, WorkerShape, async_trait, backend,
     bundle, command, describe, error, secret, size,
 };

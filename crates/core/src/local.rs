@@ -254,6 +254,7 @@ impl LocalBackend {
             submitted_at: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(record.started_at)),
             shape: None,
             reason,
+            expected_start: None,
         }
     }
 }

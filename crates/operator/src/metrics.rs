@@ -92,7 +92,7 @@ impl OperatorMetrics {
         );
         registry.register(
             "codalab_wm_operator_events",
-            "Events published on pools, by reason (WorkersLaunched, LaunchFailed, BackoffStarted, PendingTimeout, WorkerReaped)",
+            "Events published on pools, by reason (WorkersLaunched, LaunchFailed, BackoffStarted, PendingTimeout, PodBlocked, WorkerReaped)",
             self.events.clone(),
         );
         registry.register(

@@ -88,6 +88,9 @@ pub fn pool_observation(
             };
             ObservedJob {
                 checkin: job_checkin(sighting, (&job.id, &job.name, job.state), times, now_clock),
+                // What the pod's reason says: an image that cannot be had, a node that will
+                // not come (the backend's reading, as the CLI's manager has it).
+                pending: codalab_wm_k8s::pods::pending_kind(job.reason.as_deref()),
                 // Listed by the pool's own label: pods this operator created for the pool.
                 ..ObservedJob::new(job.id.clone(), job.state, pending_for, active_for)
                     .launched_here()
@@ -210,6 +213,19 @@ mod tests {
         assert_eq!(observed.stopping, 1);
         assert_eq!(observed.since_last_launch, Some(Duration::from_secs(50)));
         assert!(observed.unobserved.is_none());
+    }
+
+    /// #42 item 4: a pod whose image is not there is one the pool's plan stops at once (a
+    /// `blocked` reason, whatever `pending_timeout`), as the CLI's manager does.
+    #[test]
+    fn a_pod_whose_image_is_missing_is_blocked() {
+        use codalab_wm_core::PendingKind;
+        let mut missing = job("a", JobState::Pending, 10);
+        missing.reason = Some("ErrImagePull: docker.io/codalab/worker:nosuch: not found".into());
+        let queued = job("b", JobState::Pending, 10);
+        let observed = pool_observation(&[missing, queued], None, Checkins::default(), at(30));
+        let kinds: Vec<_> = observed.jobs.iter().map(|j| j.pending).collect();
+        assert_eq!(kinds, [PendingKind::Misconfigured, PendingKind::Queued]);
     }
 
     #[test]

@@ -17,6 +17,7 @@ use crate::status::{Outcome, Problem, next_status, turned_on};
 use codalab_wm_core::backend::{LaunchRequest, WorkerBackend, WorkerJob, new_unique};
 use codalab_wm_core::checkin::CheckinView;
 use codalab_wm_core::codalab::{CodaLabClient, staged_keywords};
+use codalab_wm_core::policy::Reason;
 use codalab_wm_core::pools::{Need, PoolsObservation, plan_pools};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
@@ -264,10 +265,18 @@ async fn act(
             continue;
         };
         let pending = job.state == codalab_wm_core::backend::JobState::Pending;
-        let (reason, why) = if pending {
-            ("PendingTimeout", "pending too long")
-        } else {
-            ("WorkerReaped", "its worker stopped checking in")
+        let blocked = (decision.reasons.iter())
+            .any(|r| matches!(r, Reason::Blocked { job_id, .. } if job_id == id));
+        let (reason, why) = match (blocked, pending) {
+            (true, _) => (
+                "PodBlocked",
+                format!(
+                    "the cluster says it will not start: {}",
+                    job.reason.as_deref().unwrap_or("no reason given")
+                ),
+            ),
+            (false, true) => ("PendingTimeout", "pending too long".to_owned()),
+            (false, false) => ("WorkerReaped", "its worker stopped checking in".to_owned()),
         };
         match backend.stop_worker_job(job).await {
             Ok(()) => {

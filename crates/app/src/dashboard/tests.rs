@@ -144,6 +144,7 @@ fn fixture() -> Status {
                     pool: "cpu".into(),
                     job: Some("42".into()),
                     seconds: 25,
+                    forecast: false,
                 },
             ),
             BundleEstimate::new(

@@ -16,6 +16,7 @@ fn estimates(status: &mut Status) {
         pool: "cpu".into(),
         job: None,
         seconds: 40,
+        forecast: false,
     };
     status.estimates = vec![
         BundleEstimate::new("0x1", now),

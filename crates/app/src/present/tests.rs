@@ -249,6 +249,7 @@ fn rich() -> Status {
                     pool: "spot".into(),
                     job: Some("41".into()),
                     seconds: 25,
+                    forecast: false,
                 },
             ),
             estimate(

@@ -116,6 +116,70 @@ async fn passes_the_conformance_suite() {
 
 // ---- listing ----
 
+/// #42 item 4: a pod the scheduler cannot place is read with the scheduler's message, and
+/// the cluster-autoscaler's `NotTriggerScaleUp` Event on it (written as the autoscaler writes
+/// it, read back through core `v1` as the backend reads it, by the fake's one store) makes it
+/// a pod no capacity will come for. The Events are listed only while a pod is unschedulable.
+#[tokio::test]
+async fn the_autoscalers_refusal_of_an_unschedulable_pod_is_its_reason() {
+    use codalab_wm_core::PendingKind;
+    use k8s_openapi::api::events::v1::Event;
+    let fake = FakeApiServer::start().await;
+    let backend = backend(&fake, json!({})).await;
+    let job = start(&backend).await;
+    let before = fake.requests().len();
+    backend.get_worker_jobs().await.unwrap();
+    assert_eq!(
+        fake.requests().len(),
+        before + 1,
+        "no pod unschedulable: one call"
+    );
+
+    let mut pod = fake.pods(NS)[&job.id].clone();
+    pod.status = Some(
+        serde_json::from_value(json!({"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]}))
+        .unwrap(),
+    );
+    fake.insert_pod(NS, pod);
+    let uid = fake.pods(NS)[&job.id].metadata.uid.clone().unwrap();
+    let jobs = backend.get_worker_jobs().await.unwrap();
+    assert_eq!(
+        jobs[0].reason.as_deref(),
+        Some("Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    );
+    assert_eq!(backend.pending_kind(&jobs[0]), PendingKind::Queued);
+
+    let client = kube::Client::try_from(kube::Config::new(fake.url().parse().unwrap())).unwrap();
+    let events: kube::Api<Event> = kube::Api::namespaced(client, NS);
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let said = "pod didn't trigger scale-up: 1 max node group size reached";
+    let event: Event = serde_json::from_value(json!({
+        "metadata": {"name": format!("{}.187a", job.id), "namespace": NS},
+        "eventTime": now.to_string(), "reportingController": "cluster-autoscaler",
+        "reportingInstance": "cluster-autoscaler-1", "action": "ScaleUp", "type": "Normal",
+        "reason": "NotTriggerScaleUp", "note": said,
+        "regarding": {"kind": "Pod", "namespace": NS, "name": job.id, "uid": uid}
+    }))
+    .unwrap();
+    events.create(&Default::default(), &event).await.unwrap();
+    let before = fake.requests().len();
+    let jobs = backend.get_worker_jobs().await.unwrap();
+    let requests = fake.requests()[before..].to_vec();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    assert!(
+        requests[1].starts_with("GET /api/v1/namespaces/default/events?")
+            && requests[1].contains("fieldSelector=reason%3DNotTriggerScaleUp"),
+        "{requests:?}"
+    );
+    assert_eq!(
+        jobs[0].reason.as_deref(),
+        Some(format!("NotTriggerScaleUp: {said}").as_str())
+    );
+    assert_eq!(backend.pending_kind(&jobs[0]), PendingKind::NoCapacity);
+}
+
 #[tokio::test]
 async fn pending_pods_are_listed_as_pending_in_one_call() {
     let fake = FakeApiServer::start().await;

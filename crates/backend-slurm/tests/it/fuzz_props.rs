@@ -84,7 +84,7 @@ fn random_text(rng: &mut Rng) -> String {
 
 /// A squeue line whose six fields are each drawn from the pieces.
 fn random_line(rng: &mut Rng) -> String {
-    let fields: Vec<String> = (0..6)
+    let fields: Vec<String> = (0..7)
         .map(|_| {
             (0..rng.below(3))
                 .map(|_| rng.pick(PIECES))
@@ -142,8 +142,9 @@ fn well_formed_owned_lines_are_all_kept() {
             .map(|i| {
                 let state = rng.pick(&["PENDING", "RUNNING", "COMPLETED", "FAILED", "WHATEVER"]);
                 let reason = rng.pick(&["None", "Priority", "", "a|b"]);
+                let start = rng.pick(&["N/A", "2026-11-21T20:54:46", "Unknown"]);
                 format!(
-                    "{}|{PREFIX}{i}|{state}|{reason}|2026-11-21T20:44:46|(null)",
+                    "{}|{PREFIX}{i}|{state}|{reason}|2026-11-21T20:44:46|{start}|(null)",
                     100 + i
                 )
             })
@@ -151,6 +152,13 @@ fn well_formed_owned_lines_are_all_kept() {
         let jobs = parse(&lines.join("\n"), PREFIX).expect("well-formed lines");
         assert_eq!(jobs.len(), count, "{lines:?}");
         assert!(jobs.iter().all(|j| j.submitted_at.is_some()));
+        // A start time is a forecast of a pending job only.
+        assert!(
+            (jobs.iter())
+                .all(|j| j.expected_start.is_none()
+                    || j.state == codalab_wm_backend::JobState::Pending),
+            "{lines:?}"
+        );
     }
 }
 

@@ -27,11 +27,11 @@ use std::time::Duration;
 
 const PREFIX: &str = "root-codalab-slurm-worker-";
 
-/// `squeue --states=all --format=%i|%j|%T|%r|%V|%k` lines as slurmctld prints a job preempted
+/// `squeue --states=all --format=%i|%j|%T|%r|%V|%S|%k` lines as slurmctld prints a job preempted
 /// (with `PreemptMode=CANCEL`) and a job whose node failed under it.
 const RECORDED: &str = "\
-1|root-codalab-slurm-worker-aa|PREEMPTED|None|2026-11-21T20:45:01|(null)
-1|root-codalab-slurm-worker-aa|NODE_FAIL|NodeDown|2026-11-21T20:45:01|(null)
+1|root-codalab-slurm-worker-aa|PREEMPTED|None|2026-11-21T20:45:01|N/A|(null)
+1|root-codalab-slurm-worker-aa|NODE_FAIL|NodeDown|2026-11-21T20:45:01|N/A|(null)
 ";
 
 fn recorded(line: usize) -> WorkerJob {

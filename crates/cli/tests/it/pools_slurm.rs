@@ -13,6 +13,9 @@
 //! - A pool whose partition cannot start jobs (`scontrol update PartitionName=gpu State=DOWN`,
 //!   restored by a drop guard) has its pending job stopped after `pending_timeout` and replaced
 //!   on the other pool.
+//! - With the REAL CodaLab server: a bundle queued on the free pool behind a job with a time
+//!   limit spills to the paid one as soon as Slurm forecasts its start (`squeue --start`), and
+//!   the spill says it rests on that forecast.
 //! - A pending job on that DOWN partition, launched for a bundle that then went away, is
 //!   withdrawn (cancelled) once the pool's `withdraw_after` has passed, with no backoff.
 //! - With the REAL CodaLab server (as bob, in this test's own queue): a stand-in that runs on
@@ -325,11 +328,15 @@ fn priced_pools(scratch: &Scratch, tag: &str, spill_after: u64) -> [String; 2] {
 }
 
 /// Starts the manager on the priced pools with a bundle staged for them on the REAL CodaLab
-/// server, the real cluster's one node filled by another job, and waits until Slurm holds
-/// the manager's job on the free pool (`Resources`).
-fn queued_on_the_free_pool(scratch: &mut Scratch, spill_after: u64) {
+/// server, the real cluster's one node filled by another job (with a time limit of
+/// `limit` minutes, when given: Slurm then forecasts when the next job starts), and waits
+/// until Slurm holds the manager's job on the free pool (`Resources`).
+fn queued_on_the_free_pool(scratch: &mut Scratch, spill_after: u64, limit: Option<u32>) {
     let tag = format!("spill-{}", scratch.prefix);
-    scratch.fill_the_node();
+    match limit {
+        Some(minutes) => scratch.fill_the_node_for(minutes),
+        None => scratch.fill_the_node(),
+    }
     stage_queued("alice", 1, &tag, &[]);
     let pools = priced_pools(scratch, &tag, spill_after);
     scratch.start_with(
@@ -340,6 +347,22 @@ fn queued_on_the_free_pool(scratch: &mut Scratch, spill_after: u64) {
     scratch.wait_for("the free pool's job pending behind the blocker", |jobs| {
         jobs.iter().any(|j| j.0 == "cpu" && j.2 == "PENDING")
     });
+}
+
+/// The log line that says the bundle spilled to the paid pool, once it is logged.
+fn spill_line(scratch: &Scratch) -> String {
+    scratch.wait_for_log("spilled to paid (estimated ");
+    let logs = scratch.logs();
+    let line = logs.lines().find(|l| l.contains("spilled to paid"));
+    line.unwrap().to_owned()
+}
+
+/// The whole number after `after` in `line`.
+fn figure(line: &str, after: &str) -> u64 {
+    (line.split(after).nth(1))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no figure after {after:?} in {line}"))
 }
 
 /// Ticks the manager has logged (one decision line of the free pool each).
@@ -355,25 +378,15 @@ fn past_spill_after_a_bundle_queued_on_the_free_slurm_pool_spills_to_the_paid_on
     }
     let _cluster = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
     let mut scratch = Scratch::new();
-    queued_on_the_free_pool(&mut scratch, 10);
-    scratch.wait_for_log("spilled to paid (estimated ");
-    let logs = scratch.logs();
-    let line = (logs.lines())
-        .find(|l| l.contains("spilled to paid"))
-        .unwrap();
+    queued_on_the_free_pool(&mut scratch, 10, None);
+    let line = spill_line(&scratch);
     // The reason's figure is the held job's age, past the 10 s the admin accepts, and names
     // Slurm's own reason for the hold.
     assert!(line.contains(" > spill_after 10 s (job "), "{line}");
     assert!(line.contains(": Resources)"), "{line}");
-    let figure = |after: &str| -> u64 {
-        (line.split(after).nth(1))
-            .and_then(|rest| rest.split(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no figure after {after:?} in {line}"))
-    };
     let (theirs, ours) = (
-        figure("cpu estimated "),
-        figure("spilled to paid (estimated "),
+        figure(&line, "cpu estimated "),
+        figure(&line, "spilled to paid (estimated "),
     );
     assert!(theirs > 10, "{line}");
     // It went to the paid pool because that pool's own estimate is sooner (both in seconds
@@ -393,6 +406,33 @@ fn past_spill_after_a_bundle_queued_on_the_free_slurm_pool_spills_to_the_paid_on
     assert_eq!(free[0].2, "PENDING", "{jobs:?}");
 }
 
+/// #42 item 4: the blocker has a 10-minute limit, so Slurm's backfill pass forecasts when the
+/// free pool's job starts (what `squeue --start` prints): the estimate rests on that
+/// forecast, says so, and the bundle spills to the paid pool as soon as the forecast is
+/// read, long before its queue age alone (the estimate without a forecast) would pass
+/// `spill_after`.
+#[test]
+fn slurms_forecast_of_the_queued_job_is_the_estimate_and_spills_the_bundle_at_once() {
+    let _turn = support::turn(module_path!());
+    if !slurm_available() || !require_service("codalab", codalab_running()) {
+        return;
+    }
+    let _cluster = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let mut scratch = Scratch::new();
+    queued_on_the_free_pool(&mut scratch, 240, Some(10));
+    let line = spill_line(&scratch);
+    assert!(
+        line.contains(": Resources; its platform forecasts its start in ~"),
+        "{line}"
+    );
+    // The job had waited less than `spill_after` (240 s) when it spilled: the age alone
+    // ("as long again as it has waited") would not have spilled it yet.
+    assert!(figure(&line, " pending ") < 240, "{line}");
+    // Slurm's forecast is the blocker's 10-minute limit, less the time it has run.
+    let minutes = figure(&line, "forecasts its start in ~");
+    assert!((5..=10).contains(&minutes), "{line}");
+}
+
 #[test]
 fn within_spill_after_the_bundle_waits_on_the_free_slurm_pool() {
     let _turn = support::turn(module_path!());
@@ -401,7 +441,7 @@ fn within_spill_after_the_bundle_waits_on_the_free_slurm_pool() {
     }
     let _cluster = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
     let mut scratch = Scratch::new();
-    queued_on_the_free_pool(&mut scratch, 600);
+    queued_on_the_free_pool(&mut scratch, 600, None);
     // Twenty ticks past the hold (twice the wait that spills in the test above): the bundle
     // still waits on the free pool, and the paid one buys nothing.
     let held_at = ticks(&scratch);

@@ -208,6 +208,7 @@ fn known_status() -> Status {
                     pool: "cpu".into(),
                     job: Some("4107".into()),
                     seconds: 12,
+                    forecast: false,
                 },
             ),
             BundleEstimate::new(

@@ -62,9 +62,10 @@ impl Engine {
     }
 
     /// Takes the stops of pool `index`'s `decision` as the driver made them (each job's
-    /// result, or its error): a stopped job is over by this manager's hand; a lost worker
-    /// and the stuck pending jobs count as failed starts of the pool (backoff), the stuck
-    /// ones as a capacity event too; a withdrawn launch is neither (the pool did nothing
+    /// result, or its error): a stopped job is over by this manager's hand; a lost worker,
+    /// a blocked job and the stuck pending jobs count as failed starts of the pool (backoff):
+    /// a lost worker as transient, a blocked job by what its platform said, the stuck ones
+    /// as capacity (with a capacity event); a withdrawn launch is none (the pool did nothing
     /// wrong). `server` names the server in the lost workers' message.
     pub fn stopped(
         &mut self,
@@ -77,32 +78,21 @@ impl Engine {
         let runtime = &mut self.pools[index];
         let mut events = Vec::new();
         let mut stuck = Vec::new();
+        let mut failures = Vec::new();
         for (id, result) in results {
             let why = stop_reason(decision, &id);
             let reason = why.map_or("pending_timeout", Reason::code);
-            let pool = runtime.name();
-            match (why, &result) {
-                (Some(lost @ Reason::WorkerLost { .. }), Ok(())) => {
-                    let message = lost_message(lost, server);
-                    tracing::error!(pool, job = %id, reason, "worker job {id} is lost and stopped; it {message}");
-                }
-                (Some(lost @ Reason::WorkerLost { .. }), Err(error)) => {
-                    let message = lost_message(lost, server);
-                    tracing::warn!(pool, job = %id, %error, "cannot stop lost worker job {id} ({message})");
-                }
-                (Some(withdrawn @ Reason::Withdrawn { .. }), Ok(())) => {
-                    tracing::info!(pool, job = %id, reason, "{withdrawn}: cancelled before it started");
-                }
-                (Some(Reason::Withdrawn { .. }), Err(error)) => {
-                    tracing::warn!(pool, job = %id, %error, "cannot withdraw pending job {id}; it stays and counts as capacity");
-                }
-                (_, Ok(())) => {
-                    tracing::info!(pool, job = %id, reason, "stopped a stuck pending job; its demand goes to the next fitting pool");
-                }
-                (_, Err(error)) => {
-                    tracing::warn!(pool, job = %id, %error, "cannot stop a stuck pending job");
-                }
-            }
+            let platform = (runtime.listed.iter())
+                .find(|j| j.id == id)
+                .and_then(|j| j.reason.clone());
+            log_stop(
+                runtime.name(),
+                &id,
+                why,
+                &result,
+                server,
+                platform.as_deref(),
+            );
             if result.is_ok() {
                 runtime.stopping.insert(id.clone());
             }
@@ -113,20 +103,30 @@ impl Engine {
                 ok: result.is_ok(),
             });
             match why {
-                Some(lost @ Reason::WorkerLost { .. }) => {
-                    let message = lost_message(lost, server);
-                    let news = runtime.fail(
-                        now,
-                        "worker_lost",
-                        FailureClass::Transient,
-                        format!("job {id}: {message}"),
-                    );
-                    events.extend(news.events);
-                    runtime::remember(&mut self.recent_failures, news.failures);
-                }
+                Some(lost @ Reason::WorkerLost { .. }) => failures.push((
+                    "worker_lost",
+                    FailureClass::Transient,
+                    format!("job {id}: {}", lost_message(lost, server)),
+                )),
+                Some(Reason::Blocked { misconfigured, .. }) => failures.push((
+                    "blocked",
+                    match misconfigured {
+                        true => FailureClass::Misconfiguration,
+                        false => FailureClass::Capacity,
+                    },
+                    format!("job {id}: {}", platform.as_deref().unwrap_or("blocked")),
+                )),
                 Some(Reason::Withdrawn { .. }) => {}
                 _ => stuck.push(id),
             }
+        }
+        for (kind, class, detail) in failures {
+            let news = runtime.fail(now, kind, class, detail.clone());
+            events.extend(news.events);
+            if class == FailureClass::Capacity {
+                events.extend(runtime.capacity_event(now, detail));
+            }
+            runtime::remember(&mut self.recent_failures, news.failures);
         }
         if !stuck.is_empty() {
             let what = format!("jobs {} pending too long", stuck.join(", "));
@@ -259,14 +259,57 @@ impl Engine {
     }
 }
 
-/// The `worker_lost` reason of job `id` in `decision`, if it is lost.
-/// The reason `decision` stops job `id` for: its worker is lost, it is withdrawn, or (none
-/// of those) it was pending too long.
+/// The reason `decision` stops job `id` for: its worker is lost, it is withdrawn, its
+/// platform says it will not start, or (none of those) it was pending too long.
 fn stop_reason<'a>(decision: &'a PoolDecision, id: &str) -> Option<&'a Reason> {
     decision.reasons.iter().find(|r| match r {
-        Reason::WorkerLost { job_id, .. } | Reason::Withdrawn { job_id, .. } => job_id == id,
+        Reason::WorkerLost { job_id, .. }
+        | Reason::Withdrawn { job_id, .. }
+        | Reason::Blocked { job_id, .. } => job_id == id,
         _ => false,
     })
+}
+
+/// Says what stopping job `id` of `pool` for `why` did (`platform`: the platform's reason
+/// for the job's state, when it gave one).
+fn log_stop(
+    pool: &str,
+    id: &str,
+    why: Option<&Reason>,
+    result: &Result<(), String>,
+    server: &str,
+    platform: Option<&str>,
+) {
+    let reason = why.map_or("pending_timeout", Reason::code);
+    match (why, result) {
+        (Some(lost @ Reason::WorkerLost { .. }), Ok(())) => {
+            let message = lost_message(lost, server);
+            tracing::error!(pool, job = %id, reason, "worker job {id} is lost and stopped; it {message}");
+        }
+        (Some(lost @ Reason::WorkerLost { .. }), Err(error)) => {
+            let message = lost_message(lost, server);
+            tracing::warn!(pool, job = %id, %error, "cannot stop lost worker job {id} ({message})");
+        }
+        (Some(withdrawn @ Reason::Withdrawn { .. }), Ok(())) => {
+            tracing::info!(pool, job = %id, reason, "{withdrawn}: cancelled before it started");
+        }
+        (Some(Reason::Withdrawn { .. }), Err(error)) => {
+            tracing::warn!(pool, job = %id, %error, "cannot withdraw pending job {id}; it stays and counts as capacity");
+        }
+        (Some(blocked @ Reason::Blocked { .. }), Ok(())) => {
+            let platform = platform.unwrap_or("no reason given");
+            tracing::warn!(pool, job = %id, reason, "{blocked} ({platform}); cancelled before it started");
+        }
+        (Some(Reason::Blocked { .. }), Err(error)) => {
+            tracing::warn!(pool, job = %id, %error, "cannot stop blocked pending job {id}; it stays and counts toward max");
+        }
+        (_, Ok(())) => {
+            tracing::info!(pool, job = %id, reason, "stopped a stuck pending job; its demand goes to the next fitting pool");
+        }
+        (_, Err(error)) => {
+            tracing::warn!(pool, job = %id, %error, "cannot stop a stuck pending job");
+        }
+    }
 }
 
 /// Why a lost worker is stopped, with what to check: the log line and the failure record.

@@ -9,7 +9,7 @@
 //! that no longer read it (so within one `sleep_time`).
 
 use super::runtime::PoolRuntime;
-use crate::backend::JobState;
+use crate::backend::{JobState, PendingKind};
 use crate::checkin::CheckinView;
 use crate::estimate::{BundleEstimate, PoolTimes, Starting};
 use crate::status::ScoredEstimate;
@@ -132,7 +132,10 @@ impl EstimateMemory {
                     age: now.saturating_sub(launched).as_secs(),
                     pending: job.state == JobState::Pending,
                     reason: job.reason.clone(),
-                    on_hold: job.state == JobState::Pending && runtime.held.contains(&job.id),
+                    on_hold: runtime.pending_kind(job) != PendingKind::Queued,
+                    forecast: (runtime.forecasts.get(&job.id))
+                        .and_then(|at| at.checked_sub(now))
+                        .map(|left| left.as_secs()),
                 })
             })
             .collect();
@@ -226,6 +229,7 @@ mod tests {
                     pool,
                     job: None,
                     seconds,
+                    forecast: false,
                 },
             )
         };

@@ -5,7 +5,7 @@
 
 use super::checkins::{CheckinMemory, matchable};
 use super::record::LaunchRecord;
-use crate::backend::{JobState, WorkerJob};
+use crate::backend::{JobState, PendingKind, WorkerJob};
 use crate::checkin::{CheckinView, Sighting, WorkerState, worker_state};
 use crate::command::WorkerOptions;
 use crate::pools::{
@@ -34,9 +34,12 @@ pub(crate) struct PoolSpec {
 #[derive(Debug)]
 pub(crate) struct PoolRuntime {
     pub pool: PoolSpec,
-    /// Pending jobs of the last listing that its backend says are held (see
-    /// [`crate::backend::WorkerBackend::on_hold`]).
-    pub held: FxHashSet<String>,
+    /// Pending jobs of the last listing that its backend says are not merely queued (see
+    /// [`crate::backend::WorkerBackend::pending_kind`]).
+    pub pending_kinds: FxHashMap<String, PendingKind>,
+    /// When the platform expects pending jobs of the last listing to start, on the manager's
+    /// clock, when it says ([`WorkerJob::expected_start`]).
+    pub forecasts: FxHashMap<String, Duration>,
     pub last_launch: Option<Duration>,
     pub health: PoolHealth,
     /// Jobs stopped by the manager and still listed with a capacity state.
@@ -93,7 +96,8 @@ impl PoolRuntime {
     pub fn new(pool: PoolSpec) -> Self {
         let record = LaunchRecord::in_memory(&pool.policy.name);
         Self {
-            held: FxHashSet::default(),
+            pending_kinds: FxHashMap::default(),
+            forecasts: FxHashMap::default(),
             record,
             kept_noted: FxHashSet::default(),
             foreign_noted: FxHashSet::default(),
@@ -118,6 +122,14 @@ impl PoolRuntime {
             metered_at: None,
             capacity: Default::default(),
             settings: None,
+        }
+    }
+
+    /// What the backend said of `job` while it is pending; queued otherwise.
+    pub fn pending_kind(&self, job: &WorkerJob) -> PendingKind {
+        match job.state {
+            JobState::Pending => (self.pending_kinds.get(&job.id).copied()).unwrap_or_default(),
+            _ => PendingKind::Queued,
         }
     }
 
@@ -432,7 +444,7 @@ impl PoolRuntime {
                     now,
                 ),
                 launched_here: self.record.holds(j),
-                on_hold: j.state == JobState::Pending && self.held.contains(&j.id),
+                pending: self.pending_kind(j),
             })
             .collect::<Vec<ObservedJob>>();
         self.note_worker_states(&jobs);

@@ -53,6 +53,7 @@ fn starting(job: &str, age: u64, pending: bool) -> Starting {
         pending,
         reason: (pending && age >= 40).then(|| "Resources".into()),
         on_hold: false,
+        forecast: None,
     }
 }
 
@@ -329,5 +330,108 @@ fn a_worker_past_its_check_in_time_and_an_overdue_bundle_say_so_with_no_figure()
     assert_eq!(
         estimates[1].text,
         "overdue: the server has not started it on a checked-in worker that fits; one new worker of cpu is launched for it, where it may not start either"
+    );
+}
+
+#[test]
+fn the_platforms_forecast_of_a_queued_job_sets_its_wait_and_the_new_workers_behind_it() {
+    // Job q has been pending 100 s (Resources) and Slurm forecasts its start in 10 min (the
+    // job ahead of it reaches its time limit then): it checks in 40 s after that, whatever
+    // "as long again" would have said; a new worker waits behind it as long. Without the
+    // forecast, the figure is the queue's age (see the test above).
+    let forecast = Starting {
+        forecast: Some(600),
+        ..starting("q", 100, true)
+    };
+    let queued = PoolTimes {
+        coming: vec![forecast.clone(), starting("boot", 50, false)],
+        ..times()
+    };
+    assert_eq!(queued.worker_wait(0), 640);
+    assert_eq!(queued.worker_wait(2), 640);
+    assert!(queued.forecast_used(0) && queued.forecast_used(2));
+    assert!(!queued.forecast_used(1), "the booting job has no forecast");
+    assert_eq!(
+        queued.wait_basis(0),
+        "job q pending 100 s: Resources; its platform forecasts its start in ~10 min"
+    );
+    // A forecast sooner than the learned queue time wins too: the platform knows its queue.
+    let learned = PoolTimes {
+        queued_seconds: Some(1800),
+        coming: vec![Starting {
+            forecast: Some(60),
+            ..forecast.clone()
+        }],
+        ..times()
+    };
+    assert_eq!(learned.worker_wait(0), 100);
+    // The estimate says which figure it used, in words.
+    let decision = PoolsDecision {
+        assignments: vec![assigned("0xa", Coverage::PendingWorker, 0)],
+        pools: vec![pool("cpu", 0)],
+        ..PoolsDecision::default()
+    };
+    let estimates = estimate(&decision, std::slice::from_ref(&queued));
+    assert_eq!(estimates[0].seconds, Some(640));
+    assert_eq!(
+        estimates[0].text,
+        "in ~640 s, when job q of cpu checks in (by its platform's forecast of the start)"
+    );
+    // A forecast is of a pending job only: once it runs, the learned figures again.
+    let running = PoolTimes {
+        coming: vec![Starting {
+            pending: false,
+            ..forecast
+        }],
+        ..times()
+    };
+    assert!(!running.forecast_used(0));
+    assert_eq!(running.worker_wait(0), 0);
+}
+
+#[test]
+fn bundles_beyond_the_max_a_plan_fills_wait_for_the_planned_runs_and_say_so() {
+    // #42 item 4: a pool with no job yet and room for 3, six bundles each filling a worker:
+    // three go on the workers to launch, the other three wait for those runs to end. The
+    // pool is not "at its max" (it has no job): its max is taken by the bundles planned.
+    let decision = PoolsDecision {
+        pools: vec![pool("local", 1)],
+        assignments: (0..6)
+            .map(|w| BundleAssignment {
+                pool: "local".into(),
+                ..assigned(&format!("0x{w}"), Coverage::NewWorker, w)
+            })
+            .collect(),
+        ..PoolsDecision::default()
+    };
+    let fresh = PoolTimes {
+        coming: Vec::new(),
+        run_ages: Vec::new(),
+        room: Some(3),
+        run_seconds: None,
+        ..times()
+    };
+    let estimates = estimate(&decision, std::slice::from_ref(&fresh));
+    assert_eq!(
+        estimates[3].text,
+        "not yet: local's max is taken by the 3 bundles planned on its workers ahead of it, and no run time is learned yet to say when one ends"
+    );
+    // With a run time learned (100 s): the planned workers check in at 40, 100 and 160 s
+    // (launches paced 60 s apart), their runs end 100 s later, and the bundles beyond take
+    // those places in turn.
+    let learned = PoolTimes {
+        run_seconds: Some(100),
+        ..fresh
+    };
+    assert_eq!(
+        seconds(&estimate(&decision, &[learned])),
+        [
+            ("0x0", "worker_checkin", Some(40)),
+            ("0x1", "worker_checkin", Some(100)),
+            ("0x2", "worker_checkin", Some(160)),
+            ("0x3", "after_runs", Some(140)),
+            ("0x4", "after_runs", Some(200)),
+            ("0x5", "after_runs", Some(240)),
+        ]
     );
 }

@@ -4,7 +4,7 @@
 //! hands to the policy.
 
 use super::{Manager, ReadyHook, logs};
-use crate::backend::{JobState, WorkerJob};
+use crate::backend::{JobState, PendingKind, WorkerJob};
 use crate::checkin::CheckinView;
 use crate::codalab::CodaLabClient;
 use crate::codalab::{SkippedBundle, staged_keywords};
@@ -163,12 +163,17 @@ impl Manager {
             let backend = &self.backends[index];
             match backend.get_worker_jobs().await {
                 Ok(jobs) => {
-                    let held = (jobs.iter())
-                        .filter(|j| j.state == JobState::Pending && backend.on_hold(j))
-                        .map(|j| j.id.clone())
+                    let pending_kinds = (jobs.iter())
+                        .filter(|j| j.state == JobState::Pending)
+                        .map(|j| (j.id.clone(), backend.pending_kind(j)))
+                        .filter(|(_, kind)| *kind != PendingKind::Queued)
                         .collect();
                     let reaped = backend.take_reaped();
-                    let listing = Listing { jobs, held, reaped };
+                    let listing = Listing {
+                        jobs,
+                        pending_kinds,
+                        reaped,
+                    };
                     let start = super::unix_start(listed_at);
                     let news = (self.engine).listed(index, listing, listed_at, start);
                     listings.push(Ok(news));

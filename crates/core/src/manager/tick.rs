@@ -288,7 +288,7 @@ fn from_tick_event(event: &TickEvent, now_seconds: u64) -> Option<EventKind> {
 fn stop_event(pool: &str, job_id: &str, reason: &str, ok: bool) -> Option<EventKind> {
     let (pool, job_id) = (pool.to_owned(), job_id.to_owned());
     match reason {
-        "pending_timeout" => Some(EventKind::StuckPendingStopped { pool, job_id }),
+        "pending_timeout" | "blocked" => Some(EventKind::StuckPendingStopped { pool, job_id }),
         "worker_lost" => Some(EventKind::WorkerLost { pool, job_id }),
         "withdrawn" if ok => Some(EventKind::LaunchWithdrawn { pool, job_id }),
         _ => None,

@@ -2,7 +2,7 @@
 //! pending, stuck and lost jobs, jobs toward `max`, and whether the pool backs off. Pure.
 
 use super::{LaunchMode, ObservedJob, PoolObservation, PoolPolicy};
-use crate::backend::JobState;
+use crate::backend::{JobState, PendingKind};
 use crate::checkin::{JobCheckin, WorkerState, worker_state};
 use crate::policy::{NotStoppedWhy, Reason};
 use std::time::Duration;
@@ -177,16 +177,19 @@ impl Census {
 
     /// A pending job that is not stopped: free capacity, unless on hold.
     fn waits(&mut self, job: &ObservedJob) {
-        match job.on_hold {
+        match job.on_hold() {
             true => self.on_hold += 1,
             false => self.pending += 1,
         }
-        if !job.on_hold && may_not_stop(job, false, true).is_none() && !ever_checked_in(job) {
+        if !job.on_hold() && may_not_stop(job, false, true).is_none() && !ever_checked_in(job) {
             self.withdrawable.push((job.pending_for, job.id.clone()));
         }
     }
 
     fn pending_job(&mut self, policy: &PoolPolicy, job: &ObservedJob, target: bool) {
+        if target && job.pending.is_blocked() && !ever_checked_in(job) {
+            return self.blocked_job(job);
+        }
         let Some(timeout) = policy.pending_timeout.filter(|_| target) else {
             return self.waits(job);
         };
@@ -203,6 +206,23 @@ impl Census {
             job_id: job.id.clone(),
             pending_seconds: job.pending_for.as_secs(),
             timeout_seconds: timeout.as_secs(),
+        });
+    }
+
+    /// A pending job its platform says will not start as it is: stuck now, whatever
+    /// `pending_timeout`, when the manager launched it; else kept.
+    fn blocked_job(&mut self, job: &ObservedJob) {
+        let misconfigured = job.pending == PendingKind::Misconfigured;
+        if let Some(why) = may_not_stop(job, false, true) {
+            self.waits(job);
+            let seconds = (job.pending_for, Duration::ZERO);
+            return self.keep(job, "blocked", seconds, why);
+        }
+        self.stuck_ids.push(job.id.clone());
+        self.stuck.push(Reason::Blocked {
+            job_id: job.id.clone(),
+            pending_seconds: job.pending_for.as_secs(),
+            misconfigured,
         });
     }
 }

@@ -4,7 +4,7 @@
 use super::times;
 use super::{PoolHealth, fallback};
 
-use crate::backend::JobState;
+use crate::backend::{JobState, PendingKind};
 use crate::bundle::StagedBundle;
 use crate::checkin::JobCheckin;
 use crate::policy::Reason;
@@ -26,11 +26,12 @@ pub struct ObservedJob {
     /// This manager launched the job (its launch record holds the job's unique). A job matched
     /// only by name, label or filter may be another manager's or a person's: no rule stops it.
     pub launched_here: bool,
-    /// Pending, and its platform holds it by itself (an admin or user hold, a dependency, a
-    /// begin time: [`crate::backend::WorkerBackend::on_hold`]), not for capacity: it counts
+    /// What its platform says of it while it is pending ([`PendingKind`]; queued otherwise).
+    /// Held (an admin or user hold, a dependency, a begin time), not for capacity: it counts
     /// toward `max` but is no starting worker (bundles do not wait for it; the pool launches
-    /// beside it) and it stretches no estimate.
-    pub on_hold: bool,
+    /// beside it) and it stretches no estimate. Blocked (misconfigured, or no capacity to be
+    /// had): withdrawn at once, as a job pending past `pending_timeout` is.
+    pub pending: PendingKind,
 }
 
 impl ObservedJob {
@@ -49,8 +50,13 @@ impl ObservedJob {
             active_for,
             checkin: JobCheckin::Unknown,
             launched_here: false,
-            on_hold: false,
+            pending: PendingKind::Queued,
         }
+    }
+
+    /// Whether it is pending and its platform holds it by itself ([`PendingKind::Held`]).
+    pub fn on_hold(&self) -> bool {
+        self.state == JobState::Pending && self.pending == PendingKind::Held
     }
 
     /// The same job, launched by this manager.

@@ -3,7 +3,7 @@
 
 use super::times::{PoolTimes, Starting};
 use super::*;
-use crate::backend::JobState;
+use crate::backend::{JobState, PendingKind};
 use crate::bundle::{StagedBundle, WorkerShape};
 use std::time::Duration;
 
@@ -46,6 +46,7 @@ fn plan(bundles: u32, age: u64) -> PoolsDecision {
             pending: true,
             reason: Some("Resources".into()),
             on_hold: false,
+            forecast: None,
         }],
         ..PoolTimes::default()
     };
@@ -165,7 +166,7 @@ fn a_job_on_hold_neither_stretches_the_wait_nor_spills() {
     // bundle (the held job counts toward max, not as a starting worker) and nothing spills.
     let pending = ObservedJob {
         launched_here: true,
-        on_hold: true,
+        pending: PendingKind::Held,
         ..ObservedJob::new("12", JobState::Pending, S(3600), S(0))
     };
     let slurm = PoolTimes {
@@ -176,6 +177,7 @@ fn a_job_on_hold_neither_stretches_the_wait_nor_spills() {
             pending: true,
             reason: Some("JobHeldAdmin".into()),
             on_hold: true,
+            forecast: None,
         }],
         ..PoolTimes::default()
     };

@@ -1,7 +1,7 @@
 //! Table tests of the pool policy, one group per rule.
 
 use super::*;
-use crate::backend::JobState;
+use crate::backend::{JobState, PendingKind};
 use crate::bundle::{StagedBundle, WorkerShape};
 use crate::policy::Reason;
 use std::time::Duration;
@@ -50,7 +50,7 @@ fn job(id: &str, state: JobState, seconds: u64) -> ObservedJob {
         active_for: if pending { S(0) } else { S(seconds) },
         checkin: Default::default(),
         launched_here: true,
-        on_hold: false,
+        pending: PendingKind::Queued,
     }
 }
 

@@ -40,9 +40,13 @@ pub struct Starting {
     /// gives one.
     pub reason: Option<String>,
     /// Its platform holds it by itself, not for capacity (Slurm's `JobHeldAdmin`,
-    /// `Dependency` …: [`crate::backend::WorkerBackend::on_hold`]): no starting worker of
+    /// `Dependency` …: [`crate::backend::WorkerBackend::pending_kind`]): no starting worker of
     /// the pool, and no queue a new one waits behind.
     pub on_hold: bool,
+    /// Seconds until its platform expects it to start, when the platform forecasts it
+    /// ([`crate::backend::WorkerJob::expected_start`]: Slurm's backfill forecast): while it
+    /// is pending, its wait is that and a worker's start-up, whatever its age.
+    pub forecast: Option<u64>,
 }
 
 impl Starting {
@@ -51,10 +55,19 @@ impl Starting {
         self.pending && self.reason.is_some()
     }
 
-    /// Seconds until it checks in when such a launch takes `typical` seconds: the rest of
-    /// that time; a job still pending past it, about as long again as it has waited (the
-    /// one figure a queue gives away).
-    fn wait(&self, typical: u64) -> u64 {
+    /// The platform's forecast of its start, while it is pending.
+    fn forecast(&self) -> Option<u64> {
+        self.forecast.filter(|_| self.pending)
+    }
+
+    /// Seconds until it checks in when such a launch takes `typical` seconds and a worker
+    /// takes `startup` from its start to its check-in: its platform's forecast and `startup`,
+    /// when it has one; else the rest of `typical`, or, still pending past it, about as long
+    /// again as it has waited (the one figure a queue gives away without a forecast).
+    fn wait(&self, typical: u64, startup: u64) -> u64 {
+        if let Some(forecast) = self.forecast() {
+            return forecast + startup;
+        }
         if self.pending && self.age >= typical {
             self.age
         } else {
@@ -105,8 +118,14 @@ impl PoolTimes {
             return format!("a worker checks in in ~{}", minutes(self.checkin_seconds));
         };
         let reason = (s.reason.as_deref()).map_or_else(String::new, |r| format!(": {r}"));
-        let learned = match self.queued_seconds {
-            Some(typical) if s.held() && s.age < typical => {
+        let learned = match (s.forecast(), self.queued_seconds) {
+            (Some(forecast), _) => {
+                format!(
+                    "; its platform forecasts its start in ~{}",
+                    minutes(forecast)
+                )
+            }
+            (None, Some(typical)) if s.held() && s.age < typical => {
                 format!("; queued launches took ~{}", minutes(typical))
             }
             _ => String::new(),
@@ -129,12 +148,26 @@ impl PoolTimes {
             Some(queued) if starting.held() => queued,
             _ => self.checkin_seconds,
         };
-        starting.wait(typical)
+        starting.wait(typical, self.checkin_seconds)
     }
 
-    /// Queued: held by its platform, or pending past the pool's check-in time.
+    /// Queued: held by its platform, forecast by it, or pending past the pool's check-in time.
     fn is_queued(&self, starting: &Starting) -> bool {
-        starting.held() || (starting.pending && starting.age >= self.checkin_seconds)
+        starting.held()
+            || starting.forecast().is_some()
+            || (starting.pending && starting.age >= self.checkin_seconds)
+    }
+
+    /// Whether [`PoolTimes::worker_wait`] of worker `worker` rests on its platform's forecast
+    /// (of that starting worker, or of the queued one a new worker waits behind).
+    pub fn forecast_used(&self, worker: usize) -> bool {
+        let starting = match self.starting_at(worker) {
+            Some(starting) => Some(starting),
+            None => self
+                .ahead()
+                .filter(|s| self.wait_of(s) >= self.checkin_seconds),
+        };
+        starting.is_some_and(|s| s.forecast().is_some())
     }
 
     /// The queued job a new launch would wait behind the longest, if any.

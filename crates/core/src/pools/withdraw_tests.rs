@@ -5,7 +5,7 @@
 
 use super::tests::plan2 as decide;
 use super::*;
-use crate::backend::JobState;
+use crate::backend::{JobState, PendingKind};
 use crate::bundle::{StagedBundle, WorkerShape};
 use crate::checkin::JobCheckin;
 use crate::policy::Reason;
@@ -75,7 +75,7 @@ fn withdrawn(decision: &PoolDecision) -> Vec<String> {
 #[test]
 fn withdraw_rules_table() {
     let on_hold = |id: &str| ObservedJob {
-        on_hold: true,
+        pending: PendingKind::Held,
         ..pending(id, 500)
     };
     let foreign = |id: &str| ObservedJob::new(id, JobState::Pending, S(500), S(0));
@@ -236,4 +236,92 @@ fn the_reason_says_what_was_needed_and_counted() {
     );
     assert_eq!(pool.target, Some(2));
     assert_eq!(pool.launches, 0);
+}
+
+/// The jobs stopped as blocked, with whether each was misconfigured.
+fn blocked(decision: &PoolDecision) -> Vec<(String, bool)> {
+    let found: Vec<(String, bool)> = (decision.reasons.iter())
+        .filter_map(|r| match r {
+            Reason::Blocked {
+                job_id,
+                misconfigured,
+                ..
+            } => Some((job_id.clone(), *misconfigured)),
+            _ => None,
+        })
+        .collect();
+    for (id, _) in &found {
+        assert!(decision.stops.contains(id), "{id} blocked, not stopped");
+    }
+    found
+}
+
+#[test]
+fn a_pending_job_its_platform_says_will_not_start_is_stopped_at_once_when_it_may_be() {
+    // #42 item 4: the platform says so (an AWS Batch `MISCONFIGURATION:` or `CAPACITY:`
+    // reason, a pod whose image cannot be pulled, cluster-autoscaler's NotTriggerScaleUp):
+    // stopped whatever `pending_timeout` (none here) and however needed (two bundles wait).
+    let kind = |id: &str, pending: PendingKind| ObservedJob {
+        pending,
+        ..self::pending(id, 20)
+    };
+    let cases = [
+        (
+            "misconfigured: stopped",
+            vec![kind("bad", PendingKind::Misconfigured)],
+            LaunchMode::Target,
+            vec![("bad".to_owned(), true)],
+        ),
+        (
+            "no capacity to be had: stopped",
+            vec![kind("full", PendingKind::NoCapacity)],
+            LaunchMode::Target,
+            vec![("full".to_owned(), false)],
+        ),
+        (
+            "queued or held: left alone",
+            vec![kind("q", PendingKind::Queued), kind("h", PendingKind::Held)],
+            LaunchMode::Target,
+            vec![],
+        ),
+        (
+            "another manager's: left alone",
+            vec![ObservedJob {
+                pending: PendingKind::Misconfigured,
+                ..ObservedJob::new("theirs", JobState::Pending, S(20), S(0))
+            }],
+            LaunchMode::Target,
+            vec![],
+        ),
+        (
+            "its worker checked in before (a requeue): left alone",
+            vec![ObservedJob {
+                checkin: JobCheckin::Vanished { unseen_for: S(30) },
+                ..kind("ran", PendingKind::Misconfigured)
+            }],
+            LaunchMode::Target,
+            vec![],
+        ),
+        (
+            "compat mode: upstream's rules, nothing stopped",
+            vec![kind("bad", PendingKind::Misconfigured)],
+            LaunchMode::Compat,
+            vec![],
+        ),
+    ];
+    for (case, jobs, launch_mode, expected) in cases {
+        let policy = PoolPolicy {
+            launch_mode,
+            ..pool("cpu", 0, 5)
+        };
+        let decision = decide(bundles(2), vec![observed(jobs)], &[policy]);
+        assert_eq!(blocked(&decision.pools[0]), expected, "{case}");
+        if let [(id, _)] = expected.as_slice() {
+            // The pool takes nothing this tick: its demand goes to the next fitting pool.
+            assert_eq!(decision.pools[0].launches, 0, "{case}");
+            let text = decision.pools[0].reasons.iter().map(|r| r.to_string());
+            let said: Vec<String> = text.filter(|t| t.contains(id.as_str())).collect();
+            assert!(said[0].contains("its platform says it"), "{case}: {said:?}");
+        }
+    }
 }

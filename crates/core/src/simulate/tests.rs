@@ -2,7 +2,7 @@
 
 use super::rng::SplitMix64;
 use super::*;
-use crate::backend::JobState;
+use crate::backend::{JobState, PendingKind};
 use crate::bundle::{StagedBundle, WorkerShape};
 use crate::pools::{LaunchMode, ObservedJob, PoolObservation, PoolsObservation, plan_pools};
 
@@ -255,7 +255,7 @@ fn policy_view_is_exact() {
                         active_for: Duration::from_secs(rng.between(0, 100)),
                         checkin: Default::default(),
                         launched_here: true,
-                        on_hold: false,
+                        pending: PendingKind::Queued,
                     })
                     .collect(),
                 ..PoolObservation::default()

@@ -7,7 +7,7 @@
 //! The fake servers (CodaLab, Azure Batch, Kubernetes) are crates of their own under
 //! `crates/testkit/`, so that this feature pulls in no HTTP server.
 
-use crate::backend::{JobState, LaunchRequest, WorkerBackend, WorkerJob};
+use crate::backend::{JobState, LaunchRequest, PendingKind, WorkerBackend, WorkerJob};
 use crate::bundle::WorkerShape;
 use crate::error::{Error, Result};
 pub use codalab_wm_backend::conformance::{Harness, Polling, run_conformance, wait_for_job};
@@ -114,6 +114,8 @@ struct FakeState {
     stops: Vec<String>,
     slow_stop: bool,
     unique_names: bool,
+    /// The kind the platform gives pending jobs with a reason, by reason.
+    kinds: Vec<(String, PendingKind)>,
 }
 
 impl FakeBackend {
@@ -176,6 +178,12 @@ impl FakeBackend {
         }
     }
 
+    /// Says that a pending job whose reason is `reason` is of `kind`
+    /// ([`WorkerBackend::pending_kind`]), as a platform tells a held or blocked job.
+    pub fn pending_kind_of(&self, reason: &str, kind: PendingKind) {
+        self.state().kinds.push((reason.to_owned(), kind));
+    }
+
     /// Whether new jobs start `Active` (a platform with free capacity) instead of `Pending`.
     pub fn start_active(&self, active: bool) {
         self.state().start_active = active;
@@ -212,6 +220,14 @@ impl WorkerBackend for FakeBackend {
 
     fn worker_shape(&self) -> WorkerShape {
         self.shape
+    }
+
+    fn pending_kind(&self, job: &WorkerJob) -> PendingKind {
+        let kinds = &self.state().kinds;
+        let kind = kinds
+            .iter()
+            .find(|(reason, _)| job.reason.as_ref() == Some(reason));
+        kind.map_or(PendingKind::Queued, |(_, kind)| *kind)
     }
 
     async fn get_worker_jobs(&self) -> Result<Vec<WorkerJob>> {

@@ -1,7 +1,7 @@
 //! The manager's first invariant, as a property over random histories: whatever sequence of
 //! views of the server's workers (fresh, stale after a failed call, partial, empty) and
-//! platform states (pending, running, ended; jobs another manager started under the same
-//! identity), the manager never stops a job it did not launch, nor one whose worker ever
+//! platform states (pending, running, ended, pending and blocked for good; jobs another
+//! manager started under the same identity), the manager never stops a job it did not launch, nor one whose worker ever
 //! checked in.
 //!
 //! What is real: the whole manager loop (observe → plan → act, its check-in memory and launch
@@ -12,13 +12,18 @@
 
 use codalab_wm_core::checkin::launch_unique;
 use codalab_wm_core::testing::FakeBackend;
-use codalab_wm_core::{JobState, Manager, Pool, PoolPolicy, WorkerJob, WorkerOptions, WorkerShape};
+use codalab_wm_core::{
+    JobState, Manager, PendingKind, Pool, PoolPolicy, WorkerJob, WorkerOptions, WorkerShape,
+};
 use codalab_wm_fake_codalab::{FakeBundle, FakeCodaLab};
 use proptest::prelude::*;
 use serde_json::json;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The reason of a pending job the platform says will never start as submitted.
+const BLOCKED: &str = "CannotPullImage";
 
 /// One step of a history.
 #[derive(Debug, Clone)]
@@ -29,7 +34,8 @@ struct Step {
     view_fails: bool,
     /// Which jobs' workers the server lists (by index into the jobs, modulo their count).
     listed: Vec<usize>,
-    /// Platform state changes: (job index, 0 pending / 1 running / 2 ended).
+    /// Platform state changes: (job index, 0 pending / 1 running / 2 ended / 3 pending, and
+    /// the platform says it will never start: blocked).
     states: Vec<(usize, u8)>,
     /// Staged bundles this tick.
     bundles: u64,
@@ -42,7 +48,7 @@ fn step() -> impl Strategy<Value = Step> {
         prop_oneof![Just(0u64), 1u64..60, 250u64..700, 3000u64..90_000],
         prop::bool::weighted(0.25),
         prop::collection::vec(0usize..12, 0..6),
-        prop::collection::vec((0usize..12, 0u8..3), 0..4),
+        prop::collection::vec((0usize..12, 0u8..4), 0..4),
         0u64..5,
         prop::bool::weighted(0.15),
     )
@@ -92,6 +98,7 @@ async fn run(history: Vec<Step>) -> Result<(), TestCaseError> {
     let server = FakeCodaLab::start().await.unwrap();
     let backend = FakeBackend::named("fake", WorkerShape::from_flags(1, 0, 8192));
     backend.unique_names(true);
+    backend.pending_kind_of(BLOCKED, PendingKind::Misconfigured);
     let mut manager = manager(&server, &backend).await;
     let mut checked_in: HashSet<String> = HashSet::new();
     let mut foreign: HashSet<String> = HashSet::new();
@@ -101,8 +108,14 @@ async fn run(history: Vec<Step>) -> Result<(), TestCaseError> {
             // An ended job stays ended.
             let job = jobs.get(index % jobs.len().max(1));
             if let Some(job) = job.filter(|j| j.state != JobState::Ended) {
-                let state = [JobState::Pending, JobState::Active, JobState::Ended][*state as usize];
-                backend.set_state(&job.id, state);
+                let (state, reason) = match state {
+                    0 => (JobState::Pending, None),
+                    1 => (JobState::Active, None),
+                    2 => (JobState::Ended, None),
+                    // Pending, and the platform says it will never start (#42 item 4).
+                    _ => (JobState::Pending, Some(BLOCKED)),
+                };
+                backend.set_state_with_reason(&job.id, state, reason);
             }
         }
         if step.foreign {

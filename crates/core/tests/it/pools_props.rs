@@ -13,7 +13,7 @@ use codalab_wm_core::pools::{
     Coverage, LaunchMode, ObservedJob, PoolHealth, PoolObservation, PoolPolicy, PoolsObservation,
     ServerView, misfit, plan_pools,
 };
-use codalab_wm_core::{JobState, StagedBundle, WorkerShape};
+use codalab_wm_core::{JobState, PendingKind, StagedBundle, WorkerShape};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -188,7 +188,7 @@ impl SimPool {
                     },
                     checkin: Default::default(),
                     launched_here: true,
-                    on_hold: false,
+                    pending: PendingKind::Queued,
                 })
                 .collect(),
             stopping: self.stopping.len(),
@@ -363,7 +363,7 @@ server: None,
                 left -= active;
                 let pending = (*pending).min(left);
                 let mut jobs: Vec<ObservedJob> = (0..active)
-                    .map(|i| ObservedJob { id: format!("a{i}"), state: JobState::Active, pending_for: Duration::ZERO, active_for: Duration::from_secs(30 * (i as u64)), checkin: Default::default(), launched_here: true, on_hold: false })
+                    .map(|i| ObservedJob { id: format!("a{i}"), state: JobState::Active, pending_for: Duration::ZERO, active_for: Duration::from_secs(30 * (i as u64)), checkin: Default::default(), launched_here: true, pending: PendingKind::Queued })
                     .collect();
                 jobs.extend((0..pending).map(|i| ObservedJob {
                     id: format!("p{i}"),
@@ -372,7 +372,7 @@ server: None,
                     active_for: Duration::ZERO,
                     checkin: Default::default(),
                     launched_here: true,
-                    on_hold: false,
+                    pending: PendingKind::Queued,
                 }));
                 // Any surplus is withdrawn at once.
                 PoolObservation { jobs, stopping, surplus_for: Some(Duration::from_secs(3600)), ..PoolObservation::default() }

@@ -348,3 +348,53 @@ proptest! {
         prop_assert!(!suspended || failures >= MISCONFIGURED_AFTER as usize);
     }
 }
+
+/// Why AWS Batch leaves a job RUNNABLE when no compute environment of its queue can ever run
+/// it (a blocked job queue: the job asks for more than the largest instance type allowed).
+const BLOCKED: &str = "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT - The job resource requirement (vCPU/memory/GPU) is higher than that can be met by the CE(s) attached to the job queue.";
+
+#[tokio::test]
+async fn jobs_the_platform_says_will_never_start_are_withdrawn_and_suspend_the_pool() {
+    // #42 item 4: a platform's own word that a pending job will not start as submitted
+    // (`PendingKind::Misconfigured`) is acted on at once, not after `pending_timeout`: the job
+    // is cancelled (it is this manager's and never checked in), it counts as a
+    // misconfiguration failure, and three in a row suspend the pool.
+    let server = FakeCodaLab::start().await.unwrap();
+    server.set_bundles(vec![bundle(1)]);
+    let (backend, records) = (backend(), tempfile::tempdir().unwrap());
+    backend.pending_kind_of(BLOCKED, codalab_wm_core::PendingKind::Misconfigured);
+    let mut manager = start(&server, &backend, records.path(), 1).await;
+    let mut events = Vec::new();
+    for _ in 0..24 {
+        for job in backend.jobs() {
+            if job.state == JobState::Pending {
+                backend.set_state_with_reason(&job.id, JobState::Pending, Some(BLOCKED));
+            }
+        }
+        events.extend(manager.tick().await.unwrap().events);
+        manager.advance_clock(Duration::from_secs(300));
+    }
+    let launched = backend.launches().len();
+    assert_eq!(launched, MISCONFIGURED_AFTER as usize, "{events:?}");
+    assert_eq!(backend.stops().len(), launched, "each launch withdrawn");
+    let stops: Vec<&str> = (events.iter())
+        .filter_map(|e| match e {
+            TickEvent::Stop {
+                reason, ok: true, ..
+            } => Some(*reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stops, ["blocked"; 3]);
+    assert_eq!(suspended(&events), Some(MISCONFIGURED_AFTER));
+    let status = manager.status();
+    let failure = &status.recent_failures[0];
+    assert_eq!(
+        (failure.kind, failure.class.code()),
+        ("blocked", "misconfiguration")
+    );
+    assert!(
+        failure.detail.contains("JOB_RESOURCE_REQUIREMENT"),
+        "{failure:?}"
+    );
+}

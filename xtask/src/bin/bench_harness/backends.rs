@@ -47,7 +47,7 @@ pub fn credentials() -> Credentials {
     }
 }
 
-/// The stub `squeue`: answers ours (`--format=%i|%j|%T|%r|%V|%k`) and upstream's three listings
+/// The stub `squeue`: answers ours (`--format=%i|%j|%T|%r|%V|%S|%k`) and upstream's three listings
 /// (`%A,%j`; `%A`; `-t RUNNING %A`) from files in its directory; logs every call.
 const SQUEUE_STUB: &str = r#"#!/bin/sh
 d=$(dirname "$0")
@@ -90,7 +90,7 @@ pub fn write_slurm_jobs(dir: &Path, jobs: usize) -> Result<()> {
         let state = if n % 2 == 0 { "PENDING" } else { "RUNNING" };
         // `%k`, the comment: `(null)` (no origin; listed) as squeue prints an empty one.
         ours.push_str(&format!(
-            "{id}|{name}|{state}|None|2026-11-21T20:00:00|(null)\n"
+            "{id}|{name}|{state}|None|2026-11-21T20:00:00|N/A|(null)\n"
         ));
         idname.push_str(&format!("{id},{name}\n"));
         ids.push_str(&format!("{id}\n"));

@@ -97,22 +97,21 @@ impl Scratch {
     /// test's prefix, so cancelled on drop), and waits until it runs: this test's jobs then
     /// pend with Slurm's reason `Resources`.
     pub fn fill_the_node(&self) {
+        self.fill_the_node_with(&[]);
+    }
+
+    /// [`Scratch::fill_the_node`] with a blocker whose time limit is `minutes`: Slurm's
+    /// backfill pass then forecasts when a job queued behind it starts (that limit's end).
+    pub fn fill_the_node_for(&self, minutes: u32) {
+        self.fill_the_node_with(&[&format!("--time={minutes}")]);
+    }
+
+    fn fill_the_node_with(&self, limit: &[&str]) {
         let name = format!("{}_blocker", self.prefix);
-        run(
-            "sbatch",
-            &[
-                "--parsable",
-                "-p",
-                "cpu",
-                "--exclusive",
-                "-o",
-                "/dev/null",
-                "-J",
-                &name,
-                "--wrap",
-                "sleep 300",
-            ],
-        );
+        let mut args = vec!["--parsable", "-p", "cpu", "--exclusive", "-o", "/dev/null"];
+        args.extend_from_slice(limit);
+        args.extend(["-J", &name, "--wrap", "sleep 300"]);
+        run("sbatch", &args);
         self.wait_for("the blocker running", |jobs| {
             jobs.iter().any(|j| j.0 == "blocker" && j.2 == "RUNNING")
         });

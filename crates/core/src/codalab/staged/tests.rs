@@ -5,7 +5,7 @@
 use super::read::{Memory, Pages, read};
 use super::run::{Entry, MisfitRun};
 use super::*;
-use crate::backend::JobState;
+use crate::backend::{JobState, PendingKind};
 use crate::bundle::WorkerShape;
 use crate::pools::{LaunchMode, Need, ObservedJob, PoolObservation, PoolPolicy};
 use std::time::Duration;
@@ -87,7 +87,7 @@ pub(crate) fn jobs(busy: usize, pending: usize) -> PoolObservation {
         active_for: Duration::from_secs(if state == JobState::Active { 3600 } else { 0 }),
         checkin: Default::default(),
         launched_here: true,
-        on_hold: false,
+        pending: PendingKind::Queued,
     };
     PoolObservation {
         jobs: (0..busy)

@@ -2,7 +2,7 @@
 //! queue as the client does, until the need is met, changes no decision.
 
 use super::*;
-use crate::backend::JobState;
+use crate::backend::{JobState, PendingKind};
 use crate::bundle::WorkerShape;
 use crate::codalab::staged::tests::read_list;
 use crate::pools::{ObservedJob, PoolHealth, PoolsObservation, plan_pools};
@@ -19,7 +19,7 @@ fn job(id: usize, state: JobState, seconds: u64) -> ObservedJob {
         active_for: Duration::from_secs(if pending { 0 } else { seconds }),
         checkin: Default::default(),
         launched_here: true,
-        on_hold: false,
+        pending: PendingKind::Queued,
     }
 }
 
