@@ -37,6 +37,7 @@ mod budgets;
 mod capacity;
 pub(crate) mod checkins;
 pub mod estimates;
+mod hedges;
 mod plan;
 pub(crate) mod record;
 pub(crate) mod runtime;

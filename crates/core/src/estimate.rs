@@ -268,9 +268,9 @@ pub fn estimate(decision: &PoolsDecision, times: &[PoolTimes]) -> Vec<BundleEsti
     for (assignment, estimate) in decision.assignments.iter().zip(estimates) {
         let estimate = estimate
             .unwrap_or_else(|| after_runs_of(&assignment.pool, times_of(&assignment.pool).0));
-        out.push(
-            BundleEstimate::new(&assignment.uuid, estimate).with_spill(assignment.spill.as_ref()),
-        );
+        let estimate =
+            BundleEstimate::new(&assignment.uuid, estimate).with_spill(assignment.spill.as_ref());
+        push_sooner(&mut out, estimate);
     }
     for unserved in &decision.unserved {
         let pool = (unserved.pools.iter())
@@ -296,6 +296,19 @@ pub fn estimate(decision: &PoolsDecision, times: &[PoolTimes]) -> Vec<BundleEsti
         out.push(BundleEstimate::new(&unserved.uuid, estimate));
     }
     out
+}
+
+/// Adds `estimate` to `out`; a hedged bundle's second assignment follows its first, and the
+/// bundle starts on the sooner of the two.
+fn push_sooner(out: &mut Vec<BundleEstimate>, estimate: BundleEstimate) {
+    match out.last_mut() {
+        Some(last) if last.uuid == estimate.uuid => {
+            if estimate.seconds.unwrap_or(u64::MAX) < last.seconds.unwrap_or(u64::MAX) {
+                *last = estimate;
+            }
+        }
+        _ => out.push(estimate),
+    }
 }
 
 /// A bundle for worker `worker` of `pool` (see [`crate::pools::BundleAssignment::worker`]):

@@ -118,6 +118,8 @@ pub fn pool_observation(
         capacity: Default::default(),
         // The operator keeps no memory of a surplus between reconciles: it withdraws nothing.
         surplus_for: None,
+        // A pool resource stands alone: nothing is hedged on it.
+        hedge_room: 0,
     }
 }
 

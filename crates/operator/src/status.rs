@@ -246,6 +246,7 @@ mod tests {
             pool: "p".into(),
             launch_mode: LaunchMode::Target,
             launches,
+            hedges: 0,
             stops: Vec::new(),
             target: Some((active + pending) as u32 + launches),
             demand: 3,

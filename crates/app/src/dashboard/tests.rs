@@ -17,6 +17,7 @@ fn decision(pool: &str, launches: u32, reasons: Vec<Reason>) -> PoolDecision {
         pool: pool.into(),
         launch_mode: LaunchMode::Target,
         launches,
+        hedges: 0,
         stops: vec![],
         target: Some(3),
         demand: 5,

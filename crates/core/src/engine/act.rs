@@ -206,10 +206,12 @@ impl Engine {
         LaunchOutcome { events, go_on }
     }
 
-    /// Remembers each pool's decision and the bundles assigned to it, for its status, and
-    /// since when its decisions have found a surplus (for the next plan's withdrawals).
-    pub fn decided(&mut self, decision: &PoolsDecision, now: Duration) {
+    /// Remembers each pool's decision and the bundles assigned to it, for its status, since
+    /// when its decisions have found a surplus (for the next plan's withdrawals), and the
+    /// launches it made for hedges (`start`: the clock's zero as time since the Unix epoch).
+    pub fn decided(&mut self, decision: &PoolsDecision, now: Duration, start: Duration) {
         for (runtime, pool) in self.pools.iter_mut().zip(&decision.pools) {
+            runtime.hedged(pool.hedges, now, start);
             runtime.surplus_since = match pool.surplus {
                 0 => None,
                 _ => Some(runtime.surplus_since.unwrap_or(now)),

@@ -224,6 +224,7 @@ impl PoolRuntime {
         }
         self.record = record;
         self.restore_suspension();
+        self.restore_hedges(start);
     }
 
     /// Writes the use, as metered, to the record.

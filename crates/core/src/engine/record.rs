@@ -89,6 +89,10 @@ struct Contents {
     /// same error): kept until it is resumed, or a restart finds other settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     suspended: Option<Suspension>,
+    /// When the pool launched for hedges (seconds since the Unix epoch), as last counted: its
+    /// `hedges_per_day` is spent over a rolling day, across restarts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    hedges: Vec<i64>,
 }
 
 /// A pool suspended for misconfiguration ([`crate::pools::PoolHealth::suspended`]).
@@ -288,6 +292,19 @@ impl LaunchRecord {
         let before = self.contents.overdue_launches.len();
         (self.contents.overdue_launches).retain(|uuid| staged(uuid));
         if self.contents.overdue_launches.len() != before {
+            self.save_or_warn();
+        }
+    }
+
+    /// When the pool launched for hedges, as last saved (seconds since the Unix epoch).
+    pub fn hedges(&self) -> &[i64] {
+        &self.contents.hedges
+    }
+
+    /// Saves when the pool launched for hedges.
+    pub fn set_hedges(&mut self, hedges: Vec<i64>) {
+        if self.contents.hedges != hedges {
+            self.contents.hedges = hedges;
             self.save_or_warn();
         }
     }

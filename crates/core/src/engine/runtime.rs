@@ -55,6 +55,9 @@ pub(crate) struct PoolRuntime {
     /// Since when (manager clock) every decision found pending jobs the pool no longer
     /// needs ([`PoolDecision::surplus`]): they are withdrawn once that lasts `withdraw_after`.
     pub surplus_since: Option<Duration>,
+    /// When the pool launched for hedges in the last day, in seconds on the manager clock
+    /// (`engine/hedges.rs`).
+    pub hedge_times: Vec<i64>,
     pub assigned: Vec<String>,
     /// Check-ins of the pool's workers.
     pub checkins: CheckinMemory,
@@ -113,6 +116,7 @@ impl PoolRuntime {
             failed_listed: 0,
             last_decision: None,
             surplus_since: None,
+            hedge_times: Vec::new(),
             assigned: Vec::new(),
             checkins: CheckinMemory::default(),
             checkin_aware: false,
@@ -460,6 +464,7 @@ impl PoolRuntime {
             checkins_seen: self.record.checkins_seen(),
             capacity: self.capacity.state.clone(),
             surplus_for: self.surplus_since.map(|since| now.saturating_sub(since)),
+            hedge_room: self.hedge_room(now),
         }
     }
 

@@ -12,6 +12,7 @@ fn pool(name: &str, launches: u32) -> PoolDecision {
         pool: name.into(),
         launch_mode: LaunchMode::Target,
         launches,
+        hedges: 0,
         stops: Vec::new(),
         target: None,
         demand: 0,

@@ -21,7 +21,8 @@ impl Manager {
                 }
             }
         }
-        self.engine.decided(&report.pools, self.clock());
+        let now = self.clock();
+        (self.engine).decided(&report.pools, now, super::unix_start(now));
     }
 
     /// Stops the jobs `decision` names on pool `index` (a dry run only says it would).

@@ -184,19 +184,29 @@ pub(crate) fn log_decisions(
     }
 }
 
-/// Logs the bundles that spilled past a cheaper pool's `spill_after` when they first do (or
-/// go to another pool), one line per reason; `spilled` remembers the bundles logged.
+/// Logs the bundles that spilled past a cheaper pool's `spill_after`, or were hedged on
+/// another pool past their pool's `hedge_after`, when they first do (or go to another pool),
+/// one line per reason; `spilled` remembers the bundles logged.
 pub(crate) fn note_spills(spilled: &mut HashMap<String, String>, decision: &PoolsDecision) {
+    use crate::pools::{Hedge, Spill};
     let mut lines: BTreeMap<String, (&str, usize)> = BTreeMap::new();
     let mut now = HashMap::new();
     for assignment in &decision.assignments {
-        let Some(spill @ crate::pools::Spill::Spilled { to, .. }) = &assignment.spill else {
-            continue;
+        let to = match &assignment.spill {
+            Some(
+                Spill::Spilled { to, .. }
+                | Spill::Hedged {
+                    hedge: Hedge { to, .. },
+                },
+            ) => to,
+            _ => continue,
         };
-        if spilled.get(&assignment.uuid) != Some(to) {
-            lines.entry(spill.to_string()).or_insert((to, 0)).1 += 1;
+        let key = format!("{}:{to}", assignment.uuid);
+        if !spilled.contains_key(&key) {
+            let why = assignment.spill.as_ref().map(Spill::to_string);
+            lines.entry(why.unwrap_or_default()).or_insert((to, 0)).1 += 1;
         }
-        now.insert(assignment.uuid.clone(), to.clone());
+        now.insert(key, to.clone());
     }
     for (why, (to, bundles)) in lines {
         tracing::info!(pool = to, bundles, "{bundles} bundle(s) {why}");

@@ -1,6 +1,9 @@
 //! Which pool a staged bundle goes to: shape and queue matching (as the CodaLab server matches
 //! bundles to workers) and the capacity-aware assignment in preference order.
 
+pub use super::bins::Coverage;
+use super::bins::{Bins, Room};
+use super::hedge::{self, Hedge, Unhedged};
 use super::spill::{self, Candidate, PoolWait, Spill};
 use super::times::PoolTimes;
 use super::{PoolPolicy, ServerView};
@@ -39,18 +42,6 @@ pub fn misfit(pool: &PoolPolicy, bundle: &StagedBundle) -> Option<String> {
         return None;
     }
     pool.shape.misfit(bundle).map(|m| m.to_string())
-}
-
-/// How an assigned bundle is (or will be) covered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Coverage {
-    /// A pending worker of the pool will take it.
-    PendingWorker,
-    /// The pool has room to launch a worker for it (this tick, or when rate and cap allow).
-    NewWorker,
-    /// A compat pool: upstream's rules decide.
-    Compat,
 }
 
 /// A bundle given to a pool.
@@ -112,6 +103,9 @@ pub(super) struct Slots {
     pub room: usize,
     /// `(jobs, max)` for the `max_reached` verdict.
     pub jobs_and_max: (usize, u32),
+    /// Launches the pool may still make today for bundles hedged from other pools
+    /// ([`super::hedge`]).
+    pub hedge_room: usize,
 }
 
 /// A staged bundle the server starts on a checked-in worker that has room for it now: no
@@ -136,6 +130,8 @@ pub(super) struct Assigned {
     pub on_workers: Vec<BundleOnWorker>,
     /// Per pool: the workers (starting and new) its bundles fill.
     pub workers: Vec<usize>,
+    /// Per pool: of its new workers, those launched for hedges ([`super::hedge`]).
+    pub hedged: Vec<usize>,
 }
 
 /// Assigns bundles to pools. `order` lists pool indices in preference order.
@@ -169,7 +165,14 @@ pub(super) fn assign(
     let mut bins: Vec<Bins> = policies
         .iter()
         .zip(slots)
-        .map(|(policy, slot)| Bins::new(policy, slot, server.is_some()))
+        .map(|(policy, slot)| {
+            let room = Room {
+                coming: slot.coming,
+                new: slot.room,
+                hedges: slot.hedge_room,
+            };
+            Bins::new(policy, room, server.is_some())
+        })
         .collect();
     for b in rest {
         let bundle = &bundles[b];
@@ -191,11 +194,15 @@ pub(super) fn assign(
             new_workers: !launched_for,
         };
         match place(&request, &fitting, &pools, &mut bins) {
-            Some((p, coverage, worker, spill)) => {
+            Some(Placed { main, hedge }) => {
                 if let Some(owners) = owners.as_mut() {
                     owners.spend(bundle);
                 }
+                let (p, coverage, worker, spill) = main;
                 out.assigned.push((p, b, coverage, worker, spill));
+                if let Some((q, coverage, worker, spill)) = hedge {
+                    out.assigned.push((q, b, coverage, worker, spill));
+                }
             }
             None if launched_for && !fitting.is_empty() => out.unserved.push(UnservedBundle {
                 uuid: bundle.uuid.clone(),
@@ -210,6 +217,7 @@ pub(super) fn assign(
     for (workers, bins) in out.workers.iter_mut().zip(&bins) {
         *workers = bins.used();
     }
+    out.hedged = bins.iter().map(|bins| bins.hedged).collect();
     out
 }
 
@@ -223,15 +231,25 @@ struct Pools<'a> {
     new_workers: bool,
 }
 
+/// Where a bundle goes: a pool, how, which of its workers and how `spill_after` weighed.
+type Place = (usize, Coverage, usize, Option<Spill>);
+
+/// Where [`place`] put a bundle: its pool, and the pool it is hedged on, if it is.
+struct Placed {
+    main: Place,
+    hedge: Option<Place>,
+}
+
 /// The pool of `fitting` (in preference order) that takes a bundle holding `request`, as
 /// [`spill::choose`] rules on each pool's wait ([`PoolTimes::worker_wait`]); it takes the
-/// bundle. `None`: no fitting pool can take it this tick.
+/// bundle, and so does the pool it is hedged on ([`hedge`]), if any. `None`: no fitting pool
+/// can take it this tick.
 fn place(
     request: &Resources,
     fitting: &[usize],
     pools: &Pools,
     bins: &mut [Bins],
-) -> Option<(usize, Coverage, usize, Option<Spill>)> {
+) -> Option<Placed> {
     let Pools {
         policies,
         slots,
@@ -256,7 +274,7 @@ fn place(
     let (chosen, passed) = spill::choose(&candidates);
     let chosen = chosen?;
     let pool_wait = |k: usize| {
-        let (p, worker) = (fitting[k], peeked[k].unwrap_or(usize::MAX));
+        let (p, worker) = (fitting[k], worker_of(&peeked, k));
         Some(PoolWait {
             pool: policies[p].name.clone(),
             wait_seconds: candidates[k].wait?,
@@ -278,10 +296,97 @@ fn place(
     let p = fitting[chosen];
     if slots[p].compat {
         bins[p].compat += 1;
-        return Some((p, Coverage::Compat, bins[p].compat - 1, spill));
+        let main = (p, Coverage::Compat, bins[p].compat - 1, spill);
+        return Some(Placed { main, hedge: None });
     }
     let (coverage, worker) = bins[p].take(request, new_workers)?;
-    Some((p, coverage, worker, spill))
+    let choice = Choice {
+        fitting,
+        candidates: &candidates,
+        peeked: &peeked,
+        chosen,
+    };
+    let (hedge, unhedged) = hedge_on(request, &choice, pools, bins);
+    let main = (p, coverage, worker, spill.or(unhedged));
+    Some(Placed { main, hedge })
+}
+
+/// How [`place`] weighed a bundle: the fitting pools, each one's wait, the worker it would
+/// take, and the pool chosen (an index into `fitting`).
+struct Choice<'a> {
+    fitting: &'a [usize],
+    candidates: &'a [Candidate],
+    peeked: &'a [Option<usize>],
+    chosen: usize,
+}
+
+/// The hedge of a bundle placed as `choice` says ([`hedge`]): the pool it is hedged on (which
+/// takes it), or, when its wait is past its pool's `hedge_after` and none is, why not.
+fn hedge_on(
+    request: &Resources,
+    choice: &Choice,
+    pools: &Pools,
+    bins: &mut [Bins],
+) -> (Option<Place>, Option<Spill>) {
+    let Choice {
+        fitting,
+        candidates,
+        peeked,
+        chosen,
+    } = *choice;
+    let (policies, slots) = (pools.policies, pools.slots);
+    let new_workers = pools.new_workers;
+    let p = fitting[chosen];
+    let accepts = |k: usize| {
+        let q = fitting[k];
+        let slot = &slots[q];
+        slot.unavailable.is_none() && !slot.compat && bins[q].may_hedge(request, new_workers)
+    };
+    let Some(hedge_after) = policies[p].hedge_after.map(|d| d.as_secs()) else {
+        return (None, None);
+    };
+    let wait = candidates[chosen].wait.unwrap_or(0);
+    let basis = (pools.times.get(p))
+        .map(|t| t.wait_basis(worker_of(peeked, chosen)))
+        .unwrap_or_default();
+    let waits: Vec<Option<u64>> = candidates.iter().map(|c| c.wait).collect();
+    let Some(k) = hedge::target(&waits, chosen, Some(hedge_after), accepts) else {
+        let past = wait > hedge_after;
+        let sooner =
+            (chosen + 1..candidates.len()).any(|k| candidates[k].wait.is_some_and(|w| w < wait));
+        let unhedged = past.then(|| Unhedged {
+            pool: policies[p].name.clone(),
+            wait_seconds: wait,
+            hedge_after_seconds: hedge_after,
+            why: match sooner {
+                true => "no fitting pool that would start it sooner has a hedge left today (hedges_per_day)",
+                false => "no fitting pool would start it sooner",
+            }
+            .to_owned(),
+        });
+        return (None, unhedged.map(|unhedged| Spill::Unhedged { unhedged }));
+    };
+    let q = fitting[k];
+    let Some((coverage, worker)) = bins[q].take_hedge(request, new_workers) else {
+        return (None, None);
+    };
+    let hedge = Hedge {
+        to: policies[q].name.clone(),
+        wait_seconds: candidates[k].wait.unwrap_or(0),
+        from: policies[p].name.clone(),
+        from_wait_seconds: wait,
+        hedge_after_seconds: hedge_after,
+        basis,
+    };
+    (
+        Some((q, coverage, worker, Some(Spill::Hedged { hedge }))),
+        None,
+    )
+}
+
+/// The worker [`Bins::peek`] named for candidate `k`.
+fn worker_of(peeked: &[Option<usize>], k: usize) -> usize {
+    peeked[k].unwrap_or(usize::MAX)
 }
 
 /// `fitting` with the first available pool's `fallback` tried first while the fallback has
@@ -310,103 +415,6 @@ fn on_demand_first<'a>(
             Cow::Owned(order)
         }
         None => Cow::Borrowed(fitting),
-    }
-}
-
-/// The workers of one pool the assignment fills: its starting ones, then new ones.
-struct Bins {
-    bins: Vec<Bin>,
-    /// What a new worker has.
-    shape: Resources,
-    /// Bundles per worker at most (`Some(1)` without the server's side).
-    runs: Option<i64>,
-    /// New workers the pool may still start.
-    room: usize,
-    /// Bundles given to the pool as a compat pool (one a worker).
-    compat: usize,
-}
-
-/// One worker of a pool as the assignment fills it.
-struct Bin {
-    free: Resources,
-    runs_left: Option<i64>,
-    taken: usize,
-    coming: bool,
-}
-
-impl Bins {
-    fn new(policy: &PoolPolicy, slot: &Slots, packs: bool) -> Self {
-        let shape = Resources::of_shape(&policy.shape);
-        let runs = if packs {
-            policy.runs_per_worker
-        } else {
-            Some(1)
-        };
-        let bins = (0..slot.coming)
-            .map(|_| Bin {
-                free: shape,
-                runs_left: runs,
-                taken: 0,
-                coming: true,
-            })
-            .collect();
-        Self {
-            bins,
-            shape,
-            runs,
-            room: slot.room,
-            compat: 0,
-        }
-    }
-
-    /// The worker that would take a bundle holding `request`: the first with room for it, or
-    /// (`new_worker`) a new one while the pool has room; how it is covered and which worker,
-    /// or `None`.
-    fn peek(&self, request: &Resources, new_worker: bool) -> Option<(Coverage, usize)> {
-        match self.bins.iter().position(|bin| bin.has_room(request)) {
-            Some(index) if self.bins[index].coming => Some((Coverage::PendingWorker, index)),
-            Some(index) => Some((Coverage::NewWorker, index)),
-            None if self.room > 0 && new_worker => Some((Coverage::NewWorker, self.bins.len())),
-            None => None,
-        }
-    }
-
-    /// Gives a bundle holding `request` to the worker [`Bins::peek`] names.
-    fn take(&mut self, request: &Resources, new_worker: bool) -> Option<(Coverage, usize)> {
-        let (coverage, index) = self.peek(request, new_worker)?;
-        if index == self.bins.len() {
-            self.room -= 1;
-            self.bins.push(Bin {
-                free: self.shape,
-                runs_left: self.runs,
-                taken: 0,
-                coming: false,
-            });
-        }
-        let bin = &mut self.bins[index];
-        bin.free = bin.free.minus(*request);
-        bin.runs_left = bin.runs_left.map(|n| n - 1);
-        bin.taken += 1;
-        Some((coverage, index))
-    }
-
-    /// New workers this tick's bundles fill.
-    fn launched(&self) -> usize {
-        self.bins.iter().filter(|bin| !bin.coming).count()
-    }
-
-    /// Workers given at least one bundle.
-    fn used(&self) -> usize {
-        self.bins.iter().filter(|bin| bin.taken > 0).count()
-    }
-}
-
-impl Bin {
-    fn has_room(&self, request: &Resources) -> bool {
-        if self.taken == 0 {
-            return true;
-        }
-        self.runs_left.is_none_or(|n| n > 0) && self.free.shortfall(request).is_none()
     }
 }
 

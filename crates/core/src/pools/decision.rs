@@ -15,6 +15,9 @@ pub struct PoolDecision {
     pub launch_mode: LaunchMode,
     /// Worker jobs to start now.
     pub launches: u32,
+    /// Of those, the launches for bundles hedged from other pools ([`super::hedge`]): they
+    /// count against the pool's `hedges_per_day`.
+    pub hedges: u32,
     /// Stuck jobs to stop now (each has a `pending_timeout` reason).
     pub stops: Vec<String>,
     /// The absolute target (target mode).

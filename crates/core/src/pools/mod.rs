@@ -53,11 +53,15 @@
 
 mod assign;
 pub mod backoff;
+mod bins;
 mod census;
 #[cfg(test)]
 mod checkin_tests;
 mod decision;
 pub mod fallback;
+pub mod hedge;
+#[cfg(test)]
+mod hedge_tests;
 pub mod need;
 mod observe;
 #[cfg(test)]
@@ -78,6 +82,7 @@ mod withdraw_tests;
 pub use assign::{BundleAssignment, BundleOnWorker, Coverage, PoolVerdict, UnservedBundle, misfit};
 pub use backoff::{Failure, FailureClass, FailureSignature, MISCONFIGURED_AFTER, PoolHealth};
 pub use decision::{PoolDecision, PoolsDecision};
+pub use hedge::Hedge;
 pub use need::Need;
 pub use observe::{ObservedJob, PoolObservation, PoolsObservation, ServerView};
 pub use plan::{plan_pools, preference_order, with_fallbacks};

@@ -86,6 +86,9 @@ pub struct PoolObservation {
     /// How many workers the pool's budgets let it launch this tick, when it has one
     /// ([`crate::budget::launch_room`]).
     pub budget_room: Option<crate::budget::LaunchRoom>,
+    /// Launches the pool may still make in the rolling day for bundles hedged from other
+    /// pools: its `hedges_per_day` less those it made ([`super::hedge`]).
+    pub hedge_room: usize,
     /// A worker this manager launched in the pool has been seen checking in with the server
     /// (now or before a restart): the manager's view shows the pool's workers, so one that
     /// never checks in is broken, not invisible.

@@ -120,6 +120,7 @@ pub(super) fn assignment(
             coming: census.free(packs),
             room: room(policy, obs, census, now),
             jobs_and_max: (census.jobs, policy.max),
+            hedge_room: obs.hedge_room,
         })
         .collect();
     let order = with_fallbacks(preference_order(policies), policies);
@@ -151,7 +152,10 @@ pub(super) fn assignment(
         workers[p] = demand[p];
     }
     let mut fitting = vec![0usize; policies.len()];
-    let waiting_for_workers = (assigned.assigned.iter().map(|(_, b, ..)| &bundles[*b]))
+    // A hedged bundle is assigned twice and waits once.
+    let assigned_bundles: std::collections::BTreeSet<usize> =
+        assigned.assigned.iter().map(|(_, b, ..)| *b).collect();
+    let waiting_for_workers = (assigned_bundles.iter().map(|b| &bundles[*b]))
         .chain(bundles.iter().filter(|b| waiting.contains(b.uuid.as_str())));
     for bundle in waiting_for_workers {
         for (p, policy) in policies.iter().enumerate() {
@@ -254,7 +258,12 @@ pub fn plan_pools(
                 fitting: fitting[i],
                 packs: server.is_some(),
             };
-            decide(policy, observations[i], &censuses[i], demand, now)
+            let mut decision = decide(policy, observations[i], &censuses[i], demand, now);
+            // As many of its launches count against `hedges_per_day` as it has new workers for
+            // hedges (at most its launches): never fewer than the hedges it buys.
+            let hedged = assigned.hedged.get(i).copied().unwrap_or(0) as u32;
+            decision.hedges = hedged.min(decision.launches);
+            decision
         })
         .collect();
     let Assigned {
@@ -339,6 +348,7 @@ fn decide(
     now: Duration,
 ) -> PoolDecision {
     let mut decision = PoolDecision {
+        hedges: 0,
         pool: policy.name.clone(),
         launch_mode: policy.launch_mode,
         launches: 0,

@@ -78,6 +78,12 @@ pub struct PoolPolicy {
     /// bundle sooner ([`preference_order`](super::preference_order), `pools/spill.rs`); `None`: any wait.
     #[serde(serialize_with = "crate::seconds::serialize_option")]
     pub spill_after: Option<Duration>,
+    /// The wait on this pool past which a bundle is also launched for on a later fitting
+    /// pool that would start it sooner and takes hedges (`pools/hedge.rs`); `None`: no hedge.
+    #[serde(serialize_with = "crate::seconds::serialize_option")]
+    pub hedge_after: Option<Duration>,
+    /// Launches per rolling day this pool may make for bundles hedged from another pool.
+    pub hedges_per_day: u32,
     /// Where new launches go when this pool's capacity fails ([`fallback`]).
     pub fallback: Option<fallback::Fallback>,
     /// Stop jobs pending longer than this (target mode only).
@@ -134,6 +140,8 @@ impl PoolPolicy {
             check_shape: true,
             cost: 0.0,
             spill_after: None,
+            hedge_after: None,
+            hedges_per_day: 0,
             fallback: None,
             pending_timeout: None,
             startup_grace: DEFAULT_STARTUP_GRACE,
@@ -173,6 +181,8 @@ impl PoolPolicy {
             }
             for (key, set) in [
                 ("spill_after", self.spill_after.is_some()),
+                ("hedge_after", self.hedge_after.is_some()),
+                ("hedges_per_day", self.hedges_per_day > 0),
                 ("fallback", self.fallback.is_some()),
             ] {
                 if set {

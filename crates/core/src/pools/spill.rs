@@ -86,11 +86,24 @@ pub enum Spill {
         /// The pools passed over, in preference order.
         from: Vec<PoolWait>,
     },
+    /// It waits on another pool past that pool's `hedge_after`, and this pool launches for it
+    /// too ([`super::hedge`]): this is the hedge's assignment.
+    Hedged {
+        /// The two pools and their waits.
+        hedge: super::Hedge,
+    },
+    /// It waits on a pool past that pool's `hedge_after`, and no hedge was made: why.
+    Unhedged {
+        /// The pool, its wait and why.
+        unhedged: super::hedge::Unhedged,
+    },
 }
 
 impl fmt::Display for Spill {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Spill::Hedged { hedge } => hedge.fmt(f),
+            Spill::Unhedged { unhedged } => unhedged.fmt(f),
             Spill::Waits { on } if on.wait_seconds <= on.spill_after_seconds => {
                 write!(f, "waiting on {}: estimated {}", on.pool, on.compared())
             }

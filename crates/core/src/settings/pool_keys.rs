@@ -123,6 +123,16 @@ pool_rules! {
         /// would start it sooner; past it the bundle goes there [default: any wait].
         #[key(seconds: true, example: Some("600"))]
         pub spill_after: Option<u64>,
+        /// Seconds a bundle may be expected to wait for this pool before it is also launched
+        /// for on the next fitting pool that would start it sooner and takes hedges
+        /// (hedges_per_day); the first worker to take it wins, and a launch not yet started
+        /// is withdrawn [default: no hedge].
+        #[key(seconds: true, example: Some("120"))]
+        pub hedge_after: Option<u64>,
+        /// Launches per rolling 24 hours this pool may make for bundles that wait on another
+        /// pool past its hedge_after.
+        #[key(example: Some("20"), unset: Some(0))]
+        pub hedges_per_day: Option<u32>,
         /// The pool new launches go to when this pool's capacity fails (a Spot pool's
         /// on-demand twin).
         #[key(example: Some("\"gpu_standard\""))]
@@ -269,6 +279,8 @@ impl PoolRules {
             check_shape: !settings.no_prefilter,
             cost: self.cost,
             spill_after: self.spill_after.map(seconds),
+            hedge_after: self.hedge_after.map(seconds),
+            hedges_per_day: self.hedges_per_day.unwrap_or(0),
             fallback: self.fallback(),
             pending_timeout: self.pending_timeout.map(seconds),
             startup_grace: self

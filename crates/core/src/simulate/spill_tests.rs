@@ -204,3 +204,50 @@ fn a_reclaimed_preemptible_workers_run_is_staged_again_and_finishes_on_the_fallb
         (2, 0, 2, 0)
     );
 }
+
+/// `pools(None)` with the free pool hedged after `hedge_after` seconds on the paid one, which
+/// takes `per_day` hedges a day.
+fn hedged(hedge_after: u64, per_day: u32) -> Vec<PoolPolicy> {
+    let mut pools = pools(None);
+    pools[0].hedge_after = Some(S(hedge_after));
+    pools[1].hedges_per_day = per_day;
+    pools
+}
+
+#[test]
+fn past_hedge_after_the_paid_pool_launches_too_and_the_free_pools_job_is_withdrawn() {
+    // #42 item 2. The bundle pends on Slurm's busy hour; past its check-in time its wait
+    // reads as its age, past the 60 s accepted: the cloud launches for it too, and its worker
+    // runs it. Slurm's job, still pending and needed by nothing, is withdrawn.
+    let report = simulate(&one_bundle(), &hedged(60, 5), &config()).unwrap();
+    let (slurm, cloud) = (&report.pools[0], &report.pools[1]);
+    assert_eq!((slurm.launches, cloud.launches), (1, 1));
+    assert_eq!(cloud.bundles_run, 1, "the paid pool's worker runs it");
+    assert_eq!(slurm.withdrawn, 1, "the free pool's launch is cancelled");
+    // Without a hedge the bundle waits out the hour (the first test): hedged, it starts
+    // minutes in.
+    assert!(
+        cloud.wait.max_seconds.is_some_and(|w| w < 300.0),
+        "{cloud:?}"
+    );
+    // With no hedge to spend, the bundle waits on Slurm as before.
+    let report = simulate(&one_bundle(), &hedged(60, 0), &config()).unwrap();
+    assert_eq!(report.pools[1].launches, 0);
+    assert_eq!(report.pools[0].wait.max_seconds, Some(3630.0));
+}
+
+#[test]
+fn the_paying_pool_launches_no_more_hedges_a_day_than_it_takes() {
+    // Twenty hour-long bundles a few minutes apart in Slurm's busy hour, each filling a
+    // worker, three hedges a day: the cloud launches for three of them; the rest wait for
+    // Slurm.
+    let csv: String = std::iter::once("time,cpus,duration\n".to_owned())
+        .chain((0..20).map(|i| format!("{},2,3600\n", i * 150)))
+        .collect();
+    let workload = Workload::parse(&csv).unwrap();
+    let mut pools = hedged(60, 3);
+    pools[0].max = 20;
+    let report = simulate(&workload, &pools, &config()).unwrap();
+    assert_eq!(report.pools[1].launches, 3, "{:?}", report.pools[1]);
+    assert_eq!(report.finished, 20);
+}

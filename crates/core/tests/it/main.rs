@@ -13,6 +13,7 @@ mod events_budgets;
 mod fallback_manager;
 mod fixtures;
 mod fuzz_props;
+mod hedge_restarts;
 mod hostile;
 mod hostile_server;
 mod manager;

@@ -217,6 +217,7 @@ impl SimPool {
                 },
                 _ => CapacityState::Retrying { since_seconds: 0 },
             },
+            hedge_room: 0,
         }
     }
 }

@@ -24,6 +24,16 @@ const SPILL_AFTER: u64 = 300;
 /// Other `spill_after` values the section shows (seconds).
 const OTHER_SPILL_AFTERS: [u64; 3] = [60, 1200, 2400];
 
+/// Hedge variants: (`spill_after`, `hedge_after`, the cloud's `hedges_per_day`).
+const HEDGES: [(Option<u64>, u64, u32); 6] = [
+    (None, 0, 100),
+    (None, 30, 100),
+    (None, 60, 100),
+    (None, 120, 100),
+    (Some(SPILL_AFTER), 60, 100),
+    (None, 60, 20),
+];
+
 /// The trace: a burst of 12 bundles (1 or 2 CPUs, one every 5 s, runs of 10 min on
 /// average) every 45 minutes, so each burst finds the last one's workers gone.
 pub fn workload(bursts: u64) -> Workload {
@@ -98,6 +108,30 @@ pub fn measure(quick: bool) -> Vec<Value> {
     ];
     // The admin's knob, swept: what other waits accepted on the free pool give.
     variants.extend(OTHER_SPILL_AFTERS.iter().map(|&after| spill(after)));
+    // Hedging (#42 item 2): past `hedge_after`, a bundle queued on the free pool is launched
+    // for on the cloud too, within the cloud's hedges a day.
+    let hedge = |spill_after: Option<u64>, after: u64, per_day: u32| {
+        let name = match spill_after {
+            Some(spill) => {
+                format!("hedge after {after} s, {per_day} a day (spill_after {spill} s)")
+            }
+            None => format!("hedge after {after} s, {per_day} a day"),
+        };
+        let free = PoolPolicy {
+            hedge_after: Some(S(after)),
+            ..slurm(spill_after)
+        };
+        let paid = PoolPolicy {
+            hedges_per_day: per_day,
+            ..cloud()
+        };
+        (name, vec![free, paid])
+    };
+    variants.extend(
+        HEDGES
+            .iter()
+            .map(|&(spill, after, per_day)| hedge(spill, after, per_day)),
+    );
     let config = config();
     let busy = busy_arrivals(&workload, &config);
     variants
@@ -137,6 +171,7 @@ fn row(name: &str, workload: &Workload, report: &SimReport) -> Value {
         "finished": report.finished,
         "wait_p50_s": report.total_wait.p50_seconds,
         "wait_p90_s": report.total_wait.p90_seconds,
+        "wait_p99_s": report.total_wait.p99_seconds,
         "free_worker_hours": hours("slurm"),
         "paid_worker_hours": hours("cloud"),
         "cost": cost,
@@ -165,25 +200,77 @@ pub fn render(out: &mut String, results: &Value) {
          hour of every two (its jobs pend, reason `Resources`); `cloud` costs {PRICE} a \
          worker-hour and starts one in 60–120 s; max 10 each. Config order: `slurm` first, \
          `cloud` when `slurm` is at its max (the rule before #32).\n\n\
-         | policy | finished | wait p50 | wait p90 | free worker-hours | paid worker-hours | cost |\n\
-         |---|---:|---:|---:|---:|---:|---:|"
+         | policy | finished | wait p50 | wait p90 | wait p99 | free worker-hours | paid worker-hours | cost |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|"
     );
     let seconds = crate::report::seconds;
     for row in rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {:.1} | {:.1} | {:.1} |",
+            "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} |",
             row["policy"].as_str().unwrap_or("?"),
             row["finished"],
             seconds(&row["wait_p50_s"]),
             seconds(&row["wait_p90_s"]),
+            seconds(&row["wait_p99_s"]),
             row["free_worker_hours"].as_f64().unwrap_or(0.0),
             row["paid_worker_hours"].as_f64().unwrap_or(0.0),
             row["cost"].as_f64().unwrap_or(0.0),
         );
     }
-    if let [_, paid, _, spills @ ..] = rows {
-        target(out, paid, spills, bundles);
+    let kind = |prefix: &str| -> Vec<Value> {
+        let of = |row: &&Value| {
+            row["policy"]
+                .as_str()
+                .is_some_and(|p| p.starts_with(prefix))
+        };
+        rows.iter().filter(of).cloned().collect()
+    };
+    if let [_, paid, ..] = rows {
+        target(out, paid, &kind("spill by estimate"), bundles);
+        hedges(
+            out,
+            paid,
+            &kind("spill by estimate (spill_after 300"),
+            &kind("hedge"),
+        );
+    }
+}
+
+/// What hedging buys (#42 item 2), against paid only and spill_after 300 s: the tail
+/// (target: p99 ≤ 1.25× paid only's) and the cost, with the paid launches no bundle used.
+fn hedges(out: &mut String, paid: &Value, spill: &[Value], hedges: &[Value]) {
+    let (Some(spill), false) = (spill.first(), hedges.is_empty()) else {
+        return;
+    };
+    let ratio = |row: &Value, to: &Value, key: &str| {
+        let (a, b) = (row[key].as_f64(), to[key].as_f64());
+        a.zip(b)
+            .map_or(f64::NAN, |(a, b)| a / b.max(f64::MIN_POSITIVE))
+    };
+    let _ = writeln!(
+        out,
+        "\nHedging (#42: past the free pool's `hedge_after`, a queued bundle is launched for on \
+         `cloud` too, within `cloud`'s `hedges_per_day`; the loser is withdrawn if it has not \
+         started). Target: p99 ≤ 1.25× paid only's. Spill_after 300 s: p99 {:.2}×, cost {:.3}× \
+         paid only's.\n",
+        ratio(spill, paid, "wait_p99_s"),
+        ratio(spill, paid, "cost"),
+    );
+    for row in hedges {
+        let p99 = ratio(row, paid, "wait_p99_s");
+        let met = if p99 <= 1.25 { "met" } else { "not met" };
+        let _ = writeln!(
+            out,
+            "- {}: p90 {:.2}×, p99 {p99:.2}× paid only's ({met}); cost {:.3}× paid only's, {:.3}× \
+             spill_after 300 s's; {} of {} paid launches unused",
+            row["policy"].as_str().unwrap_or("?"),
+            ratio(row, paid, "wait_p90_s"),
+            ratio(row, paid, "cost"),
+            ratio(row, spill, "cost"),
+            row["paid_unused"],
+            row["paid_launches"],
+        );
     }
 }
 

@@ -263,6 +263,7 @@ fn random_observation(rng: &mut SplitMix64, max: u32) -> PoolObservation {
         capacity: Default::default(),
         // Half the pools have had jobs to spare for an hour: their surplus is withdrawn.
         surplus_for: (rng.between(0, 1) == 0).then(|| Duration::from_secs(3600)),
+        hedge_room: 0,
     }
 }
 

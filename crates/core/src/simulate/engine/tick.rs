@@ -47,7 +47,7 @@ impl Sim<'_> {
             let trace = observed.traces.get_mut(pool);
             events.extend(self.act(pool, decided, now_ms, trace));
         }
-        self.engine.decided(&decision, now);
+        self.engine.decided(&decision, now, START);
         self.engine.launched_for_overdue(&decision, &events);
         if let Some(workers) = observed.workers {
             let staged = observed.pools.bundles;
