@@ -120,19 +120,16 @@ impl Engine {
                 _ => stuck.push(id),
             }
         }
+        if !stuck.is_empty() {
+            let what = format!("jobs {} pending too long", stuck.join(", "));
+            failures.push(("pending_timeout", FailureClass::Capacity, what));
+        }
         for (kind, class, detail) in failures {
             let news = runtime.fail(now, kind, class, detail.clone());
             events.extend(news.events);
             if class == FailureClass::Capacity {
                 events.extend(runtime.capacity_event(now, detail));
             }
-            runtime::remember(&mut self.recent_failures, news.failures);
-        }
-        if !stuck.is_empty() {
-            let what = format!("jobs {} pending too long", stuck.join(", "));
-            let news = runtime.fail(now, "pending_timeout", FailureClass::Capacity, what.clone());
-            events.extend(news.events);
-            events.extend(runtime.capacity_event(now, what));
             runtime::remember(&mut self.recent_failures, news.failures);
         }
         events

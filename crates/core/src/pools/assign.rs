@@ -350,21 +350,18 @@ fn hedge_on(
         .map(|t| t.wait_basis(worker_of(peeked, chosen)))
         .unwrap_or_default();
     let waits: Vec<Option<u64>> = candidates.iter().map(|c| c.wait).collect();
-    let Some(k) = hedge::target(&waits, chosen, Some(hedge_after), accepts) else {
-        let past = wait > hedge_after;
-        let sooner =
-            (chosen + 1..candidates.len()).any(|k| candidates[k].wait.is_some_and(|w| w < wait));
-        let unhedged = past.then(|| Unhedged {
-            pool: policies[p].name.clone(),
-            wait_seconds: wait,
-            hedge_after_seconds: hedge_after,
-            why: match sooner {
-                true => "no fitting pool that would start it sooner has a hedge left today (hedges_per_day)",
-                false => "no fitting pool would start it sooner",
-            }
-            .to_owned(),
-        });
-        return (None, unhedged.map(|unhedged| Spill::Unhedged { unhedged }));
+    let k = match hedge::target(&waits, chosen, Some(hedge_after), accepts) {
+        None => return (None, None),
+        Some(Ok(k)) => k,
+        Some(Err(why)) => {
+            let unhedged = Unhedged {
+                pool: policies[p].name.clone(),
+                wait_seconds: wait,
+                hedge_after_seconds: hedge_after,
+                why: why.to_owned(),
+            };
+            return (None, Some(Spill::Unhedged { unhedged }));
+        }
     };
     let q = fitting[k];
     let Some((coverage, worker)) = bins[q].take_hedge(request, new_workers) else {

@@ -17,19 +17,33 @@ use std::fmt;
 /// Of the fitting pools in preference order, by the seconds each would take to start a
 /// bundle (`waits`; `None`: it cannot take it), the one a bundle that goes to `chosen` is
 /// hedged on: when its wait there is past `hedge_after` (seconds), the first later pool that
-/// `accepts` a hedge and would start it sooner.
+/// `accepts` a hedge and would start it sooner, or why there is none. `None` when the wait
+/// is within `hedge_after` (or the pool has none): no hedge is due.
 pub(super) fn target(
     waits: &[Option<u64>],
     chosen: usize,
     hedge_after: Option<u64>,
     accepts: impl Fn(usize) -> bool,
-) -> Option<usize> {
+) -> Option<Result<usize, &'static str>> {
     let wait = waits[chosen]?;
     if wait <= hedge_after? {
         return None;
     }
-    (chosen + 1..waits.len()).find(|&k| waits[k].is_some_and(|w| w < wait) && accepts(k))
+    let sooner = |k: &usize| waits[*k].is_some_and(|w| w < wait);
+    let mut later = (chosen + 1..waits.len()).filter(sooner).peekable();
+    if later.peek().is_none() {
+        return Some(Err(NONE_SOONER));
+    }
+    Some(later.find(|&k| accepts(k)).ok_or(NO_HEDGE_LEFT))
 }
+
+/// Why a bundle past `hedge_after` is not hedged: no later pool would start it sooner.
+const NONE_SOONER: &str = "no fitting pool would start it sooner";
+
+/// Why a bundle past `hedge_after` is not hedged: those that would start it sooner take no
+/// more hedges today.
+const NO_HEDGE_LEFT: &str =
+    "no fitting pool that would start it sooner has a hedge left today (hedges_per_day)";
 
 /// A bundle hedged: it waits on `from`, and is launched for on `to` too.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,29 +128,57 @@ mod tests {
             usize,
             Option<u64>,
             Accepts,
-            Option<usize>,
+            Option<Result<usize, &'static str>>,
         );
+        let (hedged, none) = (|k| Some(Ok(k)), None);
+        let why = |why| Some(Err(why));
         let table: &[Row] = &[
             // Past hedge_after, a later pool is sooner and takes hedges: hedged there.
-            (&[c(Some(600)), c(Some(60))], 0, Some(120), all, Some(1)),
+            (&[c(Some(600)), c(Some(60))], 0, Some(120), all, hedged(1)),
             // Within hedge_after: no hedge.
-            (&[c(Some(100)), c(Some(60))], 0, Some(120), all, None),
-            (&[c(Some(120)), c(Some(60))], 0, Some(120), all, None),
+            (&[c(Some(100)), c(Some(60))], 0, Some(120), all, none),
+            (&[c(Some(120)), c(Some(60))], 0, Some(120), all, none),
             // No hedge_after on the pool: none.
-            (&[c(Some(600)), c(Some(60))], 0, None, all, None),
-            // The later pool is no sooner, or cannot take it: none.
-            (&[c(Some(600)), c(Some(600))], 0, Some(120), all, None),
-            (&[c(Some(600)), c(None)], 0, Some(120), all, None),
+            (&[c(Some(600)), c(Some(60))], 0, None, all, none),
+            // The later pool is no sooner, or cannot take it: none, and why.
+            (
+                &[c(Some(600)), c(Some(600))],
+                0,
+                Some(120),
+                all,
+                why(NONE_SOONER),
+            ),
+            (
+                &[c(Some(600)), c(None)],
+                0,
+                Some(120),
+                all,
+                why(NONE_SOONER),
+            ),
+            // A later pool is sooner but takes no more hedges today.
+            (
+                &[c(Some(600)), c(Some(60))],
+                0,
+                Some(120),
+                only_2,
+                why(NO_HEDGE_LEFT),
+            ),
             // The first later pool that takes hedges and is sooner.
             (
                 &[c(Some(600)), c(Some(30)), c(Some(90))],
                 0,
                 Some(120),
                 only_2,
-                Some(2),
+                hedged(2),
             ),
             // Only later pools: never a cheaper one.
-            (&[c(Some(30)), c(Some(600))], 1, Some(120), all, None),
+            (
+                &[c(Some(30)), c(Some(600))],
+                1,
+                Some(120),
+                all,
+                why(NONE_SOONER),
+            ),
         ];
         for (i, (candidates, chosen, hedge_after, accepts, expected)) in table.iter().enumerate() {
             let got = target(candidates, *chosen, *hedge_after, accepts);
