@@ -192,6 +192,21 @@ pub enum Reason {
         /// Jobs counted as capacity (active and pending) before withdrawing.
         capacity: usize,
     },
+    /// Pool policy: a pending job the withdraw rule would cancel is kept as the pool's probe
+    /// of its queue: the oldest, pending past the pool's `spill_after` or `hedge_after`. Its
+    /// wait sends the next bundles elsewhere at once and its start says the queue has moved;
+    /// pending costs nothing (see [`crate::pools`]).
+    KeptAsProbe {
+        /// The kept job.
+        job_id: String,
+        /// Seconds it has been pending.
+        pending_seconds: u64,
+        /// `spill_after` or `hedge_after`: the sooner of the two set on the pool.
+        #[serde(deserialize_with = "crate::interned::deserialize")]
+        key: crate::interned::Code,
+        /// That key's seconds.
+        after_seconds: u64,
+    },
     /// Pool policy: a running job's worker never checked in with the server, for longer than
     /// the pool's `checkin_timeout` over fresh views; the job is stopped and replaced (see
     /// [`crate::checkin`]).
@@ -300,6 +315,7 @@ impl Reason {
             Reason::Blocked { .. } => "blocked",
             Reason::WorkerLost { .. } => "worker_lost",
             Reason::Withdrawn { .. } => "withdrawn",
+            Reason::KeptAsProbe { .. } => "kept_as_probe",
             Reason::NotStopped { .. } => "not_stopped",
             Reason::Unobserved { .. } => "unobserved",
             Reason::BudgetReached { .. } => "budget_reached",

@@ -107,7 +107,7 @@ pub struct Args {
     #[arg(long = "set", value_name = "[POOL.]KEY=VALUE")]
     pub set: Vec<String>,
 
-    /// How a pool's platform starts its jobs, POOL:latency=MIN-MAX,slots=N,busy=EVERY/FOR,stockout=EVERY/FOR,preempt=SHARE,reclaim=MEAN (seconds; any of the keys), repeatable: its own start latency; at most N of its jobs placed at once; others fill it for the first FOR of every EVERY (a job with no place pends, reason Resources, as on a full Slurm partition); no capacity for the first FOR of every EVERY (a launch fails as a Spot stockout); SHARE of its launches preempted before their worker is active; an active worker reclaimed after MEAN on average, its runs staged again when the pool's workers start preemptible, lost (worker_offline on the server) otherwise
+    /// How a pool's platform starts its jobs, POOL:latency=MIN-MAX,slots=N,busy=EVERY/FOR,stockout=EVERY/FOR,preempt=SHARE,reclaim=MEAN,forecast=true (seconds; any of the keys), repeatable: its own start latency; at most N of its jobs placed at once; others fill it for the first FOR of every EVERY (a job with no place pends, reason Resources, as on a full Slurm partition); no capacity for the first FOR of every EVERY (a launch fails as a Spot stockout); SHARE of its launches preempted before their worker is active; an active worker reclaimed after MEAN on average, its runs staged again when the pool's workers start preemptible, lost (worker_offline on the server) otherwise; a job pending in a busy spell listed with the spell's end as its expected start, as Slurm's backfill forecasts it (squeue --start)
     #[arg(long = "platform", value_name = "POOL:SPEC")]
     pub platform: Vec<String>,
 

@@ -78,7 +78,7 @@ impl fmt::Display for Reason {
             | Reason::Blocked { .. }
             | Reason::WorkerLost { .. }
             | Reason::Withdrawn { .. } => stop(f, self),
-            Reason::NotStopped { .. } => not_stopped(f, self),
+            Reason::NotStopped { .. } | Reason::KeptAsProbe { .. } => kept(f, self),
             Reason::Unobserved { error } => {
                 write!(f, "skipped: cannot list the pool's jobs: {error}")
             }
@@ -178,28 +178,41 @@ fn budget_room(f: &mut fmt::Formatter<'_>, reason: &Reason) -> fmt::Result {
     )
 }
 
-/// The words of [`Reason::NotStopped`].
-fn not_stopped(f: &mut fmt::Formatter<'_>, reason: &Reason) -> fmt::Result {
-    let Reason::NotStopped {
-        job_id,
-        rule,
-        seconds,
-        timeout_seconds,
-        why,
-    } = reason
-    else {
-        return Ok(());
-    };
-    if *rule == "blocked" {
-        return write!(
+/// The words of the reasons that keep a job: [`Reason::NotStopped`] and [`Reason::KeptAsProbe`].
+fn kept(f: &mut fmt::Formatter<'_>, reason: &Reason) -> fmt::Result {
+    match reason {
+        Reason::NotStopped {
+            job_id,
+            rule: "blocked",
+            why,
+            ..
+        } => write!(
             f,
             "keep job {job_id}: its platform says it will not start as it is, but {why}"
-        );
+        ),
+        Reason::NotStopped {
+            job_id,
+            rule,
+            seconds,
+            timeout_seconds,
+            why,
+        } => write!(
+            f,
+            "keep job {job_id}: {rule} would stop it ({seconds} s > {timeout_seconds} s), but {why}"
+        ),
+        Reason::KeptAsProbe {
+            job_id,
+            pending_seconds,
+            key,
+            after_seconds,
+        } => write!(
+            f,
+            "keep job {job_id} though not needed: pending {pending_seconds} s, past {key} \
+             {after_seconds} s, its wait sends the next bundles elsewhere at once and its \
+             start will say the queue has moved (pending costs nothing)"
+        ),
+        _ => Ok(()),
     }
-    write!(
-        f,
-        "keep job {job_id}: {rule} would stop it ({seconds} s > {timeout_seconds} s), but {why}"
-    )
 }
 
 impl fmt::Display for NotStoppedWhy {

@@ -167,9 +167,16 @@ fn a_hedge_already_launched_is_not_launched_again_and_costs_nothing_more() {
 }
 
 #[test]
-fn once_the_bundle_is_gone_the_loser_still_pending_is_surplus() {
+fn once_the_bundle_is_gone_the_loser_still_pending_is_kept_as_the_pools_probe() {
     // The cloud worker took the bundle (it left staged): the Slurm job, still pending and
-    // never started, is needed by nothing: surplus, withdrawn after withdraw_after.
+    // never started, is needed by nothing. It has pended past hedge_after, so it is the
+    // pool's probe of its queue (withdraw_tests: what a probe is): kept, not surplus.
     let decision = plan(0, 330, Vec::new(), 5);
+    let slurm = &decision.pools[0];
+    assert_eq!((slurm.surplus, slurm.stops.len()), (0, 0), "{slurm:?}");
+    assert!(slurm.reasons.iter().any(|r| r.code() == "kept_as_probe"));
+    // Pending for less than hedge_after it is no probe: surplus, withdrawn after
+    // withdraw_after.
+    let decision = plan(0, 100, Vec::new(), 5);
     assert_eq!(decision.pools[0].surplus, 1, "{:?}", decision.pools[0]);
 }

@@ -34,7 +34,9 @@
 //!    recently submitted first: a launch whose bundle went to another worker, or away, costs
 //!    nothing where pending is not billed (see [`crate::backend::JobState::Pending`]) instead
 //!    of a worker that boots, finds nothing and idles out. No backoff: the pool did nothing
-//!    wrong. Held jobs (on hold by the platform) are left alone.
+//!    wrong. Held jobs (on hold by the platform) are left alone. A pool that sends bundles
+//!    elsewhere by their wait (`spill_after`, `hedge_after`) keeps its oldest such job once it
+//!    has pended past the sooner of the two, as its probe of the queue (`kept_as_probe`).
 //!
 //! **What is never stopped** (the manager's invariant, see ARCHITECTURE.md): a rule stops a job
 //! only when this manager launched it ([`ObservedJob::launched_here`]) and its worker never
@@ -76,6 +78,7 @@ mod spill_tests;
 mod tests;
 pub mod times;
 pub mod unmet;
+mod withdraw;
 #[cfg(test)]
 mod withdraw_tests;
 

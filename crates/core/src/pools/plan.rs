@@ -529,38 +529,5 @@ fn decide_target(
     }
     decision.launches = allowed.min(cap);
     let wanted = busy + demand.workers.max(demand.fitting);
-    withdraw(policy, observed, census, (wanted, capacity), decision);
-}
-
-/// Withdraws the pending jobs no longer needed: as many as `capacity` stands above `wanted`
-/// (the workers the busy ones and every waiting bundle the pool could run need, though it was
-/// assigned elsewhere: a spilled bundle keeps its first pool's job until a worker takes it)
-/// within `min` and `max`, among the jobs the manager may withdraw ([`Census::withdrawable`]:
-/// its own, never checked in, not on hold), the most recently submitted first (the platform
-/// would start them last). So what is withdrawn is a launch no bundle and no minimum waits
-/// for; and only once every decision has found a surplus for the pool's `withdraw_after`.
-fn withdraw(
-    policy: &PoolPolicy,
-    observed: &PoolObservation,
-    census: &Census,
-    (wanted, capacity): (usize, usize),
-    decision: &mut PoolDecision,
-) {
-    let needed = wanted.max(policy.min as usize).min(policy.max as usize);
-    let mut newest_first = census.withdrawable.clone();
-    decision.surplus = capacity.saturating_sub(needed).min(newest_first.len());
-    let lasted = observed.surplus_for;
-    if lasted.is_none_or(|lasted| lasted < policy.withdraw_after) {
-        return;
-    }
-    newest_first.sort();
-    for (pending_for, job_id) in newest_first.into_iter().take(decision.surplus) {
-        decision.stops.push(job_id.clone());
-        decision.reasons.push(Reason::Withdrawn {
-            job_id,
-            pending_seconds: pending_for.as_secs(),
-            needed,
-            capacity,
-        });
-    }
+    super::withdraw::withdraw(policy, observed, census, (wanted, capacity), decision);
 }

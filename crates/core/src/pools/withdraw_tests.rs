@@ -178,17 +178,30 @@ fn withdraw_rules_table() {
     }
 }
 
-/// A surplus is withdrawn only once the pool's decisions have found one for 60 s: the
-/// decision says how many jobs are not needed meanwhile.
+/// A surplus is withdrawn only once the pool's decisions have found one for its
+/// `withdraw_after` (60 s here): the decision says how many jobs are not needed meanwhile.
+/// By default (none), at the second decision in a row that finds it.
 #[test]
-fn a_surplus_is_withdrawn_once_it_lasted_a_minute() {
+fn a_surplus_is_withdrawn_once_it_lasted_withdraw_after() {
     let jobs = || vec![pending("old", 300), pending("new", 10)];
-    for (lasted, withdrawn_now) in [(None, 0), (Some(0), 0), (Some(59), 0), (Some(60), 2)] {
+    let minute = PoolPolicy {
+        withdraw_after: S(60),
+        ..pool("cpu", 0, 5)
+    };
+    let cases = [
+        (&minute, None, 0),
+        (&minute, Some(0), 0),
+        (&minute, Some(59), 0),
+        (&minute, Some(60), 2),
+        (&pool("cpu", 0, 5), None, 0),
+        (&pool("cpu", 0, 5), Some(0), 2),
+    ];
+    for (policy, lasted, withdrawn_now) in cases {
         let pools = vec![PoolObservation {
             surplus_for: lasted.map(S),
             ..observed(jobs())
         }];
-        let decision = decide(bundles(0), pools, &[pool("cpu", 0, 5)]);
+        let decision = decide(bundles(0), pools, std::slice::from_ref(policy));
         let pool = &decision.pools[0];
         assert_eq!(pool.surplus, 2, "after {lasted:?} s");
         assert_eq!(withdrawn(pool).len(), withdrawn_now, "after {lasted:?} s");
@@ -212,6 +225,92 @@ fn a_spilled_bundle_keeps_its_first_pools_job_until_it_is_taken() {
     let taken = decide(bundles(0), both(), &pools);
     assert_eq!(withdrawn(&taken.pools[0]), ["queued"]);
     assert_eq!(withdrawn(&taken.pools[1]), ["booting"]);
+}
+
+/// The probe: a pool that sends bundles elsewhere by their wait keeps its oldest pending job
+/// once it has pended past `spill_after` or `hedge_after` (the sooner), though nothing needs
+/// it: its wait is what sends the next bundles elsewhere at once.
+#[test]
+fn the_oldest_job_pending_past_spill_after_is_kept_as_the_pools_probe() {
+    let with = |spill: Option<u64>, hedge: Option<u64>| PoolPolicy {
+        spill_after: spill.map(S),
+        hedge_after: hedge.map(S),
+        ..pool("cpu", 0, 5)
+    };
+    // (case, policy, jobs, withdrawn, kept)
+    let cases = [
+        (
+            "past spill_after: the oldest is kept, the rest go",
+            with(Some(300), None),
+            vec![pending("old", 900), pending("mid", 400), pending("new", 10)],
+            vec!["new", "mid"],
+            Some("old"),
+        ),
+        (
+            "not yet past spill_after: every one goes",
+            with(Some(300), None),
+            vec![pending("old", 200), pending("new", 10)],
+            vec!["new", "old"],
+            None,
+        ),
+        (
+            "hedge_after is the sooner",
+            with(Some(600), Some(120)),
+            vec![pending("old", 200)],
+            vec![],
+            Some("old"),
+        ),
+        (
+            "a pool that sends nothing elsewhere keeps none",
+            with(None, None),
+            vec![pending("old", 5000)],
+            vec!["old"],
+            None,
+        ),
+        (
+            "another manager's older job is not ours to keep or withdraw",
+            with(Some(300), None),
+            vec![
+                ObservedJob::new("theirs", JobState::Pending, S(5000), S(0)),
+                pending("ours", 400),
+            ],
+            vec![],
+            Some("ours"),
+        ),
+    ];
+    for (case, policy, jobs, expected, kept) in cases {
+        let decision = decide(bundles(0), vec![observed(jobs)], &[policy]);
+        let pool = &decision.pools[0];
+        assert_eq!(withdrawn(pool), expected, "{case}");
+        assert_eq!(
+            pool.surplus,
+            expected.len(),
+            "{case}: the probe is no surplus"
+        );
+        let probe = pool.reasons.iter().find_map(|r| match r {
+            Reason::KeptAsProbe { job_id, .. } => Some(job_id.as_str()),
+            _ => None,
+        });
+        assert_eq!(probe, kept, "{case}");
+        assert!(
+            !pool.stops.iter().any(|s| Some(s.as_str()) == kept),
+            "{case}"
+        );
+    }
+    let decision = decide(
+        bundles(0),
+        vec![observed(vec![pending("old", 900)])],
+        &[with(Some(300), Some(600))],
+    );
+    let said = decision.pools[0].reasons.iter().map(|r| r.to_string());
+    assert!(
+        said.clone().any(|s| s
+            == "keep job old though not needed: pending 900 s, past spill_after 300 s, its wait \
+                sends the next bundles elsewhere at once and its start will say the queue has \
+                moved (pending costs nothing)"),
+        "{:?}",
+        said.collect::<Vec<_>>()
+    );
 }
 
 /// A withdrawal is said with its figures, true of the decision beside it.

@@ -177,7 +177,8 @@ pool_rules! {
         pub checkin_timeout: Option<u64>,
         /// Seconds a pending job of this manager may stay unneeded (beyond the pool's busy
         /// workers, its min and the staged bundles it could run) before it is withdrawn:
-        /// cancelled before it starts (target mode).
+        /// cancelled before it starts (target mode). Unset: at the second decision in a row
+        /// that finds it unneeded; longer keeps a job's place in a queue that ranks by age.
         #[key(
             seconds: true,
             example: Some("300"),
@@ -345,7 +346,7 @@ mod tests {
     }
 
     #[test]
-    fn withdraw_after_is_the_policys_or_a_minute() {
+    fn withdraw_after_is_the_policys_or_none() {
         let settings = super::super::Settings::default();
         let shape = crate::WorkerShape::from_flags(1, 0, 1024);
         let rules = |extra: serde_json::Value| {
@@ -357,7 +358,7 @@ mod tests {
             serde_json::from_value::<PoolRules>(entry).unwrap()
         };
         let policy = rules(serde_json::json!({})).policy(&settings, shape);
-        assert_eq!(policy.withdraw_after, std::time::Duration::from_secs(60));
+        assert_eq!(policy.withdraw_after, std::time::Duration::ZERO);
         let policy = rules(serde_json::json!({"withdraw_after": 300})).policy(&settings, shape);
         assert_eq!(policy.withdraw_after, std::time::Duration::from_secs(300));
     }

@@ -119,6 +119,10 @@ pub struct SimConfig {
     /// pool's own is its policy's. Budgets apply as the manager applies them: the simulated
     /// run's days are rolling days from its start.
     pub budget: crate::budget::BudgetLimits,
+    /// The `request_queue` the manager sees for the trace's bundle *i*, where one is given
+    /// (else the trace's own): a bench's clairvoyant router, which sends each bundle to the
+    /// pool whose tag it names while the server still dispatches by the bundle's own queue.
+    pub route: Vec<String>,
 }
 
 impl Default for SimConfig {
@@ -137,6 +141,7 @@ impl Default for SimConfig {
             preemptible: Default::default(),
             server_model: true,
             budget: Default::default(),
+            route: Vec::new(),
         }
     }
 }
@@ -162,6 +167,11 @@ pub struct Platform {
     /// when the pool's workers are preemptible ([`SimConfig::preemptible`]), and lost
     /// otherwise (CodaLab 1.7.5 marks them `worker_offline`, and nothing stages them again).
     pub reclaim: Option<Duration>,
+    /// Slurm's start forecast (`squeue --start`, which the backfill pass computes from the
+    /// time limits of the jobs ahead): a job pending in a busy spell is listed with the
+    /// spell's end as its expected start, as Slurm forecasts when the others' limits end with
+    /// the spell. Off: no forecast (no backfill pass, or a platform that gives none).
+    pub forecast: bool,
 }
 
 impl SimConfig {

@@ -85,11 +85,50 @@ fn a_check_in_on_one_pool_is_not_taken_for_another_pools_queued_job() {
     let report = simulate(&two, &pools(Some(600)), &config()).unwrap();
     let (slurm, cloud) = (&report.pools[0], &report.pools[1]);
     // The first spills; its cloud worker checks in at 665 s (launch uniques differ across
-    // pools, so that check-in is not the Slurm job's) and takes it, so the Slurm job, still
-    // queued and no longer needed, is withdrawn a minute later. The second bundle at 2000 s
-    // gets a new Slurm job, queued too, and spills as well, to a second cloud worker.
-    assert_eq!((slurm.launches, cloud.launches), (2, 2));
+    // pools, so that check-in is not the Slurm job's) and takes it. The Slurm job, still
+    // queued and no longer needed, has pended past spill_after: it is kept as the pool's
+    // probe, not withdrawn. The second bundle at 2000 s is planned on it, reads its wait
+    // (2000 s, past 600 s) and spills at once, to a second cloud worker active 60 s later.
+    assert_eq!((slurm.launches, cloud.launches), (1, 2));
     assert_eq!((slurm.bundles_run, cloud.bundles_run), (0, 2));
+    assert_eq!(slurm.withdrawn, 0);
+    assert!(
+        cloud.wait.p50_seconds.is_some_and(|w| w < 70.0),
+        "{cloud:?}"
+    );
+}
+
+#[test]
+fn with_slurms_forecast_the_first_bundle_of_a_busy_spell_spills_at_once() {
+    // #42 item 4: Slurm forecasts the queued job's start at the spell's end (3600 s). The
+    // estimate reads it at the first listing, past spill_after: the bundle spills then,
+    // not once the job's age has passed 600 s (665 s without it, above).
+    let mut config = config();
+    config.platforms.get_mut("slurm").unwrap().forecast = true;
+    let report = simulate(&one_bundle(), &pools(Some(600)), &config).unwrap();
+    let cloud = &report.pools[1];
+    assert_eq!(cloud.bundles_run, 1, "{cloud:?}");
+    assert_eq!(cloud.wait.max_seconds, Some(65.0), "{cloud:?}");
+}
+
+/// Issue #42's withdraw made every burst in a busy spell wait `spill_after` again: the queued
+/// job that knew the queue was withdrawn once its bundle spilled. The probe keeps it.
+#[test]
+fn each_burst_of_a_busy_spell_after_the_first_spills_at_once() {
+    let csv: String = std::iter::once("time,cpus,duration\n".to_owned())
+        .chain((0..4).map(|i| format!("{},1,100\n", i * 900)))
+        .collect();
+    let workload = Workload::parse(&csv).unwrap();
+    let report = simulate(&workload, &pools(Some(300)), &config()).unwrap();
+    let (slurm, cloud) = (&report.pools[0], &report.pools[1]);
+    assert_eq!((slurm.launches, cloud.bundles_run), (1, 4), "{slurm:?}");
+    // The first waits spill_after and a cloud start; the other three at most a cloud start
+    // (one lands on the first cloud worker, still idle).
+    assert_eq!(cloud.wait.max_seconds, Some(365.0), "{cloud:?}");
+    assert!(
+        cloud.wait.p50_seconds.is_some_and(|w| w < 70.0),
+        "{cloud:?}"
+    );
 }
 
 #[test]
@@ -215,15 +254,16 @@ fn hedged(hedge_after: u64, per_day: u32) -> Vec<PoolPolicy> {
 }
 
 #[test]
-fn past_hedge_after_the_paid_pool_launches_too_and_the_free_pools_job_is_withdrawn() {
+fn past_hedge_after_the_paid_pool_launches_too_and_its_worker_runs_the_bundle() {
     // #42 item 2. The bundle pends on Slurm's busy hour; past its check-in time its wait
     // reads as its age, past the 60 s accepted: the cloud launches for it too, and its worker
-    // runs it. Slurm's job, still pending and needed by nothing, is withdrawn.
+    // runs it. Slurm's job, still pending and needed by nothing, has pended past hedge_after:
+    // it is kept as the pool's probe of its queue, not withdrawn.
     let report = simulate(&one_bundle(), &hedged(60, 5), &config()).unwrap();
     let (slurm, cloud) = (&report.pools[0], &report.pools[1]);
     assert_eq!((slurm.launches, cloud.launches), (1, 1));
     assert_eq!(cloud.bundles_run, 1, "the paid pool's worker runs it");
-    assert_eq!(slurm.withdrawn, 1, "the free pool's launch is cancelled");
+    assert_eq!(slurm.withdrawn, 0, "the free pool's launch is its probe");
     // Without a hedge the bundle waits out the hour (the first test): hedged, it starts
     // minutes in.
     assert!(

@@ -96,9 +96,14 @@ fn platform_key(platform: &mut Platform, pair: &str) -> Result<(), String> {
             }
             platform.reclaim = Some(mean);
         }
+        "forecast" => {
+            platform.forecast = (value.trim().parse())
+                .map_err(|_| format!("forecast `{value}` is not true or false"))?;
+        }
         other => {
             return Err(format!(
-                "unknown key `{other}`: use latency, slots, busy, stockout, preempt, reclaim"
+                "unknown key `{other}`: use latency, slots, busy, stockout, preempt, reclaim, \
+                 forecast"
             ));
         }
     }
@@ -135,8 +140,8 @@ mod tests {
     #[test]
     fn platforms_are_pool_colon_keys() {
         let spec = |s: &str| vec![s.to_owned()];
-        let text =
-            "a:latency=30-60,slots=4,busy=7200/3600,stockout=3600/600,preempt=0.2,reclaim=7200";
+        let text = "a:latency=30-60,slots=4,busy=7200/3600,stockout=3600/600,preempt=0.2,reclaim=7200,\
+             forecast=true";
         let parsed = platforms(&spec(text), &pools()).unwrap();
         let s = Duration::from_secs;
         assert_eq!(
@@ -148,6 +153,7 @@ mod tests {
                 stockout: Some((s(3600), s(600))),
                 preempt: 0.2,
                 reclaim: Some(s(7200)),
+                forecast: true,
             }
         );
         for (bad, says) in [
@@ -160,6 +166,7 @@ mod tests {
             ("a:preempt=2", "not a share between 0 and 1"),
             ("a:reclaim=0", "reclaim `0`: the mean must be positive"),
             ("a:reclaim=soon", "`soon` is not a whole number of seconds"),
+            ("a:forecast=yes", "forecast `yes` is not true or false"),
         ] {
             let error = platforms(&spec(bad), &pools()).unwrap_err().to_string();
             assert!(error.contains(says) && error.contains(bad), "{error}");

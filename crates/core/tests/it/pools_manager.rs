@@ -241,17 +241,17 @@ async fn a_stuck_pending_job_is_stopped_and_replaced_on_the_other_pool() {
     );
 }
 
-/// A pending job whose bundle went away is withdrawn once the pool has had it to spare for a
-/// minute: stopped on the platform, with a `withdrawn` stop, a `launch_withdrawn` event and
-/// counter, and no backoff (the pool launches again at once for a new bundle).
+/// A pending job whose bundle went away is withdrawn once the pool has had it to spare for its
+/// `withdraw_after` (a minute here; at once by default): stopped on the platform, with a
+/// `withdrawn` stop, a `launch_withdrawn` event and counter, and no backoff (the pool
+/// launches again at once for a new bundle).
 #[tokio::test]
-async fn a_pending_job_no_bundle_needs_is_withdrawn_after_a_minute_with_no_backoff() {
-    let mut s = setup(
-        vec![cpu_bundle(1), cpu_bundle(2)],
-        cpu_policy(),
-        gpu_policy(),
-    )
-    .await;
+async fn a_pending_job_no_bundle_needs_is_withdrawn_after_withdraw_after_with_no_backoff() {
+    let cpu = PoolPolicy {
+        withdraw_after: Duration::from_secs(60),
+        ..cpu_policy()
+    };
+    let mut s = setup(vec![cpu_bundle(1), cpu_bundle(2)], cpu, gpu_policy()).await;
     s.manager.tick().await.unwrap();
     assert_eq!(s.cpu.launches().len(), 2);
     s.server.set_bundles(vec![cpu_bundle(1)]);

@@ -54,39 +54,44 @@ fn pool(launch_mode: LaunchMode) -> PoolPolicy {
     }
 }
 
-/// One row per policy.
+/// One row per policy; then before #29 and ours again with runs ten times shorter (where
+/// packing pays, and where launches the server leaves unused show).
 pub fn measure(quick: bool) -> Vec<Value> {
     let workload = workload(if quick { 3 } else { 12 });
+    let mut shorter = workload.clone();
+    for arrival in &mut shorter.arrivals {
+        arrival.duration_ms /= 10;
+    }
     let variants = [
-        (
-            "upstream (compat, one bundle a worker)",
-            LaunchMode::Compat,
-            false,
-        ),
-        (
-            "ours before #29 (one bundle a worker)",
-            LaunchMode::Target,
-            false,
-        ),
-        (
-            "ours, server's dispatch model (#29)",
-            LaunchMode::Target,
-            true,
-        ),
+        (UPSTREAM, LaunchMode::Compat, false, &workload),
+        (BEFORE, LaunchMode::Target, false, &workload),
+        (OURS, LaunchMode::Target, true, &workload),
+        (BEFORE, LaunchMode::Target, false, &shorter),
+        (OURS, LaunchMode::Target, true, &shorter),
     ];
     let mut rows = Vec::new();
-    for (name, launch_mode, server_model) in variants {
+    for (name, launch_mode, server_model, workload) in variants {
         let config = SimConfig {
             start_latency: (Duration::from_secs(60), Duration::from_secs(120)),
             quotas: [("carol".to_owned(), 1)].into(),
             server_model,
             ..SimConfig::default()
         };
-        let report = simulate(&workload, &[pool(launch_mode)], &config).expect("valid settings");
-        rows.push(row(name, &workload, &report));
+        let report = simulate(workload, &[pool(launch_mode)], &config).expect("valid settings");
+        let name = match std::ptr::eq(workload, &shorter) {
+            true => format!("{name}{SHORTER}"),
+            false => name.to_owned(),
+        };
+        rows.push(row(&name, workload, &report));
     }
     rows
 }
+
+const UPSTREAM: &str = "upstream (compat, one bundle a worker)";
+const BEFORE: &str = "ours before #29 (one bundle a worker)";
+const OURS: &str = "ours, server's dispatch model (#29)";
+/// The suffix of the rows whose runs are ten times shorter.
+const SHORTER: &str = ", runs ×0.1";
 
 fn row(name: &str, workload: &Workload, report: &SimReport) -> Value {
     let pool = &report.pools[0];
@@ -101,6 +106,7 @@ fn row(name: &str, workload: &Workload, report: &SimReport) -> Value {
         "finished": report.finished,
         "launches": pool.launches,
         "unused_launches": pool.unused_launches,
+        "withdrawn": pool.withdrawn,
         "worker_seconds": (pool.worker_hours * 3600.0).round() as u64,
         "busy_seconds": (pool.busy_hours * 3600.0).round() as u64,
         "wait_p50_s": report.total_wait.p50_seconds,
@@ -130,8 +136,8 @@ pub fn render(out: &mut String, results: &Value) {
          60–120 s, idle exit 600 s as `--worker-idle-seconds`' default); every twentieth bundle is carol's, `parallel_run_quota` 1, the \
          manager runs as `codalab`. Unused: workers that ended without running a bundle. \
          Measured with real `cl-worker`s, scaled down to this machine, in the next section.\n\n\
-         | policy | finished | launches | unused | worker-seconds | of which running a bundle | wait p50 | wait p90 | estimate error p90, new worker (n) | all estimates p90 (n) |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+         | policy | finished | launches | unused | withdrawn | worker-seconds | of which running a bundle | wait p50 | wait p90 | estimate error p90, new worker (n) | all estimates p90 (n) |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     let seconds = crate::report::seconds;
     let estimate = |v: &Value| {
@@ -142,11 +148,14 @@ pub fn render(out: &mut String, results: &Value) {
     for row in rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             row["policy"].as_str().unwrap_or("?"),
             row["finished"],
             row["launches"],
             row["unused_launches"],
+            row["withdrawn"]
+                .as_u64()
+                .map_or("—".into(), |n| n.to_string()),
             row["worker_seconds"],
             row["busy_seconds"],
             seconds(&row["wait_p50_s"]),
@@ -155,8 +164,80 @@ pub fn render(out: &mut String, results: &Value) {
             estimate(&row["estimate_all"]),
         );
     }
-    if let [_, before, ours] = rows {
+    let named = |name: &str| rows.iter().find(|row| row["policy"] == name);
+    if let (Some(before), Some(ours)) = (named(BEFORE), named(OURS)) {
         floor(out, before, ours);
+    }
+    let traces = [("the trace", "", 0.01), ("runs ×0.1", SHORTER, 0.02)];
+    let pairs: Vec<Pair> = (traces.into_iter())
+        .filter_map(|(trace, suffix, limit)| {
+            Some(Pair {
+                trace,
+                limit,
+                before: named(&format!("{BEFORE}{suffix}"))?,
+                ours: named(&format!("{OURS}{suffix}"))?,
+            })
+        })
+        .collect();
+    withdraw_targets(out, &pairs);
+}
+
+/// Before #29 and ours on one trace, with the share of launches unused the target allows.
+struct Pair<'a> {
+    trace: &'static str,
+    limit: f64,
+    before: &'a Value,
+    ours: &'a Value,
+}
+
+/// #42's targets for withdrawing launches (targets-2026-11-27, C): on the trace and on the
+/// same with runs ten times shorter, launches never used ≤ 1 % and ≤ 2 % of launches;
+/// worker-seconds ≤ 1.02× the no-waste floor (before #29's, less its unused workers' idle
+/// exits); wait p90 ≤ before #29's.
+fn withdraw_targets(out: &mut String, pairs: &[Pair]) {
+    let idle = SimConfig::default().worker_idle.as_secs();
+    let _ = writeln!(
+        out,
+        "\nWithdrawing launches no bundle needs any more (#42; targets: unused ≤ 1 % of \
+         launches, ≤ 2 % with runs ×0.1; worker-seconds ≤ 1.02× the no-waste floor; wait p90 ≤ \
+         before #29's):\n"
+    );
+    for pair in pairs {
+        let (before, ours) = (pair.before, pair.ours);
+        let count = |row: &Value, key: &str| row[key].as_u64().unwrap_or(0);
+        let launches = count(ours, "launches").max(1);
+        let unused = count(ours, "unused_launches") as f64 / launches as f64;
+        let floor = count(before, "worker_seconds")
+            .saturating_sub(count(before, "unused_launches") * idle)
+            .max(1);
+        let cost = count(ours, "worker_seconds") as f64 / floor as f64;
+        let p90 = |row: &Value| row["wait_p90_s"].as_f64().unwrap_or(f64::NAN);
+        let missed: Vec<&str> = [
+            (unused <= pair.limit, "unused"),
+            (cost <= 1.02, "worker-seconds"),
+            (p90(ours) <= p90(before), "p90"),
+        ]
+        .iter()
+        .filter(|(ok, _)| !ok)
+        .map(|(_, what)| *what)
+        .collect();
+        let verdict = match missed.as_slice() {
+            [] => "met".to_owned(),
+            _ => format!("not met ({})", missed.join(", ")),
+        };
+        let _ = writeln!(
+            out,
+            "- {}: {} of {launches} launches unused ({:.1} %), {} withdrawn; \
+             worker-seconds {:.3}× the floor ({floor}); p90 {:.0} s against before #29's {:.0} s: \
+             {verdict}",
+            pair.trace,
+            count(ours, "unused_launches"),
+            unused * 100.0,
+            count(ours, "withdrawn"),
+            cost,
+            p90(ours),
+            p90(before),
+        );
     }
 }
 

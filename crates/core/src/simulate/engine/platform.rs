@@ -35,6 +35,12 @@ impl PlatformState {
         self.platform.slots.is_some() || self.platform.busy.is_some()
     }
 
+    /// When the platform forecasts a job queued at `now` to get a place: the busy spell's end,
+    /// if it forecasts ([`Platform::forecast`]) and a spell holds `now`.
+    pub fn forecast(&self, now: u64) -> Option<u64> {
+        spell_until(self.platform.busy, now).filter(|_| self.platform.forecast)
+    }
+
     /// Whether the platform gives no place at `now`.
     fn full(&self, now: u64) -> bool {
         let taken = (self.platform.slots).is_some_and(|slots| self.placed >= slots as usize);

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::policy::Reason;
 use crate::pools::{PoolDecision, PoolsDecision, PoolsObservation};
 use crate::status::TickEvent;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 /// What the observe step gives the rest of the tick.
 struct Observed {
@@ -63,7 +63,7 @@ impl Sim<'_> {
         let mut traces: Vec<PoolTrace> = Vec::new();
         let listings = (0..self.policies.len())
             .map(|pool| {
-                let jobs = self.listing(pool);
+                let jobs = self.listing(pool, now);
                 if tracing {
                     traces.push(PoolTrace {
                         listing: jobs.clone(),
@@ -169,9 +169,12 @@ impl Sim<'_> {
         self.trace.get_or_insert_default().push(trace);
     }
 
-    /// Pool `pool`'s jobs, as its platform lists them: a job that ended is listed once more
-    /// (failed or preempted), then gone.
-    fn listing(&mut self, pool: usize) -> Vec<WorkerJob> {
+    /// Pool `pool`'s jobs, as its platform lists them at `now`: a job that ended is listed
+    /// once more (failed or preempted), then gone; a queued one with its platform's forecast
+    /// of its start, if it makes one.
+    fn listing(&mut self, pool: usize, now: Duration) -> Vec<WorkerJob> {
+        let forecast = (self.platforms[pool].forecast(now.as_millis() as u64))
+            .map(|at| UNIX_EPOCH + START + Duration::from_millis(at));
         let jobs = &mut self.jobs;
         self.pool_jobs[pool].retain(|&j| jobs[j as usize].phase != Phase::Gone);
         // A queue (Slurm) runs a job it gives a place: RUNNING while its worker starts.
@@ -195,6 +198,7 @@ impl Sim<'_> {
                 };
                 WorkerJob {
                     reason: job.queued.then(|| "Resources".to_owned()),
+                    expected_start: forecast.filter(|_| job.queued),
                     ..WorkerJob::new(job.id.clone(), state)
                 }
             })
