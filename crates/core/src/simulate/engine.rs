@@ -305,9 +305,7 @@ impl<'a> Sim<'a> {
             request_cpus: arrival.cpus,
             request_gpus: arrival.gpus,
             request_memory: arrival.memory_bytes,
-            request_queue: (self.config.route.get(bundle as usize))
-                .map_or_else(|| self.workload.queue_of(arrival), String::as_str)
-                .to_owned(),
+            request_queue: self.workload.queue_of(arrival).to_owned(),
             owner_id: Some(self.workload.owner_of(arrival))
                 .filter(|o| !o.is_empty())
                 .map(str::to_owned),

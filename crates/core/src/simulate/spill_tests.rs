@@ -291,3 +291,35 @@ fn the_paying_pool_launches_no_more_hedges_a_day_than_it_takes() {
     assert_eq!(report.pools[1].launches, 3, "{:?}", report.pools[1]);
     assert_eq!(report.finished, 20);
 }
+
+/// `SimConfig::route` (a bench's clairvoyant router): the plan sends a bundle to the pool its
+/// route names; the server dispatches it by its own queue, to any worker idle.
+#[test]
+fn a_routed_bundle_is_planned_on_its_pool_and_dispatched_as_the_server_does() {
+    let mut tagged = pools(None);
+    for pool in &mut tagged {
+        pool.tag = Some(pool.name.clone());
+    }
+    let routed = SimConfig {
+        route: vec!["cloud".into()],
+        ..SimConfig::default()
+    };
+    // Config order launches on `slurm`; routed, on `cloud`, which runs it.
+    let report = simulate(&one_bundle(), &tagged, &SimConfig::default()).unwrap();
+    assert_eq!((report.pools[0].launches, report.pools[1].launches), (1, 0));
+    let report = simulate(&one_bundle(), &tagged, &routed).unwrap();
+    let (slurm, cloud) = (&report.pools[0], &report.pools[1]);
+    assert_eq!((slurm.launches, cloud.launches), (0, 1));
+    assert_eq!(cloud.bundles_run, 1);
+    // The second bundle, routed to `cloud`, arrives when the first one's `slurm` worker is
+    // idle: the server gives it that worker, and `cloud` buys nothing.
+    let two = Workload::parse("time,cpus,duration\n0,1,100\n300,1,100\n").unwrap();
+    let routed = SimConfig {
+        route: vec!["slurm".into(), "cloud".into()],
+        ..SimConfig::default()
+    };
+    let report = simulate(&two, &tagged, &routed).unwrap();
+    let (slurm, cloud) = (&report.pools[0], &report.pools[1]);
+    assert_eq!((slurm.bundles_run, cloud.launches), (2, 0), "{cloud:?}");
+}
+

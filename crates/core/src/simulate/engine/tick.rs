@@ -233,7 +233,9 @@ impl Sim<'_> {
     }
 
     /// The staged bundles as the manager's search returns them: arrival order, at most
-    /// the class's `view_cap` of each class (see the module doc).
+    /// the class's `view_cap` of each class (see the module doc); each with the queue
+    /// [`SimConfig::route`](super::super::SimConfig::route) gives it, if any (the server
+    /// dispatches by its own).
     fn policy_view(&self) -> Vec<StagedBundle> {
         let mut picked: Vec<u32> = self
             .classes
@@ -242,7 +244,16 @@ impl Sim<'_> {
             .flat_map(|c| c.queue.iter().take(c.view_cap).copied())
             .collect();
         picked.sort_unstable();
-        picked.into_iter().map(|b| self.staged_bundle(b)).collect()
+        let routed = |b: u32, bundle: StagedBundle| match self.config.route.get(b as usize) {
+            Some(queue) => StagedBundle {
+                request_queue: queue.clone(),
+                ..bundle
+            },
+            None => bundle,
+        };
+        (picked.into_iter())
+            .map(|b| routed(b, self.staged_bundle(b)))
+            .collect()
     }
 
     /// Stops job `id` of `pool` (`withdrawn`: a pending job no longer needed; else a stuck
