@@ -261,6 +261,44 @@ fn a_job_pending_past_the_checkin_time_is_queued_and_new_workers_queue_behind_it
 }
 
 #[test]
+fn a_young_pending_job_waits_behind_the_queued_job_launched_before_it() {
+    // Job q has been pending 2700 s (Resources); job new was launched 10 s ago on the same
+    // pool: a queue starts its jobs in order, so new does not check in in 30 s but behind q.
+    // A running (placed) job and an older one are not behind anything.
+    let pool = PoolTimes {
+        coming: vec![
+            starting("q", 2700, true),
+            starting("new", 10, true),
+            starting("boot", 20, false),
+        ],
+        ..times()
+    };
+    assert_eq!(
+        (
+            pool.worker_wait(0),
+            pool.worker_wait(1),
+            pool.worker_wait(2)
+        ),
+        (2700, 2700, 20)
+    );
+    assert_eq!(pool.wait_basis(1), "job q pending 45 min: Resources");
+    assert_eq!(pool.wait_basis(2), "a worker checks in in ~40 s");
+    // A job with its platform's own forecast keeps it: the platform knows the order.
+    let forecast = PoolTimes {
+        coming: vec![
+            starting("q", 2700, true),
+            Starting {
+                forecast: Some(90),
+                ..starting("new", 10, true)
+            },
+        ],
+        ..times()
+    };
+    assert_eq!(forecast.worker_wait(1), 90 + 40);
+    assert!(forecast.forecast_used(1));
+}
+
+#[test]
 fn minutes_reads_as_a_person_would_say_it() {
     assert_eq!(minutes(45), "45 s");
     assert_eq!(minutes(119), "119 s");

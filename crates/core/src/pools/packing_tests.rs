@@ -227,6 +227,32 @@ fn checked_in_workers_with_room_take_bundles_and_buy_nothing() {
 }
 
 #[test]
+fn a_bundle_put_on_a_checked_in_worker_keeps_the_pools_pending_job_until_it_starts() {
+    // The model puts the bundle on the busy worker with room; the server, which sees the
+    // memory that worker uses (the model cannot), may not start it there. So the pool's
+    // pending job is needed until the bundle leaves staged, then withdrawn.
+    let policy = pool(10);
+    let mut view = as_root();
+    let unique = "0123456789abcdef0123456789abcdef";
+    view.workers = vec![worker(&format!("host-{unique}"), ROOT, 4, 1, 1)];
+    let busy = job(
+        unique,
+        JobState::Active,
+        JobCheckin::CheckedIn {
+            runs: 1,
+            terminating: false,
+        },
+    );
+    let pending = || job("p", JobState::Pending, JobCheckin::default());
+    let jobs = vec![busy.clone(), pending()];
+    let staged = plan(bundles("7", 0, 1, 1), jobs, &policy, Some(view.clone()));
+    assert_eq!(staged.on_workers.len(), 1);
+    assert!(staged.pools[0].stops.is_empty(), "{:?}", staged.pools[0]);
+    let started = plan(Vec::new(), vec![busy, pending()], &policy, Some(view));
+    assert_eq!(started.pools[0].stops, ["p"]);
+}
+
+#[test]
 fn bundles_past_their_owners_quota_buy_nothing() {
     // `get_user_parallel_run_quota_left`: the manager runs as root, its workers are shared,
     // and bob (id 7) may run one more bundle on shared workers.

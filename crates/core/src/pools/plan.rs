@@ -90,9 +90,10 @@ pub(super) struct Assignment {
     demand: Vec<usize>,
     /// Per pool: the workers those bundles fill (each waiting bundle counts one).
     pub(super) workers: Vec<usize>,
-    /// Per pool: the bundles that wait for a worker (assigned to any pool, or waiting for
-    /// room) and that it could run: what its pending jobs may still be needed for, though the
-    /// bundles went to another pool (spilled: the first worker that checks in takes them).
+    /// Per pool: the bundles that wait for a worker (assigned to any pool, waiting for room, or
+    /// put on a checked-in worker the server has not started them on) and that it could run:
+    /// what its pending jobs may still be needed for, though the bundles went elsewhere
+    /// (spilled: the first worker that checks in takes them).
     fitting: Vec<usize>,
 }
 
@@ -151,17 +152,7 @@ pub(super) fn assignment(
     for p in (0..slots.len()).filter(|&p| slots[p].compat) {
         workers[p] = demand[p];
     }
-    let mut fitting = vec![0usize; policies.len()];
-    // A hedged bundle is assigned twice and waits once.
-    let assigned_bundles: std::collections::BTreeSet<usize> =
-        assigned.assigned.iter().map(|(_, b, ..)| *b).collect();
-    let waiting_for_workers = (assigned_bundles.iter().map(|b| &bundles[*b]))
-        .chain(bundles.iter().filter(|b| waiting.contains(b.uuid.as_str())));
-    for bundle in waiting_for_workers {
-        for (p, policy) in policies.iter().enumerate() {
-            fitting[p] += usize::from(misfit(policy, bundle).is_none());
-        }
-    }
+    let fitting = fitting(bundles, policies, &assigned, &waiting);
     Assignment {
         censuses,
         assigned,
@@ -169,6 +160,36 @@ pub(super) fn assignment(
         workers,
         fitting,
     }
+}
+
+/// Per pool, the bundles that wait for a worker and that it could run
+/// ([`Assignment::fitting`]): those assigned to a pool (a hedged one once), those waiting for
+/// room (`waiting`), and those the dispatch model puts on a checked-in worker, which wait too
+/// until the server starts them (the model cannot see the memory a worker uses, so the
+/// server may not).
+fn fitting(
+    bundles: &[StagedBundle],
+    policies: &[PoolPolicy],
+    assigned: &Assigned,
+    waiting: &std::collections::HashSet<&str>,
+) -> Vec<usize> {
+    let assigned_bundles: std::collections::BTreeSet<usize> =
+        assigned.assigned.iter().map(|(_, b, ..)| *b).collect();
+    let on_workers: std::collections::HashSet<&str> = (assigned.on_workers.iter())
+        .map(|b| b.uuid.as_str())
+        .collect();
+    let still_staged = |b: &&StagedBundle| {
+        waiting.contains(b.uuid.as_str()) || on_workers.contains(b.uuid.as_str())
+    };
+    let waiting_for_workers =
+        (assigned_bundles.iter().map(|b| &bundles[*b])).chain(bundles.iter().filter(still_staged));
+    let mut fitting = vec![0usize; policies.len()];
+    for bundle in waiting_for_workers {
+        for (p, policy) in policies.iter().enumerate() {
+            fitting[p] += usize::from(misfit(policy, bundle).is_none());
+        }
+    }
+    fitting
 }
 
 /// Why a pool takes no bundle this tick (unobserved, backing off, stuck or lost job), if so.

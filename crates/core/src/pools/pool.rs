@@ -119,13 +119,14 @@ pub struct PoolPolicy {
 }
 
 impl PoolPolicy {
-    /// `withdraw_after` when unset: none. A job is withdrawn at the second decision in a row
-    /// that finds it unneeded (the first starts the count): a platform starts a pending job
-    /// within a minute or two, so a surplus
+    /// `withdraw_after` when unset: none. A job is withdrawn at the first decision that finds
+    /// it unneeded: a platform starts a pending job within a minute or two, so a surplus
     /// waited for is mostly a worker that boots, finds nothing and idles out (in the #29
-    /// bench, 4.3 % of launches unused at a minute, 1.1 % at none). A bundle that leaves and
-    /// comes back costs one launch again. The staged read never hides bundles a pending
-    /// job is needed for ([`crate::pools::Need`]).
+    /// bench, 4.3 % of launches unused at a minute, 1.1 % at one tick, 0.5 % at once). The
+    /// price: a launch withdrawn is not there for the next bundle that arrives (the simulate
+    /// golden trace: wait p50 0 → ~40 s on 4 of 10 seeds, 4 % fewer worker-hours), which a
+    /// longer `withdraw_after` buys back. The staged read never hides bundles a pending job is
+    /// needed for ([`crate::pools::Need`]).
     pub const DEFAULT_WITHDRAW_AFTER: Duration = Duration::ZERO;
 
     /// A target-mode pool with `min` 0, upstream's `max` and pacing, and otherwise the

@@ -252,7 +252,7 @@ fn target_rules_table() {
             vec!["want_workers", "target"],
         ),
         (
-            "pending covers demand",
+            "pending covers demand, and the one too many is withdrawn",
             none,
             2,
             0,
@@ -261,7 +261,12 @@ fn target_rules_table() {
             None,
             0,
             2,
-            vec!["want_workers", "target", "pending_covers_demand"],
+            vec![
+                "want_workers",
+                "target",
+                "pending_covers_demand",
+                "withdrawn",
+            ],
         ),
         (
             "min with nothing staged",

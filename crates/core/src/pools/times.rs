@@ -100,7 +100,9 @@ impl PoolTimes {
     /// time, and not before the queued job ahead of it.
     pub fn worker_wait(&self, worker: usize) -> u64 {
         match self.starting_at(worker) {
-            Some(starting) => self.wait_of(starting),
+            Some(starting) => (self.ahead_of(starting))
+                .map_or(0, |s| self.wait_of(s))
+                .max(self.wait_of(starting)),
             None => (self.ahead())
                 .map_or(0, |s| self.wait_of(s))
                 .max(self.checkin_seconds),
@@ -111,7 +113,7 @@ impl PoolTimes {
     /// pending 35 min: Resources" or "a worker checks in in ~2 min".
     pub fn wait_basis(&self, worker: usize) -> String {
         let queued = match self.starting_at(worker) {
-            Some(starting) => Some(starting).filter(|s| self.is_queued(s)),
+            Some(starting) => self.rests_on(starting),
             None => self.ahead(),
         };
         let Some(s) = queued else {
@@ -162,12 +164,33 @@ impl PoolTimes {
     /// (of that starting worker, or of the queued one a new worker waits behind).
     pub fn forecast_used(&self, worker: usize) -> bool {
         let starting = match self.starting_at(worker) {
-            Some(starting) => Some(starting),
+            Some(starting) => self.rests_on(starting),
             None => self
                 .ahead()
                 .filter(|s| self.wait_of(s) >= self.checkin_seconds),
         };
         starting.is_some_and(|s| s.forecast().is_some())
+    }
+
+    /// The queued job ahead of pending `starting` (submitted before it) that it would wait
+    /// behind the longest, if any, and if `starting` has no forecast of its own (a queue
+    /// starts its jobs in order: a job launched a moment ago on a pool whose older job has
+    /// waited an hour does not start in a minute).
+    fn ahead_of(&self, starting: &Starting) -> Option<&Starting> {
+        if !starting.pending || starting.forecast().is_some() {
+            return None;
+        }
+        (self.waiting())
+            .filter(|s| s.age > starting.age && self.is_queued(s))
+            .max_by_key(|s| self.wait_of(s))
+    }
+
+    /// The job the wait of starting worker `starting` rests on: the queued one ahead of it
+    /// when that one's wait is the longer, else itself when it is queued.
+    fn rests_on<'a>(&'a self, starting: &'a Starting) -> Option<&'a Starting> {
+        let ahead =
+            (self.ahead_of(starting)).filter(|ahead| self.wait_of(ahead) > self.wait_of(starting));
+        ahead.or(Some(starting).filter(|s| self.is_queued(s)))
     }
 
     /// The queued job a new launch would wait behind the longest, if any.

@@ -14,7 +14,7 @@ use std::time::Duration;
 /// its own, never checked in, not on hold), the most recently submitted first (the platform
 /// would start them last), less the pool's probe ([`probe`]). So what is withdrawn is a launch
 /// no bundle and no minimum waits for; and only once every decision has found a surplus for
-/// the pool's `withdraw_after`.
+/// the pool's `withdraw_after` (none by default: at once).
 pub(super) fn withdraw(
     policy: &PoolPolicy,
     observed: &PoolObservation,
@@ -34,7 +34,9 @@ pub(super) fn withdraw(
         decision.reasons.push(kept);
     }
     let lasted = observed.surplus_for;
-    if lasted.is_none_or(|lasted| lasted < policy.withdraw_after) {
+    let waited = policy.withdraw_after.is_zero()
+        || lasted.is_some_and(|lasted| lasted >= policy.withdraw_after);
+    if !waited {
         return;
     }
     for (pending_for, job_id) in newest_first.into_iter().take(decision.surplus) {

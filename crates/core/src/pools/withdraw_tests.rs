@@ -180,7 +180,7 @@ fn withdraw_rules_table() {
 
 /// A surplus is withdrawn only once the pool's decisions have found one for its
 /// `withdraw_after` (60 s here): the decision says how many jobs are not needed meanwhile.
-/// By default (none), at the second decision in a row that finds it.
+/// By default (none), at the first decision that finds it.
 #[test]
 fn a_surplus_is_withdrawn_once_it_lasted_withdraw_after() {
     let jobs = || vec![pending("old", 300), pending("new", 10)];
@@ -193,7 +193,7 @@ fn a_surplus_is_withdrawn_once_it_lasted_withdraw_after() {
         (&minute, Some(0), 0),
         (&minute, Some(59), 0),
         (&minute, Some(60), 2),
-        (&pool("cpu", 0, 5), None, 0),
+        (&pool("cpu", 0, 5), None, 2),
         (&pool("cpu", 0, 5), Some(0), 2),
     ];
     for (policy, lasted, withdrawn_now) in cases {

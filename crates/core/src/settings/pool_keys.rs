@@ -177,8 +177,9 @@ pool_rules! {
         pub checkin_timeout: Option<u64>,
         /// Seconds a pending job of this manager may stay unneeded (beyond the pool's busy
         /// workers, its min and the staged bundles it could run) before it is withdrawn:
-        /// cancelled before it starts (target mode). Unset: at the second decision in a row
-        /// that finds it unneeded; longer keeps a job's place in a queue that ranks by age.
+        /// cancelled before it starts (target mode). Unset: at the first decision that finds it
+        /// unneeded; longer keeps a job's place in a queue that ranks by age, and a spare
+        /// launch for the next bundle to arrive (lower waits, more idle workers).
         #[key(
             seconds: true,
             example: Some("300"),

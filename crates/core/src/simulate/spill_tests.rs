@@ -322,4 +322,3 @@ fn a_routed_bundle_is_planned_on_its_pool_and_dispatched_as_the_server_does() {
     let (slurm, cloud) = (&report.pools[0], &report.pools[1]);
     assert_eq!((slurm.bundles_run, cloud.launches), (2, 0), "{cloud:?}");
 }
-
