@@ -18,11 +18,11 @@
 //! - `k8s-fake`, `ours-k8s`: Kubernetes calls per tick against the in-repo fake API server;
 //! - `gce-fake`, `ours-gce`: Compute Engine calls per tick against the in-repo fake Compute API;
 //! - `packing`: only the simulated comparison of planning as the server dispatches
-//!   (`packing.rs`, issue #29), printed;
+//!   (`packing.rs`, issue #29), printed (`--merge`: kept in the results and `BENCH.md`);
 //! - `spill`: only the simulated comparison of spilling by estimated wait (`spill.rs`,
-//!   issue #32), printed;
+//!   issues #32 and #42), printed (`--merge`: as `packing`);
 //! - `fallback`: only the simulated comparison of Spot with an on-demand fallback
-//!   (`fallback.rs`, issue #32), printed;
+//!   (`fallback.rs`, issue #32), printed (`--merge`: as `packing`);
 //! - `staged-ready`: only the time from staged to ready with real workers on real Slurm
 //!   (`staged_ready.rs`), merged into the last results;
 //! - `packing-real`: only planning as the server dispatches, measured with real workers on
@@ -66,7 +66,7 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((command, rest)) = args.split_first() else {
         bail!(
-            "usage: bench-harness run [--quick] | staged-ready [--quick] | packing [--quick] | spill [--quick] | fallback [--quick] | packing-real [--before PATH] | server-cost [--quick] [--sizes N,M] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure … | gce-fake … | ours-gce …"
+            "usage: bench-harness run [--quick] | staged-ready [--quick] | packing [--quick | --merge] | spill [--quick | --merge] | fallback [--quick | --merge] | packing-real [--before PATH] | server-cost [--quick] [--sizes N,M] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure … | gce-fake … | ours-gce …"
         );
     };
     match command.as_str() {

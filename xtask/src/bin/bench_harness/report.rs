@@ -9,19 +9,39 @@ use std::path::Path;
 const BEGIN: &str = "<!-- bench:begin (written by `cargo xtask bench`) -->";
 const END: &str = "<!-- bench:end -->";
 
-/// `bench-harness <section> [--quick]` for a simulated section: measures it and prints it
-/// alone, under the results key `key` its `render` reads.
+/// `bench-harness <section> [--quick | --merge]` for a simulated section: measures it and
+/// prints it alone, under the results key `key` its `render` reads; `--merge` (a full run)
+/// also keeps it in `bench/results.json` beside the other sections and rewrites `BENCH.md`'s
+/// table from them, so one section can be brought up to date without the hour-long run.
 pub fn print_section(
     args: &[String],
     key: &str,
     measure: fn(bool) -> Vec<Value>,
     render: fn(&mut String, &Value),
 ) -> anyhow::Result<()> {
-    let quick = args.iter().any(|a| a == "--quick");
+    let (quick, merge) = (has(args, "--quick"), has(args, "--merge"));
+    anyhow::ensure!(
+        !(quick && merge),
+        "--merge keeps full runs only: drop --quick"
+    );
+    let rows = measure(quick);
+    if merge {
+        let path = crate::run::results_path(false)?;
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let mut results: Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+        results[key] = Value::Array(rows);
+        return crate::run::publish(false, &results);
+    }
     let mut out = String::new();
-    render(&mut out, &serde_json::json!({ key: measure(quick) }));
+    render(&mut out, &serde_json::json!({ key: rows }));
     print!("{out}");
     Ok(())
+}
+
+fn has(args: &[String], flag: &str) -> bool {
+    args.iter().any(|a| a == flag)
 }
 
 /// A simulated section's rows under `key`, and the bundles its trace has (from the first).
