@@ -212,19 +212,11 @@ fn withdraw_targets(out: &mut String, pairs: &[Pair]) {
             .max(1);
         let cost = count(ours, "worker_seconds") as f64 / floor as f64;
         let p90 = |row: &Value| row["wait_p90_s"].as_f64().unwrap_or(f64::NAN);
-        let missed: Vec<&str> = [
+        let verdict = crate::report::verdict(&[
             (unused <= pair.limit, "unused"),
             (cost <= 1.02, "worker-seconds"),
             (p90(ours) <= p90(before), "p90"),
-        ]
-        .iter()
-        .filter(|(ok, _)| !ok)
-        .map(|(_, what)| *what)
-        .collect();
-        let verdict = match missed.as_slice() {
-            [] => "met".to_owned(),
-            _ => format!("not met ({})", missed.join(", ")),
-        };
+        ]);
         let _ = writeln!(
             out,
             "- {}: {} of {launches} launches unused ({:.1} %), {} withdrawn; \

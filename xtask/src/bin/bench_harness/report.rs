@@ -44,6 +44,19 @@ fn has(args: &[String], flag: &str) -> bool {
     args.iter().any(|a| a == flag)
 }
 
+/// A target's verdict from its checks (`(held, what)`): `met`, or `not met (p90, cost)`
+/// naming those that failed.
+pub fn verdict(checks: &[(bool, &str)]) -> String {
+    let missed: Vec<&str> = (checks.iter())
+        .filter(|(held, _)| !held)
+        .map(|(_, what)| *what)
+        .collect();
+    match missed.as_slice() {
+        [] => "met".into(),
+        _ => format!("not met ({})", missed.join(", ")),
+    }
+}
+
 /// A simulated section's rows under `key`, and the bundles its trace has (from the first).
 pub fn section_rows<'a>(results: &'a Value, key: &str) -> Option<(&'a [Value], u64)> {
     let rows = results[key].as_array()?;

@@ -325,19 +325,6 @@ fn ratio(row: &Value, to: &Value, key: &str) -> f64 {
         .map_or(f64::NAN, |(a, b)| a / b.max(f64::MIN_POSITIVE))
 }
 
-/// `met`, or what is not.
-fn verdict(misses: &[(bool, &str)]) -> String {
-    let missed: Vec<&str> = misses
-        .iter()
-        .filter(|(ok, _)| !ok)
-        .map(|(_, w)| *w)
-        .collect();
-    match missed.as_slice() {
-        [] => "met".into(),
-        _ => format!("not met ({})", missed.join(", ")),
-    }
-}
-
 /// What hedging buys (#42 item 2), against paid only, the router and spill_after 300 s: the
 /// tail (target: p99 ≤ 1.25× paid only's at a cost ≤ 1.10× the router's), with the paid
 /// launches no bundle used.
@@ -363,7 +350,7 @@ fn hedges(out: &mut String, [paid, router, spill]: [&Value; 3], hedges: &[&Value
              of {} paid launches unused",
             row["policy"].as_str().unwrap_or("?"),
             ratio(row, paid, "wait_p90_s"),
-            verdict(&[(p99 <= 1.25, "p99"), (cost <= 1.10, "cost")]),
+            crate::report::verdict(&[(p99 <= 1.25, "p99"), (cost <= 1.10, "cost")]),
             row["paid_unused"],
             row["paid_launches"],
         );
@@ -402,7 +389,7 @@ fn target(out: &mut String, [paid, router]: [&Value; 2], spills: &[&Value], bund
             "- {}: cost {cost:.3}× the router's, p90 {p90:.2}× paid only's, p99 {p99:.0} s \
              (limit {limit:.0} s): {}",
             spill["policy"].as_str().unwrap_or("?"),
-            verdict(&met),
+            crate::report::verdict(&met),
         );
     }
     let Some(spill) = spills.first() else {
