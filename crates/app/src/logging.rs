@@ -6,4 +6,4 @@ pub mod blocks;
 pub mod escape;
 
 pub use blocks::BlockPrinter;
-pub use escape::{Escaping, escape};
+pub use escape::{Escaping, escape, escape_lines};

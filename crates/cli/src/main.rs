@@ -50,10 +50,9 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            // The chain may quote the server (an error body): no raw control characters.
             eprintln!(
                 "error: {}",
-                codalab_wm_app::logging::escape(&format!("{error:#}"), false)
+                codalab_wm_app::logging::escape_lines(&format!("{error:#}"))
             );
             match error.downcast_ref::<Error>() {
                 Some(Error::Unauthenticated { .. }) => ExitCode::from(EXIT_UNAUTHENTICATED),

@@ -60,6 +60,20 @@ pub fn escape(text: &str, ansi: bool) -> String {
     out
 }
 
+/// A multi-line message (an error's chain, a config file's problems one a line) for the
+/// terminal: each line [`escape`]d, and every later line indented, so that none passes for a
+/// line of its own (`INFO …`) though the text may quote a server.
+pub fn escape_lines(text: &str) -> String {
+    let lines = text.lines().enumerate().map(|(i, line)| {
+        let line = escape(line, false);
+        match i == 0 || line.starts_with(' ') {
+            true => line,
+            false => format!("  {line}"),
+        }
+    });
+    lines.collect::<Vec<_>>().join("\n")
+}
+
 /// The length of the SGR sequence `ESC [ [0-9;]* m` at the start of `text`, 0 if none.
 fn sgr_length(text: &str) -> usize {
     let bytes = text.as_bytes();
@@ -94,6 +108,14 @@ mod tests {
         );
         assert_eq!(escaped("a\tb\n", false), "a\tb\n");
         assert_eq!(escaped("\u{9b}31m\n", false), "\\u{9b}31m\n");
+    }
+
+    #[test]
+    fn lines_stay_lines_and_none_passes_for_a_line_of_its_own() {
+        assert_eq!(
+            escape_lines("bad file:\n  wm.toml:1: x\nINFO forged\u{1b}[2J"),
+            "bad file:\n  wm.toml:1: x\n  INFO forged\\u{1b}[2J"
+        );
     }
 
     #[test]

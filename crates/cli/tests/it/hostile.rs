@@ -75,11 +75,12 @@ async fn control_characters_from_the_server_are_escaped_in_text_logs() {
     assert!(!text.contains('\u{1b}') && !text.contains('\r'), "{text:?}");
     assert!(!text.contains("\nINFO forged"), "{text}");
     // The final error (printed by main, not by the log) is escaped too.
-    server.inject_faults(vec![(500, "boom\r\u{1b}[2J".into())]);
+    server.inject_faults(vec![(500, "boom\r\u{1b}[2J\nINFO forged".into())]);
     let mut command = manager(&["--server", &server.url()]);
     command.args(local(&dir.path().join("state")));
     let (_, text) = run(command).await;
     assert!(text.contains("boom\\u{d}\\u{1b}[2J"), "{text}");
+    assert!(!text.contains("\nINFO forged"), "{text}");
 }
 
 #[tokio::test]
