@@ -133,9 +133,10 @@ impl EstimateMemory {
                     pending: job.state == JobState::Pending,
                     reason: job.reason.clone(),
                     on_hold: runtime.pending_kind(job) != PendingKind::Queued,
+                    // A forecast whose time has passed (the job ahead is still ending, as
+                    // Slurm's completing state lasts) says "any moment", not "no forecast".
                     forecast: (runtime.forecasts.get(&job.id))
-                        .and_then(|at| at.checked_sub(now))
-                        .map(|left| left.as_secs()),
+                        .map(|at| at.saturating_sub(now).as_secs()),
                 })
             })
             .collect();

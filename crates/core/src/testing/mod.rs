@@ -178,6 +178,14 @@ impl FakeBackend {
         }
     }
 
+    /// Sets the platform's forecast of job `id`'s start ([`WorkerJob::expected_start`], as
+    /// Slurm's `squeue --start` gives it).
+    pub fn set_expected_start(&self, id: &str, at: Option<std::time::SystemTime>) {
+        if let Some(job) = self.state().jobs.iter_mut().find(|j| j.id == id) {
+            job.expected_start = at;
+        }
+    }
+
     /// Says that a pending job whose reason is `reason` is of `kind`
     /// ([`WorkerBackend::pending_kind`]), as a platform tells a held or blocked job.
     pub fn pending_kind_of(&self, reason: &str, kind: PendingKind) {

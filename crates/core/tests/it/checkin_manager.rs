@@ -414,3 +414,42 @@ async fn a_restart_launches_no_second_worker_for_an_overdue_bundle() {
         "the restarted manager launched again for the overdue bundle"
     );
 }
+
+/// #42 item 4, as on the real cluster (`bench-harness slurm-forecast`): while the platform
+/// forecasts a queued job's start, the bundle's estimate is that and a worker's start-up; once
+/// the forecast's time has passed and the job still pends (Slurm lists the job ahead as
+/// completing for a while), it starts any moment: the estimate is the start-up, still resting
+/// on the forecast, not the job's age in the queue.
+#[tokio::test]
+async fn a_forecast_whose_time_has_passed_means_any_moment_not_the_jobs_age() {
+    let mut s = setup(1).await;
+    s.backend.start_active(false);
+    s.manager.tick().await.unwrap();
+    let job = s.backend.jobs()[0].id.clone();
+    s.backend.set_state_with_reason(
+        &job,
+        codalab_wm_core::backend::JobState::Pending,
+        Some("Resources"),
+    );
+    let uuid = FakeBundle::new("alice", 1).uuid;
+    let estimate = |s: &Setup| {
+        let status = s.manager.status();
+        let found = status.estimates.iter().find(|e| e.uuid == uuid).cloned();
+        found.expect("the bundle has an estimate")
+    };
+    let now = std::time::SystemTime::now();
+    s.backend
+        .set_expected_start(&job, Some(now + Duration::from_secs(3600)));
+    s.manager.advance_clock(Duration::from_secs(600));
+    s.manager.tick().await.unwrap();
+    let ahead = estimate(&s);
+    assert!(ahead.text.contains("platform's forecast"), "{}", ahead.text);
+    assert!(ahead.seconds.unwrap() > 3000, "{}", ahead.text);
+    s.backend
+        .set_expected_start(&job, Some(now - Duration::from_secs(60)));
+    s.manager.tick().await.unwrap();
+    let due = estimate(&s);
+    assert!(due.text.contains("platform's forecast"), "{}", due.text);
+    let startup = PoolPolicy::new("cpu", WorkerShape::from_flags(1, 0, 8192)).startup_grace;
+    assert_eq!(due.seconds, Some(startup.as_secs()), "{}", due.text);
+}
