@@ -576,6 +576,10 @@ impl WorkerBackend for MeteredBackend {
         self.inner.job_output(job)
     }
 
+    fn pending_kind(&self, job: &WorkerJob) -> codalab_wm_core::backend::PendingKind {
+        self.inner.pending_kind(job)
+    }
+
     fn take_reaped(&self) -> Vec<String> {
         self.inner.take_reaped()
     }

@@ -159,3 +159,130 @@ pub async fn run_conformance(harness: &dyn Harness) -> Result<(), String> {
     .await?;
     Ok(())
 }
+
+/// Checks that a wrapper backend (metrics around every call, a lease fence) forwards every
+/// method of [`WorkerBackend`] to the backend it wraps: `wrap` wraps a [`Probe`], whose answers
+/// all differ from the trait's defaults, so a method the wrapper forgot answers the default and
+/// the check names it. A wrapper that drops [`WorkerBackend::pending_kind`] makes every held
+/// job look like capacity. `Err` lists every method not forwarded.
+pub async fn check_forwarding<W: WorkerBackend>(
+    wrap: impl FnOnce(Probe) -> W,
+) -> Result<(), String> {
+    use crate::backend::{CleanupItem, PendingKind, WorkerAccount};
+    let wrapped = wrap(Probe(()));
+    let job = WorkerJob::new(PROBE, JobState::Pending);
+    let worker = WorkerOptions::default();
+    let request = LaunchRequest {
+        unique: PROBE,
+        worker: &worker,
+        dry_run: false,
+    };
+    let cleanup = wrapped.cleanup(true).await.ok();
+    let checks = [
+        ("name", wrapped.name() == PROBE),
+        ("worker_shape", wrapped.worker_shape() == Probe::shape()),
+        (
+            "get_worker_jobs",
+            wrapped
+                .get_worker_jobs()
+                .await
+                .is_ok_and(|jobs| jobs.len() == 1),
+        ),
+        (
+            "start_worker_job",
+            wrapped.start_worker_job(&request).await.is_ok(),
+        ),
+        (
+            "job_output",
+            wrapped.job_output(&job).as_deref() == Some(PROBE),
+        ),
+        (
+            "pending_kind",
+            wrapped.pending_kind(&job) == PendingKind::Held,
+        ),
+        ("take_reaped", wrapped.take_reaped() == [PROBE]),
+        (
+            "worker_account",
+            matches!(wrapped.worker_account().await, Ok(WorkerAccount::Named(n)) if n == PROBE),
+        ),
+        (
+            "stop_worker_job",
+            wrapped.stop_worker_job(&job).await.is_ok(),
+        ),
+        (
+            "cleanup",
+            cleanup.is_some_and(|items: Vec<CleanupItem>| items.len() == 1),
+        ),
+    ];
+    let missed: Vec<&str> = (checks.iter())
+        .filter(|(_, forwarded)| !forwarded)
+        .map(|(method, _)| *method)
+        .collect();
+    match missed.is_empty() {
+        true => Ok(()),
+        false => Err(format!("not forwarded: {}", missed.join(", "))),
+    }
+}
+
+/// What the probe answers with.
+const PROBE: &str = "probe";
+
+/// A backend whose every answer differs from [`WorkerBackend`]'s defaults
+/// ([`check_forwarding`]).
+#[derive(Debug)]
+pub struct Probe(());
+
+impl Probe {
+    fn shape() -> crate::bundle::WorkerShape {
+        crate::bundle::WorkerShape::from_flags(3, 1, 3000)
+    }
+}
+
+#[async_trait::async_trait]
+impl WorkerBackend for Probe {
+    fn name(&self) -> &str {
+        PROBE
+    }
+
+    fn worker_shape(&self) -> crate::bundle::WorkerShape {
+        Self::shape()
+    }
+
+    async fn get_worker_jobs(&self) -> crate::error::Result<Vec<WorkerJob>> {
+        Ok(vec![WorkerJob::new(PROBE, JobState::Pending)])
+    }
+
+    async fn start_worker_job(
+        &self,
+        request: &LaunchRequest<'_>,
+    ) -> crate::error::Result<WorkerJob> {
+        Ok(WorkerJob::new(request.unique, JobState::Pending))
+    }
+
+    fn job_output(&self, _job: &WorkerJob) -> Option<String> {
+        Some(PROBE.to_owned())
+    }
+
+    fn pending_kind(&self, _job: &WorkerJob) -> crate::backend::PendingKind {
+        crate::backend::PendingKind::Held
+    }
+
+    fn take_reaped(&self) -> Vec<String> {
+        vec![PROBE.to_owned()]
+    }
+
+    async fn worker_account(&self) -> crate::error::Result<crate::backend::WorkerAccount> {
+        Ok(crate::backend::WorkerAccount::Named(PROBE.to_owned()))
+    }
+
+    async fn stop_worker_job(&self, _job: &WorkerJob) -> crate::error::Result<()> {
+        Ok(())
+    }
+
+    async fn cleanup(
+        &self,
+        _dry_run: bool,
+    ) -> crate::error::Result<Vec<crate::backend::CleanupItem>> {
+        Ok(vec![crate::backend::CleanupItem::found("probe", PROBE)])
+    }
+}

@@ -4,7 +4,9 @@
 //! rather than at its next reconcile.
 
 use crate::lease::Leadership;
-use codalab_wm_core::backend::{LaunchRequest, WorkerBackend, WorkerJob};
+use codalab_wm_core::backend::{
+    CleanupItem, LaunchRequest, PendingKind, WorkerAccount, WorkerBackend, WorkerJob,
+};
 use codalab_wm_core::bundle::WorkerShape;
 use codalab_wm_core::error::{Error, Result};
 
@@ -57,6 +59,27 @@ impl<B: WorkerBackend> WorkerBackend for Fenced<B> {
         self.check("delete a worker pod")?;
         self.inner.stop_worker_job(job).await
     }
+
+    fn job_output(&self, job: &WorkerJob) -> Option<String> {
+        self.inner.job_output(job)
+    }
+
+    fn pending_kind(&self, job: &WorkerJob) -> PendingKind {
+        self.inner.pending_kind(job)
+    }
+
+    fn take_reaped(&self) -> Vec<String> {
+        self.inner.take_reaped()
+    }
+
+    async fn worker_account(&self) -> Result<WorkerAccount> {
+        self.inner.worker_account().await
+    }
+
+    /// Deletes nothing itself: `down` runs without a Lease, on the backend it builds.
+    async fn cleanup(&self, dry_run: bool) -> Result<Vec<CleanupItem>> {
+        self.inner.cleanup(dry_run).await
+    }
 }
 
 #[cfg(test)]
@@ -89,6 +112,19 @@ mod tests {
             self.0.fetch_add(1, Ordering::SeqCst);
             Ok(())
         }
+    }
+
+    /// Every method reaches the Kubernetes backend (a dropped `pending_kind` would make a pod
+    /// whose image cannot be pulled look like capacity).
+    #[tokio::test]
+    async fn the_fence_forwards_every_method() {
+        let (tx, leadership) = Leadership::channel();
+        tx.send_replace(Some(
+            tokio::time::Instant::now() + std::time::Duration::from_secs(60),
+        ));
+        let checked =
+            codalab_wm_core::testing::check_forwarding(|probe| Fenced::new(probe, leadership));
+        assert_eq!(checked.await, Ok(()));
     }
 
     #[tokio::test]

@@ -10,7 +10,9 @@
 use crate::backend::{JobState, LaunchRequest, PendingKind, WorkerBackend, WorkerJob};
 use crate::bundle::WorkerShape;
 use crate::error::{Error, Result};
-pub use codalab_wm_backend::conformance::{Harness, Polling, run_conformance, wait_for_job};
+pub use codalab_wm_backend::conformance::{
+    Harness, Polling, Probe, check_forwarding, run_conformance, wait_for_job,
+};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
