@@ -16,12 +16,11 @@
 //! [`TickEvent::counter`]: codalab_wm_core::status::TickEvent::counter
 
 pub mod health;
+mod metered;
 
-use async_trait::async_trait;
-use codalab_wm_core::backend::{CleanupItem, LaunchRequest, WorkerBackend, WorkerJob};
-use codalab_wm_core::bundle::WorkerShape;
+pub use metered::{MeteredBackend, metered};
+
 use codalab_wm_core::checkin::WorkerState;
-use codalab_wm_core::error::Result;
 use codalab_wm_core::manager::TICK_ERROR_KINDS;
 use codalab_wm_core::pools::FailureClass;
 use codalab_wm_core::status::{LaunchResult, Status};
@@ -32,8 +31,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::sync::OnceLock;
 
 /// `{pool, state}` of `codalab_wm_worker_jobs`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -512,92 +510,6 @@ static METRICS: OnceLock<Metrics> = OnceLock::new();
 /// Turns the metrics on (idempotent) and returns them.
 pub fn enable_metrics() -> &'static Metrics {
     METRICS.get_or_init(Metrics::default)
-}
-
-/// `backend`, timed per call into `codalab_wm_backend_request_duration_seconds{pool}` when
-/// the metrics are on; `backend` itself otherwise.
-pub fn metered(backend: Arc<dyn WorkerBackend>, pool: &str) -> Arc<dyn WorkerBackend> {
-    match METRICS.get() {
-        Some(metrics) => Arc::new(MeteredBackend {
-            inner: backend,
-            pool: pool.to_owned(),
-            metrics,
-        }),
-        None => backend,
-    }
-}
-
-/// A backend that times every call of the one it wraps.
-#[derive(Debug)]
-pub struct MeteredBackend {
-    inner: Arc<dyn WorkerBackend>,
-    pool: String,
-    metrics: &'static Metrics,
-}
-
-impl MeteredBackend {
-    fn observe(&self, op: &'static str, started: Instant) {
-        let labels = PoolOp {
-            pool: self.pool.clone(),
-            op,
-        };
-        self.metrics
-            .backend_requests
-            .get_or_create(&labels)
-            .observe(started.elapsed().as_secs_f64());
-    }
-}
-
-#[async_trait]
-impl WorkerBackend for MeteredBackend {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn worker_shape(&self) -> WorkerShape {
-        self.inner.worker_shape()
-    }
-
-    async fn get_worker_jobs(&self) -> Result<Vec<WorkerJob>> {
-        let started = Instant::now();
-        let result = self.inner.get_worker_jobs().await;
-        self.observe("get_worker_jobs", started);
-        result
-    }
-
-    async fn start_worker_job(&self, request: &LaunchRequest<'_>) -> Result<WorkerJob> {
-        let started = Instant::now();
-        let result = self.inner.start_worker_job(request).await;
-        self.observe("start_worker_job", started);
-        result
-    }
-
-    fn job_output(&self, job: &WorkerJob) -> Option<String> {
-        self.inner.job_output(job)
-    }
-
-    fn pending_kind(&self, job: &WorkerJob) -> codalab_wm_core::backend::PendingKind {
-        self.inner.pending_kind(job)
-    }
-
-    fn take_reaped(&self) -> Vec<String> {
-        self.inner.take_reaped()
-    }
-
-    async fn worker_account(&self) -> Result<codalab_wm_core::backend::WorkerAccount> {
-        self.inner.worker_account().await
-    }
-
-    async fn stop_worker_job(&self, job: &WorkerJob) -> Result<()> {
-        let started = Instant::now();
-        let result = self.inner.stop_worker_job(job).await;
-        self.observe("stop_worker_job", started);
-        result
-    }
-
-    async fn cleanup(&self, dry_run: bool) -> Result<Vec<CleanupItem>> {
-        self.inner.cleanup(dry_run).await
-    }
 }
 
 #[cfg(test)]

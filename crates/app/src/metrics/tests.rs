@@ -239,17 +239,3 @@ fn the_readme_table_lists_exactly_the_metrics_served() {
         "README's /metrics table against the registry"
     );
 }
-
-/// Every backend method reaches the wrapped backend: with the metrics on (`--listen`), a
-/// dropped `pending_kind` made every held Slurm job count as capacity (seen on the real
-/// cluster by `bench-harness slurm-forecast`).
-#[tokio::test]
-async fn the_metered_backend_forwards_every_method() {
-    let metrics = enable_metrics();
-    let checked = codalab_wm_core::testing::check_forwarding(|probe| MeteredBackend {
-        inner: Arc::new(probe),
-        pool: "probe".into(),
-        metrics,
-    });
-    assert_eq!(checked.await, Ok(()));
-}
