@@ -180,9 +180,7 @@ impl PoolTimes {
         if !starting.pending || starting.forecast().is_some() {
             return None;
         }
-        (self.waiting())
-            .filter(|s| s.age > starting.age && self.is_queued(s))
-            .max_by_key(|s| self.wait_of(s))
+        self.longest_queued(Some(starting.age))
     }
 
     /// The job the wait of starting worker `starting` rests on: the queued one ahead of it
@@ -195,8 +193,14 @@ impl PoolTimes {
 
     /// The queued job a new launch would wait behind the longest, if any.
     fn ahead(&self) -> Option<&Starting> {
+        self.longest_queued(None)
+    }
+
+    /// The queued job with the longest wait, among those submitted before a job of age
+    /// `older_than` when given (a queue starts its jobs in order).
+    fn longest_queued(&self, older_than: Option<u64>) -> Option<&Starting> {
         (self.waiting())
-            .filter(|s| self.is_queued(s))
+            .filter(|s| older_than.is_none_or(|age| s.age > age) && self.is_queued(s))
             .max_by_key(|s| self.wait_of(s))
     }
 }
