@@ -115,10 +115,19 @@ pub enum Reason {
     },
     /// Pool policy: the absolute target of a pool in target mode.
     Target {
-        /// Workers wanted: clamp(min, active + demand, max).
+        /// Workers wanted: clamp(min, active + demand, max), demand raced by the pool's `race`.
         target: u32,
         /// Workers that count as capacity (active + pending, not stuck).
         capacity: usize,
+    },
+    /// Pool policy: the pool races launches (its `race` above 1): more jobs pend than the
+    /// staged bundles need workers, the first to check in take the bundles and the rest are
+    /// withdrawn before they start ([`crate::pools`], rule 2).
+    Raced {
+        /// Workers the staged bundles need (starting and new).
+        workers: usize,
+        /// Jobs kept launched or pending for them: `ceil(race × workers)` within `max`.
+        jobs: usize,
     },
     /// Pool policy: more launches were wanted than `max_launches_per_tick` allows.
     LaunchCapReached {
@@ -307,6 +316,7 @@ impl Reason {
             Reason::MaxReached { .. } => "max_reached",
             Reason::BelowMin { .. } => "below_min",
             Reason::Target { .. } => "target",
+            Reason::Raced { .. } => "raced",
             Reason::LaunchCapReached { .. } => "launch_cap_reached",
             Reason::BackingOff { .. } => "backing_off",
             Reason::Suspended { .. } => "suspended",

@@ -52,6 +52,12 @@ impl fmt::Display for Reason {
             Reason::Target { target, capacity } => {
                 write!(f, "target {target} workers, {capacity} count as capacity")
             }
+            Reason::Raced { workers, jobs } => write!(
+                f,
+                "racing (race): {jobs} jobs launched or pending for the {workers} workers the \
+                 staged bundles need; the first to check in take them, the rest are withdrawn \
+                 before they start"
+            ),
             Reason::LaunchCapReached { wanted, cap } => write!(
                 f,
                 "want {wanted} launches, at most {cap} per tick (max_launches_per_tick)"

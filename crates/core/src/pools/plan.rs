@@ -255,6 +255,7 @@ pub fn plan_pools(
 ) -> PoolsDecision {
     let observations = per_policy(&observed.pools, policies);
     let server = observed.server.as_ref();
+    let is_overdue = |b: &StagedBundle| server.is_some_and(|v| v.overdue.contains(&b.uuid));
     let Assignment {
         censuses,
         assigned,
@@ -273,10 +274,14 @@ pub fn plan_pools(
         .iter()
         .enumerate()
         .map(|(i, policy)| {
+            let overdue = (assigned.assigned.iter())
+                .filter(|(p, b, ..)| *p == i && is_overdue(&observed.bundles[*b]))
+                .count();
             let demand = Demand {
                 bundles: demand[i],
                 workers: workers[i],
                 fitting: fitting[i],
+                overdue,
                 packs: server.is_some(),
             };
             let mut decision = decide(policy, observations[i], &censuses[i], demand, now);
@@ -301,7 +306,7 @@ pub fn plan_pools(
             coverage,
             worker,
             spill,
-            overdue: server.is_some_and(|v| v.overdue.contains(&observed.bundles[b].uuid)),
+            overdue: is_overdue(&observed.bundles[b]),
         })
         .collect::<Vec<_>>();
     let starting: Vec<usize> = censuses.iter().map(|c| c.free(server.is_some())).collect();
@@ -350,6 +355,16 @@ fn overdue_launches(
         .collect()
 }
 
+impl Demand {
+    /// The jobs to keep launched or pending for the workers the bundles fill, raced by the
+    /// pool's `race` ([`PoolPolicy::raced`]) but for overdue bundles: the server holds those
+    /// back for a reason the dispatch model cannot see, so a raced worker would idle.
+    fn raced(&self, policy: &PoolPolicy) -> usize {
+        let overdue = self.overdue.min(self.workers);
+        policy.raced(self.workers - overdue) + overdue
+    }
+}
+
 /// A pool's demand: its bundles, and the workers they fill.
 #[derive(Debug, Clone, Copy)]
 struct Demand {
@@ -357,6 +372,8 @@ struct Demand {
     workers: usize,
     /// Bundles waiting for a worker that the pool could run, wherever they were assigned.
     fitting: usize,
+    /// Of its bundles, those overdue ([`super::ServerView::overdue`]).
+    overdue: usize,
     /// Workers hold several bundles (the server's side is known).
     packs: bool,
 }
@@ -498,16 +515,24 @@ fn decide_target(
     }
     let capacity = census.active + census.pending;
     let busy = census.busy(demand.packs);
-    let target = (busy + demand.workers)
+    let raced = demand.raced(policy);
+    let target = (busy + raced)
         .max(policy.min as usize)
         .min(policy.max as usize);
     decision.target = Some(target as u32);
+    if raced > demand.workers {
+        let jobs = raced.min((policy.max as usize).saturating_sub(busy));
+        reasons.push(Reason::Raced {
+            workers: demand.workers,
+            jobs,
+        });
+    }
     reasons.push(Reason::Target {
         target: target as u32,
         capacity,
     });
     let free = census.free(demand.packs);
-    if demand.bundles > 0 && free >= demand.bundles {
+    if demand.bundles > 0 && free >= demand.bundles.max(raced) {
         reasons.push(Reason::PendingCoversDemand {
             pending: free,
             staged: demand.bundles,
@@ -515,7 +540,8 @@ fn decide_target(
     }
     let needed = target.saturating_sub(capacity);
     let room = (policy.max as usize).saturating_sub(census.jobs);
-    if needed > room || busy + demand.workers > policy.max as usize {
+    let unraced = (busy + demand.workers).max(policy.min as usize);
+    if unraced.saturating_sub(capacity) > room || busy + demand.workers > policy.max as usize {
         reasons.push(Reason::MaxReached {
             jobs: census.jobs,
             max: policy.max,
@@ -529,6 +555,19 @@ fn decide_target(
             min: policy.min,
         });
     }
+    decision.launches = paced(policy, observed, (wanted, deficit), reasons);
+    let wanted = busy + raced.max(demand.fitting);
+    super::withdraw::withdraw(policy, observed, census, (wanted, capacity), decision);
+}
+
+/// The launches the pool's pacing allows of `wanted`: only the `deficit` below `min` within
+/// `min_seconds_between_workers` of the last launch, and at most `max_launches_per_tick`.
+fn paced(
+    policy: &PoolPolicy,
+    observed: &PoolObservation,
+    (wanted, deficit): (usize, usize),
+    reasons: &mut Vec<Reason>,
+) -> u32 {
     let mut allowed = wanted;
     if let Some(since) = observed.since_last_launch {
         let waited_seconds = since.as_secs();
@@ -548,7 +587,5 @@ fn decide_target(
             cap,
         });
     }
-    decision.launches = allowed.min(cap);
-    let wanted = busy + demand.workers.max(demand.fitting);
-    super::withdraw::withdraw(policy, observed, census, (wanted, capacity), decision);
+    allowed.min(cap)
 }

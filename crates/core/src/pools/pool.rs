@@ -101,6 +101,10 @@ pub struct PoolPolicy {
     /// are withdrawn (target mode; see [`crate::pools`], rule 5).
     #[serde(serialize_with = "crate::seconds::serialize")]
     pub withdraw_after: Duration,
+    /// Jobs kept launched or pending per worker the staged bundles need (at least 1): the
+    /// first to check in take the bundles, the rest are withdrawn before they start
+    /// ([`PoolPolicy::raced`]).
+    pub race: f64,
     /// Compat or target.
     pub launch_mode: LaunchMode,
     /// Launches per tick at most (target mode).
@@ -151,6 +155,7 @@ impl PoolPolicy {
             startup_grace: DEFAULT_STARTUP_GRACE,
             checkin_timeout: crate::checkin::DEFAULT_CHECKIN_TIMEOUT,
             withdraw_after: Self::DEFAULT_WITHDRAW_AFTER,
+            race: 1.0,
             launch_mode: LaunchMode::Target,
             max_launches_per_tick: 1,
             min_seconds_between_workers: limits.min_seconds_between_workers,
@@ -188,6 +193,7 @@ impl PoolPolicy {
                 ("hedge_after", self.hedge_after.is_some()),
                 ("hedges_per_day", self.hedges_per_day > 0),
                 ("fallback", self.fallback.is_some()),
+                ("race", self.race != 1.0),
             ] {
                 if set {
                     return Err(format!(
@@ -212,6 +218,13 @@ impl PoolPolicy {
                 ));
             }
         }
+        if !(1.0..=Self::MAX_RACE).contains(&self.race) {
+            return Err(format!(
+                "pool {name}: race {} is not between 1 (no race) and {}",
+                self.race,
+                Self::MAX_RACE
+            ));
+        }
         if self.tag_exclusive && self.tag.as_deref().is_none_or(str::is_empty) {
             return Err(format!("pool {name}: tag_exclusive needs a tag"));
         }
@@ -233,6 +246,17 @@ fn shown<S: serde::Serializer>(value: &impl fmt::Display, to: S) -> Result<S::Ok
 }
 
 impl PoolPolicy {
+    /// The largest `race`: past a few jobs per worker, a race only adds withdrawals.
+    pub const MAX_RACE: f64 = 4.0;
+
+    /// Jobs to keep launched or pending for `workers` needed by staged bundles:
+    /// `ceil(race × workers)`. Start times vary (a queue, a node to find, an image to pull),
+    /// so the first `workers` of more jobs check in sooner than `workers` jobs do; the others
+    /// are withdrawn while they pend (rule 5), which costs nothing where pending is not billed.
+    pub fn raced(&self, workers: usize) -> usize {
+        (self.race * workers as f64).ceil() as usize
+    }
+
     /// How long a retry after the fallback ([`fallback::CapacityState::Retrying`]) may go
     /// without its worker checking in before it counts as failed: its pending bound
     /// (`pending_timeout`, else `checkin_timeout`), then `checkin_timeout` to check in.

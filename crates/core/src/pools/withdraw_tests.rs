@@ -424,3 +424,140 @@ fn a_pending_job_its_platform_says_will_not_start_is_stopped_at_once_when_it_may
         }
     }
 }
+
+/// `race` (rule 2): a pool keeps `ceil(race × workers)` jobs launched or pending for the
+/// workers its staged bundles need, says so (`raced`), never launches beyond `max` (nor says
+/// `max_reached` while the bundles' own workers fit), and withdraws the surplus once bundles
+/// are gone, the newest first.
+#[test]
+fn race_rules_table() {
+    let ages = |n: u64| {
+        (1..=n)
+            .map(|i| pending(&format!("p{i}"), 100 * i))
+            .collect()
+    };
+    // (case, race, staged, max, jobs, launches, withdrawn, `raced` as (workers, jobs))
+    type Case = (
+        &'static str,
+        f64,
+        u32,
+        u32,
+        Vec<ObservedJob>,
+        u32,
+        Vec<&'static str>,
+        Option<(usize, usize)>,
+    );
+    let cases: Vec<Case> = vec![
+        ("no race", 1.0, 3, 10, vec![], 3, vec![], None),
+        (
+            "two jobs a worker",
+            2.0,
+            3,
+            10,
+            vec![],
+            6,
+            vec![],
+            Some((3, 6)),
+        ),
+        ("rounded up", 2.5, 3, 10, vec![], 8, vec![], Some((3, 8))),
+        (
+            "already pending",
+            2.0,
+            3,
+            10,
+            ages(6),
+            0,
+            vec![],
+            Some((3, 6)),
+        ),
+        (
+            "pending covers the bundles, not the race",
+            2.0,
+            3,
+            10,
+            ages(3),
+            3,
+            vec![],
+            Some((3, 6)),
+        ),
+        (
+            "two bundles started elsewhere: the newest go",
+            2.0,
+            1,
+            10,
+            ages(6),
+            0,
+            vec!["p1", "p2", "p3", "p4"],
+            Some((1, 2)),
+        ),
+        ("within max", 2.0, 3, 4, vec![], 4, vec![], Some((3, 4))),
+        (
+            "max below the workers",
+            2.0,
+            3,
+            2,
+            vec![],
+            2,
+            vec![],
+            Some((3, 2)),
+        ),
+    ];
+    for (case, race, staged, max, jobs, launches, expected, raced) in cases {
+        let policy = PoolPolicy {
+            race,
+            ..pool("cpu", 0, max)
+        };
+        let decision = decide(bundles(staged), vec![observed(jobs)], &[policy]);
+        let pool = &decision.pools[0];
+        assert_eq!(pool.launches, launches, "{case}: {:?}", pool.reasons);
+        assert_eq!(withdrawn(pool), expected, "{case}");
+        let said = (pool.reasons.iter()).find_map(|r| match r {
+            Reason::Raced { workers, jobs } => Some((*workers, *jobs)),
+            _ => None,
+        });
+        assert_eq!(said, raced, "{case}");
+        let covers = (pool.reasons.iter()).any(|r| matches!(r, Reason::PendingCoversDemand { .. }));
+        assert!(
+            !covers || launches == 0,
+            "{case}: \"don't launch\" while launching"
+        );
+        let at_max = (pool.reasons.iter()).any(|r| matches!(r, Reason::MaxReached { .. }));
+        assert_eq!(
+            at_max,
+            staged > max,
+            "{case}: max_reached only when the bundles' own workers exceed max"
+        );
+    }
+}
+
+#[test]
+fn race_is_refused_outside_one_to_four_and_in_compat_mode() {
+    for (race, mode, says) in [
+        (
+            0.5,
+            LaunchMode::Target,
+            "race 0.5 is not between 1 (no race) and 4",
+        ),
+        (f64::NAN, LaunchMode::Target, "race NaN is not between 1"),
+        (5.0, LaunchMode::Target, "race 5 is not between 1"),
+        (
+            2.0,
+            LaunchMode::Compat,
+            "race needs launch_mode = \"target\"",
+        ),
+    ] {
+        let policy = PoolPolicy {
+            race,
+            launch_mode: mode,
+            max_launches_per_tick: 1,
+            ..pool("cpu", 0, 5)
+        };
+        let error = policy.validate().unwrap_err();
+        assert!(error.contains(says), "{race}: {error}");
+    }
+    let fine = PoolPolicy {
+        race: 2.5,
+        ..pool("cpu", 0, 5)
+    };
+    assert_eq!(fine.validate(), Ok(()));
+}

@@ -186,6 +186,13 @@ pool_rules! {
             unset: Some(crate::PoolPolicy::DEFAULT_WITHDRAW_AFTER.as_secs())
         )]
         pub withdraw_after: Option<u64>,
+        /// Jobs kept launched or pending per worker the staged bundles need, from 1 (no race)
+        /// to 4: at 2, two jobs pend for each; the first to check in take the bundles and the
+        /// rest are withdrawn before they start (target mode). Shorter waits where pending is
+        /// free and start times vary (a Slurm queue, AWS Batch RUNNABLE, a pod waiting for a
+        /// node); where a worker is billed while it boots, each loser costs its boot.
+        #[key(example: Some("2"), unset: Some(1))]
+        pub race: Option<f64>,
         /// compat (upstream's rules) or target.
         #[key]
         #[serde(default = "default_mode")]
@@ -295,6 +302,7 @@ impl PoolRules {
             withdraw_after: self
                 .withdraw_after
                 .map_or(crate::PoolPolicy::DEFAULT_WITHDRAW_AFTER, seconds),
+            race: self.race.unwrap_or(1.0),
             launch_mode: self.launch_mode,
             max_launches_per_tick: self.max_launches_per_tick,
             min_seconds_between_workers: self

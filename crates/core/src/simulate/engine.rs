@@ -66,6 +66,8 @@ struct Job {
     placed: bool,
     /// Milliseconds from its place to its worker being active (the start latency drawn).
     latency: u64,
+    /// When it got its place (its worker started starting).
+    placed_at: u64,
 }
 
 /// Bundles of one request and owner (for the policy's view and the server's dispatch).
@@ -439,12 +441,16 @@ impl<'a> Sim<'a> {
         let pool = worker.pool;
         match worker.fate {
             Fate::Fail => {
+                self.bill(job, now);
+                let worker = &mut self.jobs[job as usize];
                 worker.phase = Phase::Failed;
                 self.stats[pool].failures += 1;
                 self.stats[pool].live -= 1;
                 self.release(job, now);
             }
             Fate::Preempt => {
+                self.bill(job, now);
+                let worker = &mut self.jobs[job as usize];
                 worker.phase = Phase::Preempted;
                 self.stats[pool].live -= 1;
                 self.release(job, now);
@@ -502,11 +508,11 @@ impl<'a> Sim<'a> {
 
     /// An active worker's end, counted: `Gone`, or `Preempted` (listed once more, then gone).
     fn end_active(&mut self, job: u32, now: u64, phase: Phase) {
+        self.bill(job, now);
         let worker = &mut self.jobs[job as usize];
         worker.phase = phase;
         let (pool, unused) = (worker.pool, worker.started == 0);
         let stats = &mut self.stats[pool];
-        stats.worker_ms += now - worker.active_at;
         stats.live -= 1;
         stats.active -= 1;
         stats.unused += u64::from(unused);

@@ -172,6 +172,27 @@ pub struct Platform {
     /// spell's end as its expected start, as Slurm forecasts when the others' limits end with
     /// the spell. Off: no forecast (no backfill pass, or a platform that gives none).
     pub forecast: bool,
+    /// The platform bills a worker from its place, while it starts (a cloud VM billed while
+    /// it boots and `cl-worker` starts; a Slurm allocation), not from its check-in: a job
+    /// withdrawn, failed or preempted after its place costs that time too. Off: starting is
+    /// free (the simulator's default, which bills only active worker time).
+    pub bills_start: bool,
+}
+
+impl Platform {
+    /// When the busy spell that holds `now_ms` ends (milliseconds from the run's start), if
+    /// one does: others fill the platform until then ([`Platform::busy`]).
+    pub fn busy_until(&self, now_ms: u64) -> Option<u64> {
+        spell_until(self.busy, now_ms)
+    }
+}
+
+/// When the spell of `(every, for)` that holds `now` ends, if one does.
+fn spell_until(spells: Option<(Duration, Duration)>, now: u64) -> Option<u64> {
+    let (every, spell) = spells?;
+    let (every, spell) = (every.as_millis() as u64, spell.as_millis() as u64);
+    let phase = now % every.max(1);
+    (phase < spell).then(|| now - phase + spell)
 }
 
 impl SimConfig {

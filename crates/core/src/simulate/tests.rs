@@ -43,6 +43,49 @@ fn one_bundle_waits_for_one_start_latency() {
 }
 
 #[test]
+fn a_platform_that_bills_the_start_bills_a_worker_from_its_place_and_a_withdrawn_one_too() {
+    let bills = |on: bool| SimConfig {
+        platforms: [(
+            "cpu".to_owned(),
+            Platform {
+                bills_start: on,
+                ..Platform::default()
+            },
+        )]
+        .into(),
+        ..SimConfig::default()
+    };
+    // Reports round worker-hours to thousandths.
+    let worker_hours = |report: &SimReport| report.pools[0].worker_hours;
+    let hours = |seconds: f64| (seconds / 3600.0 * 1000.0).round() / 1000.0;
+    // One bundle: the worker is placed at 0, active at 60, done at 160.
+    let one = trace(&[(0.0, 100.0)]);
+    let free = simulate(&one, &[pool("cpu", 5)], &bills(false)).unwrap();
+    let billed = simulate(&one, &[pool("cpu", 5)], &bills(true)).unwrap();
+    assert_eq!(
+        (worker_hours(&free), worker_hours(&billed)),
+        (hours(100.0), hours(160.0))
+    );
+    // The second bundle comes at 85 s and launches job 2; job 1 takes it when its run ends at
+    // 90 s, and the decision at 90 s withdraws job 2 while it starts: billed those 5 s.
+    let two = trace(&[(0.0, 30.0), (85.0, 10.0)]);
+    let one_cpu = [wide(1, 5)];
+    let free = simulate(&two, &one_cpu, &bills(false)).unwrap();
+    let billed = simulate(&two, &one_cpu, &bills(true)).unwrap();
+    assert_eq!((free.pools[0].launches, free.pools[0].withdrawn), (2, 1));
+    assert_eq!(
+        worker_hours(&free),
+        hours(40.0),
+        "job 1 active from 60 s to 100 s"
+    );
+    assert_eq!(
+        worker_hours(&billed),
+        hours(100.0 + 5.0),
+        "job 1 from 0 s, job 2 from 85 s to 90 s"
+    );
+}
+
+#[test]
 fn idle_workers_take_later_bundles_and_exit_when_idle() {
     let config = SimConfig {
         worker_idle: Duration::from_secs(30),

@@ -96,14 +96,18 @@ fn platform_key(platform: &mut Platform, pair: &str) -> Result<(), String> {
             }
             platform.reclaim = Some(mean);
         }
-        "forecast" => {
-            platform.forecast = (value.trim().parse())
-                .map_err(|_| format!("forecast `{value}` is not true or false"))?;
+        "forecast" | "bills_start" => {
+            let on = (value.trim().parse())
+                .map_err(|_| format!("{key} `{value}` is not true or false"))?;
+            match key.trim() {
+                "forecast" => platform.forecast = on,
+                _ => platform.bills_start = on,
+            }
         }
         other => {
             return Err(format!(
                 "unknown key `{other}`: use latency, slots, busy, stockout, preempt, reclaim, \
-                 forecast"
+                 forecast, bills_start"
             ));
         }
     }
@@ -141,7 +145,7 @@ mod tests {
     fn platforms_are_pool_colon_keys() {
         let spec = |s: &str| vec![s.to_owned()];
         let text = "a:latency=30-60,slots=4,busy=7200/3600,stockout=3600/600,preempt=0.2,reclaim=7200,\
-             forecast=true";
+             forecast=true,bills_start=true";
         let parsed = platforms(&spec(text), &pools()).unwrap();
         let s = Duration::from_secs;
         assert_eq!(
@@ -154,6 +158,7 @@ mod tests {
                 preempt: 0.2,
                 reclaim: Some(s(7200)),
                 forecast: true,
+                bills_start: true,
             }
         );
         for (bad, says) in [
@@ -167,6 +172,7 @@ mod tests {
             ("a:reclaim=0", "reclaim `0`: the mean must be positive"),
             ("a:reclaim=soon", "`soon` is not a whole number of seconds"),
             ("a:forecast=yes", "forecast `yes` is not true or false"),
+            ("a:bills_start=1", "bills_start `1` is not true or false"),
         ] {
             let error = platforms(&spec(bad), &pools()).unwrap_err().to_string();
             assert!(error.contains(says) && error.contains(bad), "{error}");

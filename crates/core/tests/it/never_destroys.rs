@@ -71,13 +71,15 @@ fn worker(job: &WorkerJob, busy: bool) -> serde_json::Value {
         "is_terminating": false, "checkin_time": 1795295461})
 }
 
-async fn manager(server: &FakeCodaLab, backend: &FakeBackend) -> Manager {
+/// The manager under test; `race`: its pool's (more pending jobs to withdraw).
+async fn manager(server: &FakeCodaLab, backend: &FakeBackend, race: f64) -> Manager {
     let client = crate::fixtures::alice_client(&server.url());
     let policy = PoolPolicy {
         max: 6,
         min_seconds_between_workers: 0,
         max_launches_per_tick: 3,
         pending_timeout: Some(Duration::from_secs(600)),
+        race,
         // 1-CPU workers: each of the fake's 1-CPU bundles fills one.
         ..PoolPolicy::new("cpu", WorkerShape::from_flags(1, 0, 8192))
     };
@@ -94,12 +96,12 @@ async fn manager(server: &FakeCodaLab, backend: &FakeBackend) -> Manager {
 }
 
 /// Runs `history`; fails naming the first stop that breaks the invariant.
-async fn run(history: Vec<Step>) -> Result<(), TestCaseError> {
+async fn run(history: Vec<Step>, race: f64) -> Result<(), TestCaseError> {
     let server = FakeCodaLab::start().await.unwrap();
     let backend = FakeBackend::named("fake", WorkerShape::from_flags(1, 0, 8192));
     backend.unique_names(true);
     backend.pending_kind_of(BLOCKED, PendingKind::Misconfigured);
-    let mut manager = manager(&server, &backend).await;
+    let mut manager = manager(&server, &backend, race).await;
     let mut checked_in: HashSet<String> = HashSet::new();
     let mut foreign: HashSet<String> = HashSet::new();
     for (n, step) in history.into_iter().enumerate() {
@@ -170,10 +172,11 @@ proptest! {
 
     #[test]
     fn no_job_that_checked_in_or_is_not_ours_is_ever_stopped(
-        history in prop::collection::vec(step(), 1..30)
+        history in prop::collection::vec(step(), 1..30),
+        race in prop::sample::select(vec![1.0, 2.0]),
     ) {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(run(history))?;
+        runtime.block_on(run(history, race))?;
     }
 }
 
@@ -185,7 +188,7 @@ async fn the_manager_does_stop_its_own_job_that_never_checked_in() {
     let backend = FakeBackend::named("fake", WorkerShape::from_flags(1, 0, 8192));
     backend.unique_names(true);
     backend.start_active(true);
-    let mut manager = manager(&server, &backend).await;
+    let mut manager = manager(&server, &backend, 1.0).await;
     server.set_bundles(vec![
         FakeBundle::new("alice", 1),
         FakeBundle::new("alice", 2),

@@ -29,10 +29,14 @@ fn policy_strategy(index: usize) -> impl Strategy<Value = PoolPolicy> {
             0u64..90,
             prop::option::of(1u64..900),
             any::<bool>(),
+            0usize..3,
         ),
     )
         .prop_map(
-            move |((min, extra, gpus, tag, exclusive), (cost, cap, rate, timeout, target))| {
+            move |(
+                (min, extra, gpus, tag, exclusive),
+                (cost, cap, rate, timeout, target, race),
+            )| {
                 let tag = TAGS[tag];
                 let launch_mode = if target {
                     LaunchMode::Target
@@ -48,6 +52,7 @@ fn policy_strategy(index: usize) -> impl Strategy<Value = PoolPolicy> {
                     pending_timeout: timeout.map(Duration::from_secs).filter(|_| target),
                     launch_mode,
                     max_launches_per_tick: if target { cap } else { 1 },
+                    race: if target { [1.0, 2.0, 2.5][race] } else { 1.0 },
                     min_seconds_between_workers: rate,
                     ..PoolPolicy::new(
                         format!("pool{index}"),

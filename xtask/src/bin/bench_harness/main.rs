@@ -27,6 +27,9 @@
 //!   (`staged_ready.rs`), merged into the last results;
 //! - `packing-real`: only planning as the server dispatches, measured with real workers on
 //!   real Slurm (`packing_real.rs`, issue #29; not in `--quick`), merged into the last results;
+//! - `slurm-forecast`: only the estimate's error with Slurm's forecast and without, and a held
+//!   job, with real workers on real Slurm (`forecast_real.rs`, #42; not in `--quick`), merged
+//!   into the last full results;
 //! - `server-cost`: only the server CPU per tick against the real CodaLab server
 //!   (`server_cost.rs`, whose sides are `bench-ours --server-cost` and the peer's
 //!   `--mode server-cost`), merged into the last results;
@@ -41,6 +44,7 @@ mod backends;
 mod codalab_rest;
 mod count_proxy;
 mod fallback;
+mod forecast_real;
 mod gce;
 mod k8s;
 mod listing;
@@ -66,7 +70,7 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((command, rest)) = args.split_first() else {
         bail!(
-            "usage: bench-harness run [--quick] | staged-ready [--quick] | packing [--quick | --merge] | spill [--quick | --merge] | fallback [--quick | --merge] | packing-real [--before PATH] | server-cost [--quick] [--sizes N,M] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure … | gce-fake … | ours-gce …"
+            "usage: bench-harness run [--quick] | staged-ready [--quick] | packing [--quick | --merge] | spill [--quick | --merge] | fallback [--quick | --merge] | packing-real [--before PATH] | slurm-forecast | server-cost [--quick] [--sizes N,M] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure … | gce-fake … | ours-gce …"
         );
     };
     match command.as_str() {
@@ -78,6 +82,7 @@ fn main() -> Result<()> {
         "staged-ready" => staged_ready::only(rest),
         "packing" => packing::only(rest),
         "packing-real" => packing_real::only(rest),
+        "slurm-forecast" => forecast_real::only(rest),
         "spill" => spill::only(rest),
         "fallback" => fallback::only(rest),
         "server-cost" => server_cost::only(rest),

@@ -142,6 +142,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let fallback_model = crate::fallback::measure(quick);
     let staged_ready = crate::staged_ready::measure_all(quick)?;
     let packing_real = crate::packing_real::measure_full(quick, args)?;
+    let slurm_forecast = crate::forecast_real::measure_all(quick)?;
     let server_cost = crate::server_cost::measure_all(quick)?;
     let results = json!({
         "quick": quick,
@@ -159,6 +160,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "fallback_model": fallback_model,
         "staged_ready": staged_ready,
         "packing_real": packing_real,
+        "slurm_forecast": slurm_forecast,
         "server_cost": server_cost,
     });
     publish(quick, &results)

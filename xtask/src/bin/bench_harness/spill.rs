@@ -79,7 +79,7 @@ fn cloud() -> PoolPolicy {
 
 /// The free partition starts a job in 30–60 s, but others fill it for the first hour of
 /// every two (`forecast`: and Slurm forecasts a queued job's start at that hour's end); the
-/// cloud starts one in 60–120 s.
+/// cloud starts one in 60–120 s and bills it from its launch (boot included).
 fn config(forecast: bool) -> SimConfig {
     let slurm = Platform {
         start_latency: Some((S(30), S(60))),
@@ -87,9 +87,13 @@ fn config(forecast: bool) -> SimConfig {
         forecast,
         ..Platform::default()
     };
+    let cloud = Platform {
+        bills_start: true,
+        ..Platform::default()
+    };
     SimConfig {
         start_latency: (S(60), S(120)),
-        platforms: [("slurm".to_owned(), slurm)].into(),
+        platforms: [("slurm".to_owned(), slurm), ("cloud".to_owned(), cloud)].into(),
         ..SimConfig::default()
     }
 }
@@ -227,10 +231,8 @@ fn routed(config: &mut SimConfig, workload: &Workload, pools: &[PoolPolicy]) -> 
 
 /// Whether others fill `slurm` at `at_ms`.
 fn in_busy_spell(config: &SimConfig, at_ms: u64) -> bool {
-    let Some((every, spell)) = config.platforms.get("slurm").and_then(|p| p.busy) else {
-        return false;
-    };
-    at_ms % (every.as_millis() as u64).max(1) < spell.as_millis() as u64
+    let slurm = config.platforms.get("slurm");
+    slurm.and_then(|p| p.busy_until(at_ms)).is_some()
 }
 
 /// Bundles that arrive while others fill `slurm`: what no free worker starts at once.
@@ -281,7 +283,7 @@ pub fn render(out: &mut String, results: &Value) {
          bundles in bursts of 12 (one every 5 s, 1 or 2 CPUs, runs of 10 min on average) every \
          45 minutes, on 4-CPU workers (idle exit 600 s). `slurm` is free and starts a job in 30–60 s, but others fill it for the first \
          hour of every two (its jobs pend, reason `Resources`); `cloud` costs {PRICE} a \
-         worker-hour and starts one in 60–120 s; max 10 each. Config order: `slurm` first, \
+         worker-hour from its launch (a VM is billed while it boots) and starts one in 60–120 s; max 10 each. Config order: `slurm` first, \
          `cloud` when `slurm` is at its max (the rule before #32). The clairvoyant router \
          knows when others fill `slurm`: it plans the bundles that arrive then on `cloud` and \
          the rest on `slurm`, and the server dispatches as CodaLab does. \"Slurm forecasts\": \

@@ -8,7 +8,6 @@
 use super::super::Platform;
 use super::{Phase, READY, RECLAIM, Sim, UNBLOCK};
 use std::collections::VecDeque;
-use std::time::Duration;
 
 /// One pool's platform during a run.
 #[derive(Debug, Default)]
@@ -38,13 +37,15 @@ impl PlatformState {
     /// When the platform forecasts a job queued at `now` to get a place: the busy spell's end,
     /// if it forecasts ([`Platform::forecast`]) and a spell holds `now`.
     pub fn forecast(&self, now: u64) -> Option<u64> {
-        spell_until(self.platform.busy, now).filter(|_| self.platform.forecast)
+        self.platform
+            .busy_until(now)
+            .filter(|_| self.platform.forecast)
     }
 
     /// Whether the platform gives no place at `now`.
     fn full(&self, now: u64) -> bool {
         let taken = (self.platform.slots).is_some_and(|slots| self.placed >= slots as usize);
-        taken || spell_until(self.platform.busy, now).is_some()
+        taken || self.platform.busy_until(now).is_some()
     }
 }
 
@@ -56,16 +57,33 @@ impl Sim<'_> {
         if state.full(now) {
             self.jobs[job as usize].queued = true;
             state.queue.push_back(job);
-            if let Some(end) = spell_until(state.platform.busy, now) {
+            if let Some(end) = state.platform.busy_until(now) {
                 self.schedule(end, UNBLOCK, pool as u32, 0);
             }
             return;
         }
         state.placed += 1;
         let worker = &mut self.jobs[job as usize];
-        (worker.queued, worker.placed) = (false, true);
+        (worker.queued, worker.placed, worker.placed_at) = (false, true, now);
         let at = now + worker.latency;
         self.schedule(at, READY, job, 0);
+    }
+
+    /// Bills `job`'s worker time at its end, `now` (before its place is released): from its
+    /// worker's check-in, or from its place where the platform bills a worker while it starts
+    /// ([`Platform::bills_start`]). A job that never had a place costs nothing, nor one whose
+    /// worker never became active where starting is free.
+    pub(super) fn bill(&mut self, job: u32, now: u64) {
+        let worker = &self.jobs[job as usize];
+        let from = match (
+            self.platforms[worker.pool].platform.bills_start,
+            worker.phase,
+        ) {
+            (true, _) if worker.placed => worker.placed_at,
+            (false, super::Phase::Active) => worker.active_at,
+            _ => return,
+        };
+        self.stats[worker.pool].worker_ms += now.saturating_sub(from);
     }
 
     /// `job` ended (exited, failed or was stopped): its place, if it had one, goes to the
@@ -141,14 +159,6 @@ impl Sim<'_> {
 
     /// Whether `pool`'s platform has no capacity at `now` (a stockout spell).
     pub(super) fn stocked_out(&self, pool: usize, now: u64) -> bool {
-        spell_until(self.platforms[pool].platform.stockout, now).is_some()
+        super::super::spell_until(self.platforms[pool].platform.stockout, now).is_some()
     }
-}
-
-/// When the spell of `(every, for)` that holds `now` ends, if one does.
-fn spell_until(spells: Option<(Duration, Duration)>, now: u64) -> Option<u64> {
-    let (every, spell) = spells?;
-    let (every, spell) = (every.as_millis() as u64, spell.as_millis() as u64);
-    let phase = now % every.max(1);
-    (phase < spell).then(|| now - phase + spell)
 }

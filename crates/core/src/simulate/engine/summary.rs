@@ -20,10 +20,11 @@ impl Sim<'_> {
     }
 
     pub(super) fn report(mut self, end: u64, drained: bool) -> SimReport {
-        for job in &self.jobs {
+        for job in 0..self.jobs.len() as u32 {
+            self.bill(job, end);
+            let job = &self.jobs[job as usize];
             if job.phase == Phase::Active {
                 let stats = &mut self.stats[job.pool];
-                stats.worker_ms += end.saturating_sub(job.active_at);
                 if let Some(since) = job.busy_since {
                     stats.busy_ms += end.saturating_sub(since);
                 }

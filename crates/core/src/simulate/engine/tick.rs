@@ -266,6 +266,7 @@ impl Sim<'_> {
         };
         match self.jobs[job as usize].phase {
             Phase::Pending => {
+                self.bill(job, now_ms);
                 self.jobs[job as usize].phase = Phase::Gone;
                 self.stats[pool].live -= 1;
                 match withdrawn {
@@ -328,6 +329,7 @@ impl Sim<'_> {
             queued: false,
             placed: false,
             latency,
+            placed_at: 0,
         });
         self.pool_jobs[pool].push(job);
         if fate != Fate::Stuck {
