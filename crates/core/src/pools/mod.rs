@@ -21,9 +21,10 @@
 //!    have taken the staged bundle already). Pending and starting workers are free capacity. So
 //!    `target - (active + pending)` workers are launched,
 //!    at most `max_launches_per_tick` per tick and never beyond `max` counting jobs being
-//!    stopped. A pool with `race` above 1 counts `ceil(race × workers)` for the workers its
-//!    bundles fill ([`PoolPolicy::raced`], reason `raced`): the first to check in take the
-//!    bundles, and rule 5 withdraws the others while they pend. `min_seconds_between_workers` holds launches except those that restore `min`.
+//!    stopped. `min_seconds_between_workers` holds launches except those that restore `min`.
+//!    A pool with `race` above 1 counts `ceil(race × workers)` for the workers its bundles fill
+//!    ([`PoolPolicy::raced`], reason `raced`; not for an overdue bundle): the first to check
+//!    in take the bundles, and rule 5 withdraws the others while they pend.
 //! 3. **Stuck pending.** A job pending longer than `pending_timeout` is stopped (`pending_timeout`
 //!    reason); the pool takes no bundle that tick (the manager also backs it off), so the demand
 //!    goes to the next fitting pool.

@@ -155,7 +155,7 @@ impl PoolPolicy {
             startup_grace: DEFAULT_STARTUP_GRACE,
             checkin_timeout: crate::checkin::DEFAULT_CHECKIN_TIMEOUT,
             withdraw_after: Self::DEFAULT_WITHDRAW_AFTER,
-            race: 1.0,
+            race: Self::NO_RACE,
             launch_mode: LaunchMode::Target,
             max_launches_per_tick: 1,
             min_seconds_between_workers: limits.min_seconds_between_workers,
@@ -193,7 +193,7 @@ impl PoolPolicy {
                 ("hedge_after", self.hedge_after.is_some()),
                 ("hedges_per_day", self.hedges_per_day > 0),
                 ("fallback", self.fallback.is_some()),
-                ("race", self.race != 1.0),
+                ("race", self.race != Self::NO_RACE),
             ] {
                 if set {
                     return Err(format!(
@@ -218,10 +218,11 @@ impl PoolPolicy {
                 ));
             }
         }
-        if !(1.0..=Self::MAX_RACE).contains(&self.race) {
+        if !(Self::NO_RACE..=Self::MAX_RACE).contains(&self.race) {
             return Err(format!(
-                "pool {name}: race {} is not between 1 (no race) and {}",
+                "pool {name}: race {} is not between {} (no race) and {}",
                 self.race,
+                Self::NO_RACE,
                 Self::MAX_RACE
             ));
         }
@@ -246,6 +247,9 @@ fn shown<S: serde::Serializer>(value: &impl fmt::Display, to: S) -> Result<S::Ok
 }
 
 impl PoolPolicy {
+    /// `race` when unset: one job per worker needed.
+    pub const NO_RACE: f64 = 1.0;
+
     /// The largest `race`: past a few jobs per worker, a race only adds withdrawals.
     pub const MAX_RACE: f64 = 4.0;
 

@@ -191,7 +191,7 @@ pool_rules! {
         /// rest are withdrawn before they start (target mode). Shorter waits where pending is
         /// free and start times vary (a Slurm queue, AWS Batch RUNNABLE, a pod waiting for a
         /// node); where a worker is billed while it boots, each loser costs its boot.
-        #[key(example: Some("2"), unset: Some(1))]
+        #[key(example: Some("2"), unset: Some(crate::PoolPolicy::NO_RACE as u64))]
         pub race: Option<f64>,
         /// compat (upstream's rules) or target.
         #[key]
@@ -302,7 +302,7 @@ impl PoolRules {
             withdraw_after: self
                 .withdraw_after
                 .map_or(crate::PoolPolicy::DEFAULT_WITHDRAW_AFTER, seconds),
-            race: self.race.unwrap_or(1.0),
+            race: self.race.unwrap_or(crate::PoolPolicy::NO_RACE),
             launch_mode: self.launch_mode,
             max_launches_per_tick: self.max_launches_per_tick,
             min_seconds_between_workers: self
