@@ -185,6 +185,12 @@ impl Platform {
     pub fn busy_until(&self, now_ms: u64) -> Option<u64> {
         spell_until(self.busy, now_ms)
     }
+
+    /// When the stockout that holds `now_ms` ends, if one does: a launch then fails
+    /// ([`Platform::stockout`]).
+    pub fn stockout_until(&self, now_ms: u64) -> Option<u64> {
+        spell_until(self.stockout, now_ms)
+    }
 }
 
 /// When the spell of `(every, for)` that holds `now` ends, if one does.

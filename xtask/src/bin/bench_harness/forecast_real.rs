@@ -21,8 +21,9 @@
 
 use crate::codalab_rest::{Rest, SERVER, USER};
 use crate::real_run::{self, cancel_jobs, missing_service, ours_exe, secs, stop};
-use crate::run::{publish, repo_root, results_path};
+use crate::run::repo_root;
 use crate::slurm_real::output;
+use crate::stats::nearest_rank;
 use anyhow::{Context, Result, bail};
 use codalab_wm_core::backend::new_unique;
 use serde_json::{Value, json};
@@ -65,12 +66,7 @@ pub fn only(args: &[String]) -> Result<()> {
     if args.iter().any(|a| a == "--quick") {
         bail!("slurm-forecast has no --quick: it takes about 15 minutes of real jobs");
     }
-    let path = results_path(false)?;
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("reading {} (run `cargo xtask bench` once)", path.display()))?;
-    let mut results: Value = serde_json::from_str(&text)?;
-    results["slurm_forecast"] = json!(measure_all(false)?);
-    publish(false, &results)
+    crate::report::merge_section("slurm_forecast", measure_all(false)?)
 }
 
 /// The rows (none in `--quick`).
@@ -243,8 +239,8 @@ impl Run {
             errors.sort_by(f64::total_cmp);
             json!({
                 "n": errors.len(),
-                "p50_s": rank(&errors, 0.5),
-                "p90_s": rank(&errors, 0.9),
+                "p50_s": nearest_rank(&errors, 0.5),
+                "p90_s": nearest_rank(&errors, 0.9),
                 "max_s": errors.last(),
             })
         };
@@ -343,12 +339,6 @@ fn estimate_of(status: &Value, uuid: &str) -> Option<(f64, bool, String)> {
     let forecast = estimate["forecast"].as_bool().unwrap_or(false);
     let text = estimate["text"].as_str().unwrap_or("").to_owned();
     Some((seconds, forecast, text))
-}
-
-/// The nearest-rank quantile `q` of sorted `values`.
-fn rank(values: &[f64], q: f64) -> Option<f64> {
-    let n = values.len();
-    (n > 0).then(|| values[((q * n as f64).ceil() as usize).clamp(1, n) - 1])
 }
 
 /// Submits the blocker (the whole node, its limit if any) and waits until it runs; its id.

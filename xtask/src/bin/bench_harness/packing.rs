@@ -54,9 +54,9 @@ fn pool(launch_mode: LaunchMode) -> PoolPolicy {
     }
 }
 
-#[derive(Clone, Copy)]
 /// One simulated run: its policy, its `race`, whether runs are ten times shorter and whether
 /// the platform bills a worker while it boots.
+#[derive(Clone, Copy)]
 struct Variant {
     name: &'static str,
     mode: LaunchMode,
@@ -80,7 +80,7 @@ impl Variant {
             name,
             mode,
             server_model,
-            race: 1.0,
+            race: PoolPolicy::NO_RACE,
             shorter: false,
             bills_start: false,
             withdraws: true,
@@ -122,7 +122,7 @@ impl Variant {
     }
 
     fn row_name(&self) -> String {
-        let raced = match self.race > 1.0 {
+        let raced = match self.race > PoolPolicy::NO_RACE {
             true => format!(", race {}", self.race),
             false => String::new(),
         };

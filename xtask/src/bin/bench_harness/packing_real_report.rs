@@ -117,17 +117,11 @@ impl Seen {
             "workers_dispatched_to": self.dispatched.len(),
             "never_dispatched": launches.saturating_sub(self.dispatched.len()),
             "on_private_worker": self.on_private.len(),
-            "staged_running_p50_s": percentile(&waits, 0.5),
-            "staged_running_p90_s": percentile(&waits, 0.9),
+            "staged_running_p50_s": crate::stats::nearest_rank(&waits, 0.5),
+            "staged_running_p90_s": crate::stats::nearest_rank(&waits, 0.9),
             "staged_running_s": waits,
         })
     }
-}
-
-/// Nearest-rank percentile of sorted `xs`.
-fn percentile(xs: &[f64], q: f64) -> Option<f64> {
-    let rank = ((q * xs.len() as f64).ceil() as usize).max(1);
-    xs.get(rank - 1).copied()
 }
 
 /// Our manager's `/metrics`, from the `--listen` address its log names.

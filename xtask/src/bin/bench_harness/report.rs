@@ -26,18 +26,24 @@ pub fn print_section(
     );
     let rows = measure(quick);
     if merge {
-        let path = crate::run::results_path(false)?;
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        let mut results: Value = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not JSON", path.display()))?;
-        results[key] = Value::Array(rows);
-        return crate::run::publish(false, &results);
+        return merge_section(key, rows);
     }
     let mut out = String::new();
     render(&mut out, &serde_json::json!({ key: rows }));
     print!("{out}");
     Ok(())
+}
+
+/// Keeps one section's `rows`, measured in full, under `key` in the last full run's
+/// `bench/results.json` beside the other sections, and rewrites `BENCH.md`'s table from them.
+pub fn merge_section(key: &str, rows: Vec<Value>) -> anyhow::Result<()> {
+    let path = crate::run::results_path(false)?;
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading {} (run `cargo xtask bench` once)", path.display()))?;
+    let mut results: Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    results[key] = Value::Array(rows);
+    crate::run::publish(false, &results)
 }
 
 fn has(args: &[String], flag: &str) -> bool {

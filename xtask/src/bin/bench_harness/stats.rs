@@ -22,6 +22,12 @@ pub struct Summary {
     pub samples: usize,
 }
 
+/// The nearest-rank quantile `q` of `sorted` (ascending); `None` when it is empty.
+pub fn nearest_rank(sorted: &[f64], q: f64) -> Option<f64> {
+    let n = sorted.len();
+    (n > 0).then(|| sorted[((q * n as f64).ceil() as usize).clamp(1, n) - 1])
+}
+
 /// Median of `samples` (NaN when empty).
 fn median_of(samples: &[f64]) -> f64 {
     let mut sorted = samples.to_vec();
@@ -36,13 +42,7 @@ fn median_of(samples: &[f64]) -> f64 {
 pub fn summarize(samples: &[f64]) -> Summary {
     let mut sorted = samples.to_vec();
     sorted.sort_by(f64::total_cmp);
-    let rank = |q: f64| {
-        if sorted.is_empty() {
-            return f64::NAN;
-        }
-        let index = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
-        sorted[index]
-    };
+    let rank = |q: f64| nearest_rank(&sorted, q).unwrap_or(f64::NAN);
     let median = median_of(samples);
     let best_third = if samples.len() < 3 {
         median

@@ -159,6 +159,6 @@ impl Sim<'_> {
 
     /// Whether `pool`'s platform has no capacity at `now` (a stockout spell).
     pub(super) fn stocked_out(&self, pool: usize, now: u64) -> bool {
-        super::super::spell_until(self.platforms[pool].platform.stockout, now).is_some()
+        self.platforms[pool].platform.stockout_until(now).is_some()
     }
 }
