@@ -241,7 +241,7 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
         let digits: String = fraction.chars().take(9).collect();
         digits.parse::<u32>().ok()? * 10u32.pow(9 - digits.len() as u32)
     };
-    let days = u64::try_from(days_from_civil(year, month, day)).ok()?;
+    let days = u64::try_from(codalab_wm_backend::civil::days_from_civil(year, month, day)).ok()?;
     let secs = days * 86_400 + hour * 3600 + minute * 60 + second;
     Some(UNIX_EPOCH + Duration::new(secs, nanos))
 }
@@ -253,38 +253,13 @@ pub fn format_rfc3339(time: SystemTime) -> String {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil_from_days(days as i64);
+    let (year, month, day) = codalab_wm_backend::civil::civil_from_days(days as i64);
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
         rest / 3600,
         rest % 3600 / 60,
         rest % 60
     )
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-/// The date of a day count since 1970-01-01 (inverse of [`days_from_civil`]).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let days = days + 719_468;
-    let era = days.div_euclid(146_097);
-    let day_of_era = days - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@
 
 pub mod backend;
 pub mod bundle;
+pub mod civil;
 pub mod command;
 #[cfg(feature = "conformance")]
 pub mod conformance;

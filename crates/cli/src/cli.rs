@@ -40,7 +40,11 @@ impl Cli {
             Some(Command::Down(args)) => args.take_process(),
             Some(Command::Status(args)) => args.take_process(),
             Some(Command::Simulate(args)) => ProcessArgs {
-                config: args.config.take(),
+                config: args.report.config.take(),
+                ..Default::default()
+            },
+            Some(Command::Advise(args)) => ProcessArgs {
+                config: args.report.config.take(),
                 ..Default::default()
             },
             _ => return,
@@ -60,6 +64,8 @@ pub enum Command {
     Status(crate::commands::status::Args),
     /// Replay a workload through the real scaling policy with a simulated backend
     Simulate(crate::commands::simulate::Args),
+    /// Replay the manager's history under other settings: what to change for a wait target or a cost cap
+    Advise(crate::commands::advise::Args),
     /// Write a commented config template, or check a config file without contacting anything
     #[command(subcommand)]
     Config(crate::commands::config::ConfigCommand),

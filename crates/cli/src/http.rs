@@ -20,6 +20,8 @@ use codalab_wm_app::dashboard::{self, History, Page};
 use codalab_wm_app::listen::{HostRule, Limits};
 use codalab_wm_app::metrics::health::{Health, status_sleep_time};
 use codalab_wm_app::metrics::{Metrics, StatusExporter, enable_metrics};
+use codalab_wm_app::simulate::SavedAdvice;
+use codalab_wm_core::settings::Settings;
 use codalab_wm_core::status::Status;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -46,6 +48,8 @@ struct Shared {
     /// The `sleep_time` the manager started with: the page's until a snapshot reports one.
     sleep_time: Duration,
     view: Mutex<View>,
+    /// The history's directory, where `advise` leaves its last answer for the page.
+    history: Option<std::path::PathBuf>,
 }
 
 impl Shared {
@@ -53,6 +57,7 @@ impl Shared {
         Self {
             metrics,
             sleep_time,
+            history: None,
             view: Mutex::new(View {
                 status: Status::default(),
                 health: Health::new(sleep_time, Instant::now()),
@@ -81,7 +86,8 @@ impl Shared {
         let view = self.view();
         let sleep_time = status_sleep_time(&view.status).unwrap_or(self.sleep_time);
         let page = Page::new(sleep_time, now_unix_seconds);
-        dashboard::render(&view.status, &view.history, &page)
+        let advice = self.history.as_deref().and_then(SavedAdvice::read);
+        dashboard::render_with_advice(&view.status, &view.history, &page, advice.as_ref())
     }
 
     /// The `/healthz` answer ([`Health::check`]), or with `live` the `/livez` one.
@@ -109,15 +115,13 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
 }
 
 /// Serves `/`, `/metrics`, `/healthz` and `/status` on `listener` to requests that name a
-/// host `--listen-hosts` allows (`listen_hosts`), within [`Limits::DEFAULT`], and
-/// follows the manager's snapshots, until the runtime ends.
-pub fn spawn(
-    listener: TcpListener,
-    listen_hosts: &[String],
-    mut snapshots: watch::Receiver<Status>,
-    sleep_time: Duration,
-) {
-    let shared = Arc::new(Shared::new(enable_metrics(), sleep_time));
+/// host `--listen-hosts` allows, within [`Limits::DEFAULT`], and follows the manager's
+/// snapshots, until the runtime ends.
+pub fn spawn(listener: TcpListener, settings: &Settings, mut snapshots: watch::Receiver<Status>) {
+    let sleep_time = Duration::from_secs(settings.sleep_time);
+    let mut shared = Shared::new(enable_metrics(), sleep_time);
+    shared.history = settings.history().map(|(dir, _)| dir);
+    let (shared, listen_hosts) = (Arc::new(shared), &settings.listen_hosts);
     let follower = shared.clone();
     tokio::spawn(async move {
         loop {

@@ -81,6 +81,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Backend(backend)) => run::run(cli.global, Some(backend)).await,
         Some(Command::Status(args)) => commands::status::run(args, cli.global).await,
         Some(Command::Simulate(args)) => commands::simulate::run(args, cli.global).await,
+        Some(Command::Advise(args)) => commands::advise::run(args, cli.global).await,
         Some(Command::Config(args)) => commands::config::run(args, cli.global).await,
         Some(Command::Down(args)) => commands::down::run(args, cli.global).await,
         #[cfg(feature = "k8s")]

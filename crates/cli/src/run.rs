@@ -3,12 +3,12 @@
 
 use crate::args::GlobalArgs;
 use crate::backends::{BackendCommand, catalogue};
-use crate::setup::{build_manager, credentials, init_logging, layers, settings};
+use crate::setup::{build_manager, credentials, layers, settings};
 use anyhow::{Context, Result, anyhow};
+use codalab_wm_app::logging::init as init_logging;
 use codalab_wm_core::layout::Layout;
 use codalab_wm_core::manager::Outcome;
 use std::process::ExitCode;
-use std::time::Duration;
 
 /// Exit status when more launches failed than `--exit-after-num-failed` allows.
 pub const EXIT_TOO_MANY_FAILURES: u8 = 3;
@@ -37,9 +37,7 @@ pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<
             .context("cannot set up the [[notify]] webhooks")?;
     }
     if let Some(listener) = listener {
-        let sleep_time = Duration::from_secs(settings.sleep_time);
-        let snapshots = manager.subscribe_status();
-        crate::http::spawn(listener, &settings.listen_hosts, snapshots, sleep_time);
+        crate::http::spawn(listener, &settings, manager.subscribe_status());
     }
     let shutdown = shutdown_signal()?;
     let outcome = match manager.run(settings.once, shutdown).await {

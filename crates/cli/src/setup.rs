@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use codalab_wm_core::codalab::{ClientOptions, CodaLabClient};
 use codalab_wm_core::layout::Layout;
 use codalab_wm_core::secret::Credentials;
-use codalab_wm_core::settings::{Edit, Layers, LogFormat, Settings};
+use codalab_wm_core::settings::{Edit, Layers, Settings};
 use codalab_wm_core::{Manager, Pool};
 use figment::Figment;
 use figment::providers::Serialized;
@@ -61,6 +61,9 @@ pub async fn build_manager(
     let single = layout.single;
     let mut manager = Manager::with_pools(layout.config, client, pools)?;
     manager.keep_records(&settings.record_dir(), &records)?;
+    if let Some((dir, limits)) = settings.history() {
+        manager.keep_history(&dir, limits)?;
+    }
     // Said once the server answered and took the credentials, not before.
     manager.on_ready(move || match single {
         false => tracing::info!(server, user, pools = count, "started worker manager; {count} pools"),
@@ -141,49 +144,6 @@ pub fn client_options(settings: &Settings) -> Result<ClientOptions> {
 /// Credentials from `--password-file` or `CODALAB_USERNAME`/`CODALAB_PASSWORD`.
 pub fn credentials(password_file: Option<&Path>) -> Result<Credentials> {
     Ok(Credentials::load(password_file)?)
-}
-
-/// Colour only for a person: stderr is a terminal and `NO_COLOR` is unset or empty (files,
-/// pipes and journald get plain text).
-fn colour_on_stderr() -> bool {
-    use std::io::IsTerminal;
-    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-}
-
-/// Logs to stderr: `--verbose` adds debug lines, `CODALAB_WM_LOG` overrides the filter.
-pub fn init_logging(verbose: bool, format: LogFormat) {
-    use tracing_subscriber::EnvFilter;
-    let default = if verbose { "debug" } else { "info" };
-    let filter = EnvFilter::try_from_env("CODALAB_WM_LOG").unwrap_or_else(|_| {
-        EnvFilter::new(format!(
-            "{default},hyper=info,reqwest=info,rustls=info,h2=info,tower=info,aws=info,kube=info"
-        ))
-    });
-    let _ = match format {
-        LogFormat::Text => {
-            use codalab_wm_app::logging::{BlockPrinter, Escaping, blocks::is_block};
-            use tracing_subscriber::{filter::filter_fn, prelude::*};
-            // The escaping writer must know whether colour codes are ours.
-            let ansi = colour_on_stderr();
-            let lines = tracing_subscriber::fmt::layer()
-                .with_ansi(ansi)
-                .with_writer(move || Escaping::new(std::io::stderr(), ansi))
-                .with_filter(filter_fn(|metadata| !is_block(metadata)));
-            let registry = tracing_subscriber::registry().with(filter);
-            registry
-                .with(lines)
-                .with(BlockPrinter::stdout())
-                .try_init()
-                .is_ok()
-        }
-        LogFormat::Json => tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .json()
-            .flatten_event(true)
-            .try_init()
-            .is_ok(),
-    };
 }
 
 /// Raises the soft limit of open files to the hard one (systemd and most shells start at

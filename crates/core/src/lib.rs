@@ -34,7 +34,10 @@
 //! - [`manager`]: the loop that drives the engine against the server and the backends, with
 //!   one error policy for retry and backoff, its log lines and its status snapshot
 //!   ([`status`]); [`events`], the typed event stream, and [`notify`], its webhooks;
-//! - [`simulate`]: the same engine against simulated platforms and a simulated server;
+//! - [`simulate`]: the same engine against simulated platforms and a simulated server, and
+//!   [`simulate::advise`], the manager's history replayed and swept;
+//! - [`history`]: the manager's bounded record of its queue (runs with the server's times,
+//!   workers, events, decisions, settings), which `advise` reads;
 //! - [`local`] (feature `local`, on by default): a backend that runs workers as local
 //!   processes;
 //! - `testing` (feature `testing`): the backend conformance suite and an in-memory fake
@@ -98,6 +101,7 @@ pub(crate) mod engine;
 pub mod estimate;
 pub mod events;
 mod hash;
+pub mod history;
 mod interned;
 pub mod layout;
 #[cfg(feature = "local")]
@@ -118,7 +122,7 @@ pub mod testing;
 pub use codalab_wm_backend::{
     BLOCK_TARGET, CleanupItem, DEFAULT_SERVER, Error, JobState, LaunchRequest, PendingKind, Result,
     StagedBundle, WorkerBackend, WorkerJob, WorkerOptions, WorkerShape, async_trait, backend,
-    bundle, command, describe, error, secret, size,
+    bundle, civil, command, describe, error, secret, size,
 };
 pub use manager::{Manager, ManagerConfig, Pool, RecordKey};
 pub use pools::{LaunchMode, PoolPolicy, SingleBackendFlags};

@@ -35,6 +35,7 @@ use tokio::time::Instant;
 
 mod act;
 mod error_policy;
+mod history;
 mod journal;
 pub(crate) mod logs;
 mod observe;
@@ -47,6 +48,7 @@ mod streak;
 mod tick;
 
 pub use error_policy::{REFUSED_AGAIN_FOR, TICK_ERROR_KINDS};
+pub use history::LOOKUP_BUDGET;
 pub use pool::{Pool, RecordKey};
 pub use reconfigure::{Change, DRAIN_THEN_RESTART, Reconfiguration};
 pub use shutdown::SUBMIT_GRACE;
@@ -149,6 +151,8 @@ pub struct Manager {
     journal: journal::Journal,
     /// How long refused re-logins are retried ([`error_policy::REFUSED_AGAIN_FOR`]).
     refused_again_for: Duration,
+    /// The history of the queue, when kept ([`Manager::keep_history`]).
+    history: Option<history::History>,
 }
 
 /// What [`Manager::on_ready`] runs.
@@ -210,6 +214,7 @@ impl Manager {
             quota: quota::QuotaMemory::default(),
             journal: journal::Journal::default(),
             refused_again_for: error_policy::REFUSED_AGAIN_FOR,
+            history: None,
         }
     }
 

@@ -126,6 +126,16 @@ pub const EXTRA_DOCS: &[(&str, &str, &str)] = &[
         "cost_per_hour",
         "What one worker-hour of the single backend costs, for max_cost_per_day (pools set their own)",
     ),
+    (
+        "",
+        "history_days",
+        "Days of the queue's history kept in record_dir/history (one JSON-lines file a day: runs, workers, events, decisions, settings; no secret), which `advise` replays; 0: none",
+    ),
+    (
+        "",
+        "history_max_mb",
+        "Megabytes the history may take at most; the oldest days are deleted first",
+    ),
 ];
 
 /// Example values of options that are unset by default, written commented out.

@@ -15,7 +15,7 @@ mod page;
 
 pub use crate::present::utc;
 pub use history::History;
-pub use page::render;
+pub use page::{render, render_with_advice};
 
 use std::time::Duration;
 

@@ -5,6 +5,7 @@ use super::history::{BUCKET_SECONDS, Bucket, History};
 use super::{Page, html};
 use crate::chart::{self, Series, escape};
 use crate::present::{self, CHARTS_BEFORE, duration, utc};
+use crate::simulate::SavedAdvice;
 use codalab_wm_core::status::Status;
 use std::fmt::Write as _;
 
@@ -23,6 +24,16 @@ figcaption{font-weight:600;margin:4px 0}summary{cursor:pointer;color:#444;margin
 
 /// The dashboard page for `status` and `history` (see the [module](super) doc).
 pub fn render(status: &Status, history: &History, page: &Page) -> String {
+    render_with_advice(status, history, page, None)
+}
+
+/// [`render`], with `advise`'s last answer when there is one.
+pub fn render_with_advice(
+    status: &Status,
+    history: &History,
+    page: &Page,
+    advice: Option<&SavedAdvice>,
+) -> String {
     let mut out = String::with_capacity(32 * 1024);
     let _ = write!(
         out,
@@ -43,6 +54,9 @@ pub fn render(status: &Status, history: &History, page: &Page) -> String {
         }
         html::section(&mut out, section);
     }
+    if let Some(advice) = advice {
+        advice_section(&mut out, advice);
+    }
     let _ = writeln!(
         out,
         "<p class=\"muted\">Read-only. Rendered at {}; reloads every {} s. \
@@ -52,6 +66,22 @@ pub fn render(status: &Status, history: &History, page: &Page) -> String {
         page.refresh.as_secs()
     );
     out
+}
+
+/// `advise`'s last answer: when, the short answer, and its frontier as an image (an SVG read
+/// from the state dir is shown as an image, where no script of it can run).
+fn advice_section(out: &mut String, advice: &SavedAdvice) {
+    use base64::Engine as _;
+    let svg = base64::engine::general_purpose::STANDARD.encode(&advice.svg);
+    let _ = write!(
+        out,
+        "<h2 id=\"advice\">Advice</h2><p class=\"muted\">From <code>cl-worker-manager advise</code> \
+         at {}, on the manager's history (run it again for today's).</p><p style=\"white-space:pre-wrap\">{}</p>\
+         <img class=\"chart\" style=\"max-width:760px\" alt=\"wait p90 against cost a day of each setting replayed\" \
+         src=\"data:image/svg+xml;base64,{svg}\">",
+        escape(&utc(advice.at_unix_seconds)),
+        escape(&advice.summary)
+    );
 }
 
 /// Three charts of the history: workers by state, staged bundles, launches and failures.

@@ -535,3 +535,28 @@ fn dates_are_utc() {
     assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
     assert_eq!(utc(1_795_000_100), "2026-11-18 11:08:20 UTC");
 }
+
+/// `advise`'s last answer: shown when saved, with its time, its words escaped, and its plot as
+/// a data: image (an SVG read from the state dir runs no script there); absent otherwise.
+#[test]
+fn the_page_shows_advises_last_answer_escaped_and_its_plot_as_an_image() {
+    use base64::Engine as _;
+    let advice = crate::simulate::SavedAdvice {
+        at_unix_seconds: 1_796_000_000,
+        summary: "Recommended: set cpu.max = 20 <script>alert(1)</script>".into(),
+        svg: "<svg xmlns=\"http://www.w3.org/2000/svg\"><script>alert(2)</script></svg>".into(),
+    };
+    let (status, history) = (fixture(), History::new());
+    let html = render_with_advice(&status, &history, &page(), Some(&advice));
+    let section = &html[html.find("<h2 id=\"advice\">").expect("an Advice section")..];
+    assert!(section.contains("at 2026-11-30 00:53:20 UTC"), "{section}");
+    assert!(
+        section.contains("set cpu.max = 20 &lt;script&gt;"),
+        "{section}"
+    );
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&advice.svg);
+    assert!(section.contains("<img class=\"chart\""));
+    assert!(section.contains(&format!("src=\"data:image/svg+xml;base64,{encoded}\"")));
+    assert!(!html.contains("<script"), "no script reaches the page");
+    assert!(!render(&status, &history, &page()).contains("id=\"advice\""));
+}

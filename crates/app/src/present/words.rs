@@ -32,27 +32,13 @@ pub fn memory(bytes: u64) -> String {
 /// `2026-11-23 17:05:09 UTC` for seconds since the Unix epoch.
 pub fn utc(unix_seconds: u64) -> String {
     let (days, rest) = (unix_seconds / 86_400, unix_seconds % 86_400);
-    let (year, month, day) = civil_from_days(days);
+    let (year, month, day) = codalab_wm_core::civil::civil_from_days(days as i64);
     format!(
         "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
         rest / 3600,
         rest / 60 % 60,
         rest % 60
     )
-}
-
-/// The date of a day count since 1970-01-01 (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
 }
 
 /// `4 cpus, 0 gpus, 8 GiB`: a worker's shape or what bundles ask for.

@@ -268,7 +268,7 @@ pub(crate) fn human(seconds: f64) -> String {
 }
 
 /// Columns separated by two spaces; the first left-aligned, the others right-aligned.
-fn table(rows: &[Vec<String>]) -> String {
+pub(super) fn table(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|c| {

@@ -58,7 +58,7 @@ impl Args {
 pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     let layers = crate::setup::layers(&global, args.backend.as_ref());
     let settings = crate::setup::settings(&layers)?;
-    crate::setup::init_logging(settings.verbose, settings.log_format);
+    codalab_wm_app::logging::init(settings.verbose, settings.log_format);
     let mut layout = Layout::new(&settings, &layers, &catalogue())?;
     // Whether the config or the environment named the server, even the default one: its
     // value alone cannot tell (review 2026-11-27 §2).

@@ -1,6 +1,7 @@
-//! The tools besides running the manager: `status`, `simulate`, `config`, `down`,
+//! The tools besides running the manager: `status`, `simulate`, `advise`, `config`, `down`,
 //! `completions`, `operator`.
 
+pub mod advise;
 pub mod completions;
 pub mod config;
 pub mod down;
@@ -13,7 +14,7 @@ pub async fn operator(
     args: codalab_wm_operator::command::OperatorArgs,
 ) -> anyhow::Result<std::process::ExitCode> {
     if args.command.is_none() {
-        crate::setup::init_logging(false, Default::default());
+        codalab_wm_app::logging::init(false, Default::default());
     }
     codalab_wm_operator::command::run(args).await?;
     Ok(std::process::ExitCode::SUCCESS)

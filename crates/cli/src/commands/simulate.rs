@@ -5,66 +5,27 @@
 
 use crate::args::GlobalArgs;
 use crate::backends::catalogue;
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 use clap::ValueHint;
-use codalab_wm_core::PoolPolicy;
-use codalab_wm_core::layout::{Layout, Reading, single_placement};
-use codalab_wm_core::settings::{Edit, Layers, Settings};
+use codalab_wm_app::simulate::help;
+use codalab_wm_core::settings::Edit;
 use codalab_wm_core::simulate::{
-    BundleTemplate, PoissonRate, SimConfig, Workload, simulate, what_if,
+    BundleTemplate, PoissonRate, SimConfig, SimPools, Workload, simulate, what_if,
 };
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-
-const ABOUT: &str = "\
-Answers \"what would these min/max/burst/timeout settings have done to last week's workload?\":
-the pools come from the usual configuration ([[pools]] in --config, or the single-backend
-settings such as --min-workers/--max-workers before `simulate`), bundles from a trace or a
-Poisson generator, and the backend is simulated: jobs pend for --start-latency, some fail
-(--failure-rate) or never start (--stuck-rate), workers exit after --worker-idle-seconds without
-a bundle. The output gives per pool the queue-wait percentiles, worker-hours (cost), launches,
-failures and peak workers; --svg plots staged bundles and workers over time. The same input and
---seed give byte-identical output.
-
-A trace is CSV with a header (time,cpus,gpus,memory,queue,owner,duration; only time and duration
-are required), a JSON array of such objects, or JSON lines. time is in seconds (relative or since
-the epoch), memory in bytes or like 4g, duration in seconds. The server is simulated as CodaLab's
-dispatches: a worker runs several bundles while its CPUs, GPUs and memory allow, owners within
-their --quota; the manager plans on that model and estimates each bundle's start.";
-
-const SHORT: &str = "Answers \"what would these min/max/burst/timeout settings have done to last week's workload?\" (--help: the model and examples)";
-
-const EXAMPLES: &str = "\
-Examples:
-  # Last week's bundles against the pools of the production config, with max raised to 40:
-  cl-worker-manager --config wm.toml simulate --trace last-week.csv --set cpu.max=40 --svg week.svg
-
-  # Upstream's rules versus bursts, on 2 bundles per minute of 20-minute runs:
-  cl-worker-manager --max-workers 20 simulate --arrivals poisson:2 --bundles 5000 \\
-      --mix cpus=1,memory=2g,duration=1200
-  cl-worker-manager --max-workers 20 --launch-mode target --max-launches-per-tick 5 \\
-      simulate --arrivals poisson:2 --bundles 5000 --mix cpus=1,memory=2g,duration=1200
-
-  # Stuck jobs, and a pending timeout that moves their demand to the next pool:
-  cl-worker-manager --config wm.toml simulate --trace t.json --stuck-rate 0.2 \\
-      --set gpu.pending_timeout=600";
-
-fn long_help() -> String {
-    format!("{ABOUT}\n\n{EXAMPLES}")
-}
 
 /// Flags of `cl-worker-manager simulate`.
 #[derive(Debug, clap::Args)]
 // The subcommand's doc line (in args.rs) is its about; the explanation and the examples go
 // after the flags.
 // The workload comes from exactly one of --trace and --arrivals; a bare `simulate` names both.
-#[command(after_help = SHORT, after_long_help = long_help())]
+#[command(after_help = help::SIMULATE_SHORT, after_long_help = help::simulate_long())]
 #[command(group(clap::ArgGroup::new("workload").args(["trace", "arrivals"]).required(true)))]
 pub struct Args {
-    /// Bundle trace: CSV with a header, a JSON array or JSON lines
-    #[arg(long, value_hint = ValueHint::FilePath)]
+    /// Bundle trace: CSV with a header, a JSON array or JSON lines; or the manager's history directory (record_dir/history)
+    #[arg(long, value_hint = ValueHint::AnyPath)]
     pub trace: Option<PathBuf>,
 
     /// Generate arrivals instead: poisson:RATE, RATE in bundles per minute (or poisson:2/s, poisson:90/h)
@@ -119,7 +80,14 @@ pub struct Args {
     #[arg(long)]
     pub backend: Option<String>,
 
-    /// Write the plot (staged bundles and workers per pool over time) to this SVG file
+    #[command(flatten)]
+    pub report: Report,
+}
+
+/// The flags of the report of `simulate` and `advise`.
+#[derive(Debug, clap::Args)]
+pub struct Report {
+    /// Write the plot to this SVG file (simulate: staged bundles and workers per pool over time; advise: wait p90 against cost a day)
     #[arg(long, value_hint = ValueHint::FilePath)]
     pub svg: Option<PathBuf>,
 
@@ -127,7 +95,7 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
 
-    /// TOML config file with the pools to simulate (as `--config` before `simulate`)
+    /// TOML config file with the pools (as `--config` before the command)
     #[arg(long, value_hint = ValueHint::FilePath)]
     pub config: Option<PathBuf>,
 }
@@ -139,41 +107,39 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
         .collect::<Result<_, String>>()
         .map_err(|e| anyhow!(e))?;
     let settings = crate::setup::settings_with(&layers, &edits)?;
-    let (policies, preemptible) = policies(&settings, &layers, args.backend.as_deref(), &edits)?;
-    for policy in &policies {
+    let pools = SimPools::of(
+        &settings,
+        &layers,
+        args.backend.as_deref(),
+        &edits,
+        &catalogue(),
+    )?;
+    for policy in &pools.policies {
         policy.validate().map_err(|e| anyhow!(e))?;
     }
     let workload = workload(&args)?;
+    let base = SimConfig::from_settings(&settings);
     let config = SimConfig {
-        sleep_time: Duration::from_secs(settings.sleep_time),
         start_latency: what_if::start_latency(&args.start_latency)?,
         failure_rate: args.failure_rate,
         stuck_rate: args.stuck_rate,
-        worker_idle: Duration::from_secs(
-            args.worker_idle_seconds
-                .unwrap_or(settings.worker.idle_seconds),
-        ),
-        worker_max_runs: settings
-            .worker
-            .exit_after_num_runs
-            .and_then(|n| u32::try_from(n).ok())
-            .filter(|n| *n > 0),
+        worker_idle: (args.worker_idle_seconds.map(Duration::from_secs))
+            .unwrap_or(base.worker_idle),
         seed: args.seed,
         drain: Duration::from_secs(args.drain_seconds),
         quotas: what_if::quotas(&args.quota)?,
-        platforms: what_if::platforms(&args.platform, &policies)?,
-        preemptible,
-        budget: codalab_wm_core::layout::manager_config(&settings).budget,
-        ..SimConfig::default()
+        platforms: what_if::platforms(&args.platform, &pools.policies)?,
+        preemptible: pools.preemptible,
+        ..base
     };
     let started = Instant::now();
-    let report = simulate(&workload, &policies, &config)?;
+    let report = simulate(&workload, &pools.policies, &config)?;
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), "simulated");
-    if let Some(path) = &args.svg {
+    if let Some(path) = &args.report.svg {
         std::fs::write(path, codalab_wm_app::simulate::svg(&report))
             .with_context(|| format!("cannot write the plot to {}", path.display()))?;
     }
-    if args.json {
+    if args.report.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", codalab_wm_app::simulate::text(&report));
@@ -181,55 +147,14 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The trace (a file, or the manager's history directory), or the generated arrivals.
 fn workload(args: &Args) -> Result<Workload> {
     if let Some(path) = &args.trace {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read the trace {}", path.display()))?;
+        let text = codalab_wm_core::history::read(path)?;
         return Workload::parse(&text).with_context(|| format!("in {}", path.display()));
     }
     let rate = args
         .arrivals
         .ok_or_else(|| anyhow!("give --trace FILE or --arrivals poisson:RATE"))?;
     Ok(Workload::poisson(rate, args.bundles, &args.mix, args.seed))
-}
-
-/// The pool policies the manager would build, without building any backend.
-/// The pools' policies, and the pools whose workers start preemptible (their reclaimed runs
-/// are staged again), as the manager would lay them out.
-fn policies(
-    settings: &Settings,
-    layers: &Layers,
-    backend: Option<&str>,
-    edits: &[Edit],
-) -> Result<(Vec<PoolPolicy>, BTreeSet<String>)> {
-    let catalogue = catalogue();
-    let preemptible = |layout: &Layout| {
-        (layout.pools.iter())
-            .filter(|p| p.worker.preemptible)
-            .map(|p| p.policy.name.clone())
-            .collect()
-    };
-    if !settings.pools.is_empty() {
-        if backend.is_some() {
-            bail!("--backend is for the single-backend mode; the config file declares [[pools]]");
-        }
-        let layout = Layout::pools(settings, &catalogue, Reading::Shapes)?;
-        let preemptible = preemptible(&layout);
-        return Ok((
-            layout.pools.into_iter().map(|p| p.policy).collect(),
-            preemptible,
-        ));
-    }
-    let name = backend.or(settings.backend.as_deref()).unwrap_or("local");
-    let kind = catalogue.get(name)?;
-    let defaults = kind.placement_defaults(single_placement(settings));
-    let tables = layers.tables_with(kind, defaults, edits, &catalogue)?;
-    let layout = Layout::single(settings, kind, &tables, Reading::Shapes)?;
-    let preemptible = preemptible(&layout);
-    let mut policy = layout.pools.into_iter().next().context("no pool")?.policy;
-    // The server's search does the queue filtering in this mode; the simulated server still
-    // runs a bundle only on a worker with its tag.
-    policy.tag = settings.worker.tag.clone();
-    policy.tag_exclusive = settings.worker.tag_exclusive;
-    Ok((vec![policy], preemptible))
 }

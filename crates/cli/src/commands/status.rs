@@ -117,7 +117,7 @@ async fn dry_tick(backend: Option<BackendCommand>, global: &GlobalArgs) -> Resul
     let mut settings = crate::setup::settings(&layers)?;
     settings.dry_run = true;
     if settings.verbose {
-        crate::setup::init_logging(true, settings.log_format);
+        codalab_wm_app::logging::init(true, settings.log_format);
     }
     let layout = Layout::new(&settings, &layers, &catalogue())?;
     let credentials = crate::setup::credentials(settings.password_file.as_deref())?;

@@ -8,9 +8,10 @@ use std::process::Command;
 
 /// The subcommands that are tools, not backends (every other subcommand is a backend, which
 /// must have its row in the README's table "Backends and their flags").
-const TOOLS: [&str; 7] = [
+const TOOLS: [&str; 8] = [
     "status",
     "simulate",
+    "advise",
     "config",
     "down",
     "operator",

@@ -616,3 +616,119 @@ fn with_dockerd_stopped_workers_fail_and_are_counted_as_failures() {
     );
     server.remove(&uuids);
 }
+
+/// The history (#43) of a real run: the REAL server's times of each run (its `created`,
+/// `started` and `last_updated`), the workers' lives as the `local` backend listed them, and
+/// the history read back by `simulate --trace` and `advise`.
+#[test]
+fn the_history_records_each_run_with_the_servers_times_and_advise_replays_it() {
+    let _turn = support::turn(module_path!());
+    if !services_up(false) {
+        return;
+    }
+    let _docker = docker_in_use();
+    let tag = unique("realh");
+    let (dir, records) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let server = Server::login(USER.0, USER.1);
+    let uuids = stage(3, "echo h-{i} > out.txt", &bundle_flags(&tag, 1, true), "");
+    let record_dir = records.path().display().to_string();
+    let extra = [
+        "--worker-tag",
+        &tag,
+        "--worker-tag-exclusive",
+        "--record-dir",
+        &record_dir,
+    ];
+    let mut args = manager_args(&tag, 2, &extra);
+    args.extend(local_args(dir.path()));
+    let mut manager = Manager::start(&args, USER, &docker_env());
+    server.wait_ready(&uuids, READY_WITHIN, || manager.log());
+    manager.wait_until("the idle workers to exit", READY_WITHIN, |m| {
+        m.last_status()
+            .is_some_and(|l| l.contains(" 0 worker jobs (min=0"))
+    });
+    let log = manager.log();
+    stop(manager, &local_args(dir.path()));
+
+    let history = records.path().join("history");
+    let text = codalab_wm_core::history::read_dir(&history).unwrap();
+    let lines: Vec<serde_json::Value> = (text.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kind = |k: &'static str| lines.iter().filter(move |l| l["kind"] == k);
+    assert_eq!(lines[0]["kind"], "settings", "{text}");
+    for uuid in &uuids {
+        let line = kind("bundle")
+            .find(|l| l["uuid"] == uuid.as_str())
+            .unwrap_or_else(|| panic!("no line for {uuid}:\n{text}\n{log}"));
+        let metadata =
+            &server.json(&format!("/rest/bundles/{uuid}"))["data"]["attributes"]["metadata"];
+        let started = metadata["started"].as_f64().unwrap();
+        let (time, wait) = (
+            line["time"].as_f64().unwrap(),
+            line["wait"].as_f64().unwrap(),
+        );
+        assert_eq!(
+            time + wait,
+            started,
+            "staged + wait is the server's start: {line}"
+        );
+        assert!(time >= metadata["created"].as_f64().unwrap(), "{line}");
+        let ended = started + line["duration"].as_f64().unwrap();
+        assert_eq!(ended, metadata["last_updated"].as_f64().unwrap(), "{line}");
+        assert_eq!(
+            (line["state"].as_str(), line["cpus"].as_u64()),
+            (Some("ready"), Some(1))
+        );
+        assert_eq!(line["queue"], tag.as_str());
+        assert_eq!(
+            line["owner"], USER.0,
+            "the owner's name, as the server reports it"
+        );
+        assert_ne!(
+            line["pool"], "",
+            "run on a worker of the manager's pool: {line}"
+        );
+    }
+    let workers: Vec<&serde_json::Value> = kind("worker").collect();
+    assert!((1..=2).contains(&workers.len()), "{text}");
+    let runs: u64 = workers.iter().map(|w| w["runs"].as_u64().unwrap()).sum();
+    assert_eq!(runs, 3, "each run on one worker: {text}");
+    assert!(
+        workers
+            .iter()
+            .all(|w| w["checked_in"].as_f64().is_some_and(|s| s > 0.0))
+    );
+    assert!(!text.contains(USER.1), "no secret in the history");
+
+    let read = |command: &str, flag: &str| {
+        let out = std::process::Command::new(support::manager::BIN)
+            .args(["--max-workers", "2", "--worker-idle-seconds", "30"])
+            .args([
+                "--worker-tag",
+                &tag,
+                "--worker-tag-exclusive",
+                command,
+                flag,
+            ])
+            .arg(&history)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{command}: {stderr}");
+        stdout
+    };
+    let simulated = read("simulate", "--trace");
+    assert!(
+        simulated.contains("bundles: 3 arrived, 3 started, 3 finished"),
+        "the runs are the trace: {simulated}"
+    );
+    let advice = read("advise", "--history");
+    assert!(
+        advice.contains("Advice from") && advice.contains("3 runs"),
+        "{advice}"
+    );
+    assert!(advice.contains("wait p90"), "{advice}");
+    println!("{advice}");
+}

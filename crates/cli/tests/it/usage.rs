@@ -313,6 +313,7 @@ const HELP: &[&[&str]] = &[
     &["gce"],
     &["status"],
     &["simulate"],
+    &["advise"],
     &["config"],
     &["config", "init"],
     &["config", "check"],
@@ -374,7 +375,7 @@ fn help_of_every_subcommand_matches_its_snapshot() {
         }
         if matches!(
             path.first(),
-            Some(&("simulate" | "config" | "down" | "completions"))
+            Some(&("simulate" | "advise" | "config" | "down" | "completions"))
         ) {
             for flag in MANAGER_FLAGS {
                 assert!(!help.contains(flag), "{args:?} offers {flag}:\n{help}");

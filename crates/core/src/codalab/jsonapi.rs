@@ -20,11 +20,7 @@ pub struct SkippedBundle {
 /// Parses a `/rest/bundles` search result. Bundles with a malformed field are returned in the
 /// second list with the reason; only a document that is not a bundle list at all is an error.
 pub fn parse_bundles(document: &Value) -> Result<(Vec<StagedBundle>, Vec<SkippedBundle>), String> {
-    let data = document
-        .get("data")
-        .ok_or("no `data` member")?
-        .as_array()
-        .ok_or("`data` is not a list")?;
+    let data = data(document)?;
     let owners = owner_names(document);
     let mut bundles = Vec::with_capacity(data.len());
     let mut skipped = Vec::new();
@@ -39,6 +35,55 @@ pub fn parse_bundles(document: &Value) -> Result<(Vec<StagedBundle>, Vec<Skipped
         }
     }
     Ok((bundles, skipped))
+}
+
+/// A bundle as the server reports it by uuid once its run has left the workers: its request,
+/// owner and `created`, its state and the server's times (the history's runs,
+/// [`crate::history`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunInfo {
+    /// Its request, owner and `created`.
+    pub bundle: StagedBundle,
+    /// Its state (`ready`, `failed`, `killed`, `staged`, `running` …).
+    pub state: String,
+    /// When a worker took it (`started`), seconds since the epoch.
+    pub started: Option<f64>,
+    /// Its last update (`last_updated`): for a run that ended, when it ended.
+    pub last_updated: Option<f64>,
+}
+
+/// Parses a `/rest/bundles` search by uuid into [`RunInfo`]s. A bundle with a malformed
+/// request field or no state is left out (the history gives it up as not listed).
+pub fn parse_runs(document: &Value) -> Result<Vec<RunInfo>, String> {
+    let data = data(document)?;
+    let owners = owner_names(document);
+    let mut runs = Vec::with_capacity(data.len());
+    for resource in data {
+        let Ok(bundle) = parse_bundle(resource, &owners) else {
+            continue;
+        };
+        let attributes = resource.get("attributes");
+        let Some(state) = attributes
+            .and_then(|a| a.get("state"))
+            .and_then(Value::as_str)
+        else {
+            continue;
+        };
+        let time = |name: &str| {
+            attributes
+                .and_then(|a| a.get("metadata"))
+                .and_then(|m| m.get(name))
+                .and_then(Value::as_f64)
+                .filter(|t| t.is_finite() && *t >= 0.0)
+        };
+        runs.push(RunInfo {
+            state: state.to_owned(),
+            started: time("started"),
+            last_updated: time("last_updated"),
+            bundle,
+        });
+    }
+    Ok(runs)
 }
 
 /// Parses a `/rest/bundles` reply body: [`parse_bundles`] without building a
@@ -270,6 +315,12 @@ mod typed {
             })
         }
     }
+}
+
+/// The `data` list of a search reply.
+fn data(document: &Value) -> Result<&Vec<Value>, String> {
+    let data = document.get("data").ok_or("no `data` member")?;
+    Ok(data.as_array().ok_or("`data` is not a list")?)
 }
 
 fn owner_names(document: &Value) -> HashMap<&str, &str> {

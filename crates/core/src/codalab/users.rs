@@ -44,31 +44,10 @@ impl CodaLabClient {
     /// The owner id of each of `uuids` the server returns (a bundle the search does not
     /// return, or returns without an owner, is left out).
     pub async fn owners_of(&self, uuids: &[String]) -> Result<Vec<(String, String)>> {
-        const WHAT: &str = "run owners";
         let mut owners = Vec::with_capacity(uuids.len());
-        for chunk in uuids.chunks(UUIDS_PER_REQUEST) {
-            let query = [
-                ("keywords", format!("uuid={}", chunk.join(","))),
-                ("keywords", format!(".limit={}", chunk.len())),
-            ];
-            let response = self.search_request(&query).await?;
-            let status = response.status();
-            let body = limits::read_text(response, limits::MAX_SEARCH_PAGE_BYTES, WHAT).await?;
-            if !status.is_success() {
-                return Err(Error::Server {
-                    what: WHAT,
-                    status: status.as_u16(),
-                    message: first_line(&body),
-                });
-            }
-            let (bundles, _) =
-                jsonapi::parse_bundles_slice(body.as_bytes()).map_err(|message| {
-                    Error::InvalidReply {
-                        from: "codalab server".into(),
-                        what: WHAT.into(),
-                        message,
-                    }
-                })?;
+        for body in self.bundles_by_uuid(uuids, "run owners", false).await? {
+            let (bundles, _) = jsonapi::parse_bundles_slice(body.as_bytes())
+                .map_err(|message| invalid("run owners", message))?;
             owners.extend(
                 bundles
                     .into_iter()
@@ -76,6 +55,57 @@ impl CodaLabClient {
             );
         }
         Ok(owners)
+    }
+
+    /// What the server says of each of `uuids` it returns: request, owner, state and times
+    /// (the history's runs that left the workers, [`crate::history`]).
+    pub async fn runs_of(&self, uuids: &[String]) -> Result<Vec<jsonapi::RunInfo>> {
+        let mut runs = Vec::with_capacity(uuids.len());
+        for body in self.bundles_by_uuid(uuids, "ended runs", true).await? {
+            let document = limits::parse_json(&body).map_err(|m| invalid("ended runs", m))?;
+            runs.extend(jsonapi::parse_runs(&document).map_err(|m| invalid("ended runs", m))?);
+        }
+        Ok(runs)
+    }
+
+    /// The bodies of the searches for `uuids` by uuid, [`UUIDS_PER_REQUEST`] a request (with
+    /// the owners' names: `include=owner`, which costs the server a users query).
+    async fn bundles_by_uuid(
+        &self,
+        uuids: &[String],
+        what: &'static str,
+        owner_names: bool,
+    ) -> Result<Vec<String>> {
+        let mut bodies = Vec::new();
+        for chunk in uuids.chunks(UUIDS_PER_REQUEST) {
+            let mut query = vec![
+                ("keywords", format!("uuid={}", chunk.join(","))),
+                ("keywords", format!(".limit={}", chunk.len())),
+            ];
+            if owner_names {
+                query.push(("include", "owner".to_owned()));
+            }
+            let response = self.search_request(&query).await?;
+            let status = response.status();
+            let body = limits::read_text(response, limits::MAX_SEARCH_PAGE_BYTES, what).await?;
+            if !status.is_success() {
+                return Err(Error::Server {
+                    what,
+                    status: status.as_u16(),
+                    message: first_line(&body),
+                });
+            }
+            bodies.push(body);
+        }
+        Ok(bodies)
+    }
+}
+
+fn invalid(what: &str, message: String) -> Error {
+    Error::InvalidReply {
+        from: "codalab server".into(),
+        what: what.into(),
+        message,
     }
 }
 

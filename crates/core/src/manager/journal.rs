@@ -23,6 +23,8 @@ pub(super) struct Journal {
     sender: broadcast::Sender<Event>,
     /// Since when (manager clock) the server is unreachable, once that was announced.
     unreachable_since: Option<Duration>,
+    /// The events since the history last took them (`None`: no history is kept).
+    for_history: Option<Vec<Event>>,
 }
 
 impl Default for Journal {
@@ -35,6 +37,7 @@ impl Default for Journal {
             started_unix,
             sender: broadcast::channel(SUBSCRIBER_BACKLOG).0,
             unreachable_since: None,
+            for_history: None,
         }
     }
 }
@@ -59,6 +62,9 @@ impl Journal {
             self.recent.pop_front();
         }
         self.recent.push_back(event.clone());
+        if let Some(events) = &mut self.for_history {
+            events.push(event.clone());
+        }
         // No subscriber is not an error.
         let _ = self.sender.send(event);
     }
@@ -86,6 +92,19 @@ impl Journal {
 
     pub(super) fn recent(&self) -> Vec<Event> {
         self.recent.iter().cloned().collect()
+    }
+
+    /// From now on, keeps the events for the history ([`Journal::take_for_history`]).
+    pub(super) fn keep_for_history(&mut self) {
+        self.for_history.get_or_insert_with(Vec::new);
+    }
+
+    /// The events since the last call.
+    pub(super) fn take_for_history(&mut self) -> Vec<Event> {
+        self.for_history
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     pub(super) fn started_unix(&self) -> u64 {

@@ -49,8 +49,9 @@ impl Manager {
         self.ready().await?;
         let listings = self.list_pools().await?;
         let now = self.clock();
-        let checkins = Some(fetch(&self.client).await);
-        let checkin_events = self.engine.take_checkins(checkins, now);
+        let checkins = fetch(&self.client).await;
+        let fresh = checkins.is_ok();
+        let checkin_events = self.engine.take_checkins(Some(checkins), now);
         let identity = self.client.identity();
         let mut observation = self.engine.observe(listings, identity.as_ref(), now);
         if let Some(view) = observation.pools.server.as_mut()
@@ -76,6 +77,8 @@ impl Manager {
         };
         self.read_staged(&mut observed).await?;
         self.read_quotas(&mut observed).await;
+        let (bundles, complete) = (&observed.pools.bundles, observed.complete);
+        self.history_observed(bundles, complete, fresh, now).await;
         Ok(observed)
     }
 
@@ -169,6 +172,7 @@ impl Manager {
                         .filter(|(_, kind)| *kind != PendingKind::Queued)
                         .collect();
                     let reaped = backend.take_reaped();
+                    self.history_listed(index, &jobs, listed_at);
                     let listing = Listing {
                         jobs,
                         pending_kinds,

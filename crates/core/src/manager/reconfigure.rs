@@ -125,6 +125,7 @@ impl Manager {
         self.config = config;
         (self.engine).reconfigure(self.config.budget, self.config.sleep_time);
         self.resume_suspended();
+        self.history_settings();
         Ok(changes)
     }
 

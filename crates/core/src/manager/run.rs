@@ -11,11 +11,13 @@ impl Manager {
     /// Ticks every `sleep_time` until a shutdown is requested (`shutdown` turns `true`: the
     /// tick in flight is cancelled, see [`SUBMIT_GRACE`](super::SUBMIT_GRACE)), one tick ran with `once`, the
     /// restart time came, or an error is fatal. On every way out, the budget use is written to
-    /// the launch records (a restart goes on with the same day).
+    /// the launch records (a restart goes on with the same day), and the history's last lines
+    /// to its files.
     pub async fn run(&mut self, once: bool, shutdown: watch::Receiver<bool>) -> Result<Outcome> {
         let outcome = self.run_loop(once, shutdown).await;
         let now = self.clock();
         (self.engine).save_budget_use(now, super::unix_start(now));
+        self.history_flush();
         outcome
     }
 

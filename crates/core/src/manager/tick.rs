@@ -77,6 +77,8 @@ impl Manager {
             Err(error) => Err(error),
         };
         self.report(&result);
+        let decision = result.as_ref().ok().map(|report| &report.pools);
+        self.history_ticked(decision, self.clock());
         result
     }
 

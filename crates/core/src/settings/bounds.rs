@@ -63,9 +63,29 @@ impl Settings {
             bounds.extend(value.map(|v| bound(flag, key, v, 0)));
         }
         bounds.iter().try_for_each(Bound::check)?;
+        self.check_history()?;
         self.pools
             .iter()
             .try_for_each(|p| p.rules.check_durations())
+    }
+}
+
+impl Settings {
+    /// `history_days` at most a year; `history_max_mb` at least 1 when a history is kept.
+    fn check_history(&self) -> Result<(), String> {
+        if self.history_days > 366 {
+            return Err(format!(
+                "`history_days` is {}: keep at most 366 days (0: no history)",
+                self.history_days
+            ));
+        }
+        if self.history_days > 0 && !(1..=1 << 20).contains(&self.history_max_mb) {
+            return Err(format!(
+                "`history_max_mb` is {}: it must be between 1 and 1048576 (history_days = 0 keeps no history)",
+                self.history_max_mb
+            ));
+        }
+        Ok(())
     }
 }
 

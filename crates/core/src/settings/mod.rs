@@ -116,6 +116,11 @@ pub struct Settings {
     /// checked in, the budget's day) across restarts (`--record-dir`); unset:
     /// `records` in [`default_state_dir`].
     pub record_dir: Option<PathBuf>,
+    /// Days of the queue's history kept in `history` under the record dir, for `advise`
+    /// ([`crate::history`]); 0: no history.
+    pub history_days: u32,
+    /// Megabytes the history may take at most (the oldest days go first).
+    pub history_max_mb: u64,
     /// Launch mode of the single backend (`--launch-mode`): compat (upstream) or target.
     pub launch_mode: LaunchMode,
     /// Launches per tick at most in target mode (`--max-launches-per-tick`).
@@ -164,6 +169,8 @@ impl Default for Settings {
             listen: None,
             listen_hosts: Vec::new(),
             record_dir: None,
+            history_days: crate::history::HistoryLimits::default().days,
+            history_max_mb: crate::history::HistoryLimits::default().max_bytes >> 20,
             launch_mode: LaunchMode::Compat,
             max_launches_per_tick: 1,
             worker_checkin_timeout: crate::checkin::DEFAULT_CHECKIN_TIMEOUT.as_secs(),
@@ -188,6 +195,16 @@ impl Settings {
     /// [`default_state_dir`].
     pub fn record_dir(&self) -> PathBuf {
         (self.record_dir.clone()).unwrap_or_else(|| default_state_dir().join("records"))
+    }
+
+    /// The history's directory (`history` in the record dir) and limits, unless
+    /// `history_days` is 0.
+    pub fn history(&self) -> Option<(PathBuf, crate::history::HistoryLimits)> {
+        let limits = crate::history::HistoryLimits {
+            days: self.history_days,
+            max_bytes: self.history_max_mb.saturating_mul(1 << 20),
+        };
+        (self.history_days > 0).then(|| (self.record_dir().join("history"), limits))
     }
 
     /// Each of `listen_hosts` is a host name ([`is_host_name`]); the error

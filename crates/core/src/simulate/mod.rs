@@ -50,9 +50,11 @@
 //! counts inside the reasons shrink. The server's dispatch likewise sees of each group at most
 //! as many bundles as the workers with room have free CPUs (the rest wait behind them).
 
+pub mod advise;
 mod engine;
 pub mod report;
 pub mod rng;
+mod setup;
 #[cfg(test)]
 mod spill_tests;
 #[cfg(test)]
@@ -61,6 +63,7 @@ pub mod what_if;
 pub mod workload;
 
 pub use report::{EstimateReport, PoolReport, SimReport, WaitStats};
+pub use setup::SimPools;
 pub use workload::{Arrival, BundleTemplate, PoissonRate, Workload};
 
 use crate::pools::PoolPolicy;

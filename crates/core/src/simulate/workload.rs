@@ -6,6 +6,10 @@
 //! (the `request_queue`, empty for none), `owner` (the user who staged it, for quotas; empty
 //! for none) and `duration` (seconds it runs once a worker has it). Only `time` and `duration`
 //! are required.
+//!
+//! The manager's history ([`crate::history`]) is such a trace as it is: JSON lines with a
+//! `kind`, of which the `bundle` lines are the arrivals (their other keys, `uuid`, `wait` …,
+//! are the history's) and every other kind is skipped.
 
 use super::SimError;
 use super::rng::SplitMix64;
@@ -197,9 +201,18 @@ impl Workload {
         let object = value
             .as_object()
             .ok_or_else(|| "expected an object".to_owned())?;
+        let history = match object.get("kind") {
+            None => false,
+            Some(serde_json::Value::String(kind)) if kind == "bundle" => true,
+            // The history's other lines: no arrival.
+            Some(_) => return Ok(()),
+        };
         let mut row = Row::default();
         let mut seen = (false, false);
         for (key, value) in object {
+            if history && !TRACE_KEYS.contains(&key.as_str()) {
+                continue;
+            }
             let text = match value {
                 serde_json::Value::String(s) => s.clone(),
                 serde_json::Value::Null => String::new(),
@@ -251,6 +264,11 @@ impl Workload {
         &self.owners[arrival.owner as usize]
     }
 }
+
+/// The keys of a trace row (a history's `bundle` line has others, not read).
+const TRACE_KEYS: [&str; 7] = [
+    "time", "cpus", "gpus", "memory", "queue", "owner", "duration",
+];
 
 /// The index of `value` in `values`, added at the end when new.
 fn intern(values: &mut Vec<String>, value: String) -> usize {

@@ -1,0 +1,283 @@
+//! What `cl-worker-manager advise` prints: the short answer first (what to change, what it
+//! waits and costs against the settings in force), then how far to trust it (the replay
+//! against what happened), the frontier, and what the history could not model.
+
+use super::text::{human, table};
+use codalab_wm_core::simulate::advise::{Advice, Figures, Goal, Knob, Point};
+use std::fmt::Write as _;
+
+/// How the settings are named in the config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    /// The pools' names, in declaration order.
+    pub pools: Vec<String>,
+    /// The one pool of the single-backend mode (`min_workers`, `max_workers`).
+    pub single: bool,
+}
+
+impl Names {
+    /// `cpu.max = 20`, `max_workers = 20`, `worker.idle_seconds = 300`.
+    pub fn knob(&self, knob: &Knob) -> String {
+        let pool = |index: usize, key: &str, single: &str| match self.single {
+            true => single.to_owned(),
+            false => format!(
+                "{}.{key}",
+                self.pools.get(index).map_or("?", String::as_str)
+            ),
+        };
+        match *knob {
+            Knob::IdleSeconds { seconds } => format!("worker.idle_seconds = {seconds}"),
+            Knob::Max { pool: p, workers } => {
+                format!("{} = {workers}", pool(p, "max", "max_workers"))
+            }
+            Knob::Min { pool: p, workers } => {
+                format!("{} = {workers}", pool(p, "min", "min_workers"))
+            }
+            Knob::SpillAfter { pool: p, seconds } => {
+                format!("{} = {seconds}", pool(p, "spill_after", "spill_after"))
+            }
+        }
+    }
+
+    /// A point's changes, or `the settings in force`.
+    pub fn changes(&self, point: &Point) -> String {
+        match point.changes.is_empty() {
+            true => "the settings in force".to_owned(),
+            false => (point.changes.iter().map(|k| self.knob(k)))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+
+    /// The `simulate` flags that replay a point's changes.
+    fn simulate_flags(&self, point: &Point) -> String {
+        let flag = |knob: &Knob| match knob {
+            Knob::IdleSeconds { seconds } => format!("--worker-idle-seconds {seconds}"),
+            other => format!("--set {}", self.knob(other).replace(" = ", "=")),
+        };
+        point.changes.iter().map(flag).collect::<Vec<_>>().join(" ")
+    }
+}
+
+/// The advice as text (`advise`'s output). `source`: the history's path, for the replay line.
+pub fn advice_text(advice: &Advice, names: &Names, source: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Advice from {} of history: {} runs; pools {}.\n",
+        human(advice.days * 86_400.0),
+        advice.bundles,
+        names.pools.join(", ")
+    );
+    out.push_str(&answer(advice, names));
+    out.push_str(&trust(advice));
+    out.push_str(&frontier(advice, names));
+    out.push_str(&gaps(advice));
+    if let Some(best) = advice.recommended.map(|i| &advice.points[i])
+        && !best.changes.is_empty()
+    {
+        let _ = writeln!(
+            out,
+            "\nReplay it: cl-worker-manager simulate --trace {source} {}",
+            names.simulate_flags(best)
+        );
+    }
+    out
+}
+
+/// `p90 14m02s for 22.00 a day (44.0 worker-hours)`.
+fn spend(figures: &Figures, priced: bool) -> String {
+    let wait = figures.wait_p90_seconds.map_or("—".to_owned(), human);
+    match (priced, figures.cost_per_day) {
+        (true, Some(cost)) => format!(
+            "p90 {wait} for {cost:.2} a day ({:.1} worker-hours)",
+            figures.worker_hours_per_day
+        ),
+        _ => format!(
+            "p90 {wait} for {:.1} worker-hours a day",
+            figures.worker_hours_per_day
+        ),
+    }
+}
+
+/// What was asked, in words.
+fn asked(goal: Goal) -> &'static str {
+    match goal {
+        Goal::Both => "the wait target within the cost cap",
+        Goal::P90 => "the wait target",
+        Goal::Cost => "the cost cap",
+        Goal::NoWorse => "no longer a wait than today's",
+    }
+}
+
+/// The short answer.
+pub(super) fn answer(advice: &Advice, names: &Names) -> String {
+    let in_force = &advice.replayed().figures;
+    let Some(best) = advice.recommended.map(|i| &advice.points[i]) else {
+        let nearest = nearest(advice);
+        return format!(
+            "No setting swept meets {}. The nearest: {}, which gives {}; the settings in force give {}.\n",
+            asked(advice.goal),
+            names.changes(nearest),
+            spend(&nearest.figures, advice.priced),
+            spend(in_force, advice.priced)
+        );
+    };
+    if best.changes.is_empty() {
+        let better = match advice.goal {
+            Goal::Both | Goal::P90 => "meets the wait target for less",
+            Goal::Cost => "waits less within the cost cap",
+            Goal::NoWorse => "waits as little for less",
+        };
+        return format!(
+            "Keep the settings in force: no setting swept {better}. They give {}.\n",
+            spend(in_force, advice.priced)
+        );
+    }
+    format!(
+        "Recommended for {}: set {}.\n  It gives {}, against {} with the settings in force.\n",
+        asked(advice.goal),
+        names.changes(best),
+        spend(&best.figures, advice.priced),
+        spend(in_force, advice.priced)
+    )
+}
+
+/// The frontier's point nearest what was asked when none meets it: the shortest wait for a
+/// wait target, the least cost for a cost cap.
+fn nearest(advice: &Advice) -> &Point {
+    let on = advice.points.iter().filter(|p| p.on_frontier);
+    let by_wait = |p: &&Point| p.figures.wait_p90_seconds.unwrap_or(f64::INFINITY);
+    let found = match advice.goal {
+        Goal::Cost => on.min_by(|a, b| a.figures.spend().total_cmp(&b.figures.spend())),
+        _ => on.min_by(|a, b| by_wait(a).total_cmp(&by_wait(b))),
+    };
+    found.unwrap_or(advice.replayed())
+}
+
+/// The replay against what happened.
+fn trust(advice: &Advice) -> String {
+    let (happened, replayed) = (&advice.recorded, &advice.replayed().figures);
+    let wait = |s: Option<f64>| s.map_or("—".to_owned(), human);
+    let mut rows = vec![vec![String::new(), "happened".into(), "replayed".into()]];
+    rows.push(vec![
+        "wait p50".into(),
+        wait(happened.wait_p50_seconds),
+        wait(replayed.wait_p50_seconds),
+    ]);
+    rows.push(vec![
+        "wait p90".into(),
+        wait(happened.wait_p90_seconds),
+        wait(replayed.wait_p90_seconds),
+    ]);
+    rows.push(vec![
+        "worker-hours a day".into(),
+        format!("{:.1}", happened.worker_hours_per_day),
+        format!("{:.1}", replayed.worker_hours_per_day),
+    ]);
+    if let (Some(a), Some(b)) = (happened.cost_per_day, replayed.cost_per_day) {
+        rows.push(vec![
+            "cost a day".into(),
+            format!("{a:.2}"),
+            format!("{b:.2}"),
+        ]);
+    }
+    rows.push(vec![
+        "launches a day".into(),
+        format!("{:.1}", happened.launches_per_day),
+        format!("{:.1}", replayed.launches_per_day),
+    ]);
+    let mut out = String::from(
+        "\nHow far to trust it: the settings in force replayed, against what happened\n",
+    );
+    for line in table(&rows).lines() {
+        let _ = writeln!(out, "  {line}");
+    }
+    out
+}
+
+/// The frontier, cheapest first, with the settings in force wherever they fall.
+fn frontier(advice: &Advice, names: &Names) -> String {
+    let mut shown: Vec<(usize, &Point)> = (advice.points.iter().enumerate())
+        .filter(|(i, p)| p.on_frontier || *i == 0)
+        .collect();
+    shown.sort_by(|a, b| a.1.figures.spend().total_cmp(&b.1.figures.spend()));
+    let cost = if advice.priced {
+        "cost a day"
+    } else {
+        "worker-hours a day"
+    };
+    let mut rows = vec![vec![
+        "  change".to_owned(),
+        "wait p50".into(),
+        "wait p90".into(),
+        cost.into(),
+    ]];
+    let wait = |s: Option<f64>| s.map_or("—".to_owned(), human);
+    for (index, point) in shown {
+        let mark = match (Some(index) == advice.recommended, index == 0) {
+            (true, _) => "* ",
+            (_, true) => "= ",
+            _ => "  ",
+        };
+        rows.push(vec![
+            format!("{mark}{}", names.changes(point)),
+            wait(point.figures.wait_p50_seconds),
+            wait(point.figures.wait_p90_seconds),
+            format!("{:.2}", point.figures.spend()),
+        ]);
+    }
+    let mut out = format!(
+        "\nThe frontier: of {} settings simulated, those no other waits less for less (* recommended, = in force)\n",
+        advice.points.len()
+    );
+    for line in table(&rows).lines() {
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+/// What the replay could not model.
+fn gaps(advice: &Advice) -> String {
+    let gaps = &advice.gaps;
+    let mut lines = Vec::new();
+    for (why, count) in &gaps.unmodelled {
+        let bundles = if *count == 1 { "bundle" } else { "bundles" };
+        lines.push(format!(
+            "{count} {bundles} not followed to their end: {why}"
+        ));
+    }
+    if gaps.on_other_workers > 0 {
+        lines.push(format!(
+            "{} runs went to workers of no pool of this manager's; the replay runs them on the pools",
+            gaps.on_other_workers
+        ));
+    }
+    if gaps.settings_changes > 0 {
+        lines.push(format!(
+            "the settings were reloaded {} times during the history; it is replayed under today's throughout",
+            gaps.settings_changes
+        ));
+    }
+    if !gaps.latency_unmeasured.is_empty() {
+        lines.push(format!(
+            "no worker of {} checked in during the history, so their start could not be measured; the simulator's default start latency is used",
+            gaps.latency_unmeasured.join(", ")
+        ));
+    }
+    if !gaps.pools_gone.is_empty() {
+        lines.push(format!(
+            "the history has pools the settings no longer have ({}): their workers count in what happened only",
+            gaps.pools_gone.join(", ")
+        ));
+    }
+    lines.push(
+        "budgets, fallback, hedges and races are replayed as set, not swept; workers still running at the history's end are not in what happened"
+            .into(),
+    );
+    let mut out = String::from("\nWhat the replay could not model:\n");
+    for line in lines {
+        let _ = writeln!(out, "  - {line}");
+    }
+    out
+}

@@ -1,0 +1,160 @@
+//! What a history says happened ([`crate::history`]): the arrivals (its `bundle` lines, as
+//! `simulate --trace` reads them), the figures the replay is held to, what the platforms took
+//! to start a worker, and what the history could not follow.
+
+use super::super::{SimError, WaitStats, Workload};
+use crate::history::Line;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// A history, read for `advise`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recorded {
+    /// Its arrivals.
+    pub workload: Workload,
+    /// Seconds from its first line to its last.
+    pub span_seconds: f64,
+    /// Runs that ended.
+    pub bundles: usize,
+    /// Their waits, staged → started on a worker.
+    pub wait: WaitStats,
+    /// Per pool (by name), its workers that ended: count, seconds active, never used
+    /// (checked in, ran nothing), and launch → check-in times (seconds).
+    pub pools: BTreeMap<String, PoolRecord>,
+    /// Runs on a worker of no pool of the manager's.
+    pub on_other_workers: usize,
+    /// Bundles it could not follow, by why.
+    pub unmodelled: BTreeMap<String, usize>,
+    /// The settings changed this many times during it (reloads).
+    pub settings_changes: usize,
+    /// The pools of its last `settings` line, by name (its policies as written).
+    pub pool_names: Vec<String>,
+}
+
+/// One pool's workers in a history.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PoolRecord {
+    /// Workers that ended.
+    pub workers: usize,
+    /// Their active seconds.
+    pub active_seconds: f64,
+    /// Workers that checked in and ran nothing.
+    pub unused: usize,
+    /// Workers that failed before they checked in.
+    pub failed: usize,
+    /// Launch → first check-in, seconds, of those that checked in.
+    pub checkins: Vec<f64>,
+}
+
+impl PoolRecord {
+    /// The start latency the simulator gives the pool: the 10th to the 90th percentile of
+    /// its launch → check-in times (with few, their least and greatest), when one checked in.
+    pub fn start_latency(&self) -> Option<(Duration, Duration)> {
+        if self.checkins.is_empty() {
+            return None;
+        }
+        let mut sorted = self.checkins.clone();
+        sorted.sort_by(f64::total_cmp);
+        let at = |p: f64| {
+            let index = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+            Duration::from_secs_f64(sorted[index].max(0.0))
+        };
+        Some((at(0.1), at(0.9)))
+    }
+}
+
+impl Recorded {
+    /// Reads a history's text (its day files, oldest first). Fails on a line that is not a
+    /// history line, naming it, or when no run in it ended.
+    pub fn parse(text: &str) -> Result<Self, SimError> {
+        let workload = Workload::parse(text)?;
+        let mut recorded = Self {
+            workload,
+            span_seconds: 0.0,
+            bundles: 0,
+            wait: WaitStats::default(),
+            pools: BTreeMap::new(),
+            on_other_workers: 0,
+            unmodelled: BTreeMap::new(),
+            settings_changes: 0,
+            pool_names: Vec::new(),
+        };
+        let (mut first, mut last) = (f64::INFINITY, f64::NEG_INFINITY);
+        let mut waits = Vec::new();
+        for (index, line) in text.lines().enumerate() {
+            if line.trim().is_empty() || line.trim_start().starts_with('#') {
+                continue;
+            }
+            let line: Line = serde_json::from_str(line).map_err(|e| SimError::Trace {
+                line: index + 1,
+                message: format!("not a line of the manager's history: {e}"),
+            })?;
+            first = first.min(line.time());
+            last = last.max(line.time());
+            recorded.take(line, &mut waits);
+        }
+        recorded.bundles = waits.len();
+        if recorded.bundles == 0 {
+            return Err(SimError::Config(
+                "the history holds no run that ended: nothing to replay yet".into(),
+            ));
+        }
+        recorded.wait = WaitStats::of(&mut waits);
+        recorded.span_seconds = (last - first).max(0.0);
+        Ok(recorded)
+    }
+
+    fn take(&mut self, line: Line, waits: &mut Vec<u64>) {
+        match line {
+            Line::Bundle(bundle) => {
+                waits.push((bundle.wait.max(0.0) * 1000.0).round() as u64);
+                self.on_other_workers += usize::from(bundle.pool.is_empty());
+            }
+            Line::Worker(worker) => {
+                let pool = self.pools.entry(worker.pool).or_default();
+                pool.workers += 1;
+                pool.active_seconds += worker.active;
+                pool.unused += usize::from(worker.checked_in.is_some() && worker.runs == 0);
+                pool.failed += usize::from(worker.end == "failed" && worker.checked_in.is_none());
+                pool.checkins.extend(worker.checked_in);
+            }
+            Line::Unmodelled(unmodelled) => {
+                *self.unmodelled.entry(unmodelled.why).or_default() += 1;
+            }
+            Line::Settings(settings) => {
+                let names: Vec<String> = (settings.pools.iter())
+                    .filter_map(|p| Some(p.get("name")?.as_str()?.to_owned()))
+                    .collect();
+                if !self.pool_names.is_empty() {
+                    self.settings_changes += 1;
+                }
+                self.pool_names = names;
+            }
+            Line::Event(_) | Line::Decision(_) => {}
+        }
+    }
+
+    /// Days the history spans (at least an hour's worth, so that a short one gives a rate).
+    pub fn days(&self) -> f64 {
+        self.span_seconds.max(3600.0) / 86_400.0
+    }
+
+    /// Worker-hours of the workers that ended, all pools.
+    pub fn worker_hours(&self) -> f64 {
+        self.pools.values().map(|p| p.active_seconds).sum::<f64>() / 3600.0
+    }
+
+    /// Workers that ended, all pools.
+    pub fn launches(&self) -> usize {
+        self.pools.values().map(|p| p.workers).sum()
+    }
+
+    /// The share of launches that failed before their worker checked in.
+    pub fn failure_rate(&self) -> f64 {
+        let failed: usize = self.pools.values().map(|p| p.failed).sum();
+        match self.launches() {
+            0 => 0.0,
+            n => failed as f64 / n as f64,
+        }
+    }
+}

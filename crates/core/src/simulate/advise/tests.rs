@@ -1,0 +1,215 @@
+//! `advise` on small histories made by hand (the simulator is the real one), and its frontier
+//! and recommendation rules on points made by hand.
+
+use super::*;
+use crate::WorkerShape;
+use crate::history::{BundleLine, Line, SettingsLine, UnmodelledLine, WorkerLine};
+use crate::pools::PoolPolicy;
+
+fn pool(max: u32) -> PoolPolicy {
+    PoolPolicy {
+        max,
+        max_launches_per_tick: 10,
+        min_seconds_between_workers: 0,
+        cost_per_hour: Some(2.0),
+        ..PoolPolicy::new("cpu", WorkerShape::from_flags(1, 0, 4096))
+    }
+}
+
+/// `hours` of history: a burst of `n` one-CPU bundles of 120 s every hour, workers checking
+/// in 40–55 s after launch, one bundle deleted.
+fn history(hours: u32, n: usize) -> String {
+    let mut lines = vec![Line::Settings(SettingsLine {
+        time: 0.0,
+        sleep_time: 5.0,
+        pools: vec![serde_json::to_value(pool(4)).unwrap()],
+    })];
+    for hour in 0..hours {
+        let at = f64::from(hour) * 3600.0;
+        for i in 0..n {
+            lines.push(Line::Bundle(BundleLine {
+                time: at + i as f64,
+                uuid: format!("0x{hour}-{i}"),
+                cpus: 1,
+                gpus: 0,
+                memory: 1 << 30,
+                queue: String::new(),
+                owner: "alice".into(),
+                duration: 120.0,
+                wait: 50.0 + (i / 4) as f64 * 120.0,
+                pool: "cpu".into(),
+                state: "ready".into(),
+            }));
+        }
+        for w in 0..4 {
+            lines.push(Line::Worker(WorkerLine {
+                time: at + f64::from(w),
+                pool: "cpu".into(),
+                job: format!("{hour}-{w}"),
+                placed: Some(20.0),
+                checked_in: Some(40.0 + f64::from(w) * 5.0),
+                active: 900.0,
+                runs: 2,
+                end: "gone".into(),
+            }));
+        }
+    }
+    lines.push(Line::Unmodelled(UnmodelledLine {
+        time: f64::from(hours) * 3600.0 - 100.0,
+        uuid: "0xdel".into(),
+        why: "the server no longer lists it (deleted)".into(),
+    }));
+    (lines.iter())
+        .map(|l| serde_json::to_string(l).unwrap() + "\n")
+        .collect()
+}
+
+#[test]
+fn a_history_is_read_with_its_figures_and_gaps() {
+    let recorded = Recorded::parse(&history(24, 8)).unwrap();
+    assert_eq!(recorded.bundles, 192);
+    assert_eq!(recorded.workload.arrivals.len(), 192);
+    assert_eq!(recorded.launches(), 96);
+    assert_eq!(recorded.worker_hours(), 24.0);
+    assert_eq!(recorded.wait.p50_seconds, Some(50.0));
+    assert_eq!(recorded.wait.p90_seconds, Some(170.0));
+    let latency = recorded.pools["cpu"].start_latency().unwrap();
+    assert_eq!(latency, (Duration::from_secs(40), Duration::from_secs(55)));
+    assert_eq!(recorded.unmodelled.values().sum::<usize>(), 1);
+    let err = Recorded::parse("{\"kind\":\"settings\",\"time\":0,\"sleep_time\":5,\"pools\":[]}\n")
+        .unwrap_err();
+    assert!(err.to_string().contains("no run that ended"), "{err}");
+    let err = Recorded::parse("{\"kind\":\"bundle\",\"time\":0,\"duration\":1}\n").unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("line 1: not a line of the manager's history"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_replay_is_first_and_a_wait_target_is_met_at_the_least_cost() {
+    let recorded = Recorded::parse(&history(6, 8)).unwrap();
+    let config = SimConfig {
+        worker_idle: Duration::from_secs(600),
+        ..SimConfig::default()
+    };
+    let ask = Ask {
+        p90: Some(Duration::from_secs(120)),
+        max_cost_per_day: None,
+    };
+    let advice = advise(&recorded, &[pool(4)], &config, ask).unwrap();
+    assert!(advice.replayed().changes.is_empty());
+    assert!(advice.priced);
+    assert!(
+        advice.gaps.latency_unmeasured.is_empty(),
+        "{:?}",
+        advice.gaps
+    );
+    assert_eq!(advice.goal, Goal::P90);
+    let best = &advice.points[advice.recommended.expect("a point meets 120 s")];
+    assert!(best.on_frontier);
+    assert!(best.figures.wait_p90_seconds.unwrap() <= 120.0, "{best:?}");
+    let cheaper_meeting = (advice.points.iter()).filter(|p| {
+        p.figures.wait_p90_seconds.unwrap_or(f64::MAX) <= 120.0
+            && p.figures.spend() < best.figures.spend()
+    });
+    assert_eq!(cheaper_meeting.count(), 0, "the cheapest that meets it");
+    assert!(
+        best.changes
+            .iter()
+            .any(|k| matches!(k, Knob::Max { workers: 8, .. })),
+        "8 bundles at once need max 8: {best:?}"
+    );
+}
+
+fn point(changes: usize, p90: f64, spend: f64) -> Point {
+    Point {
+        changes: vec![Knob::IdleSeconds { seconds: 60 }; changes],
+        figures: Figures {
+            wait_p90_seconds: Some(p90),
+            worker_hours_per_day: spend,
+            ..Figures::default()
+        },
+        unfinished: 0,
+        on_frontier: false,
+    }
+}
+
+#[test]
+fn the_frontier_and_the_recommendation_follow_what_was_asked() {
+    let mut points = vec![
+        point(0, 100.0, 10.0),
+        point(1, 50.0, 20.0),
+        point(1, 200.0, 5.0),
+        point(1, 120.0, 12.0),
+        point(2, 40.0, 40.0),
+        point(2, 50.0, 20.0),
+    ];
+    mark_frontier(&mut points);
+    let frontier: Vec<bool> = points.iter().map(|p| p.on_frontier).collect();
+    assert_eq!(
+        frontier,
+        [true, true, true, false, true, false],
+        "a tie is stood for by the point with fewer changes"
+    );
+    let ask = |p90: Option<u64>, cap: Option<f64>| Ask {
+        p90: p90.map(Duration::from_secs),
+        max_cost_per_day: cap,
+    };
+    let cases = [
+        (ask(Some(60), None), Goal::P90, Some(1)),
+        (ask(Some(30), None), Goal::P90, None),
+        (ask(None, Some(25.0)), Goal::Cost, Some(1)),
+        (ask(Some(60), Some(15.0)), Goal::Both, None),
+        (ask(Some(300), Some(15.0)), Goal::Both, Some(2)),
+        (ask(None, None), Goal::NoWorse, Some(0)),
+    ];
+    for (ask, goal, index) in cases {
+        assert_eq!(recommend(&points, ask), (goal, index), "{ask:?}");
+    }
+    points[2].unfinished = 3;
+    mark_frontier(&mut points);
+    assert!(!points[2].on_frontier, "leaves bundles unfinished");
+}
+
+#[test]
+fn the_grid_is_full_while_small_and_one_knob_at_a_time_beyond() {
+    let config = SimConfig::default();
+    let one = grid(&[pool(4)], &config);
+    // idle: 600 and 3 other values; max: 4, 2 and 8; min: 0 and 1.
+    assert_eq!(one.len(), 4 * 3 * 2);
+    assert!(one[0].is_empty());
+    let mut pools: Vec<PoolPolicy> = (0..3).map(|_| pool(4)).collect();
+    for (i, p) in pools.iter_mut().enumerate() {
+        p.name = format!("p{i}");
+        p.spill_after = Some(Duration::from_secs(300));
+    }
+    let many = grid(&pools, &config);
+    assert!(many.len() <= MAX_GRID, "{}", many.len());
+    assert!(many.iter().skip(1).all(|p| !p.is_empty() && p.len() <= 2));
+    let (policies, config) = apply(
+        &[
+            Knob::Max {
+                pool: 1,
+                workers: 9,
+            },
+            Knob::IdleSeconds { seconds: 60 },
+        ],
+        &pools,
+        &config,
+    );
+    assert_eq!((policies[1].max, config.worker_idle.as_secs()), (9, 60));
+}
+
+#[test]
+fn waits_are_read_as_admins_write_them() {
+    let secs = |s: &str| parse_wait(s).map(|d| d.as_secs());
+    assert_eq!(secs("90"), Ok(90));
+    assert_eq!(secs("15m"), Ok(900));
+    assert_eq!(secs(" 2h "), Ok(7200));
+    assert_eq!(secs("1.5d"), Ok(129_600));
+    for bad in ["", "m", "0", "-5m", "15 minutes", "15y", "inf"] {
+        assert!(parse_wait(bad).is_err(), "{bad}");
+    }
+}
