@@ -3,16 +3,19 @@
 //! against what happened), the frontier, and what the history could not model.
 
 use super::text::{human, table};
-use codalab_wm_core::simulate::advise::{Advice, Figures, Goal, Knob, Point};
+use codalab_wm_core::budget::BudgetLimits;
+use codalab_wm_core::simulate::advise::{Advice, Figures, Goal, Knob, Point, scaled};
 use std::fmt::Write as _;
 
 /// How the settings are named in the config file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Names {
     /// The pools' names, in declaration order.
     pub pools: Vec<String>,
     /// The one pool of the single-backend mode (`min_workers`, `max_workers`).
     pub single: bool,
+    /// The overall budget in force (what [`Knob::Budget`] scales).
+    pub budget: BudgetLimits,
 }
 
 impl Names {
@@ -36,6 +39,34 @@ impl Names {
             Knob::SpillAfter { pool: p, seconds } => {
                 format!("{} = {seconds}", pool(p, "spill_after", "spill_after"))
             }
+            Knob::Burst { pool: p, launches } => format!(
+                "{} = {launches}",
+                pool(p, "max_launches_per_tick", "max_launches_per_tick")
+            ),
+            Knob::NoFallback { pool: p } => format!("no {}", pool(p, "fallback", "fallback")),
+            Knob::Budget { factor } => {
+                let scaled = scaled(self.budget, factor);
+                let limits = [
+                    (
+                        "max_worker_hours_per_day",
+                        self.budget.max_worker_hours_per_day,
+                        scaled.max_worker_hours_per_day,
+                    ),
+                    (
+                        "max_cost_per_day",
+                        self.budget.max_cost_per_day,
+                        scaled.max_cost_per_day,
+                    ),
+                ];
+                (limits.iter())
+                    .filter(|(_, before, _)| before.is_some())
+                    .map(|(key, _, after)| match after {
+                        Some(value) => format!("{key} = {value}"),
+                        None => format!("no {key}"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
         }
     }
 
@@ -49,13 +80,24 @@ impl Names {
         }
     }
 
-    /// The `simulate` flags that replay a point's changes.
-    fn simulate_flags(&self, point: &Point) -> String {
+    /// The `simulate` flags that replay a point's changes, when `--set` can say them all (it
+    /// sets a top-level key only without `[[pools]]`).
+    fn simulate_flags(&self, point: &Point) -> Option<String> {
         let flag = |knob: &Knob| match knob {
-            Knob::IdleSeconds { seconds } => format!("--worker-idle-seconds {seconds}"),
-            other => format!("--set {}", self.knob(other).replace(" = ", "=")),
+            Knob::IdleSeconds { seconds } => Some(format!("--worker-idle-seconds {seconds}")),
+            Knob::Budget { .. } if !self.single => None,
+            Knob::NoFallback { .. } => Some(format!("--set {}=", self.key(knob))),
+            other => Some(format!("--set {}", self.knob(other).replace(" = ", "="))),
         };
-        point.changes.iter().map(flag).collect::<Vec<_>>().join(" ")
+        let flags: Option<Vec<String>> = point.changes.iter().map(flag).collect();
+        flags.map(|f| f.join(" "))
+    }
+
+    /// The key a change sets (`cpu.fallback`).
+    fn key(&self, knob: &Knob) -> String {
+        let text = self.knob(knob);
+        let text = text.strip_prefix("no ").unwrap_or(&text);
+        text.split(" = ").next().unwrap_or_default().to_owned()
     }
 }
 
@@ -73,13 +115,14 @@ pub fn advice_text(advice: &Advice, names: &Names, source: &str) -> String {
     out.push_str(&trust(advice));
     out.push_str(&frontier(advice, names));
     out.push_str(&gaps(advice));
-    if let Some(best) = advice.recommended.map(|i| &advice.points[i])
-        && !best.changes.is_empty()
+    let best = advice.recommended.map(|i| &advice.points[i]);
+    if let Some(flags) = best
+        .filter(|b| !b.changes.is_empty())
+        .and_then(|b| names.simulate_flags(b))
     {
         let _ = writeln!(
             out,
-            "\nReplay it: cl-worker-manager simulate --trace {source} {}",
-            names.simulate_flags(best)
+            "\nReplay it: cl-worker-manager simulate --trace {source} {flags}"
         );
     }
     out
@@ -272,7 +315,7 @@ fn gaps(advice: &Advice) -> String {
         ));
     }
     lines.push(
-        "budgets, fallback, hedges and races are replayed as set, not swept; workers still running at the history's end are not in what happened"
+        "the pools' own budgets, hedges and races are replayed as set, not swept; workers still running at the history's end are not in what happened"
             .into(),
     );
     let mut out = String::from("\nWhat the replay could not model:\n");

@@ -47,13 +47,14 @@ history_days days): it replays the history's bundles on the simulator under the 
 force (the config as given, [[pools]] or the single-backend flags before `advise`), each pool's
 workers starting as fast as the history says they did, and prints how close the replay comes to
 what happened (wait p50/p90, worker-hours, cost, launches): how far to trust the rest. Then it
-sweeps the settings that trade wait against money (worker.idle_seconds, each pool's max, min and
-spill_after), prints the frontier (wait and cost a day of each point no other beats on both, with
-the change that gets there) and recommends the cheapest point that meets --p90, the one that
-waits least within --max-cost-per-day, or both; without either, the cheapest that waits no longer
-than today. Cost is each pool's cost_per_hour times its worker-hours (worker-hours when no pool
-has a price). What the history could not model is listed last. Read from the manager's history
-directory, the answer is also left there (advice.json) for the manager's page (its `listen`).";
+sweeps the settings that trade wait against money (worker.idle_seconds, the overall budget, each
+pool's max, min, spill_after, burst and fallback), prints the frontier (wait and cost a day of
+each point no other beats on both, with the change that gets there) and recommends the cheapest
+point that meets --p90, the one that waits least within --max-cost-per-day, or both; without
+either, the cheapest that waits no longer than today. Cost is each pool's cost_per_hour times
+its worker-hours (worker-hours when no pool has a price). What the history could not model is
+listed last. Read from the manager's history directory, the answer is also left there
+(advice.json) for the manager's page (its `listen`).";
 
 /// `advise`'s one-line pointer to its long help.
 pub const ADVISE_SHORT: &str = "Replays the manager's history under other settings and says what to change (--help: how, and examples)";

@@ -57,6 +57,7 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     let names = Names {
         pools: pools.policies.iter().map(|p| p.name.clone()).collect(),
         single: pools.single,
+        budget: config.budget,
     };
     if let Some(svg) = &args.report.svg {
         std::fs::write(svg, codalab_wm_app::simulate::advice_svg(&advice, &names))

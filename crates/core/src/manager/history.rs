@@ -51,6 +51,9 @@ impl Manager {
 
     /// The settings in force changed (a reload).
     pub(super) fn history_settings(&mut self) {
+        if self.history.is_none() {
+            return;
+        }
         let now = self.unix_now(self.clock());
         let (sleep, policies) = (self.config.sleep_time.as_secs_f64(), self.policies());
         if let Some(history) = &mut self.history {
@@ -61,9 +64,9 @@ impl Manager {
     /// Pool `index` listed `jobs` at `now` (manager clock).
     pub(super) fn history_listed(&mut self, index: usize, jobs: &[WorkerJob], now: Duration) {
         let unix = self.unix_now(now);
-        let pool = self.engine.pools[index].name().to_owned();
+        let pool = self.engine.pools[index].name();
         if let Some(history) = &mut self.history {
-            history.tracker.listed(&pool, jobs, unix);
+            history.tracker.listed(pool, jobs, unix);
         }
     }
 

@@ -4,8 +4,11 @@
 //! the admin's wait target or cost cap.
 //!
 //! The replay's platforms are the history's: each pool's start latency is the 10th to 90th
-//! percentile of its workers' launch → check-in times, and launches fail at the history's
-//! share (unless the caller set them). The settings swept ([`Knob`]): `worker.idle_seconds`,
+//! percentile of its workers' launch → check-in times, a pool whose jobs run from about their
+//! launch bills its workers from then (as the history's `active` counts them), launches fail
+//! at the history's share (unless the caller set them), and a worker that ended stays on the
+//! server's list for [`SERVER_FORGETS_AFTER`], offered bundles it never takes, as CodaLab 1.7.5
+//! keeps it. The settings swept ([`Knob`]): `worker.idle_seconds`,
 //! and per pool `max`, `min` and `spill_after` (when set): every combination while there are
 //! at most [`MAX_GRID`], else each alone and idle seconds with each `max`. Budgets, fallback,
 //! hedges and races are replayed as set, not swept. The simulations run on every core.
@@ -17,10 +20,16 @@ mod tests;
 pub use recorded::{PoolRecord, Recorded};
 
 use super::{SimConfig, SimError, SimReport, simulate};
+use crate::budget::BudgetLimits;
 use crate::pools::PoolPolicy;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// How long CodaLab 1.7.5 keeps a worker that ended on its list (`worker_timeout_seconds`,
+/// 60 s after its last check-in), offering it bundles meanwhile: the replay models it
+/// ([`SimConfig::ghost`]), as the real server ran the history.
+pub const SERVER_FORGETS_AFTER: Duration = Duration::from_secs(60);
 
 /// Points swept in a full grid at most; beyond, one knob at a time.
 pub const MAX_GRID: usize = 96;
@@ -112,6 +121,24 @@ pub enum Knob {
         pool: usize,
         /// The value, seconds.
         seconds: u64,
+    },
+    /// A target-mode pool's `max_launches_per_tick` (its burst).
+    Burst {
+        /// The pool's index.
+        pool: usize,
+        /// The value.
+        launches: u32,
+    },
+    /// A pool without its `fallback`.
+    NoFallback {
+        /// The pool's index.
+        pool: usize,
+    },
+    /// The overall budget (`max_worker_hours_per_day`, `max_cost_per_day`) times `factor`;
+    /// 0: none.
+    Budget {
+        /// The factor.
+        factor: f64,
     },
 }
 
@@ -249,6 +276,7 @@ fn calibrate(
     if config.failure_rate == 0.0 {
         config.failure_rate = recorded.failure_rate().min(1.0 - config.stuck_rate);
     }
+    config.ghost.get_or_insert(SERVER_FORGETS_AFTER);
     gaps.pools_gone = (recorded.pools.keys())
         .filter(|name| !policies.iter().any(|p| &p.name == *name))
         .cloned()
@@ -266,40 +294,72 @@ fn grid(policies: &[PoolPolicy], config: &SimConfig) -> Vec<Vec<Knob>> {
             .map(|seconds| Knob::IdleSeconds { seconds })
             .collect(),
     ];
+    if config.budget.is_set() {
+        dims.push(
+            [0.0, 0.5, 2.0]
+                .map(|factor| Knob::Budget { factor })
+                .to_vec(),
+        );
+    }
     for (pool, policy) in policies.iter().enumerate() {
-        let (min, max) = (policy.min, policy.max);
-        let maxes = [max / 2, max.saturating_mul(2)];
-        dims.push(
-            (maxes.into_iter())
-                .filter(|m| *m != max && *m >= min.max(1))
-                .map(|workers| Knob::Max { pool, workers })
-                .collect(),
-        );
-        let mins = if min > 0 { 0 } else { 1.min(max) };
-        dims.push(
-            (mins != min)
-                .then_some(Knob::Min {
-                    pool,
-                    workers: mins,
-                })
+        dims.extend(
+            pool_dims(pool, policy)
                 .into_iter()
-                .collect(),
+                .filter(|d| !d.is_empty()),
         );
-        if let Some(spill) = policy.spill_after.map(|d| d.as_secs()) {
-            dims.push(
-                [spill / 2, spill.saturating_mul(2).max(60)]
-                    .into_iter()
-                    .filter(|s| *s != spill)
-                    .map(|seconds| Knob::SpillAfter { pool, seconds })
-                    .collect(),
-            );
-        }
     }
     let size: usize = dims.iter().map(|d| d.len() + 1).product();
     match size <= MAX_GRID {
         true => product(&dims),
         false => one_at_a_time(&dims),
     }
+}
+
+/// The other values of a pool's settings: `max` halved and doubled, `min` 0 (or 1), and when
+/// set, `spill_after` halved and doubled, the burst 1 or `max` (target mode), no fallback.
+fn pool_dims(pool: usize, policy: &PoolPolicy) -> Vec<Vec<Knob>> {
+    let (min, max) = (policy.min, policy.max);
+    let maxes = [max / 2, max.saturating_mul(2)];
+    let mut dims = vec![
+        (maxes.into_iter())
+            .filter(|m| *m != max && *m >= min.max(1))
+            .map(|workers| Knob::Max { pool, workers })
+            .collect(),
+    ];
+    let other_min = if min > 0 { 0 } else { 1.min(max) };
+    dims.push(
+        (other_min != min)
+            .then_some(Knob::Min {
+                pool,
+                workers: other_min,
+            })
+            .into_iter()
+            .collect(),
+    );
+    if let Some(spill) = policy.spill_after.map(|d| d.as_secs()) {
+        dims.push(
+            [spill / 2, spill.saturating_mul(2).max(60)]
+                .into_iter()
+                .filter(|s| *s != spill)
+                .map(|seconds| Knob::SpillAfter { pool, seconds })
+                .collect(),
+        );
+    }
+    if policy.launch_mode == crate::pools::LaunchMode::Target {
+        let burst = policy.max_launches_per_tick;
+        dims.push(
+            [1, max.max(1)]
+                .into_iter()
+                .filter(|b| *b != burst)
+                .map(|launches| Knob::Burst { pool, launches })
+                .take(1)
+                .collect(),
+        );
+    }
+    if policy.fallback.is_some() {
+        dims.push(vec![Knob::NoFallback { pool }]);
+    }
+    dims
 }
 
 /// Every combination of one choice per dimension (or none: the value in force).
@@ -346,9 +406,21 @@ pub fn apply(
             Knob::SpillAfter { pool, seconds } => {
                 policies[pool].spill_after = Some(Duration::from_secs(seconds))
             }
+            Knob::Burst { pool, launches } => policies[pool].max_launches_per_tick = launches,
+            Knob::NoFallback { pool } => policies[pool].fallback = None,
+            Knob::Budget { factor } => config.budget = scaled(config.budget, factor),
         }
     }
     (policies, config)
+}
+
+/// `budget` times `factor`; 0: none.
+pub fn scaled(budget: BudgetLimits, factor: f64) -> BudgetLimits {
+    let scale = |limit: Option<f64>| limit.filter(|_| factor > 0.0).map(|l| l * factor);
+    BudgetLimits {
+        max_worker_hours_per_day: scale(budget.max_worker_hours_per_day),
+        max_cost_per_day: scale(budget.max_cost_per_day),
+    }
 }
 
 /// Simulates every point, on every core.

@@ -94,6 +94,13 @@ const IDLE_EXIT: u8 = 2;
 const UNBLOCK: u8 = 3;
 /// The platform reclaims an active worker (a Spot VM's end).
 const RECLAIM: u8 = 4;
+/// An exited worker's ghost leaves the server's list ([`SimConfig::ghost`](super::SimConfig::ghost)).
+const GHOST_GONE: u8 = 5;
+/// The server's next dispatch round after an offer to a ghost failed.
+const SERVE_AGAIN: u8 = 6;
+/// Between the server's dispatch rounds while its offers to a ghost fail (its log: each offer
+/// retried for about a second, rounds about 9 s apart).
+const GHOST_ROUND_MS: u64 = 9_000;
 
 #[derive(Debug, Default)]
 struct Stats {
@@ -139,6 +146,10 @@ pub(super) struct Sim<'a> {
     /// Each scored estimate: its kind and error in milliseconds.
     estimate_errors: Vec<(&'static str, u64)>,
     events: BinaryHeap<Reverse<Event>>,
+    /// Exited workers still on the server's list, and until when ([`SimConfig::ghost`](super::SimConfig::ghost)).
+    ghosts: Vec<(u32, u64)>,
+    /// The server's next round, when an offer to a ghost failed.
+    serve_again: Option<u64>,
     sequence: u64,
     cursor: usize,
     runnable_left: usize,
@@ -208,6 +219,8 @@ impl<'a> Sim<'a> {
             owner_runs: HashMap::new(),
             estimate_errors: Vec::new(),
             events: BinaryHeap::new(),
+            ghosts: Vec::new(),
+            serve_again: None,
             sequence: 0,
             cursor: 0,
             runnable_left: 0,
@@ -282,6 +295,14 @@ impl<'a> Sim<'a> {
                         FINISH => self.finish(job, generation, at),
                         UNBLOCK => self.unblock(job as usize, at),
                         RECLAIM => self.reclaim(job, at),
+                        GHOST_GONE => {
+                            self.ghosts.retain(|&(_, until)| until > at);
+                            self.serve(at);
+                        }
+                        SERVE_AGAIN => {
+                            self.serve_again = None;
+                            self.serve(at);
+                        }
                         _ => self.idle_exit(job, generation, at),
                     }
                 }
@@ -517,6 +538,11 @@ impl<'a> Sim<'a> {
         stats.active -= 1;
         stats.unused += u64::from(unused);
         self.release(job, now);
+        if let Some(ghost) = self.config.ghost {
+            let until = now + ghost.as_millis() as u64;
+            self.ghosts.push((job, until));
+            self.schedule(until, GHOST_GONE, job, 0);
+        }
     }
 }
 

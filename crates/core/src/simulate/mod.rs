@@ -122,6 +122,13 @@ pub struct SimConfig {
     /// pool's own is its policy's. Budgets apply as the manager applies them: the simulated
     /// run's days are rolling days from its start.
     pub budget: crate::budget::BudgetLimits,
+    /// How long a worker that ended stays on the server's list: CodaLab 1.7.5 forgets a
+    /// worker 60 s after its last check-in (`worker_timeout_seconds`), a `cl-worker` that exits
+    /// when idle does not say so, and meanwhile the server's dispatch offers it bundles, which
+    /// wait for a later round (its log: "Socket message timeout"; the `advise` bench found
+    /// bursts after an idle exit waiting for that cleanup). The manager sees it listed too.
+    /// `None`: a worker leaves the list when it ends (the default).
+    pub ghost: Option<Duration>,
     /// The `request_queue` the manager sees for the trace's bundle *i*, where one is given
     /// (else the trace's own): a bench's clairvoyant router, which sends each bundle to the
     /// pool whose tag it names while the server still dispatches by the bundle's own queue.
@@ -144,6 +151,7 @@ impl Default for SimConfig {
             preemptible: Default::default(),
             server_model: true,
             budget: Default::default(),
+            ghost: None,
             route: Vec::new(),
         }
     }

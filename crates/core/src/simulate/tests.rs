@@ -471,3 +471,58 @@ fn a_budget_caps_launches_in_the_simulation_as_in_the_manager() {
         assert!(capped.simulated_seconds > free_end, "{cpu:?}");
     }
 }
+
+/// A worker that ended stays on the server's list for `ghost` (CodaLab 1.7.5 forgets it 60 s
+/// after its last check-in): the server offers it the next bundle, which waits for it to go,
+/// and the manager, which sees it listed with room, launches for that bundle only then.
+/// Timeline: A runs 10–30 s on a worker active at 10 s, which exits idle at 60 s; B arrives at
+/// 70 s. Without ghosts a worker is launched at 70 s and B starts at 80 s; with a 60 s ghost
+/// (gone at 120 s) the launch is at the tick of 120 s and B starts at 130 s.
+#[test]
+fn an_exited_workers_ghost_holds_the_next_bundle_until_the_server_forgets_it() {
+    let config = |ghost: Option<u64>| SimConfig {
+        start_latency: (Duration::from_secs(10), Duration::from_secs(10)),
+        worker_idle: Duration::from_secs(30),
+        ghost: ghost.map(Duration::from_secs),
+        ..SimConfig::default()
+    };
+    let workload = trace(&[(0.0, 20.0), (70.0, 20.0)]);
+    let waits = |ghost| {
+        let report = simulate(&workload, &[pool("cpu", 5)], &config(ghost)).unwrap();
+        (report.total_wait.max_seconds, report.pools[0].launches)
+    };
+    assert_eq!(waits(None), (Some(10.0), 2));
+    assert_eq!(waits(Some(60)), (Some(60.0), 2));
+    // With min 1 the manager replaces the worker at once: A (at 15 s) runs 15–35 s on a worker
+    // active at 10 s, which exits idle at 65 s; the next, launched at the tick of 70 s, is
+    // active at 80 s; B arrives at 70 s. Without ghosts B starts at 80 s. With one, each round the server offers B to the ghost or
+    // the new worker at random (CodaLab breaks the tie so), a round 9 s after a failed offer:
+    // B starts before the ghost goes (125 s), later than 80 s on some seeds' draws.
+    let early = trace(&[(15.0, 20.0), (70.0, 20.0)]);
+    let kept = |ghost, seed| {
+        let policy = PoolPolicy {
+            min: 1,
+            ..pool("cpu", 5)
+        };
+        let config = SimConfig {
+            seed,
+            ..config(ghost)
+        };
+        let report = simulate(&early, &[policy], &config).unwrap();
+        (report.finished, report.pools[0].wait.max_seconds.unwrap())
+    };
+    let waits: Vec<f64> = (1..=8).map(|seed| kept(Some(60), seed).1).collect();
+    for seed in 1..=8 {
+        assert_eq!(kept(None, seed), (2, 10.0));
+        assert_eq!(
+            kept(Some(60), seed).0,
+            2,
+            "B runs once the ghost is gone at the latest"
+        );
+    }
+    assert!(waits.iter().all(|w| (5.0..=55.0).contains(w)), "{waits:?}");
+    assert!(
+        waits.iter().any(|w| *w > 5.0),
+        "some rounds go to the ghost: {waits:?}"
+    );
+}

@@ -37,6 +37,7 @@
 //!   `bench/results.json` and the table in `BENCH.md` (quick runs: `target/bench/results-quick.json`
 //!   only).
 
+mod advise_real;
 mod args;
 mod aws;
 mod azure;
@@ -70,7 +71,7 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((command, rest)) = args.split_first() else {
         bail!(
-            "usage: bench-harness run [--quick] | staged-ready [--quick] | packing [--quick | --merge] | spill [--quick | --merge] | fallback [--quick | --merge] | packing-real [--before PATH] | slurm-forecast | server-cost [--quick] [--sizes N,M] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure … | gce-fake … | ours-gce …"
+            "usage: bench-harness run [--quick] | staged-ready [--quick] | packing [--quick | --merge] | spill [--quick | --merge] | fallback [--quick | --merge] | packing-real [--before PATH] | slurm-forecast | advise-real [--reuse DIR DIR] | server-cost [--quick] [--sizes N,M] | serve … | count-proxy … | ours-backends … | ours-aws … | ours-slurm-real … | k8s-fake … | ours-k8s … | azure-fake … | ours-azure … | gce-fake … | ours-gce …"
         );
     };
     match command.as_str() {
@@ -83,6 +84,7 @@ fn main() -> Result<()> {
         "packing" => packing::only(rest),
         "packing-real" => packing_real::only(rest),
         "slurm-forecast" => forecast_real::only(rest),
+        "advise-real" => advise_real::only(rest),
         "spill" => spill::only(rest),
         "fallback" => fallback::only(rest),
         "server-cost" => server_cost::only(rest),

@@ -31,6 +31,13 @@ pub fn cl_worker() -> PathBuf {
 
 /// The first service that is not running, as a sentence, or `None`.
 pub fn missing_service() -> Option<String> {
+    missing_service_of(&["codalab", "docker"])
+        .or_else(|| (!slurm_up()).then(|| "slurm: `cargo xtask services up slurm`".to_owned()))
+}
+
+/// The first of `services` (`xtask/services/<name>/status.sh`) that is not running, as a
+/// sentence, or `None`.
+pub fn missing_service_of(services: &[&str]) -> Option<String> {
     let script = |s: &str| repo_root().join(format!("xtask/services/{s}/status.sh"));
     let ok = |name: &str| {
         Command::new("bash")
@@ -41,15 +48,9 @@ pub fn missing_service() -> Option<String> {
             .status()
             .is_ok_and(|s| s.success())
     };
-    for name in ["codalab", "docker"] {
-        if !ok(name) {
-            return Some(format!("{name}: `cargo xtask services up {name}`"));
-        }
-    }
-    if !slurm_up() {
-        return Some("slurm: `cargo xtask services up slurm`".into());
-    }
-    None
+    (services.iter())
+        .find(|name| !ok(name))
+        .map(|name| format!("{name}: `cargo xtask services up {name}`"))
 }
 
 /// Stages `n` bundles as `user` with `stage.sh`: `cpus` CPUs and 256m each, tagged and queued

@@ -202,6 +202,7 @@ pub fn render(results: &Value) -> String {
     crate::packing_real::render(&mut out, results);
     crate::spill::render(&mut out, results);
     crate::forecast_real::render(&mut out, results);
+    crate::advise_real::render(&mut out, results);
     crate::fallback::render(&mut out, results);
     crate::staged_ready::render(&mut out, results);
     crate::server_cost::render(&mut out, results);

@@ -143,6 +143,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let staged_ready = crate::staged_ready::measure_all(quick)?;
     let packing_real = crate::packing_real::measure_full(quick, args)?;
     let slurm_forecast = crate::forecast_real::measure_all(quick)?;
+    let advise_real = crate::advise_real::measure_all(quick)?;
     let server_cost = crate::server_cost::measure_all(quick)?;
     let results = json!({
         "quick": quick,
@@ -161,6 +162,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "staged_ready": staged_ready,
         "packing_real": packing_real,
         "slurm_forecast": slurm_forecast,
+        "advise_real": advise_real,
         "server_cost": server_cost,
     });
     publish(quick, &results)

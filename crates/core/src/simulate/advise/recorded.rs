@@ -44,6 +44,8 @@ pub struct PoolRecord {
     pub failed: usize,
     /// Launch → first check-in, seconds, of those that checked in.
     pub checkins: Vec<f64>,
+    /// Launch → running on the platform, seconds, of those that ran.
+    pub placed: Vec<f64>,
 }
 
 impl PoolRecord {
@@ -60,6 +62,25 @@ impl PoolRecord {
             Duration::from_secs_f64(sorted[index].max(0.0))
         };
         Some((at(0.1), at(0.9)))
+    }
+}
+
+impl PoolRecord {
+    /// The platform runs (and bills) the pool's jobs from about their launch: the median
+    /// launch → running is under a quarter of the median launch → check-in (a local process,
+    /// a VM billed while it boots), not after a queue (a Slurm partition's). The replay then
+    /// bills its workers from their place ([`super::super::Platform::bills_start`]), as the
+    /// history's `active` counts them.
+    pub fn runs_from_launch(&self) -> bool {
+        let median = |values: &[f64]| {
+            let mut sorted = values.to_vec();
+            sorted.sort_by(f64::total_cmp);
+            sorted.get(sorted.len() / 2).copied()
+        };
+        match (median(&self.placed), median(&self.checkins)) {
+            (Some(placed), Some(checked_in)) => placed <= checked_in / 4.0,
+            _ => false,
+        }
     }
 }
 
@@ -117,6 +138,7 @@ impl Recorded {
                 pool.unused += usize::from(worker.checked_in.is_some() && worker.runs == 0);
                 pool.failed += usize::from(worker.end == "failed" && worker.checked_in.is_none());
                 pool.checkins.extend(worker.checked_in);
+                pool.placed.extend(worker.placed);
             }
             Line::Unmodelled(unmodelled) => {
                 *self.unmodelled.entry(unmodelled.why).or_default() += 1;

@@ -75,6 +75,19 @@ fn a_history_is_read_with_its_figures_and_gaps() {
     assert_eq!(recorded.wait.p90_seconds, Some(170.0));
     let latency = recorded.pools["cpu"].start_latency().unwrap();
     assert_eq!(latency, (Duration::from_secs(40), Duration::from_secs(55)));
+    assert!(
+        !recorded.pools["cpu"].runs_from_launch(),
+        "placed 20 s of 40–55 s: a queue"
+    );
+    let local = PoolRecord {
+        placed: vec![2.0, 1.0, 2.0],
+        checkins: vec![9.0, 12.0, 10.0],
+        ..PoolRecord::default()
+    };
+    assert!(
+        local.runs_from_launch(),
+        "running at once, checking in later: billed from launch"
+    );
     assert_eq!(recorded.unmodelled.values().sum::<usize>(), 1);
     let err = Recorded::parse("{\"kind\":\"settings\",\"time\":0,\"sleep_time\":5,\"pools\":[]}\n")
         .unwrap_err();
@@ -177,8 +190,8 @@ fn the_frontier_and_the_recommendation_follow_what_was_asked() {
 fn the_grid_is_full_while_small_and_one_knob_at_a_time_beyond() {
     let config = SimConfig::default();
     let one = grid(&[pool(4)], &config);
-    // idle: 600 and 3 other values; max: 4, 2 and 8; min: 0 and 1.
-    assert_eq!(one.len(), 4 * 3 * 2);
+    // idle: 600 and 3 other values; max: 4, 2 and 8; min: 0 and 1; burst: 10 and 1.
+    assert_eq!(one.len(), 4 * 3 * 2 * 2);
     assert!(one[0].is_empty());
     let mut pools: Vec<PoolPolicy> = (0..3).map(|_| pool(4)).collect();
     for (i, p) in pools.iter_mut().enumerate() {
@@ -188,6 +201,28 @@ fn the_grid_is_full_while_small_and_one_knob_at_a_time_beyond() {
     let many = grid(&pools, &config);
     assert!(many.len() <= MAX_GRID, "{}", many.len());
     assert!(many.iter().skip(1).all(|p| !p.is_empty() && p.len() <= 2));
+    let budgeted = SimConfig {
+        budget: crate::budget::BudgetLimits {
+            max_worker_hours_per_day: Some(100.0),
+            max_cost_per_day: None,
+        },
+        ..SimConfig::default()
+    };
+    let mut fallback = pool(4);
+    fallback.fallback = Some(crate::pools::fallback::Fallback {
+        pool: "od".into(),
+        after: 1,
+        window: Duration::from_secs(600),
+        cooldown: Duration::from_secs(600),
+        min_on_demand: 0,
+    });
+    let knobs: Vec<Knob> = grid(&[fallback], &budgeted).into_iter().flatten().collect();
+    assert!(knobs.contains(&Knob::NoFallback { pool: 0 }));
+    assert!(knobs.contains(&Knob::Budget { factor: 0.0 }));
+    let (_, off) = apply(&[Knob::Budget { factor: 0.0 }], &[pool(4)], &budgeted);
+    assert!(!off.budget.is_set());
+    let (_, doubled) = apply(&[Knob::Budget { factor: 2.0 }], &[pool(4)], &budgeted);
+    assert_eq!(doubled.budget.max_worker_hours_per_day, Some(200.0));
     let (policies, config) = apply(
         &[
             Knob::Max {

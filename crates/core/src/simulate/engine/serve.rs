@@ -1,14 +1,19 @@
 //! The simulated server: after every event that can let a bundle start (an arrival, a worker
-//! checking in, a run ending), the CodaLab server's dispatch as [`crate::dispatch`] models it
-//! starts staged bundles on the active workers with room: several on one worker while its
-//! resources allow, in the server's order, within each owner's `parallel_run_quota` (the
-//! simulated workers are the root user's, so shared).
+//! checking in, a run ending, a ghost leaving), the CodaLab server's dispatch as
+//! [`crate::dispatch`] models it starts staged bundles on the active workers with room: several
+//! on one worker while its resources allow, in the server's order, within each owner's
+//! `parallel_run_quota` (the simulated workers are the root user's, so shared). A bundle the
+//! dispatch gives an exited worker still on the list ([`SimConfig::ghost`]) does not start, nor
+//! do the later bundles of its class this round; the next round comes 9 s later, the ghosts
+//! placed among the workers at random again (the server breaks ties so).
 
 use super::{Job, Phase, ROOT, Sim, bundle_of};
 use crate::command::checkin_id;
 use crate::dispatch::{
     DispatchInput, Owners, Placement, QueuedBundle, Resources, ServerWorker, dispatch,
 };
+#[cfg(doc)]
+use crate::simulate::SimConfig;
 use std::collections::HashMap;
 
 impl Sim<'_> {
@@ -17,9 +22,16 @@ impl Sim<'_> {
         if !(self.classes.iter()).any(|c| c.server_mask != 0 && !c.queue.is_empty()) {
             return;
         }
-        let room: Vec<u32> = (self.pool_jobs.iter().flatten().copied())
+        let mut room: Vec<u32> = (self.pool_jobs.iter().flatten().copied())
             .filter(|&j| self.has_room(&self.jobs[j as usize]))
             .collect();
+        // The server breaks ties between equally fit workers at random: ghosts go among the
+        // workers in an order drawn each round (the dispatch model keeps its input's order
+        // between ties).
+        for &(ghost, _) in &self.ghosts {
+            let at = self.rng.between(0, room.len() as u64) as usize;
+            room.insert(at, ghost);
+        }
         if room.is_empty() {
             return;
         }
@@ -49,6 +61,7 @@ impl Sim<'_> {
             pools: Vec::new(),
             owners: self.owners(),
         });
+        let mut offered_a_ghost = std::collections::HashSet::new();
         for placed in plan.bundles {
             let Placement::Worker { worker_id } = placed.placement else {
                 continue;
@@ -57,9 +70,18 @@ impl Sim<'_> {
                 continue;
             };
             let class = self.class_of(bundle);
+            if self.jobs[job as usize].phase != Phase::Active || offered_a_ghost.contains(&class) {
+                offered_a_ghost.insert(class);
+                continue;
+            }
             let front = self.classes[class].queue.pop_front();
             debug_assert_eq!(front, Some(bundle), "a class starts oldest first");
             self.start_bundle(job, bundle, now);
+        }
+        if !offered_a_ghost.is_empty() && self.serve_again.is_none() {
+            let at = now + super::GHOST_ROUND_MS;
+            self.serve_again = Some(at);
+            self.schedule(at, super::SERVE_AGAIN, 0, 0);
         }
     }
 

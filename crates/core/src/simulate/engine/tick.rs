@@ -205,10 +205,13 @@ impl Sim<'_> {
             .collect()
     }
 
-    /// The server's workers as `GET /rest/workers/info` lists them: the active ones.
+    /// The server's workers as `GET /rest/workers/info` lists them: the active ones, and the
+    /// ghosts of those that ended ([`SimConfig::ghost`](super::super::SimConfig::ghost)).
     fn checkin_view(&self) -> CheckinView {
+        let ghosts = self.ghosts.iter().map(|&(job, _)| job);
         let workers = (self.pool_jobs.iter().flatten().copied())
             .filter(|&j| self.jobs[j as usize].phase == Phase::Active)
+            .chain(ghosts)
             .map(|j| {
                 let worker = self.server_worker(j, false);
                 CheckedInWorker {
