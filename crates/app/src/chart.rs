@@ -27,6 +27,16 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
+/// Opens a standalone SVG document of `width` × `height` on a white background (the plots'
+/// files: the simulator's and `advise`'s), 12 px sans-serif.
+pub fn open_svg(out: &mut String, width: f64, height: f64) {
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
+}
+
 /// `text` with `&`, `<`, `>`, `"` and `'` escaped, for HTML and SVG text and attribute values.
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());

@@ -5,7 +5,7 @@
 
 use super::advice::Names;
 use super::text::human;
-use crate::chart::{Key, LegendSize, YScale, escape, legend, number};
+use crate::chart::{Key, LegendSize, YScale, escape, legend, number, open_svg};
 use codalab_wm_core::simulate::advise::{Advice, Point};
 use std::fmt::Write as _;
 
@@ -57,11 +57,7 @@ pub fn advice_svg(advice: &Advice, names: &Names) -> String {
         unit,
     };
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    open_svg(&mut out, WIDTH, HEIGHT);
     let title = format!(
         "Wait p90 against {} a day: {} settings replayed on {} of history",
         if advice.priced {

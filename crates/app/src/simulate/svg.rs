@@ -6,7 +6,7 @@
 //! scale, the legend and the escaping are the dashboard's ([`crate::chart`]).
 
 use super::text::human;
-use crate::chart::{Key, LegendSize, YScale, escape, legend, number};
+use crate::chart::{Key, LegendSize, YScale, escape, legend, number, open_svg};
 use codalab_wm_core::simulate::SimReport;
 use std::fmt::Write as _;
 
@@ -98,11 +98,7 @@ impl Plot<'_> {
             step: time_step(end_ms as f64 / 1000.0),
         };
         let mut svg = String::new();
-        let _ = writeln!(
-            svg,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">"#
-        );
-        let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+        open_svg(&mut svg, WIDTH, height);
         let _ = writeln!(
             svg,
             r#"<text x="{LEFT}" y="20" font-size="15" font-weight="bold">cl-worker-manager simulate: {} bundles, {} simulated, seed {}</text>"#,

@@ -36,7 +36,9 @@ impl Manager {
             return Ok(());
         }
         let Some(sink) = HistorySink::start(dir, limits)? else {
-            tracing::warn!(dir = %dir.display(), "another process keeps its history in {}: this manager keeps none (give it a record_dir of its own)", dir.display());
+            // Not a warning: managers of other pools may share a record dir (their launch
+            // records are apart); only the first keeps the history there.
+            tracing::info!(dir = %dir.display(), "another manager keeps its history in {}: this one keeps none (give it a record_dir of its own for `advise`)", dir.display());
             return Ok(());
         };
         tracing::info!(dir = %dir.display(), days = limits.days, max_mb = limits.max_bytes >> 20, "history of the queue kept in {} (`advise` reads it)", dir.display());

@@ -272,12 +272,7 @@ impl Run {
             staged += real_run::stage(USER.0, burst.n, burst.cpus, &self.tag, &command)?.len();
         }
         let rest = Rest::login()?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
-            .build()?;
+        let status = real_run::StatusReader::new(self.port)?;
         let deadline = Instant::now() + DRAIN;
         loop {
             if let Some(status) = manager.try_wait()? {
@@ -289,7 +284,7 @@ impl Run {
             let states = rest.states(&self.tag)?;
             let done =
                 states.len() == staged && states.iter().all(|s| s == "ready" || s == "failed");
-            if done && self.jobs(&runtime, &http)? == Some(0) {
+            if done && jobs(&status)? == Some(0) {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -301,26 +296,16 @@ impl Run {
             std::thread::sleep(Duration::from_secs(2));
         }
     }
+}
 
-    /// The worker jobs (active + pending) the manager's `/status` shows.
-    fn jobs(
-        &self,
-        runtime: &tokio::runtime::Runtime,
-        http: &reqwest::Client,
-    ) -> Result<Option<u64>> {
-        let url = format!("http://127.0.0.1:{}/status", self.port);
-        let read = runtime.block_on(async { http.get(&url).send().await?.json::<Value>().await });
-        let Ok(status) = read else {
-            return Ok(None);
-        };
-        let pools = status["pools"].as_array().context("no pools in /status")?;
-        Ok(Some(
-            pools
-                .iter()
-                .map(|p| p["active"].as_u64().unwrap_or(0) + p["pending"].as_u64().unwrap_or(0))
-                .sum(),
-        ))
-    }
+/// The worker jobs (active + pending) the manager's `/status` shows; `None` before it answers.
+fn jobs(status: &real_run::StatusReader) -> Result<Option<u64>> {
+    let Ok(status) = status.read() else {
+        return Ok(None);
+    };
+    let pools = status["pools"].as_array().context("no pools in /status")?;
+    let jobs = |p: &Value| p["active"].as_u64().unwrap_or(0) + p["pending"].as_u64().unwrap_or(0);
+    Ok(Some(pools.iter().map(jobs).sum()))
 }
 
 impl Outcome {

@@ -185,15 +185,8 @@ impl Run {
         manager: &mut std::process::Child,
     ) -> Result<Value> {
         let rest = Rest::login()?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
-            .build()?;
-        let url = format!("http://127.0.0.1:{}/status", self.port);
-        let status =
-            || runtime.block_on(async { http.get(&url).send().await?.json::<Value>().await });
+        let reader = real_run::StatusReader::new(self.port)?;
+        let status = || reader.read();
         // (seconds since t0 at the tick, estimate seconds, rests on the forecast, words)
         let mut samples: Vec<(f64, f64, bool, String)> = Vec::new();
         let mut last_tick = None;

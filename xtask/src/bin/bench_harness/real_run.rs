@@ -144,6 +144,33 @@ pub fn start_manager(
         .with_context(|| format!("starting {}", exe.display()))
 }
 
+/// A blocking reader of a manager's `/status` on a loopback port (`--listen`).
+pub struct StatusReader {
+    runtime: tokio::runtime::Runtime,
+    http: reqwest::Client,
+    url: String,
+}
+
+impl StatusReader {
+    /// The reader of the manager listening on `127.0.0.1:port`.
+    pub fn new(port: u16) -> Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()?;
+        let url = format!("http://127.0.0.1:{port}/status");
+        Ok(Self { runtime, http, url })
+    }
+
+    /// The status document, or the error of the request (the manager not listening yet).
+    pub fn read(&self) -> Result<serde_json::Value, reqwest::Error> {
+        let request = async { self.http.get(&self.url).send().await?.json().await };
+        self.runtime.block_on(request)
+    }
+}
+
 /// Seconds since `t0`, in tenths.
 pub fn secs(t0: Instant) -> f64 {
     (t0.elapsed().as_secs_f64() * 10.0).round() / 10.0
