@@ -19,8 +19,8 @@ pub struct Names {
 }
 
 impl Names {
-    /// `cpu.max = 20`, `max_workers = 20`, `worker.idle_seconds = 300`.
-    pub fn knob(&self, knob: &Knob) -> String {
+    /// The config keys a change sets, each with its value (`None`: the key removed).
+    fn settings(&self, knob: &Knob) -> Vec<(String, Option<String>)> {
         let pool = |index: usize, key: &str, single: &str| match self.single {
             true => single.to_owned(),
             false => format!(
@@ -28,22 +28,23 @@ impl Names {
                 self.pools.get(index).map_or("?", String::as_str)
             ),
         };
+        let one = |key: String, value: String| vec![(key, Some(value))];
         match *knob {
-            Knob::IdleSeconds { seconds } => format!("worker.idle_seconds = {seconds}"),
+            Knob::IdleSeconds { seconds } => one("worker.idle_seconds".into(), seconds.to_string()),
             Knob::Max { pool: p, workers } => {
-                format!("{} = {workers}", pool(p, "max", "max_workers"))
+                one(pool(p, "max", "max_workers"), workers.to_string())
             }
             Knob::Min { pool: p, workers } => {
-                format!("{} = {workers}", pool(p, "min", "min_workers"))
+                one(pool(p, "min", "min_workers"), workers.to_string())
             }
             Knob::SpillAfter { pool: p, seconds } => {
-                format!("{} = {seconds}", pool(p, "spill_after", "spill_after"))
+                one(pool(p, "spill_after", "spill_after"), seconds.to_string())
             }
-            Knob::Burst { pool: p, launches } => format!(
-                "{} = {launches}",
-                pool(p, "max_launches_per_tick", "max_launches_per_tick")
+            Knob::Burst { pool: p, launches } => one(
+                pool(p, "max_launches_per_tick", "max_launches_per_tick"),
+                launches.to_string(),
             ),
-            Knob::NoFallback { pool: p } => format!("no {}", pool(p, "fallback", "fallback")),
+            Knob::NoFallback { pool: p } => vec![(pool(p, "fallback", "fallback"), None)],
             Knob::Budget { factor } => {
                 let scaled = scaled(self.budget, factor);
                 let limits = [
@@ -58,16 +59,23 @@ impl Names {
                         scaled.max_cost_per_day,
                     ),
                 ];
-                (limits.iter())
+                (limits.into_iter())
                     .filter(|(_, before, _)| before.is_some())
-                    .map(|(key, _, after)| match after {
-                        Some(value) => format!("{key} = {value}"),
-                        None => format!("no {key}"),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                    .map(|(key, _, after)| (key.to_owned(), after.map(|v| v.to_string())))
+                    .collect()
             }
         }
+    }
+
+    /// `cpu.max = 20`, `max_workers = 20`, `worker.idle_seconds = 300`, `no cpu.fallback`.
+    pub fn knob(&self, knob: &Knob) -> String {
+        (self.settings(knob).into_iter())
+            .map(|(key, value)| match value {
+                Some(value) => format!("{key} = {value}"),
+                None => format!("no {key}"),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// A point's changes, or `the settings in force`.
@@ -81,23 +89,20 @@ impl Names {
     }
 
     /// The `simulate` flags that replay a point's changes, when `--set` can say them all (it
-    /// sets a top-level key only without `[[pools]]`).
+    /// sets a top-level key only without `[[pools]]`; an empty value removes a key).
     fn simulate_flags(&self, point: &Point) -> Option<String> {
-        let flag = |knob: &Knob| match knob {
+        let flags = |knob: &Knob| match knob {
             Knob::IdleSeconds { seconds } => Some(format!("--worker-idle-seconds {seconds}")),
             Knob::Budget { .. } if !self.single => None,
-            Knob::NoFallback { .. } => Some(format!("--set {}=", self.key(knob))),
-            other => Some(format!("--set {}", self.knob(other).replace(" = ", "="))),
+            other => Some(
+                (self.settings(other).into_iter())
+                    .map(|(key, value)| format!("--set {key}={}", value.unwrap_or_default()))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
         };
-        let flags: Option<Vec<String>> = point.changes.iter().map(flag).collect();
+        let flags: Option<Vec<String>> = point.changes.iter().map(flags).collect();
         flags.map(|f| f.join(" "))
-    }
-
-    /// The key a change sets (`cpu.fallback`).
-    fn key(&self, knob: &Knob) -> String {
-        let text = self.knob(knob);
-        let text = text.strip_prefix("no ").unwrap_or(&text);
-        text.split(" = ").next().unwrap_or_default().to_owned()
     }
 }
 
@@ -323,4 +328,76 @@ fn gaps(advice: &Advice) -> String {
         let _ = writeln!(out, "  - {line}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(changes: Vec<Knob>) -> Point {
+        Point {
+            changes,
+            figures: Figures::default(),
+            unfinished: 0,
+            on_frontier: true,
+        }
+    }
+
+    /// Each change is named as the config key it sets, and replayed by one `--set` per key: a
+    /// budget of two limits is two, a removed key an empty value; a top-level key cannot be set
+    /// beside `[[pools]]`, so no replay line is offered then.
+    #[test]
+    fn changes_are_config_keys_and_replay_as_one_set_per_key() {
+        let budget = BudgetLimits {
+            max_worker_hours_per_day: Some(100.0),
+            max_cost_per_day: Some(10.0),
+        };
+        let single = Names {
+            pools: vec!["local".into()],
+            single: true,
+            budget,
+        };
+        let halved = point(vec![
+            Knob::Budget { factor: 0.5 },
+            Knob::Max {
+                pool: 0,
+                workers: 4,
+            },
+        ]);
+        assert_eq!(
+            single.changes(&halved),
+            "max_worker_hours_per_day = 50, max_cost_per_day = 5, max_workers = 4"
+        );
+        assert_eq!(
+            single.simulate_flags(&halved).as_deref(),
+            Some("--set max_worker_hours_per_day=50 --set max_cost_per_day=5 --set max_workers=4")
+        );
+        let off = point(vec![Knob::Budget { factor: 0.0 }]);
+        assert_eq!(
+            single.changes(&off),
+            "no max_worker_hours_per_day, no max_cost_per_day"
+        );
+        assert_eq!(
+            single.simulate_flags(&off).as_deref(),
+            Some("--set max_worker_hours_per_day= --set max_cost_per_day=")
+        );
+        let pools = Names {
+            pools: vec!["cpu".into()],
+            single: false,
+            budget,
+        };
+        let no_fallback = point(vec![
+            Knob::NoFallback { pool: 0 },
+            Knob::IdleSeconds { seconds: 60 },
+        ]);
+        assert_eq!(
+            pools.changes(&no_fallback),
+            "no cpu.fallback, worker.idle_seconds = 60"
+        );
+        assert_eq!(
+            pools.simulate_flags(&no_fallback).as_deref(),
+            Some("--set cpu.fallback= --worker-idle-seconds 60")
+        );
+        assert_eq!(pools.simulate_flags(&off), None);
+    }
 }
