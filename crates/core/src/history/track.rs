@@ -10,7 +10,7 @@ use crate::bundle::StagedBundle;
 use crate::checkin::{CheckedInWorker, launch_unique};
 pub use crate::codalab::jsonapi::RunInfo;
 use crate::pools::{PoolPolicy, PoolsDecision};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::time::UNIX_EPOCH;
 
 /// Bundles followed at most (beyond, new ones are not followed, and a line says so once).
@@ -49,7 +49,7 @@ struct Life {
     launched: f64,
     active_at: Option<f64>,
     checked_in: Option<f64>,
-    runs: rustc_hash::FxHashSet<String>,
+    runs: FxHashSet<String>,
     present_at: f64,
 }
 
@@ -61,7 +61,7 @@ pub struct Tracker {
     jobs: FxHashMap<String, FxHashMap<String, Life>>,
     /// Per pool, the jobs written as ended (failed, preempted, ended) while the platform still
     /// lists them.
-    ended: FxHashMap<String, rustc_hash::FxHashSet<String>>,
+    ended: FxHashMap<String, FxHashSet<String>>,
     /// When the last complete read of the staged bundles was made.
     last_complete_read: Option<f64>,
     /// Per pool, its last decision (launches, stops, reason codes).
@@ -109,7 +109,8 @@ impl Tracker {
     pub fn listed(&mut self, pool: &str, jobs: &[WorkerJob], now: f64) {
         let lives = self.jobs.entry(pool.to_owned()).or_default();
         let written = self.ended.entry(pool.to_owned()).or_default();
-        written.retain(|id| jobs.iter().any(|job| job.id == *id));
+        let listed: FxHashSet<&str> = jobs.iter().map(|job| job.id.as_str()).collect();
+        written.retain(|id| listed.contains(id.as_str()));
         let mut ended = Vec::new();
         for job in jobs.iter().filter(|job| !written.contains(&job.id)) {
             let life = lives.entry(job.id.clone()).or_insert_with(|| Life {

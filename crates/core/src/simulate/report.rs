@@ -21,13 +21,7 @@ impl WaitStats {
     /// The percentiles of `waits` (milliseconds; sorted in place).
     pub fn of(waits: &mut [u64]) -> Self {
         waits.sort_unstable();
-        let rank = |p: f64| {
-            let n = waits.len();
-            (n > 0).then(|| {
-                let index = ((p / 100.0 * n as f64).ceil() as usize).clamp(1, n) - 1;
-                waits[index] as f64 / 1000.0
-            })
-        };
+        let rank = |p: f64| nearest_rank(waits, p / 100.0).map(|ms| ms as f64 / 1000.0);
         Self {
             p50_seconds: rank(50.0),
             p90_seconds: rank(90.0),
@@ -35,6 +29,13 @@ impl WaitStats {
             max_seconds: rank(100.0),
         }
     }
+}
+
+/// The `q` quantile (0 to 1) of `sorted` by nearest rank: its ⌈q·n⌉-th value; `None` when
+/// it is empty.
+pub fn nearest_rank<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
+    let n = sorted.len();
+    (n > 0).then(|| sorted[((q * n as f64).ceil() as usize).clamp(1, n) - 1])
 }
 
 /// One pool's figures.

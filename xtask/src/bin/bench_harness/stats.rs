@@ -22,11 +22,9 @@ pub struct Summary {
     pub samples: usize,
 }
 
-/// The nearest-rank quantile `q` of `sorted` (ascending); `None` when it is empty.
-pub fn nearest_rank(sorted: &[f64], q: f64) -> Option<f64> {
-    let n = sorted.len();
-    (n > 0).then(|| sorted[((q * n as f64).ceil() as usize).clamp(1, n) - 1])
-}
+/// The nearest-rank quantile `q` of `sorted` (ascending); `None` when it is empty: the
+/// simulator's own, so the bench's percentiles and the simulator's agree.
+pub use codalab_wm_core::simulate::report::nearest_rank;
 
 /// Median of `samples` (NaN when empty).
 fn median_of(samples: &[f64]) -> f64 {

@@ -2,6 +2,7 @@
 //! `simulate --trace` reads them), the figures the replay is held to, what the platforms took
 //! to start a worker, and what the history could not follow.
 
+use super::super::report::nearest_rank;
 use super::super::{SimError, WaitStats, Workload};
 use crate::history::Line;
 use std::collections::BTreeMap;
@@ -57,11 +58,8 @@ impl PoolRecord {
         }
         let mut sorted = self.checkins.clone();
         sorted.sort_by(f64::total_cmp);
-        let at = |p: f64| {
-            let index = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
-            Duration::from_secs_f64(sorted[index].max(0.0))
-        };
-        Some((at(0.1), at(0.9)))
+        let at = |q: f64| nearest_rank(&sorted, q).map(|s| Duration::from_secs_f64(s.max(0.0)));
+        Some((at(0.1)?, at(0.9)?))
     }
 }
 
