@@ -138,9 +138,11 @@ fn owner_with_path(services: &Path, sys_etc: &Path, snippet: &str, path: &str) -
 #[test]
 fn a_slurmctld_without_our_pid_file_is_named_with_its_pid() {
     let (tmp, services, sys_etc) = dirs();
-    // a process whose name is slurmctld: a copy of sleep under that name
+    // a process whose name is slurmctld: sleep run through a link of that name (its name is
+    // the path's, as for a copy; a copy was a file just written, which a child another test
+    // forked meanwhile could hold open for writing: "Text file busy" at its spawn)
     let fake = tmp.path().join("slurmctld");
-    fs::copy("/bin/sleep", &fake).unwrap();
+    std::os::unix::fs::symlink("/bin/sleep", &fake).unwrap();
     let mut child = Command::new(&fake).arg("60").spawn().unwrap();
     let out = owner(&services, &sys_etc, "foreign_daemons slurmctld");
     child.kill().unwrap();
