@@ -647,10 +647,18 @@ fn the_history_records_each_run_with_the_servers_times_and_advise_replays_it() {
         m.last_status()
             .is_some_and(|l| l.contains(" 0 worker jobs (min=0"))
     });
+    // A run leaves the worker's list while the server still finalizes it: its line is
+    // written once a later lookup finds it ended (10 s on).
+    let history = records.path().join("history");
+    manager.wait_until("a bundle line for each run", READY_WITHIN, |_| {
+        let text = codalab_wm_core::history::read_dir(&history).unwrap_or_default();
+        uuids.iter().all(|uuid| {
+            (text.lines()).any(|l| l.contains("\"kind\":\"bundle\"") && l.contains(uuid.as_str()))
+        })
+    });
     let log = manager.log();
     stop(manager, &local_args(dir.path()));
 
-    let history = records.path().join("history");
     let text = codalab_wm_core::history::read_dir(&history).unwrap();
     let lines: Vec<serde_json::Value> = (text.lines())
         .map(|l| serde_json::from_str(l).unwrap())

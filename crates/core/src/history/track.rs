@@ -19,8 +19,14 @@ pub const MAX_FOLLOWED: usize = 100_000;
 /// Uuids looked up per tick at most (one search request).
 pub const LOOKUPS_PER_TICK: usize = 64;
 
-/// A bundle whose run cannot be read this many times is given up.
-const MAX_FAILED_LOOKUPS: u32 = 10;
+/// A bundle whose run cannot be read this many times is given up (the waits between,
+/// [`FIRST_RETRY`] doubling to an hour, add up to about three and a half hours).
+const MAX_FAILED_LOOKUPS: u32 = 12;
+
+/// The wait before a run found still in flight is looked up again, doubled each time: a run
+/// usually leaves the worker's list while the server still finalizes it, seconds before it is
+/// `ready`.
+const FIRST_RETRY: f64 = 10.0;
 
 /// The states of a run that ended.
 const ENDED: [&str; 3] = ["ready", "failed", "killed"];
@@ -291,7 +297,7 @@ impl Tracker {
             self.give_up(uuid, now, why);
             return;
         }
-        let backoff = 30.0 * f64::from(1u32 << followed.lookups.min(7));
+        let backoff = FIRST_RETRY * f64::from(1u32 << (followed.lookups - 1).min(9));
         followed.lookup_at = now + backoff.min(3600.0);
     }
 
