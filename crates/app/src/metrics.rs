@@ -289,7 +289,7 @@ impl Metrics {
     fn register_estimates(&self, registry: &mut Registry) {
         registry.register(
             "codalab_wm_start_estimates",
-            "Staged bundles read at the last successful tick, by the kind of their start-time estimate (now, worker_checkin, after_runs, after_backoff, not_while)",
+            "Staged bundles read at the last successful tick, by the kind of their start-time estimate (now, worker_checkin, after_runs, after_backoff, worker_overdue, overdue, not_while)",
             self.start_estimates.clone(),
         );
         registry.register_with_unit(

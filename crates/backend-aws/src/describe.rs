@@ -22,7 +22,7 @@ impl BackendConfig for AwsBatchConfig {
         "job_filter",
     ];
     const EXAMPLES: &'static [(&'static str, &'static str)] = &[
-        ("job_filter", "\"codalab-worker-.*\""),
+        ("job_filter", "\"codalab-worker(-[0-9a-f]{32})?\""),
         ("manager_id", "\"codalab-worker\""),
         (
             "codalab_credentials_secret_arn",

@@ -4,7 +4,7 @@
 //! ```toml
 //! [azure_batch]
 //! account_name = "mybatch"
-//! account_key = "…"                 # or env AZURE_BATCH_ACCOUNT_KEY, or [azure_batch.entra]
+//! account_key = "…"                 # or CODALAB_WM_AZURE_BATCH__ACCOUNT_KEY, or [azure_batch.entra]
 //! service_url = "https://mybatch.westeurope.batch.azure.com"
 //! log_container_url = "https://mystore.blob.core.windows.net/logs?sv=…&sig=…"
 //! job_id = "codalab-workers"
@@ -173,8 +173,10 @@ impl AzureBatchConfig {
         match (&self.account_key, &self.entra) {
             (None, None) => {
                 return invalid(
-                    "give the account key (--account-key, env AZURE_BATCH_ACCOUNT_KEY or account_key) or \
-                     [azure_batch.entra]"
+                    "give the account key (account_key in [azure_batch], \
+                     CODALAB_WM_AZURE_BATCH__ACCOUNT_KEY, the secrets directory's file \
+                     azure_batch.account_key, or on the azure-batch command line --account-key or \
+                     AZURE_BATCH_ACCOUNT_KEY) or [azure_batch.entra]"
                         .into(),
                 );
             }

@@ -95,7 +95,7 @@ pub struct GlobalArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_launches_per_tick: Option<u32>,
 
-    /// Seconds a running worker job may go without checking in with the server before it is stopped and replaced, with --launch-mode target
+    /// Seconds a running worker job whose worker has never checked in with the server may run before it is stopped and replaced, with --launch-mode target
     #[arg(long = "worker-checkin-timeout")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worker_checkin_timeout: Option<u64>,

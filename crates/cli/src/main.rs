@@ -1,9 +1,11 @@
 //! `cl-worker-manager`: a drop-in, faster replacement for CodaLab's Python worker manager.
 //!
 //! This binary only parses argv (`cli`, `args`), keeps the one list of backends compiled in by
-//! cargo features (`backends`), sets up logging and signals, and hands over to
-//! `codalab_wm_core`: the settings and their layout, the manager, the config tooling, the
-//! simulator. ARCHITECTURE.md at the repository root is the map.
+//! cargo features (`backends`), sets up logging and signals, serves `--listen` (`http`), and
+//! hands over to `codalab_wm_core` (the settings and their layout, the manager, `down`, the
+//! simulator and `advise`) and to `codalab_wm_app` (what people see: the page, `status`'s
+//! view, the metrics, the config tooling, the simulator's and `advise`'s output), or, for
+//! `operator`, to `codalab_wm_operator`. ARCHITECTURE.md at the repository root is the map.
 
 mod args;
 mod backends;

@@ -174,6 +174,7 @@ fn fixed_settings(old: &Settings, new: &Settings) -> Result<()> {
     };
     for key in [
         "server",
+        "worker_server",
         "password_file",
         "ca_cert",
         "insecure_skip_tls_verify",
@@ -187,8 +188,24 @@ fn fixed_settings(old: &Settings, new: &Settings) -> Result<()> {
         let (was, is) = (a.get(key), b.get(key));
         if was != is {
             let show = |v: Option<&Value>| v.map_or_else(|| "unset".to_owned(), Value::to_string);
+            // Changes after which a restarted manager would not list the jobs running now: the
+            // backend, and the workers' server (`server` unless `worker_server` is set) and
+            // CodaLab user, the origin by which slurm-batch, kubernetes and gce list their jobs.
+            let orphans = match key {
+                "backend" => Some("a manager restarted on another backend"),
+                "server" | "worker_server" | "password_file" => Some(
+                    "if the workers' server or CodaLab user changes with it, a slurm-batch, \
+                     kubernetes or gce manager restarted so",
+                ),
+                _ => None,
+            };
+            let orphans = orphans
+                .map(|who| {
+                    format!("; {who} no longer sees the jobs running now ({DRAIN_THEN_RESTART})")
+                })
+                .unwrap_or_default();
             bail!(
-                "`{key}` cannot change while the manager runs ({} → {}): restart it to apply",
+                "`{key}` cannot change while the manager runs ({} → {}): restart it to apply{orphans}",
                 show(was),
                 show(is)
             );
@@ -293,6 +310,15 @@ mod tests {
         let err = reloader.reload().await.unwrap_err().to_string();
         assert!(
             err.contains("`server` cannot change while the manager runs"),
+            "{err}"
+        );
+
+        // The workers' server is part of the origin the jobs are listed by (#44, audit M4).
+        files.write("worker_server = \"http://127.0.0.1:3\"", "");
+        let err = reloader.reload().await.unwrap_err().to_string();
+        assert!(
+            err.contains("`worker_server` cannot change while the manager runs")
+                && err.contains("no longer sees the jobs running now"),
             "{err}"
         );
 

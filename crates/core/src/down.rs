@@ -19,8 +19,8 @@ use std::time::Duration;
 /// anywhere. The user name is the real one when known (`password_file`'s first line, else
 /// `CODALAB_USERNAME`): with the server, it is the [origin](crate::backend::origin) that tells
 /// this deployment's jobs from another's. Without it, or when `server_known` is false (no
-/// config or environment named the manager's server: `down` takes no `--server` flag, and a
-/// default server would give another origin than the manager's), every pool lists every
+/// config, environment or global `--server` named the manager's server: a default server would
+/// give another origin than the manager's), every pool lists every
 /// origin, as `down` did before origins existed (said in a warning).
 pub fn credentials(
     layout: &mut Layout,
@@ -29,9 +29,9 @@ pub fn credentials(
 ) -> Credentials {
     if !server_known {
         tracing::warn!(
-            "the manager's server is not known (give down the manager's --config or \
-             CODALAB_WM_SERVER): jobs of every deployment under this configuration's names are \
-             listed"
+            "the manager's server is not known (give down the manager's --config, \
+             CODALAB_WM_SERVER, or its --server before `down`): jobs of every deployment under \
+             this configuration's names are listed"
         );
         layout.pools.iter_mut().for_each(|p| p.every_origin = true);
     }

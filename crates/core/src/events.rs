@@ -141,7 +141,8 @@ pub enum EventKind {
         /// Why: `reloaded`, `its settings changed`, `a worker of the pool checked in` ….
         why: String,
     },
-    /// A running job's worker stopped (or never started) checking in; it is stopped.
+    /// A running job whose worker never checked in within the pool's check-in timeout was
+    /// stopped and replaced (`lost`; a worker that checked in once is never stopped).
     WorkerLost {
         /// The pool.
         pool: String,

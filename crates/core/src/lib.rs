@@ -15,14 +15,16 @@
 //!
 //! What is here:
 //! - [`policy`]: the scaling policy, a pure function with reasons ([`policy::plan`]);
-//! - [`pools`]: several pools (shapes, backends, tags), burst targets, stuck-pending
-//!   replacement and failure backoff, also pure ([`pools::plan_pools`]); upstream's
-//!   single-backend mode is one pool ([`pools::SingleBackendFlags`]);
+//! - [`pools`]: several pools (shapes, backends, tags, prices), burst targets, stuck-pending
+//!   replacement, failure backoff, spill, hedge and fallback, also pure
+//!   ([`pools::plan_pools`]); upstream's single-backend mode is one pool
+//!   ([`pools::SingleBackendFlags`]);
 //! - [`checkin`] and [`budget`]: matching jobs to the workers that checked in, the rolling-day
 //!   budgets (pure);
 //! - [`dispatch`]: a model of how the CodaLab server dispatches staged bundles to the workers
-//!   (owners, quotas, resources, packing) and what is left for new workers (pure; not used by
-//!   the policy yet);
+//!   (owners, quotas, resources, packing) and what is left for new workers: the pools'
+//!   assignment plans on it (pure);
+//! - [`estimate`]: when each staged bundle is expected to start, and why (pure);
 //! - [`codalab`]: the CodaLab REST client (login, token refresh, identity check, staged search);
 //! - [`backend`]: the [`WorkerBackend`] trait every compute platform implements;
 //! - [`command`]: the `cl-worker` command line, as upstream builds it;
@@ -34,6 +36,7 @@
 //! - [`manager`]: the loop that drives the engine against the server and the backends, with
 //!   one error policy for retry and backoff, its log lines and its status snapshot
 //!   ([`status`]); [`events`], the typed event stream, and [`notify`], its webhooks;
+//! - [`down`]: `cl-worker-manager down`'s teardown of a pool's backend;
 //! - [`simulate`]: the same engine against simulated platforms and a simulated server, and
 //!   [`simulate::advise`], the manager's history replayed and swept;
 //! - [`history`]: the manager's bounded record of its queue (runs with the server's times,

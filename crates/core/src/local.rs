@@ -73,9 +73,10 @@ impl crate::describe::BackendConfig for LocalConfig {
     const TABLE: &'static str = "local";
     const ABOUT: &'static str = "Run workers as child processes on this machine";
     const LONG_ABOUT: Option<&'static str> = Some(
-        "Each worker is a `cl-worker` process in its own process group. It inherits the manager's \
-         environment (DOCKER_HOST, which the real cl-worker needs to reach its Docker engine; PATH; \
-         proxies) plus CODALAB_USERNAME/CODALAB_PASSWORD, and writes its output to \
+        "Each worker is a `cl-worker` process in its own process group. It gets part of the \
+         manager's environment (PATH, HOME, user, locale, TZ, TMPDIR, DOCKER_* (the real cl-worker \
+         needs DOCKER_HOST to reach its Docker engine), proxies, CA bundles and the variables \
+         named by --worker-env) plus CODALAB_USERNAME/CODALAB_PASSWORD, and writes its output to \
          `<state-dir>/<worker-id>.log`. `cl-worker-manager down local` stops them.",
     );
     const IDENTITY: &'static [&'static str] = &["state_dir"];

@@ -78,7 +78,7 @@ pub struct CodaLabWorkerPoolSpec {
     /// Seconds a pod that just started counts as free capacity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup_grace: Option<u64>,
-    /// Seconds a running worker may go without checking in before it is reaped.
+    /// Seconds a running pod whose worker has never checked in may run before it is reaped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkin_timeout: Option<u64>,
     /// Seconds between two launches.

@@ -1,6 +1,6 @@
-//! What one reconcile sees of a pool, from its pods alone (the pods are the state: a new
-//! leader needs nothing from the old one). Pure: the wall clock comes in as `now`, and core's
-//! "manager clock" is the time since the Unix epoch.
+//! What one reconcile sees of a pool, from its pods and its status (the state is in the API
+//! server: a new leader needs nothing from the old one). Pure: the wall clock comes in as
+//! `now`, and core's "manager clock" is the time since the Unix epoch.
 //!
 //! - pending for: since the pod's creation; active for: since this process first saw the pod
 //!   running ([`crate::memory`]);

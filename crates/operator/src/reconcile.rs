@@ -1,8 +1,14 @@
 //! One reconcile of one pool: the finalizer, then observe (its pods through the Kubernetes
 //! backend, the staged bundles and the checked-in workers on its CodaLab server), plan (core's
-//! `plan_pools` for that one pool, the same policy as the CLI's), act (launch and delete
-//! pods through the backend, an Event for each kind of change), and write the status.
-//! Only the lease holder reconciles ([`crate::lease`]).
+//! `plan_pools` for that one pool), act (launch and delete pods through the backend, an Event
+//! for each kind of change), and write the status. Only the lease holder reconciles
+//! ([`crate::lease`]).
+//!
+//! The plan is the CLI's pool policy without what needs a manager's other pools or its view
+//! of the server: no dispatch model (`server: None`: one bundle a worker, no packing, and no
+//! quota holds, so an operator logged in as the root user `codalab` launches pods for the
+//! bundles of owners with no `parallel_run_quota` left, which the server gives no shared
+//! worker), no start-time estimates, no budgets or prices, no spill, hedge or fallback.
 
 pub use crate::context::{Context, ReconcileError};
 use crate::context::{err, publish};
@@ -276,7 +282,7 @@ async fn act(
                 ),
             ),
             (false, true) => ("PendingTimeout", "pending too long".to_owned()),
-            (false, false) => ("WorkerReaped", "its worker stopped checking in".to_owned()),
+            (false, false) => ("WorkerReaped", "its worker never checked in".to_owned()),
         };
         match backend.stop_worker_job(job).await {
             Ok(()) => {

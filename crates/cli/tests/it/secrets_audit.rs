@@ -1,6 +1,7 @@
 //! Secrets audit: the CodaLab password and the OAuth2 tokens are recognisable canaries, and
 //! every backend's launch path and `--dry-run` must keep them out of logs, stdout/stderr, the
 //! Slurm script and work directory, the AWS job definition (with a credentials secret ARN),
+//! what `--listen` serves (`/status`, the page, `/metrics`, `/healthz`),
 //! the Kubernetes pod spec (credentials by `secretKeyRef`), the Azure task log and error
 //! messages. Each test also checks that the canary really was in play (the worker received it,
 //! the server accepted it), so a clean result cannot come from a run that never saw it.
@@ -307,6 +308,75 @@ async fn local_dry_run_keeps_secrets_out_of_logs() {
     assert!(output.status.success(), "{all}");
     assert!(all.contains("dry run: would start a local worker"), "{all}");
     assert_clean("the local dry run", &all);
+}
+
+/// `GET path` of a `--listen` address (`http://127.0.0.1:PORT`): the whole reply, head and
+/// body (one HTTP/1.0 request, bounded by 10 s timeouts).
+fn fetch(base: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let addr = base.strip_prefix("http://").unwrap();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.0 200"), "GET {path}: {reply}");
+    reply
+}
+
+/// What the manager serves on `--listen` (`/status`, the page, `/metrics`, `/healthz`) once it
+/// has logged in with the canary password, got the canary tokens and launched a worker that
+/// received the password: no canary anywhere.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_status_the_page_and_the_metrics_hold_no_secret() {
+    let _turn = support::turn(module_path!());
+    let server = codalab().await;
+    let dir = tempfile::tempdir().unwrap();
+    let worker = stand_in(dir.path());
+    let state = dir.path().join("state");
+    let args: Vec<String> = [
+        "--server",
+        &server,
+        "--listen",
+        "127.0.0.1:0",
+        "--min-workers",
+        "1",
+        "--worker-executable",
+        worker.to_str().unwrap(),
+        "local",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]
+    .map(str::to_owned)
+    .into();
+    let served = tokio::task::spawn_blocking(move || {
+        let mut manager = support::manager::Manager::start(&args, ("alice", PASSWORD), &[]);
+        manager.wait_until(
+            "a tick that launched a worker",
+            Duration::from_secs(60),
+            |m| m.listen_address().is_some() && m.count("started a worker job") > 0,
+        );
+        let base = manager.listen_address().unwrap();
+        let served: Vec<(String, String)> = ["/status", "/", "/metrics", "/healthz"]
+            .map(|path| (path.to_owned(), fetch(&base, path)))
+            .into();
+        (served, manager.log())
+    })
+    .await
+    .unwrap();
+    let (served, log) = served;
+    assert_clean("the log", &log);
+    let env = read_when_written(&PathBuf::from(format!("{}.env", worker.display())));
+    assert_eq!(env.trim(), PASSWORD, "the worker got the password");
+    for (path, reply) in &served {
+        assert_clean(path, reply);
+    }
+    assert!(served[0].1.contains("\"ticks\""), "{}", served[0].1);
+    let _ = std::process::Command::new(BIN)
+        .args(["down", "local", "--state-dir", state.to_str().unwrap()])
+        .output();
 }
 
 // ------------------------------------------------------------------ errors

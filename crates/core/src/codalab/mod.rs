@@ -266,8 +266,9 @@ impl CodaLabClient {
     }
 
     /// One page: `limit` bundles after the first `offset`. Unlike upstream, without
-    /// `include=owner`: the manager does not use the owner, and the server's users query and
-    /// rendering cost ~15 % of a page of 10.
+    /// `include=owner`: the owner's id comes with every bundle (`relationships.owner`, what the
+    /// dispatch order and quotas use); only the owners' names would need it, and the server's
+    /// users query and rendering cost ~15 % of a page of 10.
     async fn search_page(
         &self,
         keywords: &[String],

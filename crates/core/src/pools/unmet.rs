@@ -91,8 +91,10 @@ pub enum UnmetReason {
         /// In words.
         detail: String,
     },
-    /// The pool takes nothing this tick for another reason (`unobserved`, `pending_timeout`,
-    /// `worker_lost`).
+    /// The pool takes nothing this tick for another reason: its platform could not be read
+    /// (`unobserved`), its budget is used up (`budget_reached`), it is suspended for
+    /// misconfiguration (`suspended`), its launches go to its fallback (`on_fallback`), or it
+    /// is stopping a stuck or lost job (`pending_timeout`, `blocked`, `worker_lost`).
     PoolUnavailable {
         /// The reason code.
         #[serde(deserialize_with = "crate::interned::deserialize")]

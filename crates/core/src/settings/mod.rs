@@ -125,8 +125,8 @@ pub struct Settings {
     pub launch_mode: LaunchMode,
     /// Launches per tick at most in target mode (`--max-launches-per-tick`).
     pub max_launches_per_tick: u32,
-    /// Seconds a running worker job may go without checking in with the server before it is
-    /// lost, stopped and replaced (`--worker-checkin-timeout`; target mode).
+    /// Seconds a running worker job whose worker has never checked in with the server may run
+    /// before it is lost, stopped and replaced (`--worker-checkin-timeout`; target mode).
     pub worker_checkin_timeout: u64,
     /// Worker-hours per rolling 24 hours over all pools; launches stop when reached.
     pub max_worker_hours_per_day: Option<f64>,

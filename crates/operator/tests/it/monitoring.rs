@@ -5,7 +5,8 @@
 //!   `UPDATE_GOLDEN=1` rewrites it;
 //! - `kubectl kustomize` (Debian's `kubernetes-client`) renders the kustomization into that
 //!   PrometheusRule and two PodMonitors, each of which selects the pods of a Deployment in
-//!   `deploy/kubernetes` and scrapes a port those pods declare.
+//!   `deploy/kubernetes`, in the namespace that Deployment is installed to, and scrapes a port
+//!   those pods declare.
 //!
 //! - every rendered object validates strictly (an unknown field is an error, as with `kubectl
 //!   apply --validate=strict`) against the Prometheus Operator's own CRD schemas (v0.80.1, from
@@ -64,12 +65,23 @@ fn the_prometheus_rule_holds_the_rules_file() {
     assert_eq!(file["groups"][0]["rules"].as_sequence().unwrap().len(), 9);
 }
 
-/// The pods' labels and port names of every Deployment in `deploy/kubernetes` (one file each).
-fn deployments() -> Vec<(Value, Vec<String>)> {
-    let files = ["manager.yaml", "operator/deployment.yaml"];
+/// The pods' labels, port names and namespace of every Deployment in `deploy/kubernetes` (one
+/// file each). The manager's namespace is the one its header applies it to, where its config
+/// starts the worker pods; the operator's is its kustomization's.
+fn deployments() -> Vec<(Value, Vec<String>, &'static str)> {
+    let files = [
+        ("manager.yaml", "codalab-workers"),
+        ("operator/deployment.yaml", "codalab-wm"),
+    ];
+    let dir = repo().join("deploy/kubernetes");
+    let manager = std::fs::read_to_string(dir.join("manager.yaml")).unwrap();
+    assert!(manager.contains("kubectl -n codalab-workers apply -f manager.yaml"));
+    assert!(manager.contains("namespace = \"codalab-workers\""));
+    let operator = std::fs::read_to_string(dir.join("operator/kustomization.yaml")).unwrap();
+    assert!(operator.contains("\nnamespace: codalab-wm\n"));
     let mut pods = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(repo().join("deploy/kubernetes").join(file)).unwrap();
+    for (file, namespace) in files {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
         for document in serde_yaml::Deserializer::from_str(&text) {
             let object = Value::deserialize(document).unwrap();
             if object["kind"] != "Deployment" {
@@ -83,7 +95,7 @@ fn deployments() -> Vec<(Value, Vec<String>)> {
                 .flat_map(|c| c["ports"].as_sequence().cloned().unwrap_or_default())
                 .map(|p| p["name"].as_str().unwrap().to_owned())
                 .collect();
-            pods.push((template["metadata"]["labels"].clone(), ports));
+            pods.push((template["metadata"]["labels"].clone(), ports, namespace));
         }
     }
     pods
@@ -190,19 +202,27 @@ fn the_kustomization_renders_podmonitors_that_find_the_pods_and_their_ports() {
         let endpoints = monitor["spec"]["podMetricsEndpoints"]
             .as_sequence()
             .unwrap();
-        let matched: Vec<&Vec<String>> = pods
+        let matched: Vec<(&Vec<String>, &str)> = pods
             .iter()
-            .filter(|(labels, _)| selector.iter().all(|(k, v)| labels[k] == *v))
-            .map(|(_, ports)| ports)
+            .filter(|(labels, ..)| selector.iter().all(|(k, v)| labels[k] == *v))
+            .map(|(_, ports, namespace)| (ports, *namespace))
             .collect();
         let name = &monitor["metadata"]["name"];
         assert_eq!(matched.len(), 1, "{name:?} selects one Deployment's pods");
+        // Without a namespaceSelector a PodMonitor selects the pods of its own namespace only.
+        let namespaces: Vec<&str> =
+            match monitor["spec"]["namespaceSelector"]["matchNames"].as_sequence() {
+                Some(names) => names.iter().map(|n| n.as_str().unwrap()).collect(),
+                None => vec![monitor["metadata"]["namespace"].as_str().unwrap()],
+            };
+        let (ports, namespace) = matched[0];
+        assert!(
+            namespaces.contains(&namespace),
+            "{name:?} looks in {namespaces:?}, its pods run in {namespace}"
+        );
         for endpoint in endpoints {
             let port = endpoint["port"].as_str().unwrap();
-            assert!(
-                matched[0].iter().any(|p| p == port),
-                "{name:?}: no port {port}"
-            );
+            assert!(ports.iter().any(|p| p == port), "{name:?}: no port {port}");
             assert_eq!(endpoint["path"], "/metrics");
         }
     }
