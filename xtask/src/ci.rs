@@ -26,7 +26,7 @@ fn step(
 
 /// Prerequisites (Debian build packages, cargo-fuzz), then the services coming up beside fmt
 /// check, clippy, the structure checks and the test build; every test (unit, transport, real
-/// services, e2e) while the release and fuzz builds, each crate's own test check and a bounded
+/// services, e2e) while the release and fuzz builds, each crate's own test check, the book and a bounded
 /// fuzz run go on beside them; bench in quick mode; the fault scenarios with the soak beside
 /// them; the README's demo.
 ///
@@ -88,11 +88,12 @@ pub fn run(args: &[String]) -> Result<()> {
         // by then. 20 s a fuzz target keeps CI inside its limit (`cargo xtask fuzz` alone runs
         // 60 s each).
         let beside_tests = Lane::start(
-            "release and fuzz builds, each crate's tests alone, fuzz --seconds 20",
+            "release and fuzz builds, each crate's tests alone, the book, fuzz --seconds 20",
             &[
                 &["bench", "--build-only"],
                 &["fuzz", "--build-only"],
                 &["ci", EACH_CRATE],
+                &["docs"],
                 &["fuzz", "--seconds", "20"],
             ],
         )?;

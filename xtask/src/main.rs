@@ -4,6 +4,7 @@
 //!   (`codalab`, `slurm`, `sshd`, `moto`, `azure-mock`, `k8s-validate`, `grafana-schema`;
 //!   `all`).
 //! - `ci`: what `.ci/run` runs: fmt check, clippy, every test against the real services.
+//! - `docs`: the book (mdBook) built, every link of the documents checked.
 //! - `architecture`: the shape ARCHITECTURE.md promises (thin binary, no cycle, sizes).
 //! - `e2e`: the whole manager against a real CodaLab server.
 //! - `bench`: speed and memory figures.
@@ -15,6 +16,7 @@ mod chaos;
 mod ci;
 mod demo;
 mod dist;
+mod docs;
 mod fuzz;
 mod image;
 mod prereqs;
@@ -33,6 +35,7 @@ fn main() -> Result<()> {
     match task {
         "services" => services::run(rest),
         "demo" => demo::run(rest),
+        "docs" => docs::run(rest),
         "ci" => ci::run(rest),
         "architecture" => architecture::run(rest),
         "e2e" => ci::e2e(rest),
@@ -54,6 +57,7 @@ const HELP: &str = "usage: cargo xtask <task>
   demo [--exit-when-done]             the whole chain: real CodaLab, the manager, real cl-workers in Docker
   services up|down|status <name>...   start/stop/check test services (slurm sshd codalab docker moto azure-mock k8s-validate grafana-schema all)
   ci                                  fmt check, clippy, all tests against real services (what .ci/run runs)
+  docs [--check-only]                 the book (docs/, mdBook) built into target/book; every document link checked
   architecture                        the thin binary (lines, no import cycle) and file/function sizes
   e2e                                 the manager end to end against a real CodaLab server
   bench [--quick|--build-only]        speed, memory and backend cost, side by side with the Python manager

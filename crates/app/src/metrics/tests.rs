@@ -212,30 +212,78 @@ fn promtool_finds_nothing_to_lint_in_the_managers_metrics() {
     assert!(problems.is_empty(), "promtool: {problems:?}\n{text}");
 }
 
-/// The metrics table in README.md ("Operating it", `/metrics`) lists every metric the registry
-/// serves, by the name a query uses (counters with `_total`), and nothing else.
+/// The book's metrics reference (`docs/src/reference/metrics.md`) is generated from the
+/// registry the manager serves, every family filled: each metric by the name a query uses
+/// (counters with `_total`), its type, labels and help.
 #[test]
-fn the_readme_table_lists_exactly_the_metrics_served() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
-        .expect("README.md");
-    let table: std::collections::BTreeSet<String> = readme
-        .lines()
-        .filter_map(|line| line.trim().strip_prefix("| `codalab_wm_"))
-        .filter(|rest| !rest.starts_with("operator"))
-        .map(|rest| format!("codalab_wm_{}", &rest[..rest.find('`').unwrap()]))
-        .collect();
-    let served: std::collections::BTreeSet<String> = every_family()
-        .render()
-        .unwrap()
-        .lines()
-        .filter_map(|line| line.strip_prefix("# TYPE "))
-        .map(|rest| match rest.split_once(' ').unwrap() {
-            (name, "counter") => format!("{name}_total"),
-            (name, _) => name.to_owned(),
-        })
-        .collect();
-    assert_eq!(
-        table, served,
-        "README's /metrics table against the registry"
+fn the_metrics_reference_is_the_registry() {
+    let text = every_family().render().unwrap();
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/src/reference/metrics.md"
     );
+    codalab_wm_core::testing::check_generated(
+        std::path::Path::new(path),
+        &metrics_reference(&text),
+        "cargo test -p codalab-wm-app --lib metrics",
+    );
+}
+
+/// The reference page of the metrics in `text` (the OpenMetrics text `/metrics` serves).
+fn metrics_reference(text: &str) -> String {
+    struct Family {
+        name: String,
+        kind: String,
+        help: String,
+        labels: std::collections::BTreeSet<String>,
+    }
+    let mut families: Vec<Family> = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap();
+            families.push(Family {
+                name: name.to_owned(),
+                kind: String::new(),
+                help: help.trim_end_matches('.').to_owned(),
+                labels: Default::default(),
+            });
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            families.last_mut().unwrap().kind = rest.split_once(' ').unwrap().1.to_owned();
+        } else if let Some((_, labels)) = line.split_once('{') {
+            let labels = labels.split_once('}').unwrap().0;
+            let family = families.last_mut().unwrap();
+            for pair in labels.split(',').filter(|p| !p.is_empty()) {
+                let name = pair.split_once('=').unwrap().0;
+                if name != "le" {
+                    family.labels.insert(format!("`{name}`"));
+                }
+            }
+        }
+    }
+    families.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut page = String::from(
+        "# Metrics\n\n\
+         <!-- Generated from the registry by `cargo test -p codalab-wm-app --lib metrics` \
+         (UPDATE_GOLDEN=1 rewrites it): do not edit. -->\n\n\
+         What `/metrics` serves (OpenMetrics text, on the `--listen` address), every metric of \
+         the manager. Gauges describe the last successful tick; counters count since the \
+         manager started. The operator's own metrics are on the \
+         [Kubernetes](../platforms/kubernetes.md) page. The reason and kind codes of the \
+         labels are explained in [Reasons](reasons.md).\n\n\
+         | metric | type | labels | meaning |\n|---|---|---|---|\n",
+    );
+    for family in &families {
+        let name = match family.kind.as_str() {
+            "counter" => format!("{}_total", family.name),
+            _ => family.name.clone(),
+        };
+        let labels: Vec<&str> = family.labels.iter().map(String::as_str).collect();
+        page += &format!(
+            "| `{name}` | {} | {} | {} |\n",
+            family.kind,
+            labels.join(", "),
+            family.help.replace('|', "\\|")
+        );
+    }
+    page
 }

@@ -101,7 +101,7 @@ async fn https_against_a_plain_http_server_suggests_http() {
     .output()
     .unwrap();
     let said = text(&output);
-    // README exit statuses: 1 = with --once, its tick failed
+    // The exit statuses (the book's operate/state.md): 1 = with --once, its tick failed
     assert_eq!(output.status.code(), Some(1), "{said}");
     let hint = format!(
         "(the server speaks plain HTTP? try --server {})",

@@ -239,6 +239,24 @@ fn chromium_shows_the_pools_as_squeue_and_the_reasons_as_status() {
         png.display()
     );
     eprintln!("screenshot of the dashboard: {}", png.display());
+    // The book's picture of the page (docs/src/images/dashboard.png) is this one, taken
+    // again with `UPDATE_GOLDEN=1` (its times differ at each run: it is not compared).
+    // Likewise its `status` (docs/src/images/status.txt), the view of the same snapshot.
+    let view = support::manager::command(&["status", "--url", &base])
+        .output()
+        .unwrap();
+    assert!(
+        view.status.success(),
+        "{}",
+        String::from_utf8_lossy(&view.stderr)
+    );
+    let view = String::from_utf8(view.stdout).unwrap();
+    assert!(view.contains("Pools"), "{view}");
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        let images = support::repo().join("docs/src/images");
+        std::fs::copy(&png, images.join("dashboard.png")).unwrap();
+        std::fs::write(images.join("status.txt"), &view).unwrap();
+    }
 }
 
 /// Each pool's row shows `squeue`'s RUNNING jobs as active and PENDING ones as pending.

@@ -1,51 +1,48 @@
-//! README.md claims that drift when the code changes, checked against the source tree and the
-//! real binary: the log targets it names, the flags of its tables against `--help` (global,
-//! per backend, the operator's). Each assertion names what to fix.
+//! The documents' claims that drift when the code changes (README.md and the book's pages,
+//! `docs/src`), checked against the source tree and the real binary: the log targets they name
+//! are modules or targets of the source, every flag they name is one the binary takes (or
+//! another program's, listed here), and every config file they show passes `config check`. The reference pages themselves are generated
+//! (`reference.rs`). Each assertion names what to fix.
+//!
+//! Against: the real `cl-worker-manager` binary and the source tree; no service.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The subcommands that are tools, not backends (every other subcommand is a backend, which
-/// must have its row in the README's table "Backends and their flags").
-const TOOLS: [&str; 8] = [
-    "status",
-    "simulate",
-    "advise",
-    "config",
-    "down",
-    "operator",
-    "completions",
-    "help",
-];
-
 /// Flags clap adds to every command; the README does not list them.
 const CLAP_OWN: [&str; 2] = ["--help", "--version"];
 
-/// Not flags: the "## Flags" section shows them as an unambiguous (`--max-w`) and an
-/// ambiguous (`--max`) prefix of real ones.
+/// Not flags: the documents show them as an unambiguous (`--max-w`) and an ambiguous
+/// (`--max`) prefix of real ones.
 const PREFIX_EXAMPLES: [&str; 2] = ["--max-w", "--max"];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn readme() -> String {
-    std::fs::read_to_string(repo().join("README.md")).expect("README.md")
-}
-
-/// The text from the line `heading` to the next heading of the same level (or the end).
-fn section<'a>(text: &'a str, heading: &str) -> &'a str {
-    let start = text
-        .find(&format!("\n{heading}\n"))
-        .unwrap_or_else(|| panic!("README.md has no section `{heading}`"))
-        + 1;
-    let level = heading.split(' ').next().unwrap_or("##");
-    let rest = &text[start + heading.len()..];
-    let end = rest
-        .find(&format!("\n{level} "))
-        .map_or(text.len(), |i| start + heading.len() + i + 1);
-    &text[start..end]
+/// README.md and every page of the book, each with its path.
+fn documents() -> Vec<(PathBuf, String)> {
+    let mut paths = vec![repo().join("README.md")];
+    let mut dirs = vec![repo().join("docs/src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("docs/src").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                paths.push(path);
+            }
+        }
+    }
+    paths.sort();
+    (paths.into_iter())
+        .map(|p| {
+            let text =
+                std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (p, text)
+        })
+        .collect()
 }
 
 /// `text` without its fenced code blocks (their flags are other programs' or examples).
@@ -80,7 +77,10 @@ fn long_flags(text: &str) -> BTreeSet<String> {
                 !(bytes[k].is_ascii_lowercase() || bytes[k].is_ascii_digit() || bytes[k] == b'-')
             })
             .unwrap_or(bytes.len());
-        flags.insert(text[at..end].trim_end_matches('-').to_owned());
+        // `--worker-*` names a family of flags, not one.
+        if bytes.get(end) != Some(&b'*') {
+            flags.insert(text[at..end].trim_end_matches('-').to_owned());
+        }
         i = end;
     }
     flags
@@ -124,33 +124,6 @@ fn help_flags(text: &str) -> BTreeMap<String, BTreeSet<String>> {
         }
     }
     sections
-}
-
-/// The subcommands of a `--help` text (its `Commands:` section).
-fn help_commands(text: &str) -> BTreeSet<String> {
-    let start = text.find("\nCommands:\n").expect("a Commands: section") + 11;
-    text[start..]
-        .lines()
-        .take_while(|l| l.starts_with(' '))
-        .filter(|l| l.starts_with("  ") && !l[2..].starts_with(' '))
-        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
-        .collect()
-}
-
-fn without(set: BTreeSet<String>, drop: &[&str]) -> BTreeSet<String> {
-    set.into_iter()
-        .filter(|f| !drop.contains(&f.as_str()))
-        .collect()
-}
-
-/// Asserts that `readme` and `help` hold the same flags, naming the difference both ways.
-fn same_flags(what: &str, readme: &BTreeSet<String>, help: &BTreeSet<String>) {
-    let missing: Vec<_> = help.difference(readme).collect();
-    let unknown: Vec<_> = readme.difference(help).collect();
-    assert!(
-        missing.is_empty() && unknown.is_empty(),
-        "{what}: README.md lacks {missing:?} (in --help) and names {unknown:?} (not in --help)"
-    );
 }
 
 /// The crates a log target can start with, by the name `tracing` gives their modules: a
@@ -198,22 +171,22 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Every `a::b…` path the README names whose first part is a crate of this workspace or
+/// Every `a::b…` path the documents name whose first part is a crate of this workspace or
 /// starts with `codalab_wm` (the targets the source sets itself, such as `codalab_wm::event`).
-fn named_targets(readme: &str, crates: &BTreeMap<String, PathBuf>) -> BTreeSet<String> {
-    let bytes = readme.as_bytes();
+fn named_targets(text: &str, crates: &BTreeMap<String, PathBuf>) -> BTreeSet<String> {
+    let bytes = text.as_bytes();
     let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
     let prefixes = crates.keys().map(String::as_str).chain(["codalab_wm"]);
     let mut found = BTreeSet::new();
     for prefix in prefixes {
-        for (at, _) in readme.match_indices(prefix) {
+        for (at, _) in text.match_indices(prefix) {
             if at > 0 && (ident(bytes[at - 1]) || bytes[at - 1] == b':') {
                 continue;
             }
             let end = (at..bytes.len())
                 .find(|&k| !(ident(bytes[k]) || bytes[k] == b':'))
                 .unwrap_or(bytes.len());
-            let path = readme[at..end].trim_end_matches(':');
+            let path = text[at..end].trim_end_matches(':');
             if path.contains("::") {
                 found.insert(path.to_owned());
             }
@@ -222,18 +195,18 @@ fn named_targets(readme: &str, crates: &BTreeMap<String, PathBuf>) -> BTreeSet<S
     found
 }
 
-/// Every log target the README names (`codalab_wm_core::manager::logs:` in a log line, "target
+/// Every log target the documents name (`codalab_wm_core::manager::logs:` in a log line, "target
 /// `codalab_wm::event`", a module it points to) is a module of the source tree, which is the
 /// target of what that module logs, or a target the source sets itself (`target: "…"`). A
-/// filter (`CODALAB_WM_LOG`) or a log-shipper rule copied from the README then matches.
+/// filter (`CODALAB_WM_LOG`) or a log-shipper rule copied from them then matches.
 #[test]
-fn readme_log_targets_are_modules_or_targets_the_source_sets() {
-    let readme = readme();
+fn log_targets_the_documents_name_are_modules_or_targets_the_source_sets() {
+    let text: String = documents().into_iter().map(|(_, t)| t).collect();
     let crates = crate_roots();
-    let named = named_targets(&readme, &crates);
+    let named = named_targets(&text, &crates);
     assert!(
         !named.is_empty(),
-        "found no log target in README.md (crates: {:?})",
+        "found no log target in the documents (crates: {:?})",
         crates.keys().collect::<Vec<_>>()
     );
     let mut sources = Vec::new();
@@ -258,103 +231,196 @@ fn readme_log_targets_are_modules_or_targets_the_source_sets() {
         .collect();
     assert!(
         unknown.is_empty(),
-        "README.md names log targets that are no module of the source tree and no `target: \"…\"` \
+        "the documents name log targets that are no module of the source tree and no `target: \"…\"` \
          of it: {unknown:?} (of {named:?})"
     );
 }
 
-/// The global flags the "## Flags" section names (its table and the paragraphs around it, up to
-/// the backends' table) are exactly those of `cl-worker-manager --help`.
+/// Flags of other programs that the documents name in their prose (`cl`, `cl-worker`,
+/// `sbatch`, `kubectl`, `docker`, `cargo` …), each with whose it is.
+const OTHERS: &[(&str, &str)] = &[
+    ("--all-targets", "cargo"),
+    ("--check", "cargo fmt"),
+    ("--lib", "cargo test"),
+    ("--features", "cargo"),
+    ("--locked", "cargo"),
+    ("--open", "cargo doc"),
+    ("--test", "cargo test"),
+    ("--binary", "cargo xtask image"),
+    ("--exit-when-done", "cargo xtask demo"),
+    ("--minutes", "cargo xtask soak"),
+    ("--quick", "cargo xtask bench"),
+    ("--seconds", "cargo xtask fuzz"),
+    ("--id", "cl-worker"),
+    ("--preemptible", "cl-worker"),
+    ("--request-gpus", "cl run"),
+    ("--request-queue", "cl run"),
+    ("--parallel-run-quota", "cl uedit"),
+    ("--comment", "sbatch"),
+    ("--gres", "sbatch"),
+    ("--export", "sbatch"),
+    ("--start", "squeue"),
+    ("--jobs", "aws batch describe-jobs"),
+    ("--read-only", "docker run"),
+    ("--now", "systemctl enable"),
+    ("--since", "journalctl"),
+    ("--home-dir", "useradd"),
+    ("--no-create-home", "useradd"),
+    ("--shell", "useradd"),
+    ("--system", "useradd"),
+    ("--user-group", "useradd"),
+];
+
+/// Every long flag the documents name is one the binary takes (some command's `--help`) or
+/// another program's ([`OTHERS`]): in their prose, and on the `cl-worker-manager` lines of
+/// their code blocks (with the lines a `\` continues). A flag renamed in the code, or a typo
+/// in a page, fails here with the page that names it.
 #[test]
-fn readme_global_flags_are_those_of_help() {
-    let readme = readme();
-    let flags = section(&readme, "## Flags");
-    let global = &flags[..flags
-        .find("Backends and their flags")
-        .expect("the backends' table in ## Flags")];
-    let named = without(long_flags(&outside_code(global)), &PREFIX_EXAMPLES);
-    let top = help(&["--help"]);
-    let served: BTreeSet<String> = help_flags(&top).into_values().flatten().collect();
-    let served = without(served, &CLAP_OWN);
+fn every_flag_the_documents_name_is_the_binarys_or_another_programs() {
+    let mut served: BTreeSet<String> = BTreeSet::new();
+    for path in super::usage::HELP {
+        let mut args = path.to_vec();
+        args.push("--help");
+        served.extend(help_flags(&help(&args)).into_values().flatten());
+    }
+    served.extend(CLAP_OWN.map(str::to_owned));
     for prefix in PREFIX_EXAMPLES {
         assert!(
             !served.contains(prefix) && served.iter().any(|f| f.starts_with(prefix)),
             "{prefix} must stay a mere prefix of real flags, or leave PREFIX_EXAMPLES"
         );
     }
-    same_flags("## Flags, global flags", &named, &served);
-}
-
-/// Each row of the table "Backends and their flags" lists exactly the flags of that backend's
-/// own section of `cl-worker-manager BACKEND --help`, and every backend of the binary has a
-/// row; each backend also takes the manager's process flags after its name, as the README says.
-#[test]
-fn readme_backend_table_matches_each_backends_help() {
-    let readme = readme();
-    let flags = section(&readme, "## Flags");
-    let table = &flags[flags
-        .find("Backends and their flags")
-        .expect("the backends' table")..];
-    let rows: BTreeMap<String, BTreeSet<String>> = table
-        .lines()
-        .skip_while(|l| !l.starts_with('|'))
-        .take_while(|l| l.starts_with('|'))
-        .filter_map(|row| {
-            let name = row.strip_prefix("| `")?.split('`').next()?.to_owned();
-            let cells = row.splitn(3, '|').nth(2)?;
-            Some((name, long_flags(cells)))
-        })
-        .collect();
-    let top = help(&["--help"]);
-    let process = help_flags(&top)
-        .remove("Manager process options")
-        .expect("a Manager process options section in --help");
-    let backends = without(help_commands(&top), &TOOLS);
-    assert!(!backends.is_empty(), "no backend among {top}");
-    for backend in &backends {
-        let row = rows.get(backend).unwrap_or_else(|| {
-            panic!("README.md's table \"Backends and their flags\" has no row `{backend}`")
-        });
-        let mut sections = help_flags(&help(&[backend, "--help"]));
-        let own = without(sections.remove("Options").unwrap_or_default(), &CLAP_OWN);
-        same_flags(&format!("the `{backend}` row"), row, &own);
-        assert_eq!(
-            sections.remove("Manager process options").as_ref(),
-            Some(&process),
-            "`{backend} --help`: the manager's process flags after the backend name"
-        );
+    let others: BTreeSet<&str> = OTHERS.iter().map(|(f, _)| *f).collect();
+    let mut unknown = Vec::new();
+    for (path, text) in documents() {
+        let named = long_flags(&outside_code(&text));
+        let ours = long_flags(&manager_lines(&text));
+        for flag in named.union(&ours) {
+            let known = served.contains(flag)
+                || (!ours.contains(flag) && others.contains(flag.as_str()))
+                || PREFIX_EXAMPLES.contains(&flag.as_str());
+            if !known {
+                let shown = path
+                    .strip_prefix(repo())
+                    .unwrap_or(&path)
+                    .display()
+                    .to_string();
+                unknown.push(format!("{shown}: {flag}"));
+            }
+        }
     }
-    if cfg!(feature = "full") {
-        let extra: Vec<_> = rows.keys().filter(|r| !backends.contains(*r)).collect();
-        assert!(
-            extra.is_empty(),
-            "README.md has rows for no backend: {extra:?}"
-        );
-    }
-}
-
-/// The operator's flags the README names are those of `cl-worker-manager operator --help`, and
-/// its table of them lists every one.
-#[cfg(feature = "k8s")]
-#[test]
-fn readme_operator_flags_are_those_of_help() {
-    let readme = readme();
-    let text = outside_code(section(&readme, "## On Kubernetes: the operator"));
-    let table: BTreeSet<String> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("| `--"))
-        .flat_map(|row| long_flags(&format!("--{}", row.split('|').next().unwrap_or_default())))
-        .collect();
-    let served = help_flags(&help(&["operator", "--help"]))
-        .into_values()
-        .flatten()
-        .collect();
-    let served = without(served, &CLAP_OWN);
-    same_flags("the operator's flags table", &table, &served);
-    let named = without(long_flags(&text), &CLAP_OWN);
-    let unknown: Vec<_> = named.difference(&served).collect();
     assert!(
         unknown.is_empty(),
-        "the operator section names flags `operator --help` lacks: {unknown:?}"
+        "flags no `cl-worker-manager … --help` offers (fix the page, or list another \
+         program's flag in OTHERS):\n  {}",
+        unknown.join("\n  ")
     );
+}
+
+/// Whether a shell `line` runs `cl-worker-manager` (after variable assignments, `sudo` or
+/// `exec`): not one that names it as an argument (`journalctl -u cl-worker-manager`).
+fn runs_the_manager(line: &str) -> bool {
+    let assignment = |word: &str| word.contains('=') && !word.starts_with('-');
+    let program = (line.split_whitespace())
+        .find(|word| !assignment(word) && !["$", "sudo", "exec"].contains(word));
+    program.is_some_and(|p| p == "cl-worker-manager" || p.ends_with("/cl-worker-manager"))
+}
+
+/// The lines of `text`'s code blocks that run `cl-worker-manager`, with the lines a `\`
+/// continues.
+fn manager_lines(text: &str) -> String {
+    let mut fenced = false;
+    let mut continued = false;
+    let mut out = String::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continued = false;
+            continue;
+        }
+        let runs = fenced && (continued || runs_the_manager(line));
+        if runs {
+            let command = line.split(" | ").next().unwrap_or_default();
+            let command = command.split('#').next().unwrap_or_default();
+            out.push_str(command);
+            out.push('\n');
+        }
+        continued = runs && line.trim_end().ends_with('\\');
+    }
+    out
+}
+
+/// Config files the documents show that `config check FILE` cannot pass as they are, with why
+/// (the page says where the rest comes from).
+const CONFIG_NOT_WHOLE: &[(&str, &str)] = &[(
+    "platforms/azure-batch.md",
+    "the account key comes from CODALAB_WM_AZURE_BATCH__ACCOUNT_KEY, which `config check` \
+     does not read",
+)];
+
+/// Every ```toml block of the documents is a config file `config check` passes (the real
+/// binary, contacting nothing): an admin who copies one gets a file that runs.
+#[test]
+fn every_config_file_the_documents_show_passes_config_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut failed = Vec::new();
+    let mut checked = 0;
+    for (path, text) in documents() {
+        let shown = path
+            .strip_prefix(repo())
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        let excused = CONFIG_NOT_WHOLE
+            .iter()
+            .any(|(page, _)| shown.ends_with(page));
+        for (n, block) in toml_blocks(&text).into_iter().enumerate() {
+            let file = dir.path().join(format!("{checked}.toml"));
+            std::fs::write(&file, &block).unwrap();
+            checked += 1;
+            let output = Command::new(env!("CARGO_BIN_EXE_cl-worker-manager"))
+                .args(["config", "check"])
+                .arg(&file)
+                .env("CODALAB_USERNAME", "codalab")
+                .env_remove("CODALAB_WM_CONFIG")
+                .output()
+                .expect("run cl-worker-manager");
+            if output.status.success() == excused {
+                let verdict = String::from_utf8_lossy(&output.stdout).to_string()
+                    + &String::from_utf8_lossy(&output.stderr);
+                failed.push(format!("{shown}, toml block {}: {verdict}\n{block}", n + 1));
+            }
+        }
+    }
+    assert!(
+        checked >= 10,
+        "only {checked} config files found in the documents"
+    );
+    assert!(
+        failed.is_empty(),
+        "config files in the documents that `config check` refuses (or an excused one it \
+         passes: leave CONFIG_NOT_WHOLE):\n{}",
+        failed.join("\n")
+    );
+}
+
+/// The ```toml blocks of a Markdown `text`.
+fn toml_blocks(text: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        let fence = line.trim_start().starts_with("```");
+        match (&mut current, fence) {
+            (None, true) if line.trim_start().starts_with("```toml") => {
+                current = Some(String::new())
+            }
+            (Some(_), true) => blocks.extend(current.take()),
+            (Some(block), false) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+            _ => {}
+        }
+    }
+    blocks
 }

@@ -302,11 +302,13 @@ fn prometheus_scraping_a_real_manager_evaluates_every_rule_and_every_dashboard_q
     assert_eq!(series(&prometheus.addr, unmet), 1, "{}", manager.log());
 }
 
-/// README's alert table ("Monitoring") lists every alert of the rules file with its `for`.
+/// The book's alert table (`docs/src/operate/monitoring.md`) lists every alert of the rules
+/// file with its `for`.
 #[test]
-fn the_readme_lists_every_alert_with_its_for() {
+fn the_book_lists_every_alert_with_its_for() {
     let _turn = support::turn(module_path!());
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let page = repo().join("docs/src/operate/monitoring.md");
+    let readme = std::fs::read_to_string(page).unwrap();
     let table: Vec<(String, String)> = readme
         .lines()
         .filter_map(|l| l.strip_prefix("| `CodalabWm"))
@@ -325,5 +327,8 @@ fn the_readme_lists_every_alert_with_its_for() {
             alerts.last_mut().unwrap().1 = duration.to_owned();
         }
     }
-    assert_eq!(table, alerts, "README's alert table against the rules");
+    assert_eq!(
+        table, alerts,
+        "the monitoring page's alert table against the rules"
+    );
 }

@@ -88,7 +88,13 @@ fn golden_trace_text_and_svg_are_byte_identical_per_seed() {
     let dir = tempfile::tempdir().unwrap();
     let (text, svg) = golden_run(dir.path(), "8");
     check_golden("simulate.txt", &text);
-    check_golden("simulate.svg", &svg);
+    // The plot is the book's picture of `simulate --svg` (operate/simulate.md).
+    let plot = super::support::repo().join("docs/src/images/simulate.svg");
+    codalab_wm_core::testing::check_generated(
+        &plot,
+        std::str::from_utf8(&svg).unwrap(),
+        "cargo test -p codalab-wm --features full --test it -- simulate::golden",
+    );
     let (again_text, again_svg) = golden_run(dir.path(), "8");
     assert_eq!(text, again_text, "same seed, same text");
     assert_eq!(svg, again_svg, "same seed, same SVG");

@@ -88,7 +88,7 @@ fn sbatch_lines(script: &str) -> Vec<&str> {
         .collect()
 }
 
-/// The `srun` line; ours `exec`s it (README, "Slurm": so that `scancel` reaches the worker).
+/// The `srun` line; ours `exec`s it (the book's Slurm page: so that `scancel` reaches the worker).
 fn srun_line(script: &str) -> &str {
     let line = script.lines().rfind(|l| l.contains("srun")).unwrap_or("");
     line.strip_prefix("exec ").unwrap_or(line)

@@ -13,7 +13,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_cl-worker-manager");
 
 /// The binary with no credentials and no `CODALAB_WM_*` from the caller's environment, and
 /// NO_COLOR removed: these tests must see what a user without it sees.
-fn manager(args: &[&str]) -> Command {
+pub(crate) fn manager(args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
     command
         .args(args)
@@ -31,7 +31,7 @@ fn manager(args: &[&str]) -> Command {
 
 /// Runs with stdout and stderr on pipes (not a terminal). Every command here ends by itself
 /// (`--once`, a usage error, a tool).
-fn run(command: &mut Command) -> Output {
+pub(crate) fn run(command: &mut Command) -> Output {
     command.stdin(Stdio::null()).output().unwrap()
 }
 
@@ -303,7 +303,7 @@ fn bash_completes_the_flags_of_subcommands() {
     feature = "k8s",
     feature = "gce"
 ))]
-const HELP: &[&[&str]] = &[
+pub(crate) const HELP: &[&[&str]] = &[
     &[],
     &["local"],
     &["slurm-batch"],

@@ -1,7 +1,8 @@
 //! The bounds the client holds a CodaLab server to, whatever it sends: the size of every
 //! reply body, the nesting depth of every JSON document, and where a redirect may lead.
 //!
-//! One home for each bound; the README's "Security and limits" section lists them.
+//! One home for each bound; the book's "Security and limits" page (`docs/src/operate/security.md`)
+//! lists them.
 
 use crate::error::{Error, Result};
 

@@ -26,6 +26,33 @@ pub fn capacity_switches(events: &[crate::status::TickEvent]) -> Vec<&'static st
         .collect()
 }
 
+/// Checks that the file at `path` (a snapshot checked in: a `--help`, a generated reference
+/// page, a manifest) holds `generated`, what the code makes of it now. With `UPDATE_GOLDEN`
+/// set it writes `generated` there instead. Panics naming the file and the command that
+/// rewrites it (`regenerate`) when the two differ.
+pub fn check_generated(path: &std::path::Path, generated: &str, regenerate: &str) {
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(path, generated)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        return;
+    }
+    let checked_in = std::fs::read_to_string(path).unwrap_or_default();
+    if checked_in == generated {
+        return;
+    }
+    let line = (checked_in.lines().zip(generated.lines()))
+        .position(|(a, b)| a != b)
+        .unwrap_or_else(|| checked_in.lines().count().min(generated.lines().count()));
+    panic!(
+        "{} is stale (from line {}): `UPDATE_GOLDEN=1 {regenerate}` rewrites it; review the diff",
+        path.display(),
+        line + 1
+    );
+}
+
 /// Whether a test that needs service `name` can run. When the service is missing: under
 /// `CI=true` this panics (a CI run must never skip), elsewhere it prints how to start the
 /// service and returns `false` so the test returns early.

@@ -21,6 +21,7 @@ mod never_destroys;
 mod pools_manager;
 mod pools_props;
 mod reconfigure;
+mod reference;
 mod relogin;
 mod staged_misfits;
 mod staged_search;
