@@ -6,6 +6,7 @@
 //! Spot with `fallback`. The trace is the spill section's. Simulated, not measured on a real
 //! cloud: the section says so.
 
+use codalab_wm_core::layout::preemptible;
 use codalab_wm_core::pools::fallback::Fallback;
 use codalab_wm_core::simulate::{Platform, SimConfig, SimReport, Workload, simulate};
 use codalab_wm_core::{PoolPolicy, WorkerShape};
@@ -69,9 +70,15 @@ pub fn measure(quick: bool) -> Vec<Value> {
             vec![spot(true), on_demand()],
         ),
     ];
-    let config = config();
     (variants.iter())
         .map(|(name, pools)| {
+            let mut config = config();
+            // As the manager starts them: `cl-worker --preemptible` for a pool whose platform
+            // reclaims its VMs, so CodaLab stages a reclaimed worker's runs again.
+            config.preemptible = (pools.iter())
+                .filter(|p| preemptible(false, p.name == "spot", p.fallback.is_some()))
+                .map(|p| p.name.clone())
+                .collect();
             let report = simulate(&workload, pools, &config).expect("valid settings");
             row(name, &workload, &report)
         })
@@ -86,6 +93,8 @@ fn row(name: &str, workload: &Workload, report: &SimReport) -> Value {
         "bundles": workload.arrivals.len(),
         "finished": report.finished,
         "lost": report.lost,
+        "restaged": report.pools.iter().map(|p| p.restaged_runs).sum::<usize>(),
+        "rerun_hours": report.pools.iter().map(|p| p.rerun_hours).sum::<f64>(),
         "wait_p50_s": report.total_wait.p50_seconds,
         "wait_p90_s": report.total_wait.p90_seconds,
         "spot_failures": pool("spot").map_or(0, |p| p.failures),
@@ -112,20 +121,24 @@ pub fn render(out: &mut String, results: &Value) {
          bundles of the section above. `spot` costs {} a worker-hour, `on-demand` {}; both start \
          a VM in 60–120 s, max 10. Spot has no capacity for the first 40 minutes of every two \
          hours (a launch fails: the pool backs off), preempts a fifth of its launches before \
-         their worker is active, and reclaims an active VM after 4 hours on average: the runs on \
-         it are lost (CodaLab 1.7.5 marks them `worker_offline` and does not stage them again).\n\n\
-         | policy | finished | runs lost | wait p50 | wait p90 | Spot launch failures | Spot worker-hours | on-demand worker-hours | cost |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|",
+         their worker is active, and reclaims an active VM after 4 hours on average. Its workers start as `cl-worker \
+         --preemptible`, as the manager starts those of a pool whose platform reclaims VMs or that \
+         has a fallback: CodaLab 1.7.5 stages a reclaimed worker's runs again and they start over \
+         (without it they would be lost: `worker_offline`, never staged again).\n\n\
+         | policy | finished | runs lost | runs staged again (hours run again) | wait p50 | wait p90 | Spot launch failures | Spot worker-hours | on-demand worker-hours | cost |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         PRICES.0, PRICES.1
     );
     let seconds = crate::report::seconds;
     for row in rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} |",
+            "| {} | {} | {} | {} ({:.1}) | {} | {} | {} | {:.1} | {:.1} | {:.1} |",
             row["policy"].as_str().unwrap_or("?"),
             row["finished"],
             row["lost"],
+            row["restaged"].as_u64().unwrap_or(0),
+            row["rerun_hours"].as_f64().unwrap_or(0.0),
             seconds(&row["wait_p50_s"]),
             seconds(&row["wait_p90_s"]),
             row["spot_failures"],
