@@ -21,15 +21,17 @@ use std::fmt::Write;
 
 const REGENERATE: &str = "cargo test -p codalab-wm --features full --test it -- reference::";
 
-/// Every backend, as `config init --backend` names it.
-const BACKENDS: [&str; 6] = [
-    "local",
-    "slurm-batch",
-    "aws-batch",
-    "azure-batch",
-    "kubernetes",
-    "gce",
-];
+/// Every backend compiled in, as `config init --backend` names them (its `--help`'s possible
+/// values).
+fn backends() -> Vec<String> {
+    let help = stdout(&["config", "init", "--help"]);
+    let values = help
+        .split("[possible values: ")
+        .nth(1)
+        .expect("possible values");
+    let values = values.split(']').next().unwrap_or_default();
+    values.split(',').map(|v| v.trim().to_owned()).collect()
+}
 
 fn stdout(args: &[&str]) -> String {
     let output = run(&mut manager(args));
@@ -204,9 +206,13 @@ fn the_config_reference_is_what_config_init_writes() {
              environment variables, then flags. `cl-worker-manager config init --backend NAME` \
              writes a commented template of them; `config check FILE` checks one.\n";
     let mut written = std::collections::BTreeSet::new();
-    let single = BACKENDS.map(|b| stdout(&["config", "init", "--backend", b]));
-    let pools = stdout(&["config", "init", "--pools"]);
-    let every = (single.iter().chain([&pools])).flat_map(|t| tables(t));
+    let backends = backends();
+    assert!(backends.len() >= 6, "{backends:?}");
+    let mut templates: Vec<String> = (backends.iter())
+        .map(|b| stdout(&["config", "init", "--backend", b]))
+        .collect();
+    templates.push(stdout(&["config", "init", "--pools"]));
+    let every = templates.iter().flat_map(|t| tables(t));
     for table in every {
         if table.header.starts_with("[pools.") || !written.insert(table.header.clone()) {
             continue;
