@@ -36,9 +36,12 @@ pub fn run(args: &[String]) -> Result<()> {
         "bench-harness",
         "--bin",
         "bench-ours",
-        // The staged→ready section runs our real binary (local + Slurm, the default features).
+        // The staged→ready section runs our real binary (local + Slurm, the default features);
+        // the anchors' section, its Kubernetes backend.
         "--package",
         "codalab-wm",
+        "--features",
+        "codalab-wm/k8s",
         "--bin",
         "cl-worker-manager",
     ];

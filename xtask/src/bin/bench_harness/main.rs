@@ -30,6 +30,9 @@
 //! - `slurm-forecast`: only the estimate's error with Slurm's forecast and without, and a held
 //!   job, with real workers on real Slurm (`forecast_real.rs`, #42; not in `--quick`), merged
 //!   into the last full results;
+//! - `anchors`: only the anchors' figures measured the same way (Karpenter's 1,000 pending pods,
+//!   Kueue's 15,000 workloads): the release manager against the fake CodaLab and the fake
+//!   Kubernetes API server (`anchors.rs`, #44), printed (`--merge`: as `packing`);
 //! - `server-cost`: only the server CPU per tick against the real CodaLab server
 //!   (`server_cost.rs`, whose sides are `bench-ours --server-cost` and the peer's
 //!   `--mode server-cost`), merged into the last results;
@@ -38,6 +41,7 @@
 //!   only).
 
 mod advise_real;
+mod anchors;
 mod args;
 mod aws;
 mod azure;
@@ -85,6 +89,7 @@ fn main() -> Result<()> {
         "packing-real" => packing_real::only(rest),
         "slurm-forecast" => forecast_real::only(rest),
         "advise-real" => advise_real::only(rest),
+        "anchors" => anchors::only(rest),
         "spill" => spill::only(rest),
         "fallback" => fallback::only(rest),
         "server-cost" => server_cost::only(rest),

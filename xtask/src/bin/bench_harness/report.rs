@@ -198,6 +198,7 @@ pub fn render(results: &Value) -> String {
     first_tick(&mut out, results);
     backends(&mut out, results);
     reaction(&mut out, results);
+    crate::anchors::render(&mut out, results);
     crate::packing::render(&mut out, results);
     crate::packing_real::render(&mut out, results);
     crate::spill::render(&mut out, results);

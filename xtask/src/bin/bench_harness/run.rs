@@ -140,6 +140,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let packing_model = crate::packing::measure(quick);
     let spill_model = crate::spill::measure(quick);
     let fallback_model = crate::fallback::measure(quick);
+    let anchors = crate::anchors::measure(quick);
     let staged_ready = crate::staged_ready::measure_all(quick)?;
     let packing_real = crate::packing_real::measure_full(quick, args)?;
     let slurm_forecast = crate::forecast_real::measure_all(quick)?;
@@ -159,6 +160,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "packing_model": packing_model,
         "spill_model": spill_model,
         "fallback_model": fallback_model,
+        "anchors": anchors,
         "staged_ready": staged_ready,
         "packing_real": packing_real,
         "slurm_forecast": slurm_forecast,
