@@ -58,20 +58,6 @@ fn args(tag: &str, cpus: u32, max: u32, dir: &Path) -> Vec<String> {
     args
 }
 
-/// `GET path` from the manager's `--listen` address (in its "serving /metrics" log line).
-fn get(manager: &Manager, path: &str) -> String {
-    use std::io::{Read, Write};
-    let base = manager.listen_address();
-    let addr = (base.as_deref())
-        .and_then(|base| base.strip_prefix("http://"))
-        .unwrap_or_else(|| panic!("no listen address in:\n{}", manager.log()));
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).unwrap();
-    reply
-}
-
 /// The value of sample `name` (labels included) in a scrape.
 fn sample(scrape: &str, name: &str) -> Option<f64> {
     scrape
@@ -154,9 +140,9 @@ fn four_one_cpu_bundles_buy_two_two_cpu_workers_and_the_server_packs_them_so() {
     // Each bundle's first estimate (a new worker's check-in) was scored when it left staged.
     let scored = r#"codalab_wm_start_estimate_error_seconds_count{kind="worker_checkin"}"#;
     manager.wait_until("the four estimates to be scored", READY_WITHIN, |m| {
-        sample(&get(m, "/metrics"), scored) == Some(4.0)
+        sample(&m.get("/metrics"), scored) == Some(4.0)
     });
-    let scrape = get(&manager, "/metrics");
+    let scrape = manager.get("/metrics");
     let sum = r#"codalab_wm_start_estimate_error_seconds_sum{kind="worker_checkin"}"#;
     eprintln!(
         "mean estimate error: {:?} s",

@@ -98,21 +98,6 @@ fn long_flags(text: &str) -> BTreeSet<String> {
     flags
 }
 
-/// `cl-worker-manager ARGS` (a `--help`): its standard output.
-fn help(args: &[&str]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_cl-worker-manager"))
-        .args(args)
-        .env_remove("COLUMNS")
-        .output()
-        .expect("run cl-worker-manager");
-    assert!(
-        output.status.success(),
-        "cl-worker-manager {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).expect("UTF-8 help")
-}
-
 /// The flags of a `--help` text by its sections (`Options:`, `Manager process options:` …).
 /// A flag's own line is indented by at most 6 spaces; its description, wrapped, by more.
 fn help_flags(text: &str) -> BTreeMap<String, BTreeSet<String>> {
@@ -297,10 +282,8 @@ const OTHERS: &[(&str, &str)] = &[
 #[test]
 fn every_flag_the_documents_name_is_the_binarys_or_another_programs() {
     let mut served: BTreeSet<String> = BTreeSet::new();
-    for path in super::usage::HELP {
-        let mut args = path.to_vec();
-        args.push("--help");
-        served.extend(help_flags(&help(&args)).into_values().flatten());
+    for (_, help) in super::usage::helps() {
+        served.extend(help_flags(&help).into_values().flatten());
     }
     served.extend(CLAP_OWN.map(str::to_owned));
     for prefix in PREFIX_EXAMPLES {

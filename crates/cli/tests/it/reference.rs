@@ -15,7 +15,7 @@
 ))]
 
 use super::support::repo;
-use super::usage::{HELP, manager, run};
+use super::usage::{helps, manager, run};
 use codalab_wm_core::testing::check_generated;
 use std::fmt::Write;
 
@@ -58,14 +58,12 @@ fn the_flags_reference_is_every_commands_help() {
              `CODALAB_WM_*` environment variable; flags win over the environment, which wins \
              over the file. The log filter that `--verbose` sets can be replaced by \
              `CODALAB_WM_LOG`, a tracing filter directive (`CODALAB_WM_LOG=codalab_wm_core=debug`).\n";
-    for path in HELP {
-        let mut args = path.to_vec();
-        args.push("--help");
+    for (path, help) in helps() {
         let title = std::iter::once("cl-worker-manager")
             .chain(path.iter().copied())
             .collect::<Vec<_>>()
             .join(" ");
-        let _ = write!(page, "\n## `{title}`\n\n```text\n{}```\n", stdout(&args));
+        let _ = write!(page, "\n## `{title}`\n\n```text\n{help}```\n");
     }
     let path = repo().join("docs/src/reference/flags.md");
     check_generated(&path, &page, REGENERATE);

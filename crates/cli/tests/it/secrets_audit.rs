@@ -310,22 +310,6 @@ async fn local_dry_run_keeps_secrets_out_of_logs() {
     assert_clean("the local dry run", &all);
 }
 
-/// `GET path` of a `--listen` address (`http://127.0.0.1:PORT`): the whole reply, head and
-/// body (one HTTP/1.0 request, bounded by 10 s timeouts).
-fn fetch(base: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let addr = base.strip_prefix("http://").unwrap();
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).unwrap();
-    assert!(reply.starts_with("HTTP/1.0 200"), "GET {path}: {reply}");
-    reply
-}
-
 /// What the manager serves on `--listen` (`/status`, the page, `/metrics`, `/healthz`) once it
 /// has logged in with the canary password, got the canary tokens and launched a worker that
 /// received the password: no canary anywhere.
@@ -358,9 +342,8 @@ async fn the_status_the_page_and_the_metrics_hold_no_secret() {
             Duration::from_secs(60),
             |m| m.listen_address().is_some() && m.count("started a worker job") > 0,
         );
-        let base = manager.listen_address().unwrap();
         let served: Vec<(String, String)> = ["/status", "/", "/metrics", "/healthz"]
-            .map(|path| (path.to_owned(), fetch(&base, path)))
+            .map(|path| (path.to_owned(), manager.get(path)))
             .into();
         (served, manager.log())
     })
@@ -371,6 +354,7 @@ async fn the_status_the_page_and_the_metrics_hold_no_secret() {
     let env = read_when_written(&PathBuf::from(format!("{}.env", worker.display())));
     assert_eq!(env.trim(), PASSWORD, "the worker got the password");
     for (path, reply) in &served {
+        assert!(reply.starts_with("HTTP/1.0 200"), "GET {path}: {reply}");
         assert_clean(path, reply);
     }
     assert!(served[0].1.contains("\"ticks\""), "{}", served[0].1);

@@ -34,29 +34,6 @@ fn manager(args: &[&str]) -> Output {
     output
 }
 
-/// Compares `actual` with the golden file `name`, or rewrites it under `UPDATE_GOLDEN=1`.
-fn check_golden(name: &str, actual: &[u8]) {
-    let path = golden_dir().join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read(&path).unwrap_or_else(|_| {
-        panic!(
-            "missing {}: run with UPDATE_GOLDEN=1 to create it",
-            path.display()
-        )
-    });
-    if expected != actual {
-        panic!(
-            "{} differs from the golden file (UPDATE_GOLDEN=1 regenerates it):\n--- expected\n{}\n--- actual\n{}",
-            path.display(),
-            String::from_utf8_lossy(&expected),
-            String::from_utf8_lossy(actual)
-        );
-    }
-}
-
 /// Runs the golden scenario; returns stdout and the SVG.
 fn golden_run(dir: &Path, seed: &str) -> (Vec<u8>, Vec<u8>) {
     let golden = golden_dir();
@@ -87,13 +64,18 @@ fn golden_run(dir: &Path, seed: &str) -> (Vec<u8>, Vec<u8>) {
 fn golden_trace_text_and_svg_are_byte_identical_per_seed() {
     let dir = tempfile::tempdir().unwrap();
     let (text, svg) = golden_run(dir.path(), "8");
-    check_golden("simulate.txt", &text);
+    let regenerate = "cargo test -p codalab-wm --features full --test it -- simulate::golden";
+    codalab_wm_core::testing::check_generated(
+        &golden_dir().join("simulate.txt"),
+        std::str::from_utf8(&text).unwrap(),
+        regenerate,
+    );
     // The plot is the book's picture of `simulate --svg` (operate/simulate.md).
     let plot = super::support::repo().join("docs/src/images/simulate.svg");
     codalab_wm_core::testing::check_generated(
         &plot,
         std::str::from_utf8(&svg).unwrap(),
-        "cargo test -p codalab-wm --features full --test it -- simulate::golden",
+        regenerate,
     );
     let (again_text, again_svg) = golden_run(dir.path(), "8");
     assert_eq!(text, again_text, "same seed, same text");

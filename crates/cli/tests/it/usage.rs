@@ -295,7 +295,8 @@ fn bash_completes_the_flags_of_subcommands() {
     assert_eq!(check, ["--backend"]);
 }
 
-/// Every subcommand path whose `--help` is kept as a snapshot.
+/// The `--help` of every command, which needs every backend compiled in: the snapshots, and
+/// what the book's flag reference and flag check read.
 #[cfg(all(
     feature = "slurm",
     feature = "aws",
@@ -303,91 +304,95 @@ fn bash_completes_the_flags_of_subcommands() {
     feature = "k8s",
     feature = "gce"
 ))]
-pub(crate) const HELP: &[&[&str]] = &[
-    &[],
-    &["local"],
-    &["slurm-batch"],
-    &["aws-batch"],
-    &["azure-batch"],
-    &["kubernetes"],
-    &["gce"],
-    &["status"],
-    &["simulate"],
-    &["advise"],
-    &["config"],
-    &["config", "init"],
-    &["config", "check"],
-    &["down"],
-    &["completions"],
-    &["operator"],
-    &["operator", "crd"],
-];
+pub(crate) mod every_backend {
+    use super::{Path, manager, run, text};
 
-/// The manager's own flags, which the tools must not offer.
-#[cfg(all(
-    feature = "slurm",
-    feature = "aws",
-    feature = "azure",
-    feature = "k8s",
-    feature = "gce"
-))]
-const MANAGER_FLAGS: &[&str] = &[
-    "--listen",
-    "--password-file",
-    "--exit-after-num-failed",
-    "--ca-cert",
-    "--insecure-skip-tls-verify",
-    "--log-format",
-    "Print what would be submitted",
-];
+    /// Every subcommand path whose `--help` is kept as a snapshot.
+    const HELP: &[&[&str]] = &[
+        &[],
+        &["local"],
+        &["slurm-batch"],
+        &["aws-batch"],
+        &["azure-batch"],
+        &["kubernetes"],
+        &["gce"],
+        &["status"],
+        &["simulate"],
+        &["advise"],
+        &["config"],
+        &["config", "init"],
+        &["config", "check"],
+        &["down"],
+        &["completions"],
+        &["operator"],
+        &["operator", "crd"],
+    ];
 
-/// `--help` of every subcommand against `tests/golden/help/*.txt` (with every backend compiled
-/// in). `UPDATE_GOLDEN=1` rewrites the snapshots; review the diff.
-#[cfg(all(
-    feature = "slurm",
-    feature = "aws",
-    feature = "azure",
-    feature = "k8s",
-    feature = "gce"
-))]
-#[test]
-fn help_of_every_subcommand_matches_its_snapshot() {
-    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/help");
-    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
-    let mut stale = Vec::new();
-    for path in HELP {
-        let mut args = path.to_vec();
-        args.push("--help");
-        let output = run(&mut manager(&args));
-        assert!(output.status.success(), "{args:?}: {}", text(&output));
-        let help = String::from_utf8(output.stdout).unwrap();
-        let name = if path.is_empty() {
-            "cl-worker-manager".to_owned()
-        } else {
-            path.join("-")
-        };
-        let file = golden.join(format!("{name}.txt"));
-        if update {
-            std::fs::create_dir_all(&golden).unwrap();
-            std::fs::write(&file, &help).unwrap();
-        } else if std::fs::read_to_string(&file).ok().as_deref() != Some(help.as_str()) {
-            stale.push(format!("{}:\n{help}", file.display()));
-        }
-        if matches!(
-            path.first(),
-            Some(&("simulate" | "advise" | "config" | "down" | "completions"))
-        ) {
-            for flag in MANAGER_FLAGS {
-                assert!(!help.contains(flag), "{args:?} offers {flag}:\n{help}");
+    /// The manager's own flags, which the tools must not offer.
+    const MANAGER_FLAGS: &[&str] = &[
+        "--listen",
+        "--password-file",
+        "--exit-after-num-failed",
+        "--ca-cert",
+        "--insecure-skip-tls-verify",
+        "--log-format",
+        "Print what would be submitted",
+    ];
+
+    /// `--help` of every subcommand against `tests/golden/help/*.txt` (with every backend compiled
+    /// in). `UPDATE_GOLDEN=1` rewrites the snapshots; review the diff.
+    #[test]
+    fn help_of_every_subcommand_matches_its_snapshot() {
+        let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/help");
+        let mut stale = Vec::new();
+        for (path, help) in helps() {
+            let name = if path.is_empty() {
+                "cl-worker-manager".to_owned()
+            } else {
+                path.join("-")
+            };
+            let file = golden.join(format!("{name}.txt"));
+            let regenerate = "cargo test -p codalab-wm --features full --test it -- usage::every_backend::help_of_every";
+            if let Some(why) = codalab_wm_core::testing::stale_generated(&file, &help, regenerate) {
+                stale.push(format!("{why}:\n{help}"));
+            }
+            if matches!(
+                path.first(),
+                Some(&("simulate" | "advise" | "config" | "down" | "completions"))
+            ) {
+                for flag in MANAGER_FLAGS {
+                    assert!(
+                        !help.contains(flag),
+                        "{path:?} --help offers {flag}:\n{help}"
+                    );
+                }
             }
         }
+        assert!(stale.is_empty(), "--help changed:\n{}", stale.join("\n"));
     }
-    assert!(
-        stale.is_empty(),
-        "--help changed (UPDATE_GOLDEN=1 to accept):\n{}",
-        stale.join("\n")
-    );
+
+    /// Every command of [`HELP`] with its `--help` (as a user without `NO_COLOR` at 100 columns
+    /// sees it): what the snapshots, the book's flag reference and its flag check read.
+    pub fn helps() -> Vec<(&'static [&'static str], String)> {
+        (HELP.iter().copied())
+            .map(|path| {
+                let mut args = path.to_vec();
+                args.push("--help");
+                let output = run(&mut manager(&args));
+                assert!(output.status.success(), "{args:?}: {}", text(&output));
+                (path, String::from_utf8(output.stdout).unwrap())
+            })
+            .collect()
+    }
 }
+#[cfg(all(
+    feature = "slurm",
+    feature = "aws",
+    feature = "azure",
+    feature = "k8s",
+    feature = "gce"
+))]
+pub(crate) use every_backend::helps;
 
 #[test]
 fn tools_take_only_their_own_flags() {

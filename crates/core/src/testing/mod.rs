@@ -31,26 +31,38 @@ pub fn capacity_switches(events: &[crate::status::TickEvent]) -> Vec<&'static st
 /// set it writes `generated` there instead. Panics naming the file and the command that
 /// rewrites it (`regenerate`) when the two differ.
 pub fn check_generated(path: &std::path::Path, generated: &str, regenerate: &str) {
+    if let Some(stale) = stale_generated(path, generated, regenerate) {
+        panic!("{stale}");
+    }
+}
+
+/// [`check_generated`] without the panic: `Some` of what is stale, for a test that checks
+/// several files and reports them all.
+pub fn stale_generated(
+    path: &std::path::Path,
+    generated: &str,
+    regenerate: &str,
+) -> Option<String> {
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).unwrap();
         }
         std::fs::write(path, generated)
             .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
-        return;
+        return None;
     }
     let checked_in = std::fs::read_to_string(path).unwrap_or_default();
     if checked_in == generated {
-        return;
+        return None;
     }
     let line = (checked_in.lines().zip(generated.lines()))
         .position(|(a, b)| a != b)
         .unwrap_or_else(|| checked_in.lines().count().min(generated.lines().count()));
-    panic!(
+    Some(format!(
         "{} is stale (from line {}): `UPDATE_GOLDEN=1 {regenerate}` rewrites it; review the diff",
         path.display(),
         line + 1
-    );
+    ))
 }
 
 /// Whether a test that needs service `name` can run. When the service is missing: under

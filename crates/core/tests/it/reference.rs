@@ -182,10 +182,18 @@ fn page_path(name: &str) -> PathBuf {
     crate_dir().join("../../docs/src/reference").join(name)
 }
 
-fn code_set<'a>(rows: impl IntoIterator<Item = &'a (String, String)>) -> Vec<&'a str> {
-    let mut codes: Vec<&str> = rows.into_iter().map(|(c, _)| c.as_str()).collect();
-    codes.sort_unstable();
-    codes
+/// Asserts that `rows` hold exactly the codes of `listed`, the list the program uses at run
+/// time (`what` names it).
+fn assert_codes<'a>(
+    rows: &[(String, String)],
+    listed: impl IntoIterator<Item = &'a str>,
+    what: &str,
+) {
+    let mut read: Vec<&str> = rows.iter().map(|(c, _)| c.as_str()).collect();
+    let mut listed: Vec<&str> = listed.into_iter().collect();
+    read.sort_unstable();
+    listed.sort_unstable();
+    assert_eq!(read, listed, "{what}");
 }
 
 #[test]
@@ -218,10 +226,11 @@ fn the_reasons_reference_is_the_sources_docs() {
         &rows("estimate.rs", "StartEstimate", "kind"),
     );
     let states = rows("checkin.rs", "WorkerState", "code");
-    let all: Vec<(String, String)> = (WorkerState::ALL.iter())
-        .map(|s| (s.code().to_owned(), String::new()))
-        .collect();
-    assert_eq!(code_set(&states), code_set(&all), "WorkerState::ALL");
+    assert_codes(
+        &states,
+        WorkerState::ALL.map(WorkerState::code),
+        "WorkerState::ALL",
+    );
     table(
         &mut page,
         "Worker states",
@@ -230,10 +239,11 @@ fn the_reasons_reference_is_the_sources_docs() {
         &states,
     );
     let classes = rows("pools/backoff.rs", "FailureClass", "code");
-    let all: Vec<(String, String)> = (FailureClass::ALL.iter())
-        .map(|c| (c.code().to_owned(), String::new()))
-        .collect();
-    assert_eq!(code_set(&classes), code_set(&all), "FailureClass::ALL");
+    assert_codes(
+        &classes,
+        FailureClass::ALL.map(FailureClass::code),
+        "FailureClass::ALL",
+    );
     table(
         &mut page,
         "Failure classes",
@@ -247,9 +257,11 @@ fn the_reasons_reference_is_the_sources_docs() {
 #[test]
 fn the_events_reference_is_the_sources_docs() {
     let events = rows("events.rs", "EventKind", "code");
-    let mut listed = EventKind::CODES.to_vec();
-    listed.sort_unstable();
-    assert_eq!(code_set(&events), listed, "EventKind::CODES");
+    assert_codes(
+        &events,
+        EventKind::CODES.iter().copied(),
+        "EventKind::CODES",
+    );
     let mut page = header(
         "Event kinds",
         "What the manager reports as events: in the log, in `status --json` and on the page \

@@ -46,15 +46,10 @@ fn text(output: &Output) -> String {
 
 #[test]
 fn the_checked_in_crd_is_the_generated_one() {
-    let file = dir().join("crd.yaml");
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&file, crd_yaml()).unwrap();
-    }
-    let checked_in = std::fs::read_to_string(&file).unwrap();
-    assert!(
-        checked_in == crd_yaml(),
-        "{} is stale: run `cl-worker-manager operator crd > {0}` (or UPDATE_GOLDEN=1)",
-        file.display()
+    codalab_wm_core::testing::check_generated(
+        &dir().join("crd.yaml"),
+        &crd_yaml(),
+        "cargo test -p codalab-wm-operator --test it deploy (or `cl-worker-manager operator crd`)",
     );
 }
 

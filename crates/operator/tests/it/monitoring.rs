@@ -49,16 +49,12 @@ fn the_prometheus_rule_holds_the_rules_file() {
     let rules =
         std::fs::read_to_string(repo().join("deploy/prometheus/codalab-wm.rules.yml")).unwrap();
     let file = repo().join("deploy/kubernetes/monitoring/prometheus-rule.yaml");
-    let expected = prometheus_rule(&rules);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&file, &expected).unwrap();
-    }
-    let checked_in = std::fs::read_to_string(&file).unwrap();
-    assert!(
-        checked_in == expected,
-        "{} is stale (UPDATE_GOLDEN=1 rewrites it)",
-        file.display()
+    codalab_wm_core::testing::check_generated(
+        &file,
+        &prometheus_rule(&rules),
+        "cargo test -p codalab-wm-operator --test it monitoring",
     );
+    let checked_in = std::fs::read_to_string(&file).unwrap();
     let rule: Value = serde_yaml::from_str(&checked_in).unwrap();
     let file: Value = serde_yaml::from_str(&rules).unwrap();
     assert_eq!(rule["spec"]["groups"], file["groups"]);

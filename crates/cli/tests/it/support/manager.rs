@@ -98,6 +98,24 @@ impl Manager {
         })
     }
 
+    /// `GET path` from its `--listen` address (in its "serving /metrics" log line): the whole
+    /// reply, head and body (one HTTP/1.0 request, its reading bounded by a 10 s timeout).
+    pub fn get(&self, path: &str) -> String {
+        use std::io::{Read, Write};
+        let base = self.listen_address();
+        let addr = (base.as_deref())
+            .and_then(|base| base.strip_prefix("http://"))
+            .unwrap_or_else(|| panic!("no listen address in:\n{}", self.log()));
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).unwrap();
+        reply
+    }
+
     /// Kills it outright (SIGKILL), as a crash or an OOM kill would, and reaps it.
     pub fn kill(mut self) {
         let _ = self.child.kill();
