@@ -11,16 +11,16 @@
 //! the keys that say which jobs are this manager's (Slurm `job_name`, `partition`, `user`,
 //! `ssh_host`; the AWS queue and manager id; the Kubernetes namespace and manager id; the
 //! Azure job; the local state dir) and the process-wide settings (`server`, credentials, TLS,
-//! logging, `--listen`). Those refuse the whole reload with the reason, and the old
-//! configuration keeps running.
+//! logging, `--listen`, the record dir). Those refuse the whole reload with the reason, and the
+//! old configuration keeps running; the rules are core's
+//! ([`codalab_wm_core::layout::check_fixed_settings`], [`PoolLayout::check_same_jobs`]).
 
 use crate::backends::catalogue;
 use anyhow::{Context, Result, bail};
-use codalab_wm_core::layout::{Layout, PoolLayout};
-use codalab_wm_core::manager::{DRAIN_THEN_RESTART, Reconfiguration};
+use codalab_wm_core::layout::{Layout, PoolLayout, check_fixed_settings};
+use codalab_wm_core::manager::Reconfiguration;
 use codalab_wm_core::settings::{Layers, Settings};
 use codalab_wm_core::{Manager, Pool, WorkerBackend};
-use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -93,7 +93,7 @@ impl Reloader {
     /// Reads the configuration again and builds what changed.
     pub async fn reload(&mut self) -> Result<Reconfiguration> {
         let settings = crate::setup::settings(&self.layers)?;
-        fixed_settings(&self.current, &settings)?;
+        check_fixed_settings(&self.current, &settings)?;
         let layout = Layout::new(&settings, &self.layers, &catalogue())?;
         let credentials = crate::setup::credentials(settings.password_file.as_deref())?;
         let (mut built, mut pools) = (Vec::new(), Vec::new());
@@ -131,87 +131,20 @@ impl Reloader {
         let Some((old, handle)) = self.built.iter().find(|(p, _)| p.policy.name == *name) else {
             bail!("pool {name} is new: pools cannot be added while running (restart the manager)");
         };
-        let (was, is) = (old.kind.name(), pool.kind.name());
-        if was != is {
-            bail!(
-                "pool {name}: the backend cannot change from {was} to {is} while running: its jobs would be orphaned ({DRAIN_THEN_RESTART})"
-            );
-        }
+        old.check_same_jobs(pool)?;
         if old.table.values() == pool.table.values() {
             return Ok(handle.clone());
-        }
-        for key in pool.kind.identity() {
-            let value = |p: &PoolLayout| p.table.get(key).cloned().unwrap_or(Value::Null);
-            let (was, is) = (value(old), value(pool));
-            if was != is {
-                bail!(
-                    "pool {name}: `{}.{key}` cannot change while running ({was} → {is}): the manager would lose track of the jobs it started ({DRAIN_THEN_RESTART})",
-                    pool.kind.table()
-                );
-            }
         }
         tracing::info!(pool = %name, "[{}] changed; building the backend again for new launches", pool.kind.table());
         let built = pool
             .build(credentials)
             .await
-            .with_context(|| format!("cannot set up the {is} backend"))?;
+            .with_context(|| format!("cannot set up the {} backend", pool.kind.name()))?;
         codalab_wm_core::backend::check_worker_account(&*built.backend, &credentials.username)
             .await
             .with_context(|| format!("pool {name}"))?;
         Ok(codalab_wm_app::metrics::metered(built.backend, name))
     }
-}
-
-/// Settings that are the process's, not the policy's: they cannot change while it runs.
-fn fixed_settings(old: &Settings, new: &Settings) -> Result<()> {
-    if old.notify != new.notify {
-        bail!("`[[notify]]` cannot change while the manager runs: restart it to apply");
-    }
-    let (Ok(Value::Object(a)), Ok(Value::Object(b))) =
-        (serde_json::to_value(old), serde_json::to_value(new))
-    else {
-        return Ok(());
-    };
-    for key in [
-        "server",
-        "worker_server",
-        "password_file",
-        "ca_cert",
-        "insecure_skip_tls_verify",
-        "log_format",
-        "verbose",
-        "once",
-        "backend",
-        "listen",
-        "listen_hosts",
-    ] {
-        let (was, is) = (a.get(key), b.get(key));
-        if was != is {
-            let show = |v: Option<&Value>| v.map_or_else(|| "unset".to_owned(), Value::to_string);
-            // Changes after which a restarted manager would not list the jobs running now: the
-            // backend, and the workers' server (`server` unless `worker_server` is set) and
-            // CodaLab user, the origin by which slurm-batch, kubernetes and gce list their jobs.
-            let orphans = match key {
-                "backend" => Some("a manager restarted on another backend"),
-                "server" | "worker_server" | "password_file" => Some(
-                    "if the workers' server or CodaLab user changes with it, a slurm-batch, \
-                     kubernetes or gce manager restarted so",
-                ),
-                _ => None,
-            };
-            let orphans = orphans
-                .map(|who| {
-                    format!("; {who} no longer sees the jobs running now ({DRAIN_THEN_RESTART})")
-                })
-                .unwrap_or_default();
-            bail!(
-                "`{key}` cannot change while the manager runs ({} → {}): restart it to apply{orphans}",
-                show(was),
-                show(is)
-            );
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

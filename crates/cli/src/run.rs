@@ -16,6 +16,12 @@ pub const EXIT_TOO_MANY_FAILURES: u8 = 3;
 /// Exit status of `--once` when its tick or a launch in it failed.
 pub const EXIT_ONCE_FAILED: u8 = 1;
 
+/// Exit status when `--restart-after-seconds` came and the program could not execute itself
+/// again (its file removed, or not executable any more): a restart by the init system, from
+/// the program its unit names, may mend it, so it is not one of the statuses the systemd unit
+/// leaves down (1, 2).
+pub const EXIT_RESTART_FAILED: u8 = 4;
+
 /// Runs the manager until it is told to stop.
 pub async fn run(global: GlobalArgs, backend: Option<BackendCommand>) -> Result<ExitCode> {
     let layers = layers(&global, backend.as_ref());
@@ -72,7 +78,12 @@ fn exit_code(outcome: Outcome) -> Result<ExitCode> {
             );
             Ok(ExitCode::from(EXIT_ONCE_FAILED))
         }
-        Outcome::Restart => Err(restart()),
+        Outcome::Restart => {
+            let error = restart();
+            tracing::error!("{error:#}; exiting");
+            eprintln!("error: {error:#}");
+            Ok(ExitCode::from(EXIT_RESTART_FAILED))
+        }
         Outcome::TooManyFailures { failed, limit } => {
             eprintln!(
                 "error: {failed} worker jobs failed to start, more than --exit-after-num-failed {limit}"
@@ -117,9 +128,9 @@ pub fn shutdown_signal() -> Result<tokio::sync::watch::Receiver<bool>> {
 
 /// Re-executes this program with the same arguments (`--restart-after-seconds`). Returns only
 /// on failure.
-pub fn restart() -> anyhow::Error {
+fn restart() -> anyhow::Error {
     use std::os::unix::process::CommandExt;
-    let exe = match std::env::current_exe() {
+    let exe = match program() {
         Ok(exe) => exe,
         Err(e) => return anyhow!("cannot restart: cannot find this program: {e}"),
     };
@@ -128,4 +139,16 @@ pub fn restart() -> anyhow::Error {
         .args(std::env::args_os().skip(1))
         .exec();
     anyhow!("cannot restart {}: {error}", exe.display())
+}
+
+/// The file to execute again. Linux names a program whose file was replaced or removed since it
+/// started `<path> (deleted)`; an upgrade (a package manager, `install`) puts the new program
+/// at `<path>`, and that is the one a restart runs.
+fn program() -> std::io::Result<std::path::PathBuf> {
+    let exe = std::env::current_exe()?;
+    if exe.exists() {
+        return Ok(exe);
+    }
+    let replaced = (exe.to_str()).and_then(|path| path.strip_suffix(" (deleted)"));
+    Ok(replaced.map_or(exe.clone(), std::path::PathBuf::from))
 }

@@ -1,8 +1,9 @@
 //! From settings to what runs: [`Layout::new`] is the one pure assembly of a manager's
 //! configuration (which pools, each with its backend table read and checked, its rules and
 //! its workers' settings), used by `run`, `down`, `status`, `simulate`, a reload and `config
-//! check`. Every rule about a combination of settings lives here, once; [`PoolLayout::build`]
-//! then builds the backends (the only I/O).
+//! check`. Every rule about a combination of settings lives here, once, and so do those about
+//! a reload's old and new settings ([`check_fixed_settings`], [`PoolLayout::check_same_jobs`]);
+//! [`PoolLayout::build`] then builds the backends (the only I/O).
 
 use crate::WorkerOptions;
 use crate::describe::{BackendContext, BackendKind, Catalogue, Placement, Table};
@@ -16,6 +17,9 @@ use crate::{Pool, RecordKey};
 use figment::Figment;
 use figment::providers::Serialized;
 use std::time::Duration;
+
+mod reload;
+pub use reload::check_fixed_settings;
 
 /// What the settings describe.
 #[derive(Debug, Clone)]

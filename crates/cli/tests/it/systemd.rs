@@ -10,6 +10,8 @@
 //!   exit the unit's `Restart=`/`RestartPreventExitStatus=` restarts, and started again, it
 //!   still holds the launches of the first start and the budget's day (its `/status`);
 //! - a bad config exits 2, which the unit leaves down;
+//! - `--restart-after-seconds` runs an upgraded program, and exits 4 when the program is gone,
+//!   which the unit restarts;
 //! - `config check` warns when the launch records would go to the temporary directory.
 //!
 //! Only the unit's absolute paths are moved under a directory of the test (the binary is this
@@ -166,15 +168,26 @@ impl Service {
         argv
     }
 
+    /// Where `ExecStart=`'s program is, in the root.
+    fn program(&self) -> PathBuf {
+        let words = self.unit.exec_start(&self.env());
+        under(self.root.path(), &words[0])
+    }
+
     /// Starts `ExecStart=` as systemd does, with a fresh private `/tmp` (`PrivateTmp=`).
     fn start(&self, start: usize) -> Manager {
+        self.start_program(start, Path::new(BIN))
+    }
+
+    /// [`Self::start`] with `program` in place of this test's binary.
+    fn start_program(&self, start: usize, program: &Path) -> Manager {
         let tmp = match self.unit.yes("PrivateTmp") {
             true => self.root.path().join(format!("private-tmp-{start}")),
             false => self.root.path().join("tmp"),
         };
         std::fs::create_dir_all(&tmp).unwrap();
         let argv = self.argv();
-        let mut command = Command::new(&argv[0]);
+        let mut command = Command::new(program);
         command
             .args(&argv[1..])
             .env_clear()
@@ -328,6 +341,57 @@ fn a_bad_config_exits_2_and_the_unit_leaves_it_down() {
     let exit = Exit::of(manager.wait_exit(Duration::from_secs(30)));
     assert_eq!(exit, Exit::Code(2), "{}", manager.log());
     assert!(!service.unit.restarts_after(exit));
+}
+
+/// `--restart-after-seconds` under the unit's command line and environment, against the
+/// in-process fake CodaLab (`codalab_wm_fake_codalab`; the re-execution does not depend on the
+/// server), the program at the unit's own path (a copy of this test's binary): an upgrade
+/// renames a new file over that path (as dpkg and `install` do) and the restart runs the new
+/// file; once the file is gone, the restart cannot run it, and the manager exits 4, which the
+/// unit restarts.
+#[test]
+fn a_restart_runs_the_upgraded_program_and_the_unit_restarts_one_that_cannot() {
+    use codalab_wm_fake_codalab::FakeCodaLab;
+    use std::os::unix::fs::MetadataExt;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(FakeCodaLab::start()).unwrap();
+    let workers = tempfile::tempdir().unwrap();
+    let service = Service::new(&format!(
+        "server = \"{}\"\nbackend = \"local\"\nmin_workers = 0\nsleep_time = 1\n\
+         restart_after_seconds = 1\n\n[worker]\nexecutable = \"{}\"\n",
+        server.url(),
+        stand_in(workers.path()).display()
+    ));
+    let program = service.program();
+    std::fs::create_dir_all(program.parent().unwrap()).unwrap();
+    std::fs::copy(BIN, &program).unwrap();
+    let mut manager = service.start_program(0, &program);
+    manager.wait_until("the first start", Duration::from_secs(60), |m| {
+        m.count("started worker manager") >= 1
+    });
+
+    let upgrade = program.with_extension("dpkg-new");
+    std::fs::copy(BIN, &upgrade).unwrap();
+    std::fs::rename(&upgrade, &program).unwrap();
+    let upgraded = std::fs::metadata(&program).unwrap().ino();
+    let exe = format!("/proc/{}/exe", manager.id());
+    manager.wait_until(
+        "a restart into the upgraded file",
+        Duration::from_secs(60),
+        |_| std::fs::metadata(&exe).is_ok_and(|running| running.ino() == upgraded),
+    );
+
+    std::fs::remove_file(&program).unwrap();
+    let exit = Exit::of(manager.wait_exit(Duration::from_secs(60)));
+    assert_eq!(exit, Exit::Code(4), "{}", manager.log());
+    let said = format!("cannot restart {}", program.display());
+    assert!(manager.log().contains(&said), "{said}:\n{}", manager.log());
+    assert!(
+        service.unit.restarts_after(exit),
+        "after a restart that could not run the program, the unit's Restart={:?} RestartPreventExitStatus={:?} leaves the manager down",
+        service.unit.get("Restart"),
+        service.unit.all("RestartPreventExitStatus")
+    );
 }
 
 #[test]
