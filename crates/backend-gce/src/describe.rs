@@ -20,6 +20,7 @@ impl BackendConfig for GceConfig {
         ("zones", "[\"XXX-CUSTOMIZE-THIS-XXX\"]"),
         ("password_secret", "\"XXX-CUSTOMIZE-THIS-XXX\""),
     ];
+    const BY_ORIGIN: bool = true;
     const IDENTITY: &'static [&'static str] = &["project", "manager_id", "pool"];
     const EXTRA_DOCS: &'static [(&'static str, &'static str)] = &[
         (

@@ -14,6 +14,7 @@ impl BackendConfig for KubernetesConfig {
     const NAME: &'static str = crate::error::BACKEND;
     const TABLE: &'static str = "kubernetes";
     const ABOUT: &'static str = "Start workers as Kubernetes pods";
+    const BY_ORIGIN: bool = true;
     const IDENTITY: &'static [&'static str] = &["cluster_host", "namespace", "manager_id"];
     const EXTRA_DOCS: &'static [(&'static str, &'static str)] = &[(
         "request_timeout_seconds",

@@ -18,6 +18,7 @@ impl BackendConfig for SlurmConfig {
         "Submit workers as Slurm batch jobs (sbatch), locally or on a login node over SSH";
     const REQUIRED: &'static [(&'static str, &'static str)] =
         &[("partition", "\"XXX-CUSTOMIZE-THIS-XXX\"")];
+    const BY_ORIGIN: bool = true;
     const IDENTITY: &'static [&'static str] =
         &["job_name", "partition", "user", "ssh_host", "ssh_user"];
     const EXTRA_DOCS: &'static [(&'static str, &'static str)] = &[

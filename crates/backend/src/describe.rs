@@ -69,6 +69,10 @@ pub trait BackendConfig:
     /// Keys that say which jobs are this manager's: they cannot change while it runs, and two
     /// managers or pools with the same values would own each other's jobs.
     const IDENTITY: &'static [&'static str] = &[];
+    /// Whether the backend tells this deployment's jobs from another's by their origin
+    /// ([`BackendContext::origin`]): without one (`down` that knows neither the workers' server
+    /// nor their user) it lists the jobs of every deployment under its names.
+    const BY_ORIGIN: bool = false;
     /// Documentation of keys that have no flag.
     const EXTRA_DOCS: &'static [(&'static str, &'static str)] = &[];
     /// Example values of keys unset by default, written commented out in templates.
@@ -138,6 +142,8 @@ pub trait BackendKind: Send + Sync + std::fmt::Debug {
     fn required(&self) -> &'static [(&'static str, &'static str)];
     /// Keys that say which jobs are this manager's.
     fn identity(&self) -> &'static [&'static str];
+    /// Whether its jobs are told apart by their origin ([`BackendConfig::BY_ORIGIN`]).
+    fn by_origin(&self) -> bool;
     /// Example values of keys unset by default.
     fn examples(&self) -> &'static [(&'static str, &'static str)];
     /// What a template's GPU pool sets besides `gpus = 1`.
@@ -274,6 +280,10 @@ impl<C: BackendConfig> BackendKind for Kind<C> {
 
     fn identity(&self) -> &'static [&'static str] {
         C::IDENTITY
+    }
+
+    fn by_origin(&self) -> bool {
+        C::BY_ORIGIN
     }
 
     fn examples(&self) -> &'static [(&'static str, &'static str)] {

@@ -17,43 +17,66 @@ use std::time::Duration;
 /// the password: the backends get a placeholder, which only `start_worker_job` (never called
 /// by `down`: no job submitted, no job definition registered, no Secret written) would send
 /// anywhere. The user name is the real one when known (`password_file`'s first line, else
-/// `CODALAB_USERNAME`): with the server, it is the [origin](crate::backend::origin) that tells
-/// this deployment's jobs from another's. Without it, or when `server_known` is false (no
-/// config, environment or global `--server` named the manager's server: a default server would
-/// give another origin than the manager's), every pool lists every
-/// origin, as `down` did before origins existed (said in a warning).
+/// `CODALAB_USERNAME`): with the server, it is the [origin](crate::backend::origin) by which
+/// slurm-batch, kubernetes and gce pools tell this deployment's jobs from another's
+/// ([`BackendKind::by_origin`](crate::describe::BackendKind::by_origin)). Without it, or when
+/// `server_known` is false (no config, environment or global `--server` named the manager's
+/// server: a default server would give another origin than the manager's), such a pool would
+/// list every deployment's jobs under its names: that is refused unless `every_origin` (`down
+/// --all-origins`, or a dry run, which stops nothing), and said in a warning when allowed.
 pub fn credentials(
     layout: &mut Layout,
     password_file: Option<&Path>,
     server_known: bool,
-) -> Credentials {
-    if !server_known {
-        tracing::warn!(
-            "the manager's server is not known (give down the manager's --config, \
-             CODALAB_WM_SERVER, or its --server before `down`): jobs of every deployment under \
-             this configuration's names are listed"
-        );
-        layout.pools.iter_mut().for_each(|p| p.every_origin = true);
-    }
+    every_origin: bool,
+) -> Result<Credentials, Error> {
     let username = match Credentials::load(password_file) {
         Ok(credentials) => Some(credentials.username),
         Err(_) => std::env::var("CODALAB_USERNAME").ok(),
     };
     let username = username.map(|u| u.trim().to_owned()).unwrap_or_default();
-    if username.is_empty() {
+    let unknown: Vec<(&str, &str)> = [
+        (!server_known).then_some((
+            "the manager's server",
+            "its --config, CODALAB_WM_SERVER, or --server before `down`",
+        )),
+        (username.is_empty()).then_some((
+            "the workers' CodaLab user",
+            "--password-file or CODALAB_USERNAME",
+        )),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let by_origin: Vec<&str> = (layout.pools.iter())
+        .filter(|pool| pool.kind.by_origin())
+        .map(|pool| pool.policy.name.as_str())
+        .collect();
+    if !unknown.is_empty() && !by_origin.is_empty() {
+        let what = (unknown.iter().map(|(what, _)| *what)).collect::<Vec<_>>();
+        let give = (unknown.iter().map(|(_, give)| *give)).collect::<Vec<_>>();
+        let (what, give, pools) = (what.join(" or "), give.join("; "), by_origin.join(", "));
+        if !every_origin {
+            return Err(Error::InvalidConfig(format!(
+                "down does not know {what} (give it {give}): pool(s) {pools} would stop the \
+                 jobs of every deployment under this configuration's names, other servers' \
+                 and users' too; pass --all-origins to stop them all (`down --dry-run` lists \
+                 them)"
+            )));
+        }
         tracing::warn!(
-            "the workers' CodaLab user is not known (no --password-file, no CODALAB_USERNAME): \
-             jobs of every deployment under this configuration's names are listed, other \
-             servers' and users' too"
+            "down does not know {what} (give it {give}): pool(s) {pools} list the jobs of \
+             every deployment under this configuration's names, other servers' and users' \
+             too"
         );
         layout.pools.iter_mut().for_each(|p| p.every_origin = true);
     }
-    Credentials {
+    Ok(Credentials {
         username: Some(username)
             .filter(|u| !u.is_empty())
             .unwrap_or_else(|| "cl-worker-manager-down".into()),
         password: Secret::new("unused-by-down"),
-    }
+    })
 }
 
 /// How often [`down_pool`] looks whether the stopped jobs have ended.

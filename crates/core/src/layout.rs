@@ -57,7 +57,7 @@ pub struct PoolLayout {
     /// nothing on its platform ([`BackendContext::read_only`]).
     pub read_only: bool,
     /// The backend lists the jobs of every [`origin`](crate::backend::origin), not only of the
-    /// workers' server and user (`down` when it does not know the user).
+    /// workers' server and user (`down` that does not know them: `--all-origins`, a dry run).
     pub every_origin: bool,
 }
 

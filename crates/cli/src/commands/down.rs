@@ -35,6 +35,11 @@ pub struct Args {
     /// is lost unless the worker restages it); without a terminal `down` never asks
     #[arg(long)]
     pub yes: bool,
+    /// When down does not know the manager's server or the workers' CodaLab user, stop the jobs
+    /// of every deployment under the configuration's names all the same (Slurm, Kubernetes and
+    /// GCE pools: other servers' and users' jobs too); without it such a down refuses
+    #[arg(long = "all-origins")]
+    pub all_origins: bool,
     /// The backend and its flags; without one, `backend = "…"` or [[pools]] of the config
     #[command(subcommand)]
     pub backend: Option<BackendCommand>,
@@ -63,7 +68,9 @@ pub async fn run(args: Args, global: GlobalArgs) -> Result<ExitCode> {
     // Whether the config or the environment named the server, even the default one: its
     // value alone cannot tell (review 2026-11-27 §2).
     let server_known = layers.given("server")?;
-    let credentials = credentials(&mut layout, settings.password_file.as_deref(), server_known);
+    let every_origin = args.all_origins || settings.dry_run;
+    let password_file = settings.password_file.as_deref();
+    let credentials = credentials(&mut layout, password_file, server_known, every_origin)?;
     let pools = crate::setup::build_pools(&layout, &credentials).await?;
     let pools: Vec<(String, Arc<dyn WorkerBackend>)> = pools
         .into_iter()

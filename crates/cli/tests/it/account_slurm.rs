@@ -177,8 +177,8 @@ fn a_busy_worker_of_the_root_account_is_kept_and_its_bundle_ends_ready() {
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
-    // `down` with the flags alone (it takes no --server) stops the manager's jobs: it does not
-    // know the server, so it lists every origin (it once left them running).
+    // `down --all-origins` with the flags alone (no --server) stops the manager's jobs: it does
+    // not know the server, so it lists every origin (it once left them running).
     let squeue = Command::new("squeue").args(["-h", "-o", "%j"]).output();
     let names = String::from_utf8_lossy(&squeue.unwrap().stdout).into_owned();
     assert!(!names.contains(&tag), "left running after down: {names}");

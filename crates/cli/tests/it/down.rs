@@ -173,10 +173,11 @@ impl Drop for Scratch {
     }
 }
 
-/// `cl-worker-manager down ARGS` with no CodaLab credentials in the environment.
+/// `cl-worker-manager down --all-origins ARGS` with no CodaLab credentials in the environment
+/// (every test's jobs have names of their own).
 fn down(args: &[String], cwd: &Path) -> Output {
     Command::new(BIN)
-        .arg("down")
+        .args(["down", "--all-origins"])
         .args(args)
         .current_dir(cwd)
         .env_remove("CODALAB_USERNAME")
@@ -378,25 +379,29 @@ fn down_without_a_backend_says_what_to_give() {
     assert!(stderr.contains("no backend given"), "{stderr}");
 }
 
-/// `down` with a config that names the default server explicitly knows the server: it lists
-/// this deployment's jobs only (review 2026-11-27 §2: it took the default's value for "not
-/// given" and listed every origin). A config without `server` still says it lists them all.
+/// `down` with a config that names the default server explicitly knows the server (review
+/// 2026-11-27 §2: it took the default's value for "not given"). Without the server, a Slurm
+/// pool would list every deployment's jobs under its names (the origin tells them apart, docs
+/// audit L17e): `down` refuses, names what to give and `--all-origins`, stops nothing; a dry
+/// run lists them with a warning, and `--all-origins` stops them. Real Slurm.
 #[test]
-fn down_knows_a_server_the_config_names_even_the_default_one() {
+fn down_without_the_managers_server_refuses_unless_all_origins() {
     let _turn = crate::support::turn(module_path!());
-    let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
-    let run = |server_line: &str| {
-        let path = dir.path().join("wm.toml");
-        let text = format!(
-            "{server_line}backend = \"local\"\n[local]\nstate_dir = \"{}\"\n",
-            state.display()
-        );
-        std::fs::write(&path, text).unwrap();
+    if !slurm_available() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let dir = scratch.dir.path();
+    let run = |server_line: &str, before: &[&str]| {
+        let path = dir.join("wm.toml");
+        std::fs::write(&path, server_line).unwrap();
         let out = Command::new(BIN)
-            .args(["down", "--dry-run", "--config"])
+            .arg("down")
+            .args(before)
+            .arg("--config")
             .arg(&path)
-            .current_dir(dir.path())
+            .args(scratch.flags())
+            .current_dir(dir)
             .env("CODALAB_USERNAME", "codalab-test")
             .env_remove("CODALAB_PASSWORD")
             .env_remove("CODALAB_WM_SERVER")
@@ -404,14 +409,26 @@ fn down_knows_a_server_the_config_names_even_the_default_one() {
             .env("NO_COLOR", "1")
             .output()
             .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), stderr)
     };
-    let unknown = "the manager's server is not known";
-    let named = run("server = \"https://worksheets.codalab.org\"\n");
+    let unknown = "down does not know the manager's server";
+    let (code, named) = run("server = \"https://worksheets.codalab.org\"\n", &[]);
+    assert_eq!(code, Some(0), "{named}");
     assert!(!named.contains(unknown), "{named}");
-    let unnamed = run("");
-    assert!(unnamed.contains(unknown), "{unnamed}");
+    let (code, refused) = run("", &[]);
+    assert_eq!(code, Some(2), "{refused}");
+    assert!(
+        refused.contains(unknown)
+            && refused.contains("--all-origins")
+            && refused.contains("pool(s) slurm-batch would stop"),
+        "{refused}"
+    );
+    let (code, listed) = run("", &["--dry-run"]);
+    assert_eq!(code, Some(0), "{listed}");
+    assert!(listed.contains(unknown), "{listed}");
+    let (code, all) = run("", &["--all-origins"]);
+    assert_eq!(code, Some(0), "{all}");
 }
 
 /// Before it stops a running worker, `down` says that a run its worker has is lost (CodaLab

@@ -2,7 +2,8 @@
 //! `crates/testkit/gce` on 127.0.0.1. **No emulator exists for Compute Engine**; the fake checks
 //! every request against Google's discovery document. `down --dry-run` lists the live and the
 //! stopped instances and changes nothing; `down` deletes every own instance, waits for the
-//! delete operations, and leaves other instances alone. No CodaLab credentials are given.
+//! delete operations, and leaves other instances alone. No CodaLab credentials are given
+//! (`--all-origins`: without them a GCE pool's `down` refuses).
 #![cfg(feature = "gce")]
 
 use codalab_wm_fake_gce::FakeCompute;
@@ -24,7 +25,7 @@ async fn down_as(user: Option<&str>, args: &[&str], cwd: &Path) -> Output {
         command.env_remove("CODALAB_USERNAME");
     }
     command
-        .arg("down")
+        .args(["down", "--all-origins"])
         .args(args)
         .current_dir(cwd)
         .env_remove("CODALAB_PASSWORD")
@@ -160,7 +161,7 @@ async fn down_leaves_another_deployments_instances_when_it_knows_the_user() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("the workers' CodaLab user is not known"),
+        stderr.contains("down does not know the workers' CodaLab user"),
         "{stderr}"
     );
     assert!(fake.instances().is_empty(), "every origin without the user");

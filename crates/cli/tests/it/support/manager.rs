@@ -223,10 +223,11 @@ pub fn stop(manager: Manager, backend_args: &[String], user: (&str, &str)) {
     );
 }
 
-/// `cl-worker-manager down BACKEND ARGS…`: stops every worker job the manager owns.
+/// `cl-worker-manager down --all-origins BACKEND ARGS…`: stops every worker job under the
+/// test's names (the tests give `down` no `--server`, and their names are their own).
 pub fn down(backend_args: &[String], user: (&str, &str)) -> std::process::Output {
     Command::new(BIN)
-        .args(["down", "--wait-seconds", "30"])
+        .args(["down", "--all-origins", "--wait-seconds", "30"])
         .args(backend_args)
         .env("CODALAB_USERNAME", user.0)
         .env("CODALAB_PASSWORD", user.1)
