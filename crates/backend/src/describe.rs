@@ -70,8 +70,8 @@ pub trait BackendConfig:
     /// managers or pools with the same values would own each other's jobs.
     const IDENTITY: &'static [&'static str] = &[];
     /// Whether the backend tells this deployment's jobs from another's by their origin
-    /// ([`BackendContext::origin`]): without one (`down` that knows neither the workers' server
-    /// nor their user) it lists the jobs of every deployment under its names.
+    /// ([`BackendContext::origin`]): without one (`down` that does not know the workers'
+    /// server or their user) it lists the jobs of every deployment under its names.
     const BY_ORIGIN: bool = false;
     /// Documentation of keys that have no flag.
     const EXTRA_DOCS: &'static [(&'static str, &'static str)] = &[];
