@@ -150,5 +150,5 @@ fn program() -> std::io::Result<std::path::PathBuf> {
         return Ok(exe);
     }
     let replaced = (exe.to_str()).and_then(|path| path.strip_suffix(" (deleted)"));
-    Ok(replaced.map_or(exe.clone(), std::path::PathBuf::from))
+    Ok(replaced.map(std::path::PathBuf::from).unwrap_or(exe))
 }

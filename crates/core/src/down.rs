@@ -35,39 +35,36 @@ pub fn credentials(
         Err(_) => std::env::var("CODALAB_USERNAME").ok(),
     };
     let username = username.map(|u| u.trim().to_owned()).unwrap_or_default();
-    let unknown: Vec<(&str, &str)> = [
-        (!server_known).then_some((
-            "the manager's server",
-            "its --config, CODALAB_WM_SERVER, or --server before `down`",
-        )),
-        (username.is_empty()).then_some((
-            "the workers' CodaLab user",
-            "--password-file or CODALAB_USERNAME",
-        )),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+    let (mut what, mut give) = (Vec::new(), Vec::new());
+    if !server_known {
+        what.push("the manager's server");
+        give.push("its --config, CODALAB_WM_SERVER, or --server before `down`");
+    }
+    if username.is_empty() {
+        what.push("the workers' CodaLab user");
+        give.push("--password-file or CODALAB_USERNAME");
+    }
     let by_origin: Vec<&str> = (layout.pools.iter())
         .filter(|pool| pool.kind.by_origin())
         .map(|pool| pool.policy.name.as_str())
         .collect();
-    if !unknown.is_empty() && !by_origin.is_empty() {
-        let what = (unknown.iter().map(|(what, _)| *what)).collect::<Vec<_>>();
-        let give = (unknown.iter().map(|(_, give)| *give)).collect::<Vec<_>>();
-        let (what, give, pools) = (what.join(" or "), give.join("; "), by_origin.join(", "));
+    if !what.is_empty() && !by_origin.is_empty() {
+        let unknown = format!(
+            "down does not know {} (give it {}): pool(s) {}",
+            what.join(" or "),
+            give.join("; "),
+            by_origin.join(", ")
+        );
         if !every_origin {
             return Err(Error::InvalidConfig(format!(
-                "down does not know {what} (give it {give}): pool(s) {pools} would stop the \
-                 jobs of every deployment under this configuration's names, other servers' \
-                 and users' too; pass --all-origins to stop them all (`down --dry-run` lists \
-                 them)"
+                "{unknown} would stop the jobs of every deployment under this configuration's \
+                 names, other servers' and users' too; pass --all-origins to stop them all \
+                 (`down --dry-run` lists them)"
             )));
         }
         tracing::warn!(
-            "down does not know {what} (give it {give}): pool(s) {pools} list the jobs of \
-             every deployment under this configuration's names, other servers' and users' \
-             too"
+            "{unknown} list the jobs of every deployment under this configuration's names, \
+             other servers' and users' too"
         );
         layout.pools.iter_mut().for_each(|p| p.every_origin = true);
     }
