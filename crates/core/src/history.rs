@@ -22,7 +22,9 @@
 //!   …) and `detail`;
 //! - `decision`: a pool's decision, when it changed: `pool`, `launch`, `stop`, `reasons` (codes);
 //! - `settings`: the settings in force, at start and at each reload: `sleep_time` and the
-//!   pools' policies (as the reload's log prints them);
+//!   pools' policies (as the reload's log prints them), each with its `name` and `worker`: what
+//!   one of its workers offers (`cpus`, `gpus`, `memory_bytes`; `advise` replays the workers
+//!   so);
 //! - `unmodelled`: a bundle the history could not follow to the end, and `why` (deleted,
 //!   killed before it ran, its run could not be read).
 //!
@@ -160,6 +162,51 @@ pub struct SettingsLine {
     pub sleep_time: f64,
     /// The pools' policies, in declaration order (`PoolPolicy`'s serialization).
     pub pools: Vec<serde_json::Value>,
+}
+
+impl SettingsLine {
+    /// A pool as the line writes it: its policy (as the reload's log prints it), its `name` and
+    /// its `worker` ([`SettingsWorker`]).
+    pub fn pool(policy: &crate::pools::PoolPolicy) -> serde_json::Value {
+        let mut pool = serde_json::to_value(policy).unwrap_or_default();
+        if let Some(pool) = pool.as_object_mut() {
+            pool.insert("name".into(), policy.name.clone().into());
+            let worker = serde_json::to_value(SettingsWorker::of(policy.shape));
+            pool.insert("worker".into(), worker.unwrap_or_default());
+        }
+        pool
+    }
+}
+
+/// What one worker of a pool offers, in a `settings` line's pool (its `worker`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettingsWorker {
+    /// CPUs.
+    pub cpus: u32,
+    /// GPUs.
+    pub gpus: u32,
+    /// Memory, bytes.
+    pub memory_bytes: u64,
+}
+
+impl SettingsWorker {
+    /// A pool's worker shape as the line writes it.
+    pub fn of(shape: crate::bundle::WorkerShape) -> Self {
+        Self {
+            cpus: shape.cpus,
+            gpus: shape.gpus,
+            memory_bytes: shape.memory_bytes,
+        }
+    }
+
+    /// The worker shape it writes.
+    pub fn shape(self) -> crate::bundle::WorkerShape {
+        crate::bundle::WorkerShape {
+            cpus: self.cpus,
+            gpus: self.gpus,
+            memory_bytes: self.memory_bytes,
+        }
+    }
 }
 
 /// A bundle the history could not follow to its end.

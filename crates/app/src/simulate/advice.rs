@@ -313,6 +313,25 @@ fn gaps(advice: &Advice) -> String {
             gaps.latency_unmeasured.join(", ")
         ));
     }
+    for shape in &gaps.shapes_from_history {
+        lines.push(format!(
+            "pool {}: replayed with the workers the history ran ({}), not the {} the settings given describe",
+            shape.pool, shape.ran, shape.given
+        ));
+    }
+    if !gaps.settings_differ.is_empty() {
+        lines.push(format!(
+            "the settings given differ from those the history ran with, so the replay is not of what ran: {}",
+            gaps.settings_differ.join("; ")
+        ));
+    }
+    if gaps.unrunnable > 0 {
+        let runs = if gaps.unrunnable == 1 { "run" } else { "runs" };
+        lines.push(format!(
+            "{} {runs} of the history fit no pool's workers in the replay (their queue or their size) and are left out of its waits: give the pools' tags and sizes the manager ran with",
+            gaps.unrunnable
+        ));
+    }
     if !gaps.pools_gone.is_empty() {
         lines.push(format!(
             "the history has pools the settings no longer have ({}): their workers count in what happened only",

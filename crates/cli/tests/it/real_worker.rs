@@ -665,6 +665,16 @@ fn the_history_records_each_run_with_the_servers_times_and_advise_replays_it() {
         .collect();
     let kind = |k: &'static str| lines.iter().filter(move |l| l["kind"] == k);
     assert_eq!(lines[0]["kind"], "settings", "{text}");
+    let pool = &lines[0]["pools"][0];
+    assert_eq!(
+        (
+            &pool["name"],
+            &pool["worker"]["cpus"],
+            &pool["worker"]["memory_bytes"]
+        ),
+        (&"local".into(), &1.into(), &(1024u64 << 20).into()),
+        "the settings line names the pool and its workers as `local_args` made them: {pool}"
+    );
     for uuid in &uuids {
         let line = kind("bundle")
             .find(|l| l["uuid"] == uuid.as_str())
@@ -741,5 +751,9 @@ fn the_history_records_each_run_with_the_servers_times_and_advise_replays_it() {
         "{advice}"
     );
     assert!(advice.contains("wait p90"), "{advice}");
+    assert!(
+        !advice.contains("fit no pool's workers"),
+        "the replay runs every run on the workers the history ran: {advice}"
+    );
     println!("{advice}");
 }

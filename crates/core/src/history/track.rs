@@ -90,9 +90,7 @@ impl Tracker {
 
     /// The settings in force from `now` on.
     pub fn settings(&mut self, now: f64, sleep_time: f64, policies: &[PoolPolicy]) {
-        let pools = (policies.iter())
-            .map(|p| serde_json::to_value(p).unwrap_or_default())
-            .collect();
+        let pools = policies.iter().map(SettingsLine::pool).collect();
         self.lines.push(Line::Settings(SettingsLine {
             time: now,
             sleep_time,

@@ -6,17 +6,21 @@
 //! The replay's platforms are the history's: each pool's start latency is the 10th to 90th
 //! percentile of its workers' launch → check-in times, a pool whose jobs run from about their
 //! launch bills its workers from then (as the history's `active` counts them), launches fail
-//! at the history's share (unless the caller set them), and a worker that ended stays on the
-//! server's list for [`SERVER_FORGETS_AFTER`], offered bundles it never takes, as CodaLab 1.7.5
-//! keeps it. The settings swept ([`Knob`]): `worker.idle_seconds`,
-//! and per pool `max`, `min` and `spill_after` (when set): every combination while there are
-//! at most [`MAX_GRID`], else each alone and idle seconds with each `max`. Budgets, fallback,
+//! at the history's share (unless the caller set them), its workers are as big as the
+//! history's settings say, and the server dispatches as the real 1.7.5 one ran it: one bundle
+//! per worker check-in ([`WORKER_CHECKS_IN_AFTER`]), a worker that ended kept on its list for
+//! [`SERVER_FORGETS_AFTER`] and offered every bundle first. The settings swept ([`Knob`]):
+//! `worker.idle_seconds`, and per pool `max`, `min` and `spill_after` (when set): every
+//! combination while there are at most [`MAX_GRID`], else each alone and idle seconds with
+//! each `max`. Budgets, fallback,
 //! hedges and races are replayed as set, not swept. The simulations run on every core.
 
+mod calibrate;
 mod recorded;
 #[cfg(test)]
 mod tests;
 
+pub use calibrate::{SERVER_FORGETS_AFTER, WORKER_CHECKS_IN_AFTER};
 pub use recorded::{PoolRecord, Recorded};
 
 use super::{SimConfig, SimError, SimReport, simulate};
@@ -25,11 +29,6 @@ use crate::pools::PoolPolicy;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// How long CodaLab 1.7.5 keeps a worker that ended on its list (`worker_timeout_seconds`,
-/// 60 s after its last check-in), offering it bundles meanwhile: the replay models it
-/// ([`SimConfig::ghost`]), as the real server ran the history.
-pub const SERVER_FORGETS_AFTER: Duration = Duration::from_secs(60);
 
 /// Points swept in a full grid at most; beyond, one knob at a time.
 pub const MAX_GRID: usize = 96;
@@ -210,6 +209,27 @@ pub struct Gaps {
     pub latency_unmeasured: Vec<String>,
     /// Pools in the history that the settings in force do not have.
     pub pools_gone: Vec<String>,
+    /// Pools whose workers the settings given describe otherwise than the history's settings
+    /// did: replayed with the workers that ran (the backend's shape flags cannot be given with
+    /// `advise`, and a replay of other workers would not be one).
+    pub shapes_from_history: Vec<ShapeFromHistory>,
+    /// Settings given that differ from those the history ran with at its end (`pool.key: …`):
+    /// the replay runs the settings given.
+    pub settings_differ: Vec<String>,
+    /// Runs of the history that no pool's workers can run in the replay (their queue or their
+    /// shape): left out of its waits.
+    pub unrunnable: usize,
+}
+
+/// A pool replayed with the workers the history ran, not those the settings given describe.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ShapeFromHistory {
+    /// The pool.
+    pub pool: String,
+    /// What one worker offers as the settings given say.
+    pub given: String,
+    /// As the history's settings said.
+    pub ran: String,
 }
 
 /// Replays `recorded` under `policies` and `config` (the settings in force), sweeps, and
@@ -220,9 +240,11 @@ pub fn advise(
     config: &SimConfig,
     ask: Ask,
 ) -> Result<Advice, SimError> {
-    let (config, gaps) = calibrate(recorded, policies, config);
+    let (policies, config, mut gaps) = calibrate::calibrate(recorded, policies, config);
+    let policies = &policies[..];
     let grid = grid(policies, &config);
     let runs = run_all(recorded, policies, &config, &grid)?;
+    gaps.unrunnable = runs.first().map_or(0, |replay| replay.unrunnable);
     let priced = policies.iter().any(|p| p.cost_per_hour.is_some());
     let days = recorded.days();
     let mut points: Vec<Point> = (grid.into_iter().zip(runs))
@@ -245,43 +267,6 @@ pub fn advise(
         recommended,
         gaps,
     })
-}
-
-/// The history's platforms: each pool's start latency and the failure share (where the
-/// caller left the defaults), and what could not be measured.
-fn calibrate(
-    recorded: &Recorded,
-    policies: &[PoolPolicy],
-    config: &SimConfig,
-) -> (SimConfig, Gaps) {
-    let mut config = config.clone();
-    let mut gaps = Gaps {
-        unmodelled: recorded.unmodelled.clone(),
-        on_other_workers: recorded.on_other_workers,
-        settings_changes: recorded.settings_changes,
-        ..Gaps::default()
-    };
-    for policy in policies {
-        let platform = config.platforms.entry(policy.name.clone()).or_default();
-        let measured = recorded
-            .pools
-            .get(&policy.name)
-            .and_then(|p| p.start_latency());
-        match (platform.start_latency, measured) {
-            (Some(_), _) => {}
-            (None, Some(latency)) => platform.start_latency = Some(latency),
-            (None, None) => gaps.latency_unmeasured.push(policy.name.clone()),
-        }
-    }
-    if config.failure_rate == 0.0 {
-        config.failure_rate = recorded.failure_rate().min(1.0 - config.stuck_rate);
-    }
-    config.ghost.get_or_insert(SERVER_FORGETS_AFTER);
-    gaps.pools_gone = (recorded.pools.keys())
-        .filter(|name| !policies.iter().any(|p| &p.name == *name))
-        .cloned()
-        .collect();
-    (config, gaps)
 }
 
 /// The points to simulate: the settings in force first, then the sweep (see the module doc).

@@ -57,6 +57,9 @@ struct Job {
     in_use: Resources,
     /// Bundles it started.
     started: u32,
+    /// When its worker's check-ins start over: active, or a check-in after the last that
+    /// brought it a bundle ([`SimConfig::checkin_gap`](super::SimConfig::checkin_gap)).
+    checkins_from: u64,
     /// Since when it has had a run (busy time), while it has one.
     busy_since: Option<u64>,
     idle_generation: u32,
@@ -98,6 +101,8 @@ const RECLAIM: u8 = 4;
 const GHOST_GONE: u8 = 5;
 /// The server's next dispatch round after an offer to a ghost failed.
 const SERVE_AGAIN: u8 = 6;
+/// A worker's next check-in, when it takes a bundle again ([`SimConfig::checkin_gap`](super::SimConfig::checkin_gap)).
+const SERVE: u8 = 7;
 /// Between the server's dispatch rounds while its offers to a ghost fail (its log: each offer
 /// retried for about a second, rounds about 9 s apart).
 const GHOST_ROUND_MS: u64 = 9_000;
@@ -303,6 +308,7 @@ impl<'a> Sim<'a> {
                             self.serve_again = None;
                             self.serve(at);
                         }
+                        SERVE => self.serve(at),
                         _ => self.idle_exit(job, generation, at),
                     }
                 }
@@ -426,6 +432,12 @@ impl<'a> Sim<'a> {
         worker.running.push((bundle, now));
         worker.in_use = add(worker.in_use, requested);
         worker.started += 1;
+        if let Some(gap) = self.config.checkin_gap {
+            let next = now + gap.as_millis() as u64;
+            self.jobs[job as usize].checkins_from = next;
+            self.schedule(next, SERVE, 0, 0);
+        }
+        let worker = &self.jobs[job as usize];
         let pool = worker.pool;
         // A restaged run's wait (from its arrival) was counted at its first start.
         if !self.restarted.remove(&bundle) {
@@ -449,7 +461,11 @@ impl<'a> Sim<'a> {
         worker.idle_generation += 1;
         let generation = worker.idle_generation;
         if !self.config.worker_idle.is_zero() {
-            let at = now + self.config.worker_idle.as_millis() as u64;
+            // A new worker's idle clock starts once its first check-in has come back.
+            let first = (worker.started == 0)
+                .then_some(self.config.checkin_gap)
+                .flatten();
+            let at = now + (self.config.worker_idle + first.unwrap_or_default()).as_millis() as u64;
             self.schedule(at, IDLE_EXIT, job, generation);
         }
     }
@@ -477,6 +493,7 @@ impl<'a> Sim<'a> {
                 self.release(job, now);
             }
             Fate::Start => {
+                worker.checkins_from = now;
                 worker.phase = Phase::Active;
                 worker.active_at = now;
                 self.stats[pool].active += 1;
@@ -518,7 +535,10 @@ impl<'a> Sim<'a> {
             && worker.running.is_empty()
             && worker.idle_generation == generation
         {
-            self.exit(job, now);
+            match self.in_checkin_until(job, now) {
+                Some(until) => self.schedule(until, IDLE_EXIT, job, generation),
+                None => self.exit(job, now),
+            }
         }
     }
 

@@ -129,6 +129,14 @@ pub struct SimConfig {
     /// bursts after an idle exit waiting for that cleanup). The manager sees it listed too.
     /// `None`: a worker leaves the list when it ends (the default).
     pub ghost: Option<Duration>,
+    /// A worker's check-ins, as `cl-worker` 1.7.5 makes them: it takes one bundle per
+    /// check-in, the next this long later (it checks in `--checkin-frequency-seconds`, 5 s,
+    /// after the last ended; the server answers a check-in with one message and holds one
+    /// without a message up to 5 s), and its idle clock starts once its first check-in has
+    /// come back, this long after it started. The `advise` bench's logs: a worker's runs start
+    /// 5.4–7.8 s apart; one that ran nothing exits 38 s after it checked in, at 30 idle
+    /// seconds. `None`: a worker takes all that fits at once, idle from its start (the default).
+    pub checkin_gap: Option<Duration>,
     /// The `request_queue` the manager sees for the trace's bundle *i*, where one is given
     /// (else the trace's own): a bench's clairvoyant router, which sends each bundle to the
     /// pool whose tag it names while the server still dispatches by the bundle's own queue.
@@ -152,6 +160,7 @@ impl Default for SimConfig {
             server_model: true,
             budget: Default::default(),
             ghost: None,
+            checkin_gap: None,
             route: Vec::new(),
         }
     }

@@ -473,8 +473,8 @@ fn a_budget_caps_launches_in_the_simulation_as_in_the_manager() {
 }
 
 /// A worker that ended stays on the server's list for `ghost` (CodaLab 1.7.5 forgets it 60 s
-/// after its last check-in): the server offers it the next bundle, which waits for it to go,
-/// and the manager, which sees it listed with room, launches for that bundle only then.
+/// after its last check-in): the server offers it the next bundle first, which waits for it to
+/// go, and the manager, which sees it listed with room, launches for that bundle only then.
 /// Timeline: A runs 10–30 s on a worker active at 10 s, which exits idle at 60 s; B arrives at
 /// 70 s. Without ghosts a worker is launched at 70 s and B starts at 80 s; with a 60 s ghost
 /// (gone at 120 s) the launch is at the tick of 120 s and B starts at 130 s.
@@ -493,12 +493,12 @@ fn an_exited_workers_ghost_holds_the_next_bundle_until_the_server_forgets_it() {
     };
     assert_eq!(waits(None), (Some(10.0), 2));
     assert_eq!(waits(Some(60)), (Some(60.0), 2));
-    // With min 1 the manager replaces the worker at once: A (at 15 s) runs 15–35 s on a worker
-    // active at 10 s, which exits idle at 65 s; the next, launched at the tick of 70 s, is
-    // active at 80 s; B arrives at 70 s. Without ghosts B starts at 80 s. With one, each round the server offers B to the ghost or
-    // the new worker at random (CodaLab breaks the tie so), a round 9 s after a failed offer:
-    // B starts before the ghost goes (125 s), later than 80 s on some seeds' draws.
-    let early = trace(&[(15.0, 20.0), (70.0, 20.0)]);
+    // With min 1 the manager replaces the worker at once: A runs 10–30 s on a worker active at
+    // 10 s, which exits idle (90 s) at 120 s; the next, launched at the tick of 120 s, is
+    // active at 130 s; B arrives at 140 s. Without ghosts B starts at once. With one, every
+    // round offers B to the ghost first (as the real server did, its log in `serve`'s doc),
+    // though the new worker has room: B starts when the ghost goes (180 s), on every seed.
+    let early = trace(&[(0.0, 20.0), (140.0, 20.0)]);
     let kept = |ghost, seed| {
         let policy = PoolPolicy {
             min: 1,
@@ -506,23 +506,63 @@ fn an_exited_workers_ghost_holds_the_next_bundle_until_the_server_forgets_it() {
         };
         let config = SimConfig {
             seed,
+            worker_idle: Duration::from_secs(90),
             ..config(ghost)
         };
         let report = simulate(&early, &[policy], &config).unwrap();
         (report.finished, report.pools[0].wait.max_seconds.unwrap())
     };
-    let waits: Vec<f64> = (1..=8).map(|seed| kept(Some(60), seed).1).collect();
     for seed in 1..=8 {
-        assert_eq!(kept(None, seed), (2, 10.0));
+        assert_eq!(kept(None, seed), (2, 10.0), "A waits 10 s, B none");
+        assert_eq!(kept(Some(60), seed), (2, 40.0), "B waits for the ghost");
+    }
+}
+
+/// With `checkin_gap` a worker takes one bundle per check-in and a round ends at the first
+/// offer to a worker between check-ins. Timeline (gap 5 s): three 1-CPU bundles at 0 s, two
+/// 2-CPU workers active at 10 s. The first fills first: A at 10 s, B at its next check-in
+/// (15 s), where C's offer to the second (checking in 10–15 s, 20–25 s) fails; C at 20 s.
+/// Without it, A and B start at 10 s on the first worker, C at 10 s on the second.
+#[test]
+fn a_worker_takes_one_bundle_per_check_in_and_fills_before_the_next() {
+    let workload = trace(&[(0.0, 100.0), (0.0, 100.0), (0.0, 100.0)]);
+    let cases = [(None, (10.0, 10.0)), (Some(5), (15.0, 20.0))];
+    for (gap, (p50, max)) in cases {
+        let config = SimConfig {
+            start_latency: (Duration::from_secs(10), Duration::from_secs(10)),
+            checkin_gap: gap.map(Duration::from_secs),
+            ..SimConfig::default()
+        };
+        let report = simulate(&workload, &[pool("cpu", 5)], &config).unwrap();
+        let wait = &report.total_wait;
+        assert_eq!(report.pools[0].launches, 2, "{gap:?}");
         assert_eq!(
-            kept(Some(60), seed).0,
-            2,
-            "B runs once the ghost is gone at the latest"
+            (wait.p50_seconds, wait.max_seconds),
+            (Some(p50), Some(max)),
+            "{gap:?}"
         );
     }
-    assert!(waits.iter().all(|w| (5.0..=55.0).contains(w)), "{waits:?}");
-    assert!(
-        waits.iter().any(|w| *w > 5.0),
-        "some rounds go to the ghost: {waits:?}"
-    );
+}
+
+/// `cl-worker` looks at its idle time between check-ins: with `checkin_gap` an idle exit that
+/// falls in a check-in waits for its end. Timeline: a worker active at 10 s runs A 10–20 s and
+/// is idle 28 s, to 48 s; its check-ins (from 15 s, after the one that brought A) hold 45–50
+/// s, so it exits at 50 s, not 48 s: at least 2 s more billed (less than a check-in more). B,
+/// at 100 s, runs on the next worker (it keeps the simulation going past the first's exit).
+#[test]
+fn an_idle_exit_waits_for_the_check_in_it_falls_in() {
+    let workload = trace(&[(0.0, 10.0), (100.0, 10.0)]);
+    let billed = |gap: Option<u64>| {
+        let config = SimConfig {
+            start_latency: (Duration::from_secs(10), Duration::from_secs(10)),
+            worker_idle: Duration::from_secs(28),
+            checkin_gap: gap.map(Duration::from_secs),
+            ..SimConfig::default()
+        };
+        let report = simulate(&workload, &[pool("cpu", 5)], &config).unwrap();
+        assert_eq!(report.pools[0].launches, 2);
+        report.pools[0].worker_hours * 3600.0
+    };
+    let more = billed(Some(5)) - billed(None);
+    assert!((2.0..5.0).contains(&more), "{more}");
 }

@@ -83,6 +83,10 @@ const FIRST: [(&str, &str); 5] = [
     ("--max-launches-per-tick", "4"),
 ];
 
+/// The flags every run and every `advise` of its history share (the bench's tick, no pause
+/// between launches), beside the settings compared.
+const COMMON: [&str; 4] = ["--sleep-time", "2", "--min-seconds-between-workers", "0"];
+
 /// The advised run asks for this share of the recorded run's wait p90.
 const TARGET_SHARE: f64 = 0.5;
 
@@ -203,15 +207,12 @@ impl Run {
         let mut args: Vec<String> = settings
             .iter()
             .flat_map(|(f, v)| [f.clone(), v.clone()])
+            .chain(COMMON.map(str::to_owned))
             .collect();
         args.extend(
             [
                 "--server",
                 SERVER,
-                "--sleep-time",
-                "2",
-                "--min-seconds-between-workers",
-                "0",
                 "--search",
                 &format!("tags={}", self.tag),
                 "--worker-tag",
@@ -349,6 +350,7 @@ impl Outcome {
     fn advise(&self, settings: &[(String, String)], target: f64) -> Result<Value> {
         let mut command = Command::new(ours_exe()?);
         command.args(settings.iter().flat_map(|(f, v)| [f.as_str(), v.as_str()]));
+        command.args(COMMON);
         command.args(["--server", SERVER]);
         command.args([
             "--worker-tag",
@@ -449,9 +451,9 @@ pub fn render(out: &mut String, results: &Value) {
          Real CodaLab 1.7.5, real `cl-worker`s (local backend, bundles in Docker); {} bundles in \
          bursts of several shapes, workers idling out between them. Each row: what the run's own \
          history says happened, against what `advise` predicted from the recorded run's history \
-         (its replay models the history's start times and the server's 60 s memory of a worker \
-         that ended, which it keeps offering bundles; not the server's one run per worker \
-         check-in).\n\n\
+         (its replay models the history's start times and workers, the server's one run per \
+         worker check-in, and its 60 s memory of a worker that ended, to which it offers every \
+         bundle first).\n\n\
          | case | settings | wait p90 happened / predicted | worker-seconds happened / predicted | within target |\n|---|---|---:|---:|---|",
         rows[0]["bundles"]
     );

@@ -4,7 +4,8 @@
 
 use super::super::report::nearest_rank;
 use super::super::{SimError, WaitStats, Workload};
-use crate::history::Line;
+use crate::bundle::WorkerShape;
+use crate::history::{Line, SettingsLine, SettingsWorker};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -26,10 +27,10 @@ pub struct Recorded {
     pub on_other_workers: usize,
     /// Bundles it could not follow, by why.
     pub unmodelled: BTreeMap<String, usize>,
-    /// The settings changed this many times during it (reloads).
+    /// The settings changed this many times during it (reloads that changed a pool's).
     pub settings_changes: usize,
-    /// The pools of its last `settings` line, by name (its policies as written).
-    pub pool_names: Vec<String>,
+    /// Its last `settings` line: the settings it ran with at its end.
+    pub settings: Option<SettingsLine>,
 }
 
 /// One pool's workers in a history.
@@ -96,7 +97,7 @@ impl Recorded {
             on_other_workers: 0,
             unmodelled: BTreeMap::new(),
             settings_changes: 0,
-            pool_names: Vec::new(),
+            settings: None,
         };
         let (mut first, mut last) = (f64::INFINITY, f64::NEG_INFINITY);
         let mut waits = Vec::new();
@@ -142,16 +143,29 @@ impl Recorded {
                 *self.unmodelled.entry(unmodelled.why).or_default() += 1;
             }
             Line::Settings(settings) => {
-                let names: Vec<String> = (settings.pools.iter())
-                    .filter_map(|p| Some(p.get("name")?.as_str()?.to_owned()))
-                    .collect();
-                if !self.pool_names.is_empty() {
+                let last = self.settings.replace(settings);
+                let now = self.settings.as_ref().map(|s| (&s.pools, s.sleep_time));
+                if last.is_some_and(|last| Some((&last.pools, last.sleep_time)) != now) {
                     self.settings_changes += 1;
                 }
-                self.pool_names = names;
             }
             Line::Event(_) | Line::Decision(_) => {}
         }
+    }
+
+    /// `pool` as the last `settings` line writes it ([`SettingsLine::pool`]), if it names it.
+    pub fn ran_pool(&self, pool: &str) -> Option<&serde_json::Map<String, serde_json::Value>> {
+        let settings = self.settings.as_ref()?;
+        (settings.pools.iter())
+            .filter_map(|p| p.as_object())
+            .find(|p| p.get("name").and_then(|n| n.as_str()) == Some(pool))
+    }
+
+    /// What one worker of `pool` offered as the last `settings` line says, if it says.
+    pub fn ran_shape(&self, pool: &str) -> Option<WorkerShape> {
+        let worker = self.ran_pool(pool)?.get("worker")?.clone();
+        let worker = serde_json::from_value::<SettingsWorker>(worker).ok()?;
+        Some(worker.shape())
     }
 
     /// Days the history spans (at least an hour's worth, so that a short one gives a rate).

@@ -22,7 +22,7 @@ fn history(hours: u32, n: usize) -> String {
     let mut lines = vec![Line::Settings(SettingsLine {
         time: 0.0,
         sleep_time: 5.0,
-        pools: vec![serde_json::to_value(pool(4)).unwrap()],
+        pools: vec![SettingsLine::pool(&pool(4))],
     })];
     for hour in 0..hours {
         let at = f64::from(hour) * 3600.0;
@@ -247,4 +247,104 @@ fn waits_are_read_as_admins_write_them() {
     for bad in ["", "m", "0", "-5m", "15 minutes", "15y", "inf"] {
         assert!(parse_wait(bad).is_err(), "{bad}");
     }
+}
+
+/// A history of `n` bundles of `cpus` CPUs each, run on 2-CPU workers of pool `cpu`, with the
+/// settings lines `settings` (policies as they ran).
+fn ran_on_two_cpus(n: usize, cpus: u32, settings: &[PoolPolicy]) -> String {
+    let mut lines: Vec<Line> = (settings.iter())
+        .map(|p| {
+            Line::Settings(SettingsLine {
+                time: 0.0,
+                sleep_time: 5.0,
+                pools: vec![SettingsLine::pool(p)],
+            })
+        })
+        .collect();
+    lines.extend((0..n).map(|i| {
+        Line::Bundle(BundleLine {
+            time: i as f64,
+            uuid: format!("0x{i}"),
+            cpus,
+            gpus: 0,
+            memory: 1 << 30,
+            queue: String::new(),
+            owner: "alice".into(),
+            duration: 60.0,
+            wait: 30.0,
+            pool: "cpu".into(),
+            state: "ready".into(),
+        })
+    }));
+    (lines.iter())
+        .map(|l| serde_json::to_string(l).unwrap() + "\n")
+        .collect()
+}
+
+fn two_cpus() -> PoolPolicy {
+    PoolPolicy {
+        shape: WorkerShape::from_flags(2, 0, 4096),
+        ..pool(4)
+    }
+}
+
+#[test]
+fn a_history_says_what_its_pools_ran_and_counts_changes_not_restarts() {
+    let paced = PoolPolicy {
+        min_seconds_between_workers: 60,
+        ..two_cpus()
+    };
+    let cases: [(&[PoolPolicy], usize); 4] = [
+        (&[two_cpus()], 0),
+        (&[two_cpus(), two_cpus()], 0),
+        (&[two_cpus(), paced.clone()], 1),
+        (&[two_cpus(), paced, two_cpus()], 2),
+    ];
+    for (settings, changes) in cases {
+        let recorded = Recorded::parse(&ran_on_two_cpus(4, 1, settings)).unwrap();
+        assert_eq!(recorded.settings_changes, changes, "{settings:?}");
+        assert_eq!(
+            recorded.ran_shape("cpu"),
+            Some(WorkerShape::from_flags(2, 0, 4096))
+        );
+        assert_eq!(recorded.ran_shape("gpu"), None);
+    }
+}
+
+/// `advise` with flags alone (no backend to give the workers' size: a pool of 1-CPU
+/// workers, as the default) replays the 2-CPU workers the history ran, and says so, and says
+/// which settings given differ from those it ran with; a run no worker fits is counted.
+#[test]
+fn the_replay_runs_the_workers_the_history_ran_and_says_what_differs() {
+    let text = ran_on_two_cpus(6, 2, &[two_cpus()]);
+    let recorded = Recorded::parse(&text).unwrap();
+    let given = PoolPolicy {
+        min_seconds_between_workers: 60,
+        ..pool(4)
+    };
+    let ask = Ask::default();
+    let advice = advise(&recorded, &[given], &SimConfig::default(), ask).unwrap();
+    let gaps = &advice.gaps;
+    assert_eq!(
+        gaps.unrunnable, 0,
+        "2-CPU runs on the 2-CPU workers: {gaps:?}"
+    );
+    assert!(advice.replayed().figures.wait_p90_seconds.is_some());
+    assert_eq!(
+        gaps.shapes_from_history,
+        [ShapeFromHistory {
+            pool: "cpu".into(),
+            given: WorkerShape::from_flags(1, 0, 4096).to_string(),
+            ran: WorkerShape::from_flags(2, 0, 4096).to_string(),
+        }]
+    );
+    assert_eq!(
+        gaps.settings_differ,
+        ["cpu.min_seconds_between_workers: 60 given, the history ran with 0"]
+    );
+    let same = advise(&recorded, &[two_cpus()], &SimConfig::default(), ask).unwrap();
+    assert!(same.gaps.shapes_from_history.is_empty() && same.gaps.settings_differ.is_empty());
+    let too_big = Recorded::parse(&ran_on_two_cpus(3, 4, &[two_cpus()])).unwrap();
+    let advice = advise(&too_big, &[two_cpus()], &SimConfig::default(), ask).unwrap();
+    assert_eq!(advice.gaps.unrunnable, 3, "4-CPU runs fit no 2-CPU worker");
 }

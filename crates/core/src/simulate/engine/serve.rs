@@ -2,10 +2,17 @@
 //! checking in, a run ending, a ghost leaving), the CodaLab server's dispatch as
 //! [`crate::dispatch`] models it starts staged bundles on the active workers with room: several
 //! on one worker while its resources allow, in the server's order, within each owner's
-//! `parallel_run_quota` (the simulated workers are the root user's, so shared). A bundle the
-//! dispatch gives an exited worker still on the list ([`SimConfig::ghost`]) does not start, nor
-//! do the later bundles of its class this round; the next round comes 9 s later, the ghosts
-//! placed among the workers at random again (the server breaks ties so).
+//! `parallel_run_quota` (the simulated workers are the root user's, so shared).
+//!
+//! With [`SimConfig::ghost`] and [`SimConfig::checkin_gap`] (what `advise` replays with), the
+//! dispatch is as the real 1.7.5 server ran the `advise` bench, in its bundle manager's log and
+//! the workers': a round offers bundles in order, each to the worker it fits best, and the
+//! offer is taken only while that worker is in a check-in; the first offer that is not (a
+//! worker between check-ins, or an exited one the server still lists, offered first: each of
+//! the 6 spells with one listed went so, round after round about 9 s apart, though new
+//! workers with room were checking in) ends the round, and nothing after it starts. So one
+//! worker fills before the next starts one, a run every check-in (5.4–7.8 s apart), and a
+//! listed ghost holds every bundle until the server forgets it.
 
 use super::{Job, Phase, ROOT, Sim, bundle_of};
 use crate::command::checkin_id;
@@ -25,13 +32,8 @@ impl Sim<'_> {
         let mut room: Vec<u32> = (self.pool_jobs.iter().flatten().copied())
             .filter(|&j| self.has_room(&self.jobs[j as usize]))
             .collect();
-        // The server breaks ties between equally fit workers at random: ghosts go among the
-        // workers in an order drawn each round (the dispatch model keeps its input's order
-        // between ties).
-        for &(ghost, _) in &self.ghosts {
-            let at = self.rng.between(0, room.len() as u64) as usize;
-            room.insert(at, ghost);
-        }
+        // The dispatch model keeps its input's order between equally fit workers: ghosts first.
+        room.splice(0..0, self.ghosts.iter().map(|&(ghost, _)| ghost));
         if room.is_empty() {
             return;
         }
@@ -61,7 +63,7 @@ impl Sim<'_> {
             pools: Vec::new(),
             owners: self.owners(),
         });
-        let mut offered_a_ghost = std::collections::HashSet::new();
+        let mut offered_a_ghost = false;
         for placed in plan.bundles {
             let Placement::Worker { worker_id } = placed.placement else {
                 continue;
@@ -69,20 +71,52 @@ impl Sim<'_> {
             let (Some(bundle), Some(&job)) = (bundle_of(&placed.uuid), ids.get(&worker_id)) else {
                 continue;
             };
-            let class = self.class_of(bundle);
-            if self.jobs[job as usize].phase != Phase::Active || offered_a_ghost.contains(&class) {
-                offered_a_ghost.insert(class);
-                continue;
+            if self.jobs[job as usize].phase != Phase::Active {
+                offered_a_ghost = true;
+                break;
             }
+            if let Some(next) = self.listens_from(job, now).filter(|&at| at > now) {
+                // It is not in a check-in: the offer fails as a ghost's does, and the round
+                // ends; its next check-in brings the bundle.
+                self.schedule(next, super::SERVE, 0, 0);
+                break;
+            }
+            let class = self.class_of(bundle);
             let front = self.classes[class].queue.pop_front();
             debug_assert_eq!(front, Some(bundle), "a class starts oldest first");
             self.start_bundle(job, bundle, now);
         }
-        if !offered_a_ghost.is_empty() && self.serve_again.is_none() {
+        if offered_a_ghost && self.serve_again.is_none() {
             let at = now + super::GHOST_ROUND_MS;
             self.serve_again = Some(at);
             self.schedule(at, super::SERVE_AGAIN, 0, 0);
         }
+    }
+
+    /// When `job`'s worker is next in a check-in the server can answer, from `now` on
+    /// ([`SimConfig::checkin_gap`]: a check-in held for the gap, then a pause as long, from
+    /// its start or from the check-in after one that brought a bundle); `None`: always.
+    fn listens_from(&self, job: u32, now: u64) -> Option<u64> {
+        let gap = self.config.checkin_gap?.as_millis() as u64;
+        let from = self.jobs[job as usize].checkins_from;
+        if now < from || gap == 0 {
+            return Some(from.max(now));
+        }
+        let into = (now - from) % (2 * gap);
+        Some(if into < gap {
+            now
+        } else {
+            now + 2 * gap - into
+        })
+    }
+
+    /// When the check-in `job`'s worker is in at `now` ends, if it is in one: `cl-worker`
+    /// looks at its idle time between check-ins, so an idle exit waits for it.
+    pub(super) fn in_checkin_until(&self, job: u32, now: u64) -> Option<u64> {
+        let gap = self.config.checkin_gap?.as_millis() as u64;
+        let from = self.jobs[job as usize].checkins_from;
+        let into = now.checked_sub(from)? % (2 * gap).max(1);
+        (into < gap).then(|| now + gap - into)
     }
 
     /// What is free on `job`'s worker, as the server counts it.

@@ -327,6 +327,7 @@ impl Sim<'_> {
             running: Vec::new(),
             in_use: Default::default(),
             started: 0,
+            checkins_from: 0,
             busy_since: None,
             idle_generation: 0,
             queued: false,
