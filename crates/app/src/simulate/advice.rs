@@ -297,7 +297,7 @@ fn gaps(advice: &Advice) -> String {
     }
     if gaps.on_other_workers > 0 {
         lines.push(format!(
-            "{} runs went to workers of no pool of this manager's; the replay runs them on the pools",
+            "runs that went to workers of no pool of this manager's: {}; the replay runs them on the pools",
             gaps.on_other_workers
         ));
     }
@@ -326,9 +326,8 @@ fn gaps(advice: &Advice) -> String {
         ));
     }
     if gaps.unrunnable > 0 {
-        let runs = if gaps.unrunnable == 1 { "run" } else { "runs" };
         lines.push(format!(
-            "{} {runs} of the history fit no pool's workers in the replay (their queue or their size) and are left out of its waits: give the pools' tags and sizes the manager ran with",
+            "runs of the history that fit no pool's workers in the replay (their queue or their size), left out of its waits: {}; give the pools' tags and sizes the manager ran with",
             gaps.unrunnable
         ));
     }
