@@ -18,6 +18,15 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     path
 }
 
+/// Runs `wait`, a bounded polling loop, without holding up the fake server: these tests run it
+/// inside the `#[tokio::test]` runtime that serves the fake CodaLab, and a worker thread that
+/// sleeps in place can starve a task it holds (CI saw the manager never reach `sbatch` for
+/// 60 s). `block_in_place` hands the thread's tasks to another first; outside a runtime it
+/// just runs `wait`.
+fn polling<T>(wait: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(wait)
+}
+
 /// Starts the manager in the background with its stderr in `<dir>/<name>.log`.
 fn spawn_logged(command: &mut Command, dir: &Path, name: &str) -> (Child, PathBuf) {
     let log = dir.join(format!("{name}.log"));
@@ -31,6 +40,10 @@ fn spawn_logged(command: &mut Command, dir: &Path, name: &str) -> (Child, PathBu
 
 /// Waits (bounded: 60 s) until the log holds `needle` at least `count` times.
 fn wait_for_log(log: &Path, needle: &str, count: usize) -> String {
+    polling(|| wait_for_log_here(log, needle, count))
+}
+
+fn wait_for_log_here(log: &Path, needle: &str, count: usize) -> String {
     for _ in 0..6000 {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         if text.matches(needle).count() >= count {
@@ -47,6 +60,10 @@ fn wait_for_log(log: &Path, needle: &str, count: usize) -> String {
 /// Waits for `child` to exit, at most `limit` (a generous upper bound, not a measurement);
 /// kills it and fails past that.
 fn exit_within(child: &mut Child, limit: Duration, log: &Path) -> ExitStatus {
+    polling(|| exit_within_here(child, limit, log))
+}
+
+fn exit_within_here(child: &mut Child, limit: Duration, log: &Path) -> ExitStatus {
     let steps = limit.as_millis() / 10;
     for _ in 0..steps {
         if let Some(status) = child.try_wait().unwrap() {
@@ -283,13 +300,15 @@ fn a_state_dir_others_may_write_is_refused() {
 
 /// Waits (bounded: 60 s) until `path` exists.
 fn wait_for_file(path: &Path) {
-    for _ in 0..6000 {
-        if path.exists() {
-            return;
+    polling(|| {
+        for _ in 0..6000 {
+            if path.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("{} was never created", path.display());
+        panic!("{} was never created", path.display());
+    })
 }
 
 /// A directory of fake Slurm commands (`squeue`, `sbatch` with the given bodies; each first
