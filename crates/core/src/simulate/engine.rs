@@ -10,6 +10,7 @@ use crate::bundle::StagedBundle;
 use crate::dispatch::Resources;
 use crate::engine::{Engine, PoolSpec};
 use crate::pools::{PoolPolicy, misfit, preference_order};
+use rustc_hash::FxHashSet;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
@@ -155,6 +156,8 @@ pub(super) struct Sim<'a> {
     ghosts: Vec<(u32, u64)>,
     /// The server's next round, when an offer to a ghost failed.
     serve_again: Option<u64>,
+    /// The instants a `SERVE` event is pending for (one each).
+    serves: FxHashSet<u64>,
     sequence: u64,
     cursor: usize,
     runnable_left: usize,
@@ -226,6 +229,7 @@ impl<'a> Sim<'a> {
             events: BinaryHeap::new(),
             ghosts: Vec::new(),
             serve_again: None,
+            serves: FxHashSet::default(),
             sequence: 0,
             cursor: 0,
             runnable_left: 0,
@@ -308,7 +312,10 @@ impl<'a> Sim<'a> {
                             self.serve_again = None;
                             self.serve(at);
                         }
-                        SERVE => self.serve(at),
+                        SERVE => {
+                            self.serves.remove(&at);
+                            self.serve(at);
+                        }
                         _ => self.idle_exit(job, generation, at),
                     }
                 }
@@ -435,7 +442,7 @@ impl<'a> Sim<'a> {
         if let Some(gap) = self.config.checkin_gap {
             let next = now + gap.as_millis() as u64;
             self.jobs[job as usize].checkins_from = next;
-            self.schedule(next, SERVE, 0, 0);
+            self.serve_at(next);
         }
         let worker = &self.jobs[job as usize];
         let pool = worker.pool;
@@ -535,9 +542,11 @@ impl<'a> Sim<'a> {
             && worker.running.is_empty()
             && worker.idle_generation == generation
         {
-            match self.in_checkin_until(job, now) {
-                Some(until) => self.schedule(until, IDLE_EXIT, job, generation),
-                None => self.exit(job, now),
+            // `cl-worker` looks at its idle time between check-ins: an exit waits for the end
+            // of the check-in it falls in.
+            match self.cycle(job, now) {
+                serve::Cycle::In { until } => self.schedule(until, IDLE_EXIT, job, generation),
+                _ => self.exit(job, now),
             }
         }
     }

@@ -23,6 +23,42 @@ use crate::dispatch::{
 use crate::simulate::SimConfig;
 use std::collections::HashMap;
 
+/// Where a worker is in its check-in cycle: only in a check-in does it take a bundle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cycle {
+    /// No cycle is modelled: it takes a bundle whenever it has room.
+    Always,
+    /// In a check-in that ends at `until` (ms).
+    In { until: u64 },
+    /// Between check-ins: the next begins at `next` (ms).
+    Before { next: u64 },
+}
+
+impl Cycle {
+    /// The position at `now` of a worker whose check-ins of `gap` ms (`None`: no cycle)
+    /// begin at `from`.
+    fn at(gap: Option<u64>, from: u64, now: u64) -> Self {
+        let Some(gap) = gap else {
+            return Cycle::Always;
+        };
+        if now < from {
+            return Cycle::Before { next: from };
+        }
+        if gap == 0 {
+            return Cycle::Always;
+        }
+        let into = (now - from) % (2 * gap);
+        match into < gap {
+            true => Cycle::In {
+                until: now + gap - into,
+            },
+            false => Cycle::Before {
+                next: now + 2 * gap - into,
+            },
+        }
+    }
+}
+
 impl Sim<'_> {
     /// Starts what the server would start now.
     pub(super) fn serve(&mut self, now: u64) {
@@ -75,10 +111,10 @@ impl Sim<'_> {
                 offered_a_ghost = true;
                 break;
             }
-            if let Some(next) = self.listens_from(job, now).filter(|&at| at > now) {
+            if let Cycle::Before { next } = self.cycle(job, now) {
                 // It is not in a check-in: the offer fails as a ghost's does, and the round
                 // ends; its next check-in brings the bundle.
-                self.schedule(next, super::SERVE, 0, 0);
+                self.serve_at(next);
                 break;
             }
             let class = self.class_of(bundle);
@@ -93,30 +129,19 @@ impl Sim<'_> {
         }
     }
 
-    /// When `job`'s worker is next in a check-in the server can answer, from `now` on
-    /// ([`SimConfig::checkin_gap`]: a check-in held for the gap, then a pause as long, from
-    /// its start or from the check-in after one that brought a bundle); `None`: always.
-    fn listens_from(&self, job: u32, now: u64) -> Option<u64> {
-        let gap = self.config.checkin_gap?.as_millis() as u64;
-        let from = self.jobs[job as usize].checkins_from;
-        if now < from || gap == 0 {
-            return Some(from.max(now));
-        }
-        let into = (now - from) % (2 * gap);
-        Some(if into < gap {
-            now
-        } else {
-            now + 2 * gap - into
-        })
+    /// Where `job`'s worker is in its check-in cycle at `now` ([`SimConfig::checkin_gap`]: a
+    /// check-in held for the gap, then a pause as long, from its first check-in or from the
+    /// one after a check-in that brought a bundle).
+    pub(super) fn cycle(&self, job: u32, now: u64) -> Cycle {
+        let gap = self.config.checkin_gap.map(|gap| gap.as_millis() as u64);
+        Cycle::at(gap, self.jobs[job as usize].checkins_from, now)
     }
 
-    /// When the check-in `job`'s worker is in at `now` ends, if it is in one: `cl-worker`
-    /// looks at its idle time between check-ins, so an idle exit waits for it.
-    pub(super) fn in_checkin_until(&self, job: u32, now: u64) -> Option<u64> {
-        let gap = self.config.checkin_gap?.as_millis() as u64;
-        let from = self.jobs[job as usize].checkins_from;
-        let into = now.checked_sub(from)? % (2 * gap).max(1);
-        (into < gap).then(|| now + gap - into)
+    /// Serves at `at` (once, however many ask for that instant).
+    pub(super) fn serve_at(&mut self, at: u64) {
+        if self.serves.insert(at) {
+            self.schedule(at, super::SERVE, 0, 0);
+        }
     }
 
     /// What is free on `job`'s worker, as the server counts it.
@@ -168,6 +193,33 @@ impl Sim<'_> {
             manager: ROOT.to_owned(),
             quota_left,
             group_shared: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cycle;
+
+    #[test]
+    fn a_worker_listens_for_the_gap_then_pauses_as_long() {
+        use Cycle::{Always, Before, In};
+        let cases = [
+            // (gap, from, now, position)
+            (None, 10, 0, Always),
+            (Some(0), 10, 0, Before { next: 10 }),
+            (Some(0), 10, 12, Always),
+            (Some(5), 10, 3, Before { next: 10 }),
+            (Some(5), 10, 10, In { until: 15 }),
+            (Some(5), 10, 14, In { until: 15 }),
+            (Some(5), 10, 15, Before { next: 20 }),
+            (Some(5), 10, 19, Before { next: 20 }),
+            (Some(5), 10, 20, In { until: 25 }),
+            (Some(5), 10, 1_003, In { until: 1_005 }),
+            (Some(5), 10, 1_007, Before { next: 1_010 }),
+        ];
+        for (gap, from, now, position) in cases {
+            assert_eq!(Cycle::at(gap, from, now), position, "{gap:?} {from} {now}");
         }
     }
 }
