@@ -27,6 +27,27 @@ use std::time::Duration;
 /// starting `cl-worker`. A worker that checked in once is never lost.
 pub const DEFAULT_CHECKIN_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// How long CodaLab 1.7.5 keeps a worker that ended on its list: 60 s after its last
+/// check-in (`cl-bundle-manager --worker-timeout-seconds`' default). A `cl-worker` never
+/// checks out, so one that exits stays listed, and the server offers it bundles meanwhile:
+/// each round that does (about 9 s apart, each offer timing out) starts nothing, though live
+/// workers with room are checking in (the bundle manager's log, BENCH.md's `advise` section).
+/// The `advise` replay models it ([`crate::simulate::SimConfig::ghost`]); the manager counts
+/// the room of such a worker of a pool whose workers outlive it ([`outlives_the_listing`]).
+pub const SERVER_FORGETS_AFTER: Duration = Duration::from_secs(60);
+
+/// Whether a worker that waits `idle_seconds` for a run before it exits, launched once
+/// another has exited, is still up when the server forgets that one ([`SERVER_FORGETS_AFTER`]):
+/// then the manager launches for the bundles the listed worker would be offered at once, and
+/// the new worker takes them once it is forgotten. A worker that idles out sooner would exit
+/// unused (the server offers the listed one every bundle first) and be listed in its turn:
+/// the `advise` bench of 2026-11-30 ran so at 30 s, and 5 of its 12 workers ran nothing. So
+/// for such a pool a listed worker's room is counted, as the server counts it, until it is
+/// forgotten, and the launch comes then.
+pub fn outlives_the_listing(idle_seconds: u64) -> bool {
+    Duration::from_secs(idle_seconds) >= SERVER_FORGETS_AFTER
+}
+
 /// Length of a launch's unique id (`uuid::Uuid::simple`).
 const UNIQUE_LEN: usize = 32;
 
@@ -161,6 +182,11 @@ impl CheckinView {
             .into_iter()
             .filter_map(launch_unique)
             .find_map(|unique| self.by_unique.get(unique).map(|&i| &self.workers[i]))
+    }
+
+    /// Whether the view lists a worker whose id ends in launch unique `unique`.
+    pub fn lists(&self, unique: &str) -> bool {
+        self.by_unique.contains_key(unique)
     }
 
     /// Workers in the view (those with a launch unique).

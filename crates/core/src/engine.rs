@@ -24,11 +24,11 @@
 
 use crate::backend::{JobState, PendingKind, WorkerJob};
 use crate::budget::{BudgetLimits, BudgetStatus};
-use crate::checkin::{CheckedInWorker, CheckinView};
+use crate::checkin::{CheckedInWorker, CheckinView, outlives_the_listing};
 use crate::codalab::UserIdentity;
 use crate::pools::{Need, PoolPolicy, PoolsObservation};
 use crate::status::{FailureRecord, TickEvent};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -235,7 +235,11 @@ impl Engine {
             let group = r.pool.worker.group.as_deref();
             group.is_some_and(|g| !g.is_empty())
         });
-        observed.pools.server = self.server.view(identity, workers, group_shared, now);
+        let ended: FxHashSet<&str> = (self.pools.iter())
+            .filter(|runtime| outlives_the_listing(runtime.pool.worker.idle_seconds))
+            .flat_map(|runtime| runtime.checkins.ended())
+            .collect();
+        observed.pools.server = (self.server).view(identity, workers, &ended, group_shared, now);
         observed.pools.times = (self.pools.iter())
             .map(|runtime| self.estimates.times(runtime, now, self.tick))
             .collect();

@@ -253,6 +253,7 @@ const OTHERS: &[(&str, &str)] = &[
     ("--request-gpus", "cl run"),
     ("--request-queue", "cl run"),
     ("--parallel-run-quota", "cl uedit"),
+    ("--worker-timeout-seconds", "cl-bundle-manager"),
     ("--comment", "sbatch"),
     ("--gres", "sbatch"),
     ("--export", "sbatch"),

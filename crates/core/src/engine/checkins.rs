@@ -1,7 +1,15 @@
 //! What the manager remembers of its workers' check-ins between ticks: the last view of the
 //! server's workers (`GET /rest/workers/info`, kept when a call fails) and since when the views
 //! have been fresh, and per pool when each job's worker was last listed, which workers ever
-//! checked in and which vanished (noted once).
+//! checked in and which vanished (noted once), and which ended while the server still lists
+//! them.
+//!
+//! CodaLab 1.7.5's `cl-worker` never checks out: one that exits (idle, or its job ended) stays
+//! in the server's list until the server forgets it, 60 s after its last check-in by default
+//! (`_cleanup_dead_workers`). Its room is gone with it, so [`CheckinMemory::ended`] names it,
+//! and where a new worker would outlive that minute
+//! ([`crate::checkin::outlives_the_listing`]) the dispatch model leaves it out: bundles staged
+//! in that minute are planned on launches, not on a worker that will never take them.
 
 use crate::backend::WorkerJob;
 use crate::checkin::{CheckinView, JobCheckin, JobTimes, Sighting, job_checkin, launch_unique};
@@ -68,6 +76,11 @@ pub(crate) struct CheckinMemory {
     checked_in_before: FxHashSet<String>,
     /// Jobs whose worker vanished from the server's list, already noted.
     vanished: FxHashSet<String>,
+    /// The launch unique of each live job whose worker checked in.
+    unique: FxHashMap<String, String>,
+    /// The launch uniques of workers that checked in and whose job then ended, while the
+    /// server's last fresh view lists them.
+    ended: FxHashSet<String>,
 }
 
 /// What a fresh view showed of a pool's jobs.
@@ -80,8 +93,17 @@ pub(crate) struct CheckinNews {
 }
 
 impl CheckinMemory {
-    /// Forgets jobs no longer listed by the platform.
-    pub fn retain(&mut self, listed: &FxHashSet<&str>) {
+    /// Forgets jobs no longer listed by the platform; those no longer `live` whose worker
+    /// checked in have ended.
+    pub fn retain(&mut self, listed: &FxHashSet<&str>, live: &FxHashSet<&str>) {
+        let ended = &mut self.ended;
+        self.unique.retain(|id, unique| {
+            let alive = live.contains(id.as_str());
+            if !alive {
+                ended.insert(std::mem::take(unique));
+            }
+            alive
+        });
         self.last_seen.retain(|id, _| listed.contains(id.as_str()));
         self.checked_in_before
             .retain(|id| listed.contains(id.as_str()));
@@ -91,9 +113,13 @@ impl CheckinMemory {
     /// Takes in a fresh `view` of the server's workers for `jobs` (capacity jobs only) at `now`.
     pub fn take(&mut self, view: &CheckinView, jobs: &[WorkerJob], now: Duration) -> CheckinNews {
         let mut news = CheckinNews::default();
+        self.ended.retain(|unique| view.lists(unique));
         for job in jobs.iter().filter(|j| j.state.is_capacity()) {
-            let listed = view.worker_of(&job.id, &job.name).is_some();
-            match (listed, self.ever_checked_in(&job.id)) {
+            let worker = view.worker_of(&job.id, &job.name);
+            if let Some(unique) = worker.and_then(|w| launch_unique(&w.worker_id)) {
+                self.note_unique(&job.id, unique);
+            }
+            match (worker.is_some(), self.ever_checked_in(&job.id)) {
                 (true, _) => {
                     if !self.last_seen.contains_key(&job.id) {
                         news.first_checkins.push(job.id.clone());
@@ -112,12 +138,29 @@ impl CheckinMemory {
         news
     }
 
-    /// Notes that the worker of job `id` checked in before this process saw it (the launch
+    /// Notes that the worker of `job` checked in before this process saw it (the launch
     /// record says so).
-    pub fn note_checked_in_before(&mut self, id: &str) {
-        if !self.checked_in_before.contains(id) {
-            self.checked_in_before.insert(id.to_owned());
+    pub fn note_checked_in_before(&mut self, job: &WorkerJob) {
+        if !self.checked_in_before.contains(&job.id) {
+            self.checked_in_before.insert(job.id.clone());
         }
+        if let Some(unique) = launch_unique(&job.id).or_else(|| launch_unique(&job.name)) {
+            self.note_unique(&job.id, unique);
+        }
+    }
+
+    /// Notes that live job `id`'s worker has launch unique `unique` (so it has not ended).
+    fn note_unique(&mut self, id: &str, unique: &str) {
+        if !self.unique.contains_key(id) {
+            self.unique.insert(id.to_owned(), unique.to_owned());
+            self.ended.remove(unique);
+        }
+    }
+
+    /// The launch uniques of workers that checked in and whose job has since ended, while the
+    /// server still lists them: they take no bundle, whatever room the list gives them.
+    pub fn ended(&self) -> impl Iterator<Item = &str> {
+        self.ended.iter().map(String::as_str)
     }
 
     /// Whether the worker of job `id` ever checked in, as far as the manager knows.
@@ -214,6 +257,44 @@ mod tests {
             memory.job_checkin(stale_listed, &job, Some(secs(0)), secs(10)),
             JobCheckin::CheckedIn { .. }
         ));
+    }
+
+    #[test]
+    fn a_worker_whose_job_ended_is_named_while_the_server_lists_it() {
+        let job = WorkerJob::new(format!("cl-worker-{U}"), JobState::Active);
+        let id = job.id.as_str();
+        let never = WorkerJob::new(
+            "cl-worker-fedcba9876543210fedcba9876543210",
+            JobState::Active,
+        );
+        let jobs = vec![job.clone(), never.clone()];
+        let listed = view(&[&format!("host-{U}")]);
+        let mut memory = CheckinMemory::default();
+        let ended = |m: &CheckinMemory| m.ended().map(str::to_owned).collect::<Vec<_>>();
+        let (both, one) = (
+            FxHashSet::from_iter([id, never.id.as_str()]),
+            FxHashSet::from_iter([id]),
+        );
+        memory.take(&listed, &jobs, Duration::ZERO);
+        memory.retain(&both, &both);
+        assert!(ended(&memory).is_empty(), "live");
+        // Listed once more as ended, then gone; the one that never checked in is not named.
+        memory.retain(&both, &FxHashSet::default());
+        memory.retain(&one, &FxHashSet::default());
+        assert_eq!(ended(&memory), [U]);
+        memory.take(&listed, &[], Duration::ZERO);
+        assert_eq!(ended(&memory), [U], "still listed");
+        memory.take(&view(&[]), &[], Duration::ZERO);
+        assert!(
+            ended(&memory).is_empty(),
+            "forgotten with the server's list"
+        );
+        // A job missing from one listing and back (a platform's hiccup) is live again.
+        memory.take(&listed, &jobs, Duration::ZERO);
+        memory.retain(&FxHashSet::default(), &FxHashSet::default());
+        assert_eq!(ended(&memory), [U]);
+        memory.take(&listed, &jobs, Duration::ZERO);
+        assert!(ended(&memory).is_empty(), "back");
     }
 
     #[test]

@@ -231,7 +231,7 @@ impl PoolRuntime {
         self.seen_active.retain(|id| listed.contains(id.as_str()));
         self.active_since
             .retain(|id, _| listed.contains(id.as_str()));
-        self.checkins.retain(&listed);
+        self.checkins.retain(&listed, &live);
         self.record.forget_gone(&jobs, start + now);
         self.kept_noted.retain(|id| live.contains(id.as_str()));
         self.foreign_noted.retain(|id| live.contains(id.as_str()));
@@ -240,7 +240,7 @@ impl PoolRuntime {
         let mut news = ListingNews::default();
         for job in &jobs {
             if job.state.is_capacity() && self.record.checked_in(job) {
-                self.checkins.note_checked_in_before(&job.id);
+                self.checkins.note_checked_in_before(job);
             }
             self.note_foreign(job);
             match job.state {

@@ -8,11 +8,12 @@
 //! manager never read).
 
 use crate::bundle::StagedBundle;
-use crate::checkin::CheckedInWorker;
+use crate::checkin::{CheckedInWorker, launch_unique};
 use crate::codalab::UserIdentity;
 use crate::dispatch::{DEFAULT_REQUEST_MEMORY, Owners, Resources, ServerWorker};
 use crate::pools::{BundleOnWorker, ServerView};
 use rustc_hash::{FxHashMap, FxHashSet};
+use std::borrow::Cow;
 use std::time::Duration;
 
 /// How long the model may say a checked-in worker takes a bundle that the server has not
@@ -32,6 +33,8 @@ pub(crate) struct ServerMemory {
     launched_for: FxHashSet<String>,
     /// Why the last tick had no server view, as logged (each reason once in a row).
     fallback: Option<String>,
+    /// Listed workers whose job ended, already logged.
+    ended_noted: FxHashSet<String>,
     /// The memory each bundle read asks for, for the memory its run holds.
     requests: RunRequests,
 }
@@ -81,16 +84,21 @@ impl RunRequests {
 impl ServerMemory {
     /// The view for this tick, or `None` (logged once per reason) when the model cannot run:
     /// no identity, no worker list yet, or a worker entry without a field the model needs.
+    /// The workers listed whose launch unique is in `ended` (their job ended) are left out.
     pub fn view(
         &mut self,
         identity: Option<&UserIdentity>,
         workers: Option<&[CheckedInWorker]>,
+        ended: &FxHashSet<&str>,
         group_shared: bool,
         now: Duration,
     ) -> Option<ServerView> {
         self.requests.forget(workers.unwrap_or_default());
+        let workers = workers.map(|all| self.without_ended(all, ended));
         let requests = &self.requests;
-        match server_view(identity, workers, group_shared, &|w| requests.in_use(w)) {
+        match server_view(identity, workers.as_deref(), group_shared, &|w| {
+            requests.in_use(w)
+        }) {
             Ok(mut view) => {
                 if self.fallback.take().is_some() {
                     tracing::info!(
@@ -122,6 +130,31 @@ impl ServerMemory {
                 None
             }
         }
+    }
+
+    /// `workers` without those whose job ended (`ended`: their launch uniques), each logged
+    /// once: the server lists a worker that exited until it forgets it, and offers it
+    /// bundles it will never take.
+    fn without_ended<'w>(
+        &mut self,
+        workers: &'w [CheckedInWorker],
+        ended: &FxHashSet<&str>,
+    ) -> Cow<'w, [CheckedInWorker]> {
+        self.ended_noted
+            .retain(|unique| ended.contains(unique.as_str()));
+        if ended.is_empty() {
+            return Cow::Borrowed(workers);
+        }
+        let is_ended = |w: &CheckedInWorker| {
+            launch_unique(&w.worker_id).is_some_and(|unique| ended.contains(unique))
+        };
+        for worker in workers.iter().filter(|w| is_ended(w)) {
+            let unique = launch_unique(&worker.worker_id).unwrap_or_default();
+            if self.ended_noted.insert(unique.to_owned()) {
+                tracing::info!(worker = %worker.worker_id, "the server still lists this worker, whose job has ended (a worker never checks out; the server forgets it a minute after its last check-in): its room is not counted, and the bundles it would take are planned on launches");
+            }
+        }
+        Cow::Owned(workers.iter().filter(|w| !is_ended(w)).cloned().collect())
     }
 
     /// Notes the memory the bundles read this tick ask for.
@@ -252,6 +285,17 @@ mod tests {
         );
     }
 
+    /// `memory`'s view of `workers` for a root manager at `now`, no worker's job ended.
+    fn view_at(
+        memory: &mut ServerMemory,
+        workers: &[CheckedInWorker],
+        now: Duration,
+    ) -> ServerView {
+        let ended = FxHashSet::default();
+        let view = memory.view(Some(&identity(true)), Some(workers), &ended, false, now);
+        view.unwrap()
+    }
+
     #[test]
     fn a_placement_the_server_does_not_take_up_within_the_grace_is_overdue_while_read() {
         let mut memory = ServerMemory::default();
@@ -262,11 +306,7 @@ mod tests {
         }];
         let read: FxHashSet<&str> = ["0xa"].into_iter().collect();
         let at = Duration::from_secs;
-        let view = |memory: &mut ServerMemory, now| {
-            (memory.view(Some(&identity(true)), Some(&workers), false, now))
-                .unwrap()
-                .overdue
-        };
+        let view = |memory: &mut ServerMemory, now| view_at(memory, &workers, now).overdue;
         assert!(view(&mut memory, at(0)).is_empty());
         memory.take(&placed, &read, at(0));
         memory.take(&placed, &read, at(30));
@@ -292,11 +332,8 @@ mod tests {
         }];
         let read: FxHashSet<&str> = ["0xa"].into_iter().collect();
         let at = Duration::from_secs;
-        let launched_for = |memory: &mut ServerMemory, now| {
-            (memory.view(Some(&identity(true)), Some(&workers), false, now))
-                .unwrap()
-                .launched_for
-        };
+        let launched_for =
+            |memory: &mut ServerMemory, now| view_at(memory, &workers, now).launched_for;
         memory.take(&placed, &read, at(0));
         assert!(launched_for(&mut memory, at(60)).is_empty());
         memory.launched_for(&["0xa".to_owned()]);

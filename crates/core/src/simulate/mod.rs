@@ -126,7 +126,9 @@ pub struct SimConfig {
     /// worker 60 s after its last check-in (`worker_timeout_seconds`), a `cl-worker` that exits
     /// when idle does not say so, and meanwhile the server's dispatch offers it bundles, which
     /// wait for a later round (its log: "Socket message timeout"; the `advise` bench found
-    /// bursts after an idle exit waiting for that cleanup). The manager sees it listed too.
+    /// bursts after an idle exit waiting for that cleanup). The manager sees it listed too,
+    /// and counts its room unless the pool's workers outlive the listing
+    /// ([`crate::checkin::outlives_the_listing`]).
     /// `None`: a worker leaves the list when it ends (the default).
     pub ghost: Option<Duration>,
     /// A worker's check-ins, as `cl-worker` 1.7.5 makes them: it takes one bundle per

@@ -518,6 +518,49 @@ fn an_exited_workers_ghost_holds_the_next_bundle_until_the_server_forgets_it() {
     }
 }
 
+/// A pool whose workers wait longer for a run than the server lists an exited one
+/// ([`crate::checkin::outlives_the_listing`]) launches at once for a bundle that the listed
+/// worker would be offered, so the new worker boots while the server forgets it. Timeline
+/// (workers start in 50 s, idle 90 s): A runs 50–70 s on a worker that exits idle at 160 s;
+/// B arrives at 170 s; the ghost is gone at 220 s. Launched at 170 s, the new worker is up at
+/// 220 s and B starts then (50 s); launched when the ghost is gone, B would wait 100 s. At
+/// 30 s idle (a worker that would exit unused before the ghost goes) the launch waits.
+#[test]
+fn a_pool_whose_workers_outlive_the_listing_launches_while_an_exited_worker_is_listed() {
+    let workload = trace(&[(0.0, 20.0), (170.0, 20.0)]);
+    let b_waits = |idle: u64| {
+        let mut policy = pool("cpu", 5);
+        policy.min = 0;
+        let config = SimConfig {
+            start_latency: (Duration::from_secs(50), Duration::from_secs(50)),
+            worker_idle: Duration::from_secs(idle),
+            ghost: Some(Duration::from_secs(60)),
+            ..SimConfig::default()
+        };
+        let report = simulate(&workload, &[policy], &config).unwrap();
+        assert_eq!(report.pools[0].launches, 2, "idle {idle}");
+        report.total_wait.max_seconds.unwrap()
+    };
+    assert_eq!(b_waits(90), 50.0);
+    // At 30 s idle the pool counts the listed worker's room, as the server does: A's worker
+    // exits at 100 s, B arrives at 110 s, the launch comes when the ghost goes (160 s).
+    let late = trace(&[(0.0, 20.0), (110.0, 20.0)]);
+    let mut policy = pool("cpu", 5);
+    policy.min = 0;
+    let config = SimConfig {
+        start_latency: (Duration::from_secs(50), Duration::from_secs(50)),
+        worker_idle: Duration::from_secs(30),
+        ghost: Some(Duration::from_secs(60)),
+        ..SimConfig::default()
+    };
+    let report = simulate(&late, &[policy], &config).unwrap();
+    assert_eq!(
+        report.total_wait.max_seconds,
+        Some(100.0),
+        "B (110 s) waits for the ghost to go (160 s), then for a launch (+50 s)"
+    );
+}
+
 /// With `checkin_gap` a worker takes one bundle per check-in and a round ends at the first
 /// offer to a worker between check-ins. Timeline (gap 5 s): three 1-CPU bundles at 0 s, two
 /// 2-CPU workers active at 10 s. The first fills first: A at 10 s, B at its next check-in

@@ -28,6 +28,11 @@ async fn setup(bundles: u64) -> Setup {
 
 /// The setup with workers of `shape`.
 async fn setup_shaped(bundles: u64, shape: WorkerShape) -> Setup {
+    setup_with(bundles, shape, WorkerOptions::default().idle_seconds).await
+}
+
+/// The setup with workers of `shape` that exit after `idle_seconds` without a run.
+async fn setup_with(bundles: u64, shape: WorkerShape, idle_seconds: u64) -> Setup {
     let server = FakeCodaLab::start().await.unwrap();
     server.set_bundles((1..=bundles).map(|n| FakeBundle::new("alice", n)).collect());
     let client = crate::fixtures::alice_client(&server.url());
@@ -45,6 +50,7 @@ async fn setup_shaped(bundles: u64, shape: WorkerShape) -> Setup {
         backend: Arc::new(backend.clone()),
         worker: WorkerOptions {
             server: server.url(),
+            idle_seconds,
             ..WorkerOptions::default()
         },
     };
@@ -452,4 +458,62 @@ async fn a_forecast_whose_time_has_passed_means_any_moment_not_the_jobs_age() {
     assert!(due.text.contains("platform's forecast"), "{}", due.text);
     let startup = PoolPolicy::new("cpu", WorkerShape::from_flags(1, 0, 8192)).startup_grace;
     assert_eq!(due.seconds, Some(startup.as_secs()), "{}", due.text);
+}
+
+#[tokio::test]
+async fn a_listed_worker_whose_job_ended_gives_no_room_and_a_bundle_gets_a_launch() {
+    // CodaLab 1.7.5's `cl-worker` never checks out: one that idled out stays in the server's
+    // list, idle, until the server forgets it a minute later, and the server offers it bundles
+    // it never takes (the `advise` bench, BENCH.md #43). Workers that wait 600 s for a run
+    // (the default) outlive that minute: a bundle staged in it gets a launch at once, not
+    // when the list forgets the worker; a worker whose job is live keeps its room.
+    let mut s = setup(1).await;
+    s.manager.tick().await.unwrap();
+    let first = s.backend.jobs()[0].clone();
+    s.server.set_bundles(Vec::new());
+    s.server
+        .set_workers(vec![checked_in(&first.name, &["0x1"])]);
+    s.manager.tick().await.unwrap();
+    s.server.set_workers(vec![checked_in(&first.name, &[])]);
+    s.manager.tick().await.unwrap();
+    assert_eq!(s.backend.launches().len(), 1);
+
+    // Its job ends (an idle exit); the server still lists it, idle, when a bundle is staged.
+    s.backend
+        .set_state(&first.id, codalab_wm_core::backend::JobState::Ended);
+    s.server.set_bundles(vec![FakeBundle::new("alice", 2)]);
+    let report = s.manager.tick().await.unwrap();
+    assert_eq!(report.launched.len(), 1, "{:?}", report.estimates);
+
+    // The new worker checks in, idle, beside the ghost: the next bundle fits it, no launch.
+    let second = (s.backend.jobs().into_iter())
+        .find(|job| job.id != first.id)
+        .unwrap();
+    s.server.set_workers(vec![
+        checked_in(&first.name, &[]),
+        checked_in(&second.name, &[]),
+    ]);
+    let report = s.manager.tick().await.unwrap();
+    assert!(report.launched.is_empty(), "{:?}", report.estimates);
+}
+
+#[tokio::test]
+async fn a_listed_worker_whose_job_ended_keeps_its_room_where_a_new_one_would_idle_out_first() {
+    // Workers that wait 30 s for a run would exit unused while the server still offers the
+    // listed one every bundle (the `advise` bench of 2026-11-30: 5 of 12 ran nothing), so the
+    // pool counts its room, as the server does, until the list forgets it.
+    let mut s = setup_with(1, WorkerShape::from_flags(1, 0, 8192), 30).await;
+    s.manager.tick().await.unwrap();
+    let first = s.backend.jobs()[0].clone();
+    s.server.set_bundles(Vec::new());
+    s.server.set_workers(vec![checked_in(&first.name, &[])]);
+    s.manager.tick().await.unwrap();
+    s.backend
+        .set_state(&first.id, codalab_wm_core::backend::JobState::Ended);
+    s.server.set_bundles(vec![FakeBundle::new("alice", 2)]);
+    let report = s.manager.tick().await.unwrap();
+    assert!(report.launched.is_empty(), "{:?}", report.estimates);
+    s.server.set_workers(Vec::new());
+    let report = s.manager.tick().await.unwrap();
+    assert_eq!(report.launched.len(), 1, "once the server forgets it");
 }

@@ -93,20 +93,21 @@ const TARGET_SHARE: f64 = 0.5;
 /// A run's deadline after its last burst.
 const DRAIN: Duration = Duration::from_secs(600);
 
-/// `bench-harness advise-real [--reuse RECORDED_DIR ADVISED_DIR]`: only this section, merged
+/// `bench-harness advise-real [--reuse RECORDED_DIR [ADVISED_DIR]]`: only this section, merged
 /// into the results of the last full run (the other sections keep their figures). `--reuse`
-/// reads the histories two earlier runs left (their directories under
-/// `target/bench/advise-real/`) and asks `advise` again, without running anything real: for a
-/// change of `advise` alone, when the advised settings it names are still those the advised
-/// run ran with (else it says so and stops).
+/// reads the histories earlier runs left (their directories under
+/// `target/bench/advise-real/`) and asks `advise` again: with both, without running anything
+/// real (for a change of `advise` alone, when the advised settings it names are still those
+/// the advised run ran with, else it says so and stops); with the recorded run's alone, the
+/// advised settings are run for real.
 pub fn only(args: &[String]) -> Result<()> {
     if args.iter().any(|a| a == "--quick") {
         bail!("advise-real has no --quick: it takes about 25 minutes of real bundles");
     }
     let reuse = match args.iter().position(|a| a == "--reuse") {
         Some(at) => match (args.get(at + 1), args.get(at + 2)) {
-            (Some(a), Some(b)) => Some((PathBuf::from(a), PathBuf::from(b))),
-            _ => bail!("--reuse RECORDED_DIR ADVISED_DIR"),
+            (Some(a), b) => Some((PathBuf::from(a), b.map(PathBuf::from))),
+            _ => bail!("--reuse RECORDED_DIR [ADVISED_DIR]"),
         },
         None => None,
     };
@@ -122,7 +123,7 @@ pub fn measure_all(quick: bool) -> Result<Vec<Value>> {
 }
 
 /// The two runs (or, with `reuse`, their histories) and the rows.
-fn measure(reuse: Option<(PathBuf, PathBuf)>) -> Result<Vec<Value>> {
+fn measure(reuse: Option<(PathBuf, Option<PathBuf>)>) -> Result<Vec<Value>> {
     if let Some(missing) = real_run::missing_service_of(&["codalab", "docker"]) {
         bail!("the advise section needs {missing}");
     }
@@ -150,8 +151,8 @@ fn measure(reuse: Option<(PathBuf, PathBuf)>) -> Result<Vec<Value>> {
     let point = &advice["points"][index];
     let advised = with_changes(&settings, &point["changes"])?;
     let second = match &reuse {
-        Some((_, dir)) => Outcome::read(dir)?.ran_with(&advised)?,
-        None => Run::new("advised")?.run(&advised)?,
+        Some((_, Some(dir))) => Outcome::read(dir)?.ran_with(&advised)?,
+        _ => Run::new("advised")?.run(&advised)?,
     };
     let mut row = compare(
         "advised settings, run again",
@@ -396,6 +397,7 @@ fn with_changes(settings: &[(String, String)], changes: &Value) -> Result<Vec<(S
             Some("idle_seconds") => ("--worker-idle-seconds", &change["seconds"]),
             Some("max") => ("--max-workers", &change["workers"]),
             Some("min") => ("--min-workers", &change["workers"]),
+            Some("burst") => ("--max-launches-per-tick", &change["launches"]),
             other => bail!("a change this bench cannot make: {other:?}"),
         };
         let value = value

@@ -9,10 +9,7 @@ use crate::pools::PoolPolicy;
 use crate::simulate::SimConfig;
 use std::time::Duration;
 
-/// How long CodaLab 1.7.5 keeps a worker that ended on its list (`worker_timeout_seconds`,
-/// 60 s after its last check-in), offering it bundles meanwhile: the replay models it
-/// ([`SimConfig::ghost`]), as the real server ran the history.
-pub const SERVER_FORGETS_AFTER: Duration = Duration::from_secs(60);
+pub use crate::checkin::SERVER_FORGETS_AFTER;
 
 /// How long after a check-in that brought it a bundle a `cl-worker` 1.7.5 checks in for the
 /// next (`--checkin-frequency-seconds`' default): one bundle per check-in, the replay models

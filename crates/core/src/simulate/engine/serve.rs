@@ -12,7 +12,9 @@
 //! the 6 spells with one listed went so, round after round about 9 s apart, though new
 //! workers with room were checking in) ends the round, and nothing after it starts. So one
 //! worker fills before the next starts one, a run every check-in (5.4–7.8 s apart), and a
-//! listed ghost holds every bundle until the server forgets it.
+//! listed ghost holds every bundle until the server forgets it. (In a run where the manager
+//! launched at once, two workers that checked in 4 s after the burst took nothing in the
+//! 50 s the server still listed an exited worker, and idled out: 2026-11-30 15:01, its log.)
 
 use super::{Job, Phase, ROOT, Sim, bundle_of};
 use crate::command::checkin_id;
