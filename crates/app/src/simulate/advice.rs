@@ -203,40 +203,70 @@ fn nearest(advice: &Advice) -> &Point {
     found.unwrap_or(advice.replayed())
 }
 
-/// The replay against what happened.
+/// The replay against what happened, and how far the replay moves with its random draws.
 fn trust(advice: &Advice) -> String {
     let (happened, replayed) = (&advice.recorded, &advice.replayed().figures);
+    let spread = &advice.spread;
     let wait = |s: Option<f64>| s.map_or("—".to_owned(), human);
-    let mut rows = vec![vec![String::new(), "happened".into(), "replayed".into()]];
-    rows.push(vec![
-        "wait p50".into(),
-        wait(happened.wait_p50_seconds),
-        wait(replayed.wait_p50_seconds),
-    ]);
-    rows.push(vec![
-        "wait p90".into(),
-        wait(happened.wait_p90_seconds),
-        wait(replayed.wait_p90_seconds),
-    ]);
+    let span = |least: String, most: String| match least == most {
+        true => least,
+        false => format!("{least}–{most}"),
+    };
+    let draws = format!("{} replays", spread.draws);
+    let mut rows = vec![vec![
+        String::new(),
+        "happened".into(),
+        "replayed".into(),
+        draws,
+    ]];
+    type Wait = fn(&Figures) -> Option<f64>;
+    let waits: [(&str, Wait); 2] = [
+        ("wait p50", |f| f.wait_p50_seconds),
+        ("wait p90", |f| f.wait_p90_seconds),
+    ];
+    for (name, of) in waits {
+        rows.push(vec![
+            name.into(),
+            wait(of(happened)),
+            wait(of(replayed)),
+            span(wait(of(&spread.least)), wait(of(&spread.most))),
+        ]);
+    }
+    let one = |v: f64| format!("{v:.1}");
     rows.push(vec![
         "worker-hours a day".into(),
-        format!("{:.1}", happened.worker_hours_per_day),
-        format!("{:.1}", replayed.worker_hours_per_day),
+        one(happened.worker_hours_per_day),
+        one(replayed.worker_hours_per_day),
+        span(
+            one(spread.least.worker_hours_per_day),
+            one(spread.most.worker_hours_per_day),
+        ),
     ]);
     if let (Some(a), Some(b)) = (happened.cost_per_day, replayed.cost_per_day) {
+        let two = |v: Option<f64>| v.map_or("—".to_owned(), |v| format!("{v:.2}"));
         rows.push(vec![
             "cost a day".into(),
             format!("{a:.2}"),
             format!("{b:.2}"),
+            span(
+                two(spread.least.cost_per_day),
+                two(spread.most.cost_per_day),
+            ),
         ]);
     }
     rows.push(vec![
         "launches a day".into(),
-        format!("{:.1}", happened.launches_per_day),
-        format!("{:.1}", replayed.launches_per_day),
+        one(happened.launches_per_day),
+        one(replayed.launches_per_day),
+        span(
+            one(spread.least.launches_per_day),
+            one(spread.most.launches_per_day),
+        ),
     ]);
-    let mut out = String::from(
-        "\nHow far to trust it: the settings in force replayed, against what happened\n",
+    let mut out = format!(
+        "\nHow far to trust it: the settings in force replayed, against what happened\n  (the \
+         last column: the least and most of {} replays, each drawing its own start times)\n",
+        spread.draws
     );
     for line in table(&rows).lines() {
         let _ = writeln!(out, "  {line}");

@@ -33,6 +33,10 @@ use std::time::Duration;
 /// Points swept in a full grid at most; beyond, one knob at a time.
 pub const MAX_GRID: usize = 96;
 
+/// Replays of the settings in force, each with its own random draws (start times, failures),
+/// whose least and most figures say how far the replay moves with them ([`Spread`]).
+pub const REPLAY_DRAWS: u32 = 8;
+
 /// What the admin asks for.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Ask {
@@ -88,6 +92,43 @@ impl Figures {
 
     fn p90(&self) -> f64 {
         self.wait_p90_seconds.unwrap_or(f64::INFINITY)
+    }
+}
+
+/// How far the replay's figures move with its random draws: each figure's least and most
+/// over [`REPLAY_DRAWS`] replays of the settings in force, the first the replay shown.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Spread {
+    /// Replays run.
+    pub draws: u32,
+    /// The least of each figure.
+    pub least: Figures,
+    /// The most of each figure.
+    pub most: Figures,
+}
+
+impl Spread {
+    /// The spread of `draws`' figures.
+    fn of(draws: &[Figures]) -> Self {
+        let pick = |f: fn(&Figures) -> Option<f64>, most: bool| {
+            let values = draws.iter().filter_map(f);
+            match most {
+                true => values.reduce(f64::max),
+                false => values.reduce(f64::min),
+            }
+        };
+        let figures = |most: bool| Figures {
+            wait_p50_seconds: pick(|f| f.wait_p50_seconds, most),
+            wait_p90_seconds: pick(|f| f.wait_p90_seconds, most),
+            worker_hours_per_day: pick(|f| Some(f.worker_hours_per_day), most).unwrap_or(0.0),
+            cost_per_day: pick(|f| f.cost_per_day, most),
+            launches_per_day: pick(|f| Some(f.launches_per_day), most).unwrap_or(0.0),
+        };
+        Spread {
+            draws: draws.len() as u32,
+            least: figures(false),
+            most: figures(true),
+        }
     }
 }
 
@@ -181,6 +222,8 @@ pub struct Advice {
     pub recorded: Figures,
     /// The points; the first is the settings in force (the replay).
     pub points: Vec<Point>,
+    /// How far the replay moves with its random draws.
+    pub spread: Spread,
     /// How the recommendation was chosen.
     pub goal: Goal,
     /// The recommended point, if one meets what was asked.
@@ -243,10 +286,14 @@ pub fn advise(
     let (policies, config, mut gaps) = calibrate::calibrate(recorded, policies, config);
     let policies = &policies[..];
     let grid = grid(policies, &config);
-    let runs = run_all(recorded, policies, &config, &grid)?;
+    let mut runs = run_all(recorded, policies, &config, &grid)?;
+    let draws = runs.split_off(grid.len());
     gaps.unrunnable = runs.first().map_or(0, |replay| replay.unrunnable);
     let priced = policies.iter().any(|p| p.cost_per_hour.is_some());
     let days = recorded.days();
+    let replays: Vec<Figures> = (runs.first().into_iter().chain(&draws))
+        .map(|report| figures(report, days))
+        .collect();
     let mut points: Vec<Point> = (grid.into_iter().zip(runs))
         .map(|(changes, report)| Point {
             figures: figures(&report, days),
@@ -263,6 +310,7 @@ pub fn advise(
         priced,
         recorded: recorded_figures(recorded, policies),
         points,
+        spread: Spread::of(&replays),
         goal,
         recommended,
         gaps,
@@ -408,7 +456,8 @@ pub fn scaled(budget: BudgetLimits, factor: f64) -> BudgetLimits {
     }
 }
 
-/// Simulates every point, on every core.
+/// Simulates every point, then the settings in force again under the next
+/// [`REPLAY_DRAWS`]` - 1` seeds (after the points, in that order), on every core.
 fn run_all(
     recorded: &Recorded,
     policies: &[PoolPolicy],
@@ -416,18 +465,24 @@ fn run_all(
     grid: &[Vec<Knob>],
 ) -> Result<Vec<SimReport>, SimError> {
     use std::sync::atomic::{AtomicUsize, Ordering};
+    let runs = grid.len() + REPLAY_DRAWS as usize - 1;
     let next = AtomicUsize::new(0);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let results = std::sync::Mutex::new((0..grid.len()).map(|_| None).collect::<Vec<_>>());
+    let results = std::sync::Mutex::new((0..runs).map(|_| None).collect::<Vec<_>>());
     std::thread::scope(|scope| {
-        for _ in 0..threads.min(grid.len()) {
+        for _ in 0..threads.min(runs) {
             scope.spawn(|| {
                 loop {
                     let index = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(changes) = grid.get(index) else {
+                    if index >= runs {
                         break;
+                    }
+                    let (changes, draw) = match grid.get(index) {
+                        Some(changes) => (&changes[..], 0),
+                        None => (&[][..], (index + 1 - grid.len()) as u64),
                     };
-                    let (policies, config) = apply(changes, policies, config);
+                    let (policies, mut config) = apply(changes, policies, config);
+                    config.seed = config.seed.wrapping_add(draw);
                     let report = simulate(&recorded.workload, &policies, &config);
                     let mut results = results.lock().unwrap_or_else(|p| p.into_inner());
                     results[index] = Some(report);

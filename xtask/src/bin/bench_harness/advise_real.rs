@@ -137,13 +137,22 @@ fn measure(reuse: Option<(PathBuf, Option<PathBuf>)>) -> Result<Vec<Value>> {
     let target = first.recorded.wait.p90_seconds.unwrap_or(60.0) * TARGET_SHARE;
     let advice = first.advise(&settings, target)?;
     let replay = &advice["points"][0]["figures"];
-    let mut rows = vec![compare(
+    let mut replayed = compare(
         "replay of the settings it ran with",
         &first,
         replay,
         &settings,
         0.10,
-    )];
+    );
+    let spread = &advice["spread"];
+    let seconds = first.recorded.days() * 3600.0;
+    let of = |end: &str, key: &str, scale: f64| spread[end][key].as_f64().map(|v| v * scale);
+    replayed["spread"] = json!({
+        "draws": spread["draws"],
+        "wait_p90_s": [of("least", "wait_p90_seconds", 1.0), of("most", "wait_p90_seconds", 1.0)],
+        "worker_seconds": [of("least", "worker_hours_per_day", seconds), of("most", "worker_hours_per_day", seconds)],
+    });
+    let mut rows = vec![replayed];
     let (index, how) = match advice["recommended"].as_u64() {
         Some(index) => (index as usize, "recommended"),
         None => (nearest(&advice), "nearest (none met the target)"),
@@ -490,6 +499,24 @@ pub fn render(out: &mut String, results: &Value) {
             pct("worker_seconds_error"),
             if met { "met" } else { "not met" },
             row["target"].as_f64().unwrap_or(0.0) * 100.0,
+        );
+    }
+    if let Some(spread) = rows.first().map(|r| &r["spread"]).filter(|s| s.is_object()) {
+        let range = |key: &str| {
+            let end = |i: usize| {
+                spread[key][i]
+                    .as_f64()
+                    .map_or("—".into(), |v| format!("{v:.0}"))
+            };
+            format!("{}–{}", end(0), end(1))
+        };
+        let _ = writeln!(
+            out,
+            "\nThe recorded run replayed {} times, each drawing its own start times: wait p90 {} s, \
+             worker-seconds {}.",
+            spread["draws"],
+            range("wait_p90_s"),
+            range("worker_seconds"),
         );
     }
     if let (Some(first), Some(second)) = (rows.first(), rows.get(1)) {

@@ -100,13 +100,18 @@ fn a_history_is_read_with_its_figures_and_gaps() {
     );
 }
 
-#[test]
-fn the_replay_is_first_and_a_wait_target_is_met_at_the_least_cost() {
-    let recorded = Recorded::parse(&history(6, 8)).unwrap();
+/// Six hours of history (bursts of 8), replayed with workers that idle 600 s.
+fn six_hours() -> (Recorded, SimConfig) {
     let config = SimConfig {
         worker_idle: Duration::from_secs(600),
         ..SimConfig::default()
     };
+    (Recorded::parse(&history(6, 8)).unwrap(), config)
+}
+
+#[test]
+fn the_replay_is_first_and_a_wait_target_is_met_at_the_least_cost() {
+    let (recorded, config) = six_hours();
     let ask = Ask {
         p90: Some(Duration::from_secs(120)),
         max_cost_per_day: None,
@@ -133,6 +138,61 @@ fn the_replay_is_first_and_a_wait_target_is_met_at_the_least_cost() {
             .iter()
             .any(|k| matches!(k, Knob::Max { workers: 8, .. })),
         "8 bundles at once need max 8: {best:?}"
+    );
+}
+
+/// The replay's spread: each figure's least and most over the replays with other seeds,
+/// the replay shown among them, and wider than one draw where start times vary.
+#[test]
+fn the_replay_says_how_far_its_figures_move_with_its_draws() {
+    let (recorded, config) = six_hours();
+    let advice = advise(&recorded, &[pool(4)], &config, Ask::default()).unwrap();
+    let (spread, shown) = (advice.spread, advice.replayed().figures);
+    assert_eq!(spread.draws, REPLAY_DRAWS);
+    let within = |least: f64, value: f64, most: f64| least <= value && value <= most;
+    let p90 = |f: &Figures| f.wait_p90_seconds.unwrap();
+    assert!(
+        within(p90(&spread.least), p90(&shown), p90(&spread.most)),
+        "{spread:?}"
+    );
+    let hours = |f: &Figures| f.worker_hours_per_day;
+    assert!(within(
+        hours(&spread.least),
+        hours(&shown),
+        hours(&spread.most)
+    ));
+    assert!(
+        p90(&spread.least) < p90(&spread.most),
+        "the draws differ: {spread:?}"
+    );
+
+    let one = Figures {
+        wait_p90_seconds: Some(10.0),
+        worker_hours_per_day: 2.0,
+        ..Figures::default()
+    };
+    let other = Figures {
+        wait_p90_seconds: Some(30.0),
+        worker_hours_per_day: 1.0,
+        cost_per_day: Some(5.0),
+        ..Figures::default()
+    };
+    let spread = Spread::of(&[one, other]);
+    assert_eq!(spread.draws, 2);
+    assert_eq!(
+        (spread.least.wait_p90_seconds, spread.most.wait_p90_seconds),
+        (Some(10.0), Some(30.0))
+    );
+    assert_eq!(
+        (
+            spread.least.worker_hours_per_day,
+            spread.most.worker_hours_per_day
+        ),
+        (1.0, 2.0)
+    );
+    assert_eq!(
+        (spread.least.cost_per_day, spread.most.wait_p50_seconds),
+        (Some(5.0), None)
     );
 }
 
