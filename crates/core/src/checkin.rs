@@ -32,8 +32,9 @@ pub const DEFAULT_CHECKIN_TIMEOUT: Duration = Duration::from_secs(300);
 /// checks out, so one that exits stays listed, and the server offers it bundles meanwhile:
 /// each round that does (about 9 s apart, each offer timing out) starts nothing, though live
 /// workers with room are checking in (the bundle manager's log, BENCH.md's `advise` section).
-/// The `advise` replay models it ([`crate::simulate::SimConfig::ghost`]); the manager counts
-/// the room of such a worker of a pool whose workers outlive it ([`outlives_the_listing`]).
+/// The `advise` replay models it ([`crate::simulate::SimConfig::ghost`]); the manager leaves
+/// such a worker's room out where its pool's workers outlive the listing
+/// ([`outlives_the_listing`]).
 pub const SERVER_FORGETS_AFTER: Duration = Duration::from_secs(60);
 
 /// Whether a worker that waits `idle_seconds` for a run before it exits, launched once
