@@ -153,6 +153,12 @@ pub fn launch_unique(id: &str) -> Option<&str> {
         .then_some(tail)
 }
 
+/// The launch unique `job`'s id or name ends with (the id's first: on some platforms only
+/// the name carries it).
+pub(crate) fn unique_of(job: &crate::backend::WorkerJob) -> Option<&str> {
+    launch_unique(&job.id).or_else(|| launch_unique(&job.name))
+}
+
 /// The server's workers, by the launch unique their id ends with (others are left out).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CheckinView {

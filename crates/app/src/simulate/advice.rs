@@ -207,62 +207,55 @@ fn nearest(advice: &Advice) -> &Point {
 fn trust(advice: &Advice) -> String {
     let (happened, replayed) = (&advice.recorded, &advice.replayed().figures);
     let spread = &advice.spread;
-    let wait = |s: Option<f64>| s.map_or("—".to_owned(), human);
-    let span = |least: String, most: String| match least == most {
-        true => least,
-        false => format!("{least}–{most}"),
-    };
-    let draws = format!("{} replays", spread.draws);
+    // Each figure: its name, how it is read and shown, and whether it is shown only when both
+    // what happened and the replay have it (cost: only where a pool has a price).
+    type Row = (
+        &'static str,
+        fn(&Figures) -> Option<f64>,
+        fn(f64) -> String,
+        bool,
+    );
+    let tenths: fn(f64) -> String = |v| format!("{v:.1}");
+    let figures: [Row; 5] = [
+        ("wait p50", |f| f.wait_p50_seconds, human, false),
+        ("wait p90", |f| f.wait_p90_seconds, human, false),
+        (
+            "worker-hours a day",
+            |f| Some(f.worker_hours_per_day),
+            tenths,
+            false,
+        ),
+        (
+            "cost a day",
+            |f| f.cost_per_day,
+            |v| format!("{v:.2}"),
+            true,
+        ),
+        (
+            "launches a day",
+            |f| Some(f.launches_per_day),
+            tenths,
+            false,
+        ),
+    ];
     let mut rows = vec![vec![
         String::new(),
         "happened".into(),
         "replayed".into(),
-        draws,
+        format!("{} replays", spread.draws),
     ]];
-    type Wait = fn(&Figures) -> Option<f64>;
-    let waits: [(&str, Wait); 2] = [
-        ("wait p50", |f| f.wait_p50_seconds),
-        ("wait p90", |f| f.wait_p90_seconds),
-    ];
-    for (name, of) in waits {
-        rows.push(vec![
-            name.into(),
-            wait(of(happened)),
-            wait(of(replayed)),
-            span(wait(of(&spread.least)), wait(of(&spread.most))),
-        ]);
+    for (name, of, show, only_when_both) in figures {
+        if only_when_both && (of(happened).is_none() || of(replayed).is_none()) {
+            continue;
+        }
+        let shown = |f: &Figures| of(f).map_or("—".to_owned(), show);
+        let (least, most) = (shown(&spread.least), shown(&spread.most));
+        let span = match least == most {
+            true => least,
+            false => format!("{least}–{most}"),
+        };
+        rows.push(vec![name.into(), shown(happened), shown(replayed), span]);
     }
-    let one = |v: f64| format!("{v:.1}");
-    rows.push(vec![
-        "worker-hours a day".into(),
-        one(happened.worker_hours_per_day),
-        one(replayed.worker_hours_per_day),
-        span(
-            one(spread.least.worker_hours_per_day),
-            one(spread.most.worker_hours_per_day),
-        ),
-    ]);
-    if let (Some(a), Some(b)) = (happened.cost_per_day, replayed.cost_per_day) {
-        let two = |v: Option<f64>| v.map_or("—".to_owned(), |v| format!("{v:.2}"));
-        rows.push(vec![
-            "cost a day".into(),
-            format!("{a:.2}"),
-            format!("{b:.2}"),
-            span(
-                two(spread.least.cost_per_day),
-                two(spread.most.cost_per_day),
-            ),
-        ]);
-    }
-    rows.push(vec![
-        "launches a day".into(),
-        one(happened.launches_per_day),
-        one(replayed.launches_per_day),
-        span(
-            one(spread.least.launches_per_day),
-            one(spread.most.launches_per_day),
-        ),
-    ]);
     let mut out = format!(
         "\nHow far to trust it: the settings in force replayed, against what happened\n  (the \
          last column: the least and most of {} replays, each drawing its own start times)\n",
@@ -381,6 +374,52 @@ fn gaps(advice: &Advice) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use codalab_wm_core::simulate::advise::{Gaps, Spread};
+
+    /// The replay's table: each figure happened, replayed, and its least–most over the
+    /// draws (one value where they agree); the cost row only where both have a cost.
+    #[test]
+    fn the_replay_is_shown_beside_what_happened_and_its_spread() {
+        let figures = |p90: f64, hours: f64, cost: Option<f64>| Figures {
+            wait_p50_seconds: Some(30.0),
+            wait_p90_seconds: Some(p90),
+            worker_hours_per_day: hours,
+            cost_per_day: cost,
+            launches_per_day: 10.0,
+        };
+        let advice = |cost: Option<f64>| Advice {
+            days: 1.0,
+            bundles: 10,
+            priced: cost.is_some(),
+            recorded: figures(144.0, 7.4, cost),
+            points: vec![Point {
+                figures: figures(128.0, 6.7, cost),
+                ..point(Vec::new())
+            }],
+            spread: Spread {
+                draws: 8,
+                least: figures(88.0, 6.2, cost.map(|c| c - 1.0)),
+                most: figures(128.0, 6.7, cost),
+            },
+            goal: Goal::NoWorse,
+            recommended: None,
+            gaps: Gaps::default(),
+        };
+        let text = trust(&advice(Some(3.0)));
+        let line = |name: &str| {
+            let line = text.lines().find(|l| l.trim_start().starts_with(name));
+            line.unwrap_or_else(|| panic!("no {name}: {text}"))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+        };
+        assert!(text.contains("8 replays"), "{text}");
+        assert_eq!(line("wait p50")[2..], ["30s", "30s", "30s"]);
+        assert_eq!(line("wait p90")[2..], ["2m24s", "2m08s", "1m28s–2m08s"]);
+        assert_eq!(line("worker-hours")[3..], ["7.4", "6.7", "6.2–6.7"]);
+        assert_eq!(line("cost a day")[3..], ["3.00", "3.00", "2.00–3.00"]);
+        assert_eq!(line("launches a day")[3..], ["10.0", "10.0", "10.0"]);
+        assert!(!trust(&advice(None)).contains("cost a day"));
+    }
 
     fn point(changes: Vec<Knob>) -> Point {
         Point {

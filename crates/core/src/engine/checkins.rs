@@ -12,7 +12,7 @@
 //! in that minute are planned on launches, not on a worker that will never take them.
 
 use crate::backend::WorkerJob;
-use crate::checkin::{CheckinView, JobCheckin, JobTimes, Sighting, job_checkin, launch_unique};
+use crate::checkin::{CheckinView, JobCheckin, JobTimes, Sighting, job_checkin, unique_of};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::time::Duration;
 
@@ -115,11 +115,11 @@ impl CheckinMemory {
         let mut news = CheckinNews::default();
         self.ended.retain(|unique| view.lists(unique));
         for job in jobs.iter().filter(|j| j.state.is_capacity()) {
-            let worker = view.worker_of(&job.id, &job.name);
-            if let Some(unique) = worker.and_then(|w| launch_unique(&w.worker_id)) {
+            let listed = view.worker_of(&job.id, &job.name).is_some();
+            if let Some(unique) = unique_of(job).filter(|_| listed) {
                 self.note_unique(&job.id, unique);
             }
-            match (worker.is_some(), self.ever_checked_in(&job.id)) {
+            match (listed, self.ever_checked_in(&job.id)) {
                 (true, _) => {
                     if !self.last_seen.contains_key(&job.id) {
                         news.first_checkins.push(job.id.clone());
@@ -144,7 +144,7 @@ impl CheckinMemory {
         if !self.checked_in_before.contains(&job.id) {
             self.checked_in_before.insert(job.id.clone());
         }
-        if let Some(unique) = launch_unique(&job.id).or_else(|| launch_unique(&job.name)) {
+        if let Some(unique) = unique_of(job) {
             self.note_unique(&job.id, unique);
         }
     }
@@ -188,9 +188,7 @@ impl CheckinMemory {
 /// Whether the job's check-in can be matched (its id or name ends in a launch unique): then
 /// its first check-in, not its first platform activity, is the pool's success.
 pub(crate) fn matchable(job: &WorkerJob) -> bool {
-    launch_unique(&job.id)
-        .or_else(|| launch_unique(&job.name))
-        .is_some()
+    unique_of(job).is_some()
 }
 
 #[cfg(test)]

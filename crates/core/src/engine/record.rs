@@ -19,7 +19,7 @@
 //! run), the record lives in memory.
 
 use crate::backend::WorkerJob;
-use crate::checkin::launch_unique;
+use crate::checkin::unique_of;
 use crate::error::{Error, Result};
 use crate::hash::fnv1a;
 use crate::pools::fallback::CapacityRecord;
@@ -407,11 +407,6 @@ impl LaunchRecord {
 /// The record file of the pool with `identity` in `dir`.
 fn file_of(dir: &Path, identity: &str) -> PathBuf {
     dir.join(format!("pool-{:016x}.json", fnv1a(identity.as_bytes())))
-}
-
-/// The launch unique `job`'s id or name ends with.
-fn unique_of(job: &WorkerJob) -> Option<&str> {
-    launch_unique(&job.id).or_else(|| launch_unique(&job.name))
 }
 
 /// Time since the Unix epoch.

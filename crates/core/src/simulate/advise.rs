@@ -291,9 +291,6 @@ pub fn advise(
     gaps.unrunnable = runs.first().map_or(0, |replay| replay.unrunnable);
     let priced = policies.iter().any(|p| p.cost_per_hour.is_some());
     let days = recorded.days();
-    let replays: Vec<Figures> = (runs.first().into_iter().chain(&draws))
-        .map(|report| figures(report, days))
-        .collect();
     let mut points: Vec<Point> = (grid.into_iter().zip(runs))
         .map(|(changes, report)| Point {
             figures: figures(&report, days),
@@ -301,6 +298,9 @@ pub fn advise(
             changes,
             on_frontier: false,
         })
+        .collect();
+    let replays: Vec<Figures> = (points.first().map(|replay| replay.figures).into_iter())
+        .chain(draws.iter().map(|report| figures(report, days)))
         .collect();
     mark_frontier(&mut points);
     let (goal, recommended) = recommend(&points, ask);
