@@ -38,8 +38,9 @@
 //!   --idle-seconds` does, and after `worker_max_runs` bundles when set. A worker that ends
 //!   without having run a bundle is an unused launch.
 //!
-//! The simulation ends when every bundle that some pool can run has finished, or
-//! `drain` after the last arrival. Worker-hours count active (billable) time until then.
+//! The simulation ends when every bundle that some pool can run has finished (or at `until`,
+//! when that is later), or `drain` after the last arrival. Worker-hours count active
+//! (billable) time until then.
 //!
 //! Per tick the work is bounded by the pools' sizes, not by the queue length: bundles are
 //! grouped by request and owner, and the policy sees only the oldest `Σ max·cpus +
@@ -104,6 +105,13 @@ pub struct SimConfig {
     pub seed: u64,
     /// Stop this long after the last arrival even if bundles still wait.
     pub drain: Duration,
+    /// Run at least this long from the first arrival, though every bundle has ended, and then
+    /// until the workers have left (at most `worker_idle` and a minute more): they wait for
+    /// runs and idle out, billed, as they did in what is replayed (`advise` runs to the end of
+    /// the history, whose figures count the workers that ended; a run of the `advise` bench at
+    /// 300 idle seconds spent a third of its worker-seconds after its last bundle). `None`: the
+    /// run ends with its last bundle (the default).
+    pub until: Option<Duration>,
     /// Owners' `parallel_run_quota` (the trace's `owner`): the simulated manager runs as the
     /// root user, so its workers are shared and each owner runs at most this many at once.
     pub quotas: std::collections::BTreeMap<String, u32>,
@@ -124,19 +132,24 @@ pub struct SimConfig {
     pub budget: crate::budget::BudgetLimits,
     /// How long a worker that ended stays on the server's list: CodaLab 1.7.5 forgets a
     /// worker 60 s after its last check-in (`worker_timeout_seconds`), a `cl-worker` that exits
-    /// when idle does not say so, and meanwhile the server's dispatch offers it bundles, which
-    /// wait for a later round (its log: "Socket message timeout"; the `advise` bench found
-    /// bursts after an idle exit waiting for that cleanup). The manager sees it listed too,
-    /// and counts its room unless the pool's workers outlive the listing
+    /// when idle does not say so, and meanwhile the server's dispatch offers it every bundle it
+    /// fits, each offer failing after 9.2 s (its log: "Socket message timeout"; the `advise`
+    /// bench found bursts after an idle exit waiting for that cleanup), and forgets it only
+    /// between two bundles (`engine/serve.rs`). With a ghost listed, the server's rounds take
+    /// the bundles staged at one instant together. The manager sees it listed too, and counts
+    /// its room unless the pool's workers outlive the listing
     /// ([`crate::checkin::outlives_the_listing`]).
     /// `None`: a worker leaves the list when it ends (the default).
     pub ghost: Option<Duration>,
     /// A worker's check-ins, as `cl-worker` 1.7.5 makes them: it takes one bundle per
-    /// check-in, the next this long later (it checks in `--checkin-frequency-seconds`, 5 s,
-    /// after the last ended; the server answers a check-in with one message and holds one
-    /// without a message up to 5 s), and its idle clock starts once its first check-in has
-    /// come back, this long after it started. The `advise` bench's logs: a worker's runs start
-    /// 5.4–7.8 s apart; one that ran nothing exits 38 s after it checked in, at 30 idle
+    /// check-in, the next this long after the one that brought it ended (it checks in
+    /// `--checkin-frequency-seconds`, 5 s, after the last ended; the server answers a check-in
+    /// with one message and holds one without a message up to 5 s; one that brings a run ends
+    /// 0.6 s after it began), and its idle clock starts once its first check-in has come back,
+    /// this long after it started. The server's dispatch waits for the check-in of the worker
+    /// it offers a bundle, and its rounds take the workers listed at their start
+    /// (`engine/serve.rs`). The `advise` bench's logs: a worker's runs start 5.6 s apart
+    /// (median; 5.4–7.8 s); one that ran nothing exits 38 s after it checked in, at 30 idle
     /// seconds. `None`: a worker takes all that fits at once, idle from its start (the default).
     pub checkin_gap: Option<Duration>,
     /// The `request_queue` the manager sees for the trace's bundle *i*, where one is given
@@ -156,6 +169,7 @@ impl Default for SimConfig {
             worker_max_runs: None,
             seed: 1,
             drain: Duration::from_secs(24 * 3600),
+            until: None,
             quotas: Default::default(),
             platforms: Default::default(),
             preemptible: Default::default(),

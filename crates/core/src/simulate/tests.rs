@@ -476,8 +476,10 @@ fn a_budget_caps_launches_in_the_simulation_as_in_the_manager() {
 /// after its last check-in): the server offers it the next bundle first, which waits for it to
 /// go, and the manager, which sees it listed with room, launches for that bundle only then.
 /// Timeline: A runs 10–30 s on a worker active at 10 s, which exits idle at 60 s; B arrives at
-/// 70 s. Without ghosts a worker is launched at 70 s and B starts at 80 s; with a 60 s ghost
-/// (gone at 120 s) the launch is at the tick of 120 s and B starts at 130 s.
+/// 70 s. Without ghosts a worker is launched at 70 s and B starts at 80 s. With a 60 s ghost
+/// (listed until 120 s) the server offers B to it from 70.001 s, 9.2 s an offer, and forgets
+/// it at its first bundle after 120 s, at 120.001 s: after the manager's tick of 120 s, so the
+/// launch is at the tick of 125 s and B starts at 135 s.
 #[test]
 fn an_exited_workers_ghost_holds_the_next_bundle_until_the_server_forgets_it() {
     let config = |ghost: Option<u64>| SimConfig {
@@ -492,12 +494,13 @@ fn an_exited_workers_ghost_holds_the_next_bundle_until_the_server_forgets_it() {
         (report.total_wait.max_seconds, report.pools[0].launches)
     };
     assert_eq!(waits(None), (Some(10.0), 2));
-    assert_eq!(waits(Some(60)), (Some(60.0), 2));
+    assert_eq!(waits(Some(60)), (Some(65.0), 2));
     // With min 1 the manager replaces the worker at once: A runs 10–30 s on a worker active at
     // 10 s, which exits idle (90 s) at 120 s; the next, launched at the tick of 120 s, is
-    // active at 130 s; B arrives at 140 s. Without ghosts B starts at once. With one, every
-    // round offers B to the ghost first (as the real server did, its log in `serve`'s doc),
-    // though the new worker has room: B starts when the ghost goes (180 s), on every seed.
+    // active at 130 s; B arrives at 140 s. Without ghosts B starts at once. With one, the
+    // server offers B to the ghost first (the dispatch model keeps ghosts first between equally
+    // fit workers), which costs its dispatch 9.2 s, then to the next worker of its round, the
+    // new one: B waits 9.2 s, on every seed (the waits are A's 10 s and B's, p50 is B's).
     let early = trace(&[(0.0, 20.0), (140.0, 20.0)]);
     let kept = |ghost, seed| {
         let policy = PoolPolicy {
@@ -510,11 +513,21 @@ fn an_exited_workers_ghost_holds_the_next_bundle_until_the_server_forgets_it() {
             ..config(ghost)
         };
         let report = simulate(&early, &[policy], &config).unwrap();
-        (report.finished, report.pools[0].wait.max_seconds.unwrap())
+        let wait = &report.pools[0].wait;
+        let tenths = |s: Option<f64>| (s.unwrap() * 10.0).round() / 10.0;
+        (
+            report.finished,
+            tenths(wait.p50_seconds),
+            tenths(wait.max_seconds),
+        )
     };
     for seed in 1..=8 {
-        assert_eq!(kept(None, seed), (2, 10.0), "A waits 10 s, B none");
-        assert_eq!(kept(Some(60), seed), (2, 40.0), "B waits for the ghost");
+        assert_eq!(kept(None, seed), (2, 0.0, 10.0), "A waits 10 s, B none");
+        assert_eq!(
+            kept(Some(60), seed),
+            (2, 9.2, 10.0),
+            "B waits for its offer to the ghost"
+        );
     }
 }
 
@@ -522,9 +535,11 @@ fn an_exited_workers_ghost_holds_the_next_bundle_until_the_server_forgets_it() {
 /// ([`crate::checkin::outlives_the_listing`]) launches at once for a bundle that the listed
 /// worker would be offered, so the new worker boots while the server forgets it. Timeline
 /// (workers start in 50 s, idle 90 s): A runs 50–70 s on a worker that exits idle at 160 s;
-/// B arrives at 170 s; the ghost is gone at 220 s. Launched at 170 s, the new worker is up at
-/// 220 s and B starts then (50 s); launched when the ghost is gone, B would wait 100 s. At
-/// 30 s idle (a worker that would exit unused before the ghost goes) the launch waits.
+/// B arrives at 170 s; the ghost is listed until 220 s. Launched at 170 s, the new worker is up
+/// at 220 s, and B starts at the server's next round, which takes it (221 s: the round that
+/// offered B to the ghost ended at 220.001 s, and the next begins 1 s later); launched when
+/// the ghost is gone, B would wait over 100 s. At 30 s idle (a worker that would exit unused
+/// before the ghost goes) the launch waits.
 #[test]
 fn a_pool_whose_workers_outlive_the_listing_launches_while_an_exited_worker_is_listed() {
     let workload = trace(&[(0.0, 20.0), (170.0, 20.0)]);
@@ -539,11 +554,12 @@ fn a_pool_whose_workers_outlive_the_listing_launches_while_an_exited_worker_is_l
         };
         let report = simulate(&workload, &[policy], &config).unwrap();
         assert_eq!(report.pools[0].launches, 2, "idle {idle}");
-        report.total_wait.max_seconds.unwrap()
+        (report.total_wait.max_seconds.unwrap() * 10.0).round() / 10.0
     };
-    assert_eq!(b_waits(90), 50.0);
+    assert_eq!(b_waits(90), 51.0);
     // At 30 s idle the pool counts the listed worker's room, as the server does: A's worker
-    // exits at 100 s, B arrives at 110 s, the launch comes when the ghost goes (160 s).
+    // exits at 100 s, B arrives at 110 s, the server forgets the ghost at 160.001 s (its first
+    // bundle after 160 s), and the launch comes at the next tick (165 s).
     let late = trace(&[(0.0, 20.0), (110.0, 20.0)]);
     let mut policy = pool("cpu", 5);
     policy.min = 0;
@@ -556,20 +572,22 @@ fn a_pool_whose_workers_outlive_the_listing_launches_while_an_exited_worker_is_l
     let report = simulate(&late, &[policy], &config).unwrap();
     assert_eq!(
         report.total_wait.max_seconds,
-        Some(100.0),
-        "B (110 s) waits for the ghost to go (160 s), then for a launch (+50 s)"
+        Some(105.0),
+        "B (110 s) waits for the server to forget the ghost (160.001 s), the next tick (165 s) and a launch (+50 s)"
     );
 }
 
-/// With `checkin_gap` a worker takes one bundle per check-in and a round ends at the first
-/// offer to a worker between check-ins. Timeline (gap 5 s): three 1-CPU bundles at 0 s, two
-/// 2-CPU workers active at 10 s. The first fills first: A at 10 s, B at its next check-in
-/// (15 s), where C's offer to the second (checking in 10–15 s, 20–25 s) fails; C at 20 s.
+/// With `checkin_gap` a worker takes one bundle per check-in, and the server's dispatch waits
+/// for the check-in of the worker it offers a bundle. Timeline (gap 5 s): three 1-CPU bundles
+/// at 0 s, two 2-CPU workers active at 10 s. The first fills first: A at 10 s, B at its next
+/// check-in (15.6 s: the check-in that brought A ends 0.6 s after it began, and the next comes
+/// 5 s later); the round that began at 10 s had only the first worker (the second was not yet
+/// listed), so C waits for the next round, 1 s later, and the second's next check-in (20 s).
 /// Without it, A and B start at 10 s on the first worker, C at 10 s on the second.
 #[test]
 fn a_worker_takes_one_bundle_per_check_in_and_fills_before_the_next() {
     let workload = trace(&[(0.0, 100.0), (0.0, 100.0), (0.0, 100.0)]);
-    let cases = [(None, (10.0, 10.0)), (Some(5), (15.0, 20.0))];
+    let cases = [(None, (10.0, 10.0)), (Some(5), (15.6, 20.0))];
     for (gap, (p50, max)) in cases {
         let config = SimConfig {
             start_latency: (Duration::from_secs(10), Duration::from_secs(10)),
@@ -585,6 +603,63 @@ fn a_worker_takes_one_bundle_per_check_in_and_fills_before_the_next() {
             "{gap:?}"
         );
     }
+}
+
+/// The server's dispatch round takes the workers listed at its start, and offers each bundle
+/// to each listed ghost it fits, 9.2 s each, before a live worker. Timeline (min 1, idle
+/// 90 s, workers start in 10 s): A runs 10–30 s on a worker that exits at 120 s, listed until
+/// 180 s; its replacement, launched at the tick of 120 s, is active at 130 s. B and C arrive at
+/// 125 s: the round that offers them begins with no live worker, so each is offered to the
+/// ghost only (to 143.4 s). The next round, 1 s later, has the new worker, and offers each to
+/// the ghost first again: B starts at 153.6 s (28.6 s), C at 162.8 s (37.8 s). (Were the new
+/// worker taken as it checked in, B would start at 134.2 s.) Without ghosts both start when
+/// the new worker is active (5 s).
+#[test]
+fn a_round_offers_each_bundle_to_the_ghosts_and_takes_the_workers_listed_at_its_start() {
+    let workload = trace(&[(0.0, 20.0), (125.0, 20.0), (125.0, 20.0)]);
+    let b_and_c = |ghost: Option<u64>| {
+        let policy = PoolPolicy {
+            min: 1,
+            ..pool("cpu", 5)
+        };
+        let config = SimConfig {
+            start_latency: (Duration::from_secs(10), Duration::from_secs(10)),
+            worker_idle: Duration::from_secs(90),
+            ghost: ghost.map(Duration::from_secs),
+            ..SimConfig::default()
+        };
+        let report = simulate(&workload, &[policy], &config).unwrap();
+        assert_eq!(report.finished, 3, "{ghost:?}");
+        let wait = &report.pools[0].wait;
+        let tenths = |s: Option<f64>| (s.unwrap() * 10.0).round() / 10.0;
+        (tenths(wait.p50_seconds), tenths(wait.max_seconds))
+    };
+    assert_eq!(b_and_c(None), (5.0, 10.0), "A waits 10 s, B and C 5 s");
+    assert_eq!(b_and_c(Some(60)), (28.6, 37.8), "B and C wait a round");
+}
+
+/// With `until` a run goes on past its last bundle, until then and until its workers have
+/// left, billed as they wait for runs. Timeline (workers start in 10 s): A runs 10–30 s on the
+/// first worker. Without `until` the run ends with A (20 s billed); until 50 s, a worker that
+/// idles 100 s is billed until it exits at 130 s (120 s); one that never exits (idle 0) until
+/// `until`, its idle seconds (0) and a minute after: to 110 s (100 s). (Worker-hours are
+/// rounded to thousandths.)
+#[test]
+fn with_until_a_run_bills_its_workers_until_they_leave() {
+    let workload = trace(&[(0.0, 20.0)]);
+    let run = |until: Option<u64>, idle: u64| {
+        let config = SimConfig {
+            start_latency: (Duration::from_secs(10), Duration::from_secs(10)),
+            worker_idle: Duration::from_secs(idle),
+            until: until.map(Duration::from_secs),
+            ..SimConfig::default()
+        };
+        let report = simulate(&workload, &[pool("cpu", 5)], &config).unwrap();
+        (report.pools[0].worker_hours, report.simulated_seconds)
+    };
+    assert_eq!(run(None, 100), (0.006, 30.0));
+    assert_eq!(run(Some(50), 100), (0.033, 130.0));
+    assert_eq!(run(Some(50), 0), (0.028, 110.0));
 }
 
 /// `cl-worker` looks at its idle time between check-ins: with `checkin_gap` an idle exit that

@@ -462,9 +462,11 @@ pub fn render(out: &mut String, results: &Value) {
          Real CodaLab 1.7.5, real `cl-worker`s (local backend, bundles in Docker); {} bundles in \
          bursts of several shapes, workers idling out between them. Each row: what the run's own \
          history says happened, against what `advise` predicted from the recorded run's history \
-         (its replay models the history's start times and workers, the server's one run per \
-         worker check-in, and its 60 s memory of a worker that ended, to which it offers every \
-         bundle first).\n\n\
+         (its replay models the history's start times and workers, and the server's dispatch \
+         as the bench's server ran it: rounds that take the workers listed at their start, one \
+         offer at a time, each waiting for its worker's check-in, one run a check-in, and a \
+         worker that ended listed for 60 s, to which each bundle is offered first, 9.2 s an \
+         offer).\n\n\
          | case | settings | wait p90 happened / predicted | worker-seconds happened / predicted | within target |\n|---|---|---:|---:|---|",
         rows[0]["bundles"]
     );

@@ -59,6 +59,9 @@ pub(super) fn calibrate(
     if config.failure_rate == 0.0 {
         config.failure_rate = recorded.failure_rate().min(1.0 - config.stuck_rate);
     }
+    config
+        .until
+        .get_or_insert(Duration::from_secs_f64(recorded.until_seconds));
     config.ghost.get_or_insert(SERVER_FORGETS_AFTER);
     config.checkin_gap.get_or_insert(WORKER_CHECKS_IN_AFTER);
     gaps.pools_gone = (recorded.pools.keys())

@@ -16,6 +16,10 @@ pub struct Recorded {
     pub workload: Workload,
     /// Seconds from its first line to its last.
     pub span_seconds: f64,
+    /// Seconds from its first bundle's arrival (the replay's start) to the last thing it saw
+    /// end (a run, a worker) or happen: the replay runs as long
+    /// ([`crate::simulate::SimConfig::until`]).
+    pub until_seconds: f64,
     /// Runs that ended.
     pub bundles: usize,
     /// Their waits, staged → started on a worker.
@@ -91,6 +95,7 @@ impl Recorded {
         let mut recorded = Self {
             workload,
             span_seconds: 0.0,
+            until_seconds: 0.0,
             bundles: 0,
             wait: WaitStats::default(),
             pools: BTreeMap::new(),
@@ -100,6 +105,7 @@ impl Recorded {
             settings: None,
         };
         let (mut first, mut last) = (f64::INFINITY, f64::NEG_INFINITY);
+        let (mut first_arrival, mut last_end) = (f64::INFINITY, f64::NEG_INFINITY);
         let mut waits = Vec::new();
         for (index, line) in text.lines().enumerate() {
             if line.trim().is_empty() || line.trim_start().starts_with('#') {
@@ -111,6 +117,14 @@ impl Recorded {
             })?;
             first = first.min(line.time());
             last = last.max(line.time());
+            last_end = last_end.max(match &line {
+                Line::Bundle(bundle) => bundle.time + bundle.wait.max(0.0) + bundle.duration,
+                Line::Worker(worker) => worker.time + worker.placed.unwrap_or(0.0) + worker.active,
+                line => line.time(),
+            });
+            if let Line::Bundle(bundle) = &line {
+                first_arrival = first_arrival.min(bundle.time);
+            }
             recorded.take(line, &mut waits);
         }
         recorded.bundles = waits.len();
@@ -121,6 +135,7 @@ impl Recorded {
         }
         recorded.wait = WaitStats::of(&mut waits);
         recorded.span_seconds = (last - first).max(0.0);
+        recorded.until_seconds = (last_end - first_arrival).max(0.0);
         Ok(recorded)
     }
 

@@ -89,6 +89,15 @@ fn a_history_is_read_with_its_figures_and_gaps() {
         "running at once, checking in later: billed from launch"
     );
     assert_eq!(recorded.unmodelled.values().sum::<usize>(), 1);
+    // The replay runs to its last line, here the deleted bundle's (an hour's end, less 100 s);
+    // without it, to the end of the last worker (launched at 3 s, placed 20 s later, 900 s on
+    // the platform), after its last run's (7 s + 170 s + 120 s).
+    assert_eq!(recorded.until_seconds, 24.0 * 3600.0 - 100.0);
+    let kept: String = (history(1, 8).lines())
+        .filter(|l| !l.contains("0xdel"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(Recorded::parse(&kept).unwrap().until_seconds, 923.0);
     let err = Recorded::parse("{\"kind\":\"settings\",\"time\":0,\"sleep_time\":5,\"pools\":[]}\n")
         .unwrap_err();
     assert!(err.to_string().contains("no run that ended"), "{err}");

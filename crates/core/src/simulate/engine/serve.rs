@@ -5,25 +5,33 @@
 //! `parallel_run_quota` (the simulated workers are the root user's, so shared).
 //!
 //! With [`SimConfig::ghost`] and [`SimConfig::checkin_gap`] (what `advise` replays with), the
-//! dispatch is as the real 1.7.5 server ran the `advise` bench, in its bundle manager's log and
-//! the workers': a round offers bundles in order, each to the worker it fits best, and the
-//! offer is taken only while that worker is in a check-in; the first offer that is not (a
-//! worker between check-ins, or an exited one the server still lists, offered first: each of
-//! the 6 spells with one listed went so, round after round about 9 s apart, though new
-//! workers with room were checking in) ends the round, and nothing after it starts. So one
-//! worker fills before the next starts one, a run every check-in (5.4–7.8 s apart), and a
-//! listed ghost holds every bundle until the server forgets it. (In a run where the manager
-//! launched at once, two workers that checked in 4 s after the burst took nothing in the
-//! 50 s the server still listed an exited worker, and idled out: 2026-11-30 15:01, its log.)
+//! dispatch is as the real 1.7.5 server ran the `advise` bench (its bundle manager's log, the
+//! workers' logs, and `BundleManager._schedule_run_bundles_on_workers`):
+//! - a round ([`Round`]) takes the bundles staged and the workers listed at its start: a worker
+//!   that checks in later waits for the next round, which comes 1 s after one that waited;
+//! - it makes its offers one at a time, each bundle in the server's order to the worker it fits
+//!   best, and waits for that worker's next check-in, which takes the bundle: one bundle a
+//!   check-in, so one worker fills before the next starts one, its runs 5.6 s apart (the
+//!   median of the bench's 31 back-to-back starts; 5.4–7.8 s), and nothing else starts
+//!   meanwhile;
+//! - it offers every bundle to every exited worker it still lists (a ghost) that the bundle
+//!   fits, before a live one: each offer fails after 9.2 s ("Socket message timeout"), and the
+//!   server forgets a ghost only between bundles. So after a burst that finds a ghost listed,
+//!   its bundles start a round after the ghost is gone: in the bench's 2026-11-30 runs, a burst
+//!   of six waited 37 s for one ghost, and workers that checked in meanwhile idled out unused.
+//!
+//! The bench's server waits for a worker's next check-in before it sends, where upstream's
+//! `cl-ws-server` wakes the worker at once (`xtask/services/codalab/launch.py` says why): with a
+//! websocket server, offers wait less than this replays.
 
 use super::{Job, Phase, ROOT, Sim, bundle_of};
 use crate::command::checkin_id;
 use crate::dispatch::{
-    DispatchInput, Owners, Placement, QueuedBundle, Resources, ServerWorker, dispatch,
+    DispatchInput, Owners, Placement, QueuedBundle, Resources, ServerWorker, Unmet, dispatch,
 };
 #[cfg(doc)]
 use crate::simulate::SimConfig;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 /// Where a worker is in its check-in cycle: only in a check-in does it take a bundle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,31 +69,128 @@ impl Cycle {
     }
 }
 
+/// A dispatch round of the server, as CodaLab 1.7.5's bundle manager runs one: it takes the
+/// workers listed at its start (a worker that checks in later waits for the next round), then
+/// makes its offers one at a time, each bundle in the server's order to the worker the
+/// dispatch model chose. Without [`SimConfig::checkin_gap`] and [`SimConfig::ghost`] no offer
+/// waits, and a round is over at the instant it began.
+#[derive(Debug, Default)]
+pub(super) struct Round {
+    /// The offers still to make: a bundle, and the worker chosen for it (`None`: no listed
+    /// worker has room for it, and only the ghosts it fits are offered it).
+    offers: VecDeque<(u32, Option<u32>)>,
+    /// The live workers with room at the round's start, where an offer goes when its worker
+    /// is a ghost or has no room left.
+    workers: Vec<u32>,
+    /// The first offer's bundle has been offered to the ghosts it fits.
+    ghosts_tried: bool,
+    /// An offer waited: the server sleeps before its next round.
+    waited: bool,
+}
+
+/// What an offer to a ghost costs the server's dispatch before it tries the bundle's next
+/// worker: the bench server's log, "Socket message timeout" every 9.2 s while it offered
+/// bundles to a worker that had exited (it waits up to 8 s for a check-in, then retries the
+/// socket for about a second).
+const GHOST_OFFER_MS: u64 = 9_200;
+
+/// Between the end of a dispatch round that waited and the next (the bench server's
+/// `cl-bundle-manager --sleep-time 1`).
+const ROUND_PAUSE_MS: u64 = 1_000;
+
 impl Sim<'_> {
-    /// Starts what the server would start now.
+    /// Makes the server's offers from `now` on, until one waits or the round is over.
     pub(super) fn serve(&mut self, now: u64) {
-        if !(self.classes.iter()).any(|c| c.server_mask != 0 && !c.queue.is_empty()) {
+        if self.waiting_until.is_some_and(|until| now < until) {
             return;
         }
-        let mut room: Vec<u32> = (self.pool_jobs.iter().flatten().copied())
+        self.waiting_until = None;
+        loop {
+            // Its clean-up, before each bundle it offers: it forgets the workers it has not
+            // heard from for long enough.
+            self.ghosts.retain(|&(_, until)| until > now);
+            if self.round.is_none() {
+                self.round = self.round_at();
+            }
+            let Some(round) = self.round.as_ref() else {
+                return;
+            };
+            let Some(&(bundle, chosen)) = round.offers.front() else {
+                let waited = round.waited;
+                self.round = None;
+                if waited {
+                    self.serve_at(now + ROUND_PAUSE_MS);
+                }
+                return;
+            };
+            let request = Resources::requested(&self.staged_bundle(bundle));
+            let round = self.round.as_mut().expect("a round is in progress");
+            if !std::mem::replace(&mut round.ghosts_tried, true) {
+                // It offers the bundle to each listed ghost it fits, in turn, before a live
+                // worker (the dispatch model keeps ghosts first between equally fit workers).
+                let ghosts = (self.ghosts.iter())
+                    .filter(|&&(ghost, _)| self.fits(ghost, &request))
+                    .count() as u64;
+                if ghosts > 0 {
+                    self.wait(now + GHOST_OFFER_MS * ghosts);
+                    return;
+                }
+            }
+            let round = self.round.as_ref().expect("a round is in progress");
+            let live = |job: u32| self.jobs[job as usize].phase == Phase::Active;
+            let to = chosen
+                .filter(|&job| live(job) && self.fits(job, &request))
+                .or_else(|| self.best_fit(&round.workers, &request));
+            if let Some(job) = to
+                && let Cycle::Before { next } = self.cycle(job, now)
+            {
+                // It is not in a check-in: the server waits for its next one, which takes
+                // the bundle.
+                self.wait(next);
+                return;
+            }
+            let round = self.round.as_mut().expect("a round is in progress");
+            round.offers.pop_front();
+            round.ghosts_tried = false;
+            if let Some(job) = to {
+                let class = self.class_of(bundle);
+                let queue = &mut self.classes[class].queue;
+                if let Some(at) = queue.iter().position(|&b| b == bundle) {
+                    queue.remove(at);
+                }
+                self.start_bundle(job, bundle, now);
+            }
+        }
+    }
+
+    /// The round the server would begin now: the staged bundles it offers, each to the worker
+    /// the dispatch model chooses among the listed ones; `None` when it offers nothing.
+    fn round_at(&self) -> Option<Round> {
+        if !(self.classes.iter()).any(|c| c.server_mask != 0 && !c.queue.is_empty()) {
+            return None;
+        }
+        let workers: Vec<u32> = (self.pool_jobs.iter().flatten().copied())
             .filter(|&j| self.has_room(&self.jobs[j as usize]))
             .collect();
         // The dispatch model keeps its input's order between equally fit workers: ghosts first.
-        room.splice(0..0, self.ghosts.iter().map(|&(ghost, _)| ghost));
-        if room.is_empty() {
-            return;
-        }
+        let room: Vec<u32> = (self.ghosts.iter().map(|&(ghost, _)| ghost))
+            .chain(workers.iter().copied())
+            .collect();
         // Each bundle holds at least one CPU: of a class (one request, one owner) at most the
-        // free CPUs can start, and they are its oldest (the rest wait behind them).
-        let limit: usize = (room.iter())
-            .map(|&j| self.free(&self.jobs[j as usize]).cpus.max(0) as usize)
-            .sum();
+        // free CPUs can start, and they are its oldest (the rest wait behind them). A ghost
+        // is offered every bundle it fits, as no offer to it succeeds.
+        let limit: usize = match self.ghosts.is_empty() {
+            true => (room.iter())
+                .map(|&j| self.free(&self.jobs[j as usize]).cpus.max(0) as usize)
+                .sum(),
+            false => usize::MAX,
+        };
         let mut view: Vec<u32> = (self.classes.iter())
             .filter(|c| c.server_mask != 0)
             .flat_map(|c| c.queue.iter().take(limit).copied())
             .collect();
         if view.is_empty() {
-            return;
+            return None;
         }
         view.sort_unstable();
         let ids: HashMap<String, u32> = (room.iter())
@@ -101,34 +206,52 @@ impl Sim<'_> {
             pools: Vec::new(),
             owners: self.owners(),
         });
-        let mut offered_a_ghost = false;
-        for placed in plan.bundles {
-            let Placement::Worker { worker_id } = placed.placement else {
-                continue;
-            };
-            let (Some(bundle), Some(&job)) = (bundle_of(&placed.uuid), ids.get(&worker_id)) else {
-                continue;
-            };
-            if self.jobs[job as usize].phase != Phase::Active {
-                offered_a_ghost = true;
-                break;
-            }
-            if let Cycle::Before { next } = self.cycle(job, now) {
-                // It is not in a check-in: the offer fails as a ghost's does, and the round
-                // ends; its next check-in brings the bundle.
-                self.serve_at(next);
-                break;
-            }
-            let class = self.class_of(bundle);
-            let front = self.classes[class].queue.pop_front();
-            debug_assert_eq!(front, Some(bundle), "a class starts oldest first");
-            self.start_bundle(job, bundle, now);
+        let offers: VecDeque<(u32, Option<u32>)> = (plan.bundles.iter())
+            .filter_map(|placed| {
+                let bundle = bundle_of(&placed.uuid)?;
+                match &placed.placement {
+                    Placement::Worker { worker_id } => Some((bundle, ids.get(worker_id).copied())),
+                    // An owner with no quota left is not offered the shared workers, ghosts
+                    // or not.
+                    Placement::Unmet(
+                        Unmet::QuotaExhausted { .. }
+                        | Unmet::OwnWorker { .. }
+                        | Unmet::NotOurs { .. },
+                    ) => None,
+                    _ if !self.ghosts.is_empty() => Some((bundle, None)),
+                    _ => None,
+                }
+            })
+            .collect();
+        (!offers.is_empty()).then_some(Round {
+            offers,
+            workers,
+            ..Round::default()
+        })
+    }
+
+    /// The round waits on its offer until `until`.
+    fn wait(&mut self, until: u64) {
+        if let Some(round) = self.round.as_mut() {
+            round.waited = true;
         }
-        if offered_a_ghost && self.serve_again.is_none() {
-            let at = now + super::GHOST_ROUND_MS;
-            self.serve_again = Some(at);
-            self.schedule(at, super::SERVE_AGAIN, 0, 0);
-        }
+        self.waiting_until = Some(until);
+        self.serve_at(until);
+    }
+
+    /// Whether `job`'s worker has room for `request`, as the server counts it.
+    fn fits(&self, job: u32, request: &Resources) -> bool {
+        self.free(&self.jobs[job as usize])
+            .shortfall(request)
+            .is_none()
+    }
+
+    /// Of `workers`, the live one with room for `request` that the server prefers: the least
+    /// room left (its sort puts fewer free CPUs first), the first listed between equals.
+    fn best_fit(&self, workers: &[u32], request: &Resources) -> Option<u32> {
+        (workers.iter().copied())
+            .filter(|&j| self.has_room(&self.jobs[j as usize]) && self.fits(j, request))
+            .min_by_key(|&j| self.free(&self.jobs[j as usize]).cpus)
     }
 
     /// Where `job`'s worker is in its check-in cycle at `now` ([`SimConfig::checkin_gap`]: a

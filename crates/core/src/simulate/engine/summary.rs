@@ -1,9 +1,41 @@
-//! The end of a run: the plot's samples and the report.
+//! The end of a run: when it is over, the plot's samples and the report.
 
 use super::super::report::{EstimateReport, PoolReport, SimReport, WaitStats};
 use super::{Phase, Sim};
 
+/// How long past [`SimConfig::until`](crate::simulate::SimConfig::until) and an idle exit a run waits
+/// for its workers to leave (a check-in, the tick that sees the exit), before it ends with
+/// them billed to then.
+const UNTIL_SLACK_MS: u64 = 60_000;
+
 impl Sim<'_> {
+    /// Every arrival came, and every bundle some pool can run has ended.
+    pub(super) fn done(&self) -> bool {
+        self.cursor == self.workload.arrivals.len() && self.runnable_left == 0
+    }
+
+    /// When the run ended, if it is over by `until` (ms): every bundle has ended, and with
+    /// [`SimConfig::until`](crate::simulate::SimConfig::until), that time has passed and its
+    /// workers have left (those that wait for runs at most `worker_idle` more: what happened
+    /// counts the workers that ended), with nothing else due.
+    pub(super) fn over_by(&self, until: u64) -> Option<u64> {
+        if !self.done() {
+            return None;
+        }
+        let last_arrival = self.workload.arrivals.last().map_or(0, |a| a.at_ms);
+        let end = self.last_finish.max(last_arrival);
+        let Some(until_ms) = self.config.until.map(|u| u.as_millis() as u64) else {
+            return Some(end);
+        };
+        let idle_ms = self.config.worker_idle.as_millis() as u64;
+        let left = self.stats.iter().all(|s| s.live == 0);
+        let due = (self.events.peek()).is_some_and(|e| e.0.0 <= until);
+        if until >= until_ms && left && !due {
+            return Some(end.max(until_ms).max(self.last_event));
+        }
+        (until >= until_ms + idle_ms + UNTIL_SLACK_MS).then_some(until)
+    }
+
     pub(super) fn sample(&mut self, now_ms: u64) {
         let n = self.policies.len();
         let mut row = vec![0u32; 3 * n];
