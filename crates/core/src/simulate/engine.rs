@@ -160,9 +160,6 @@ pub(super) struct Sim<'a> {
     last_event: u64,
     /// The server's dispatch round in progress ([`serve::Round`]).
     round: Option<serve::Round>,
-    /// Until when the round waits on an offer (a worker's next check-in, or ghosts that never
-    /// take one): the server's dispatch is one loop, so nothing else starts meanwhile.
-    waiting_until: Option<u64>,
     sequence: u64,
     cursor: usize,
     runnable_left: usize,
@@ -236,7 +233,6 @@ impl<'a> Sim<'a> {
             serves: FxHashSet::default(),
             last_event: 0,
             round: None,
-            waiting_until: None,
             sequence: 0,
             cursor: 0,
             runnable_left: 0,

@@ -84,6 +84,9 @@ pub(super) struct Round {
     workers: Vec<u32>,
     /// The first offer's bundle has been offered to the ghosts it fits.
     ghosts_tried: bool,
+    /// Until when it waits on its offer (a worker's next check-in, or ghosts that never take
+    /// one): the server's dispatch is one loop, so nothing else starts meanwhile.
+    waiting_until: Option<u64>,
     /// An offer waited: the server sleeps before its next round.
     waited: bool,
 }
@@ -101,10 +104,10 @@ const ROUND_PAUSE_MS: u64 = 1_000;
 impl Sim<'_> {
     /// Makes the server's offers from `now` on, until one waits or the round is over.
     pub(super) fn serve(&mut self, now: u64) {
-        if self.waiting_until.is_some_and(|until| now < until) {
+        let waiting = (self.round.as_ref()).and_then(|round| round.waiting_until);
+        if waiting.is_some_and(|until| now < until) {
             return;
         }
-        self.waiting_until = None;
         loop {
             // Its clean-up, before each bundle it offers: it forgets the workers it has not
             // heard from for long enough.
@@ -112,9 +115,10 @@ impl Sim<'_> {
             if self.round.is_none() {
                 self.round = self.round_at();
             }
-            let Some(round) = self.round.as_ref() else {
+            let Some(round) = self.round.as_mut() else {
                 return;
             };
+            round.waiting_until = None;
             let Some(&(bundle, chosen)) = round.offers.front() else {
                 let waited = round.waited;
                 self.round = None;
@@ -140,7 +144,7 @@ impl Sim<'_> {
             let live = |job: u32| self.jobs[job as usize].phase == Phase::Active;
             let to = chosen
                 .filter(|&job| live(job) && self.fits(job, &request))
-                .or_else(|| self.best_fit(&round.workers, &request));
+                .or_else(|| self.best_fit(&round.workers, bundle));
             if let Some(job) = to
                 && let Cycle::Before { next } = self.cycle(job, now)
             {
@@ -193,34 +197,16 @@ impl Sim<'_> {
             return None;
         }
         view.sort_unstable();
-        let ids: HashMap<String, u32> = (room.iter())
-            .map(|&j| (checkin_id(&self.jobs[j as usize].unique), j))
-            .collect();
-        let plan = dispatch(DispatchInput {
-            bundles: (view.iter())
-                .map(|&b| QueuedBundle {
-                    bundle: self.staged_bundle(b),
-                })
-                .collect(),
-            workers: room.iter().map(|&j| self.server_worker(j, true)).collect(),
-            pools: Vec::new(),
-            owners: self.owners(),
-        });
-        let offers: VecDeque<(u32, Option<u32>)> = (plan.bundles.iter())
-            .filter_map(|placed| {
-                let bundle = bundle_of(&placed.uuid)?;
-                match &placed.placement {
-                    Placement::Worker { worker_id } => Some((bundle, ids.get(worker_id).copied())),
-                    // An owner with no quota left is not offered the shared workers, ghosts
-                    // or not.
-                    Placement::Unmet(
-                        Unmet::QuotaExhausted { .. }
-                        | Unmet::OwnWorker { .. }
-                        | Unmet::NotOurs { .. },
-                    ) => None,
-                    _ if !self.ghosts.is_empty() => Some((bundle, None)),
-                    _ => None,
-                }
+        let offers: VecDeque<(u32, Option<u32>)> = (self.placements(&view, &room).into_iter())
+            .filter_map(|(bundle, placement, job)| match placement {
+                Placement::Worker { .. } => Some((bundle, job)),
+                // An owner with no quota left is not offered the shared workers, ghosts
+                // or not.
+                Placement::Unmet(
+                    Unmet::QuotaExhausted { .. } | Unmet::OwnWorker { .. } | Unmet::NotOurs { .. },
+                ) => None,
+                _ if !self.ghosts.is_empty() => Some((bundle, None)),
+                _ => None,
             })
             .collect();
         (!offers.is_empty()).then_some(Round {
@@ -232,10 +218,8 @@ impl Sim<'_> {
 
     /// The round waits on its offer until `until`.
     fn wait(&mut self, until: u64) {
-        if let Some(round) = self.round.as_mut() {
-            round.waited = true;
-        }
-        self.waiting_until = Some(until);
+        let round = self.round.as_mut().expect("a round waits on its offer");
+        (round.waiting_until, round.waited) = (Some(until), true);
         self.serve_at(until);
     }
 
@@ -246,12 +230,42 @@ impl Sim<'_> {
             .is_none()
     }
 
-    /// Of `workers`, the live one with room for `request` that the server prefers: the least
-    /// room left (its sort puts fewer free CPUs first), the first listed between equals.
-    fn best_fit(&self, workers: &[u32], request: &Resources) -> Option<u32> {
-        (workers.iter().copied())
-            .filter(|&j| self.has_room(&self.jobs[j as usize]) && self.fits(j, request))
-            .min_by_key(|&j| self.free(&self.jobs[j as usize]).cpus)
+    /// Where the dispatch model places `bundles` on the workers `room` as the server lists
+    /// them now: each bundle in the server's order, its placement, and the worker's job when
+    /// it is one of `room`.
+    fn placements(&self, bundles: &[u32], room: &[u32]) -> Vec<(u32, Placement, Option<u32>)> {
+        let ids: HashMap<String, u32> = (room.iter())
+            .map(|&j| (checkin_id(&self.jobs[j as usize].unique), j))
+            .collect();
+        let plan = dispatch(DispatchInput {
+            bundles: (bundles.iter())
+                .map(|&b| QueuedBundle {
+                    bundle: self.staged_bundle(b),
+                })
+                .collect(),
+            workers: room.iter().map(|&j| self.server_worker(j, true)).collect(),
+            pools: Vec::new(),
+            owners: self.owners(),
+        });
+        (plan.bundles.into_iter())
+            .filter_map(|placed| {
+                let job = match &placed.placement {
+                    Placement::Worker { worker_id } => ids.get(worker_id).copied(),
+                    _ => None,
+                };
+                Some((bundle_of(&placed.uuid)?, placed.placement, job))
+            })
+            .collect()
+    }
+
+    /// Of `workers`, the one with room that the server would start `bundle` on now, as the
+    /// dispatch model chooses (its fit and its preference among those that fit).
+    fn best_fit(&self, workers: &[u32], bundle: u32) -> Option<u32> {
+        let room: Vec<u32> = (workers.iter().copied())
+            .filter(|&j| self.has_room(&self.jobs[j as usize]))
+            .collect();
+        let placed = self.placements(&[bundle], &room).into_iter().next();
+        placed.and_then(|(_, _, job)| job)
     }
 
     /// Where `job`'s worker is in its check-in cycle at `now` ([`SimConfig::checkin_gap`]: a
