@@ -6,7 +6,9 @@
 //!
 //! Set `AWS_ENDPOINT_URL` to use another moto than `http://127.0.0.1:5055`.
 
-use crate::support::moto::{POLLING, fresh_config, moto_available, sdk_client, sdk_config};
+use crate::support::moto::{
+    POLLING, fresh_config, jobs_move, moto_available, sdk_client, sdk_config,
+};
 use codalab_wm_aws::{AwsBatchBackend, AwsBatchConfig, BatchClient, HostEnvironment};
 use codalab_wm_core::backend::new_unique;
 use codalab_wm_core::secret::{Credentials, Secret};
@@ -93,6 +95,7 @@ async fn down_terminates_own_jobs_and_deregisters_own_job_definitions() {
     if !require_service("moto", moto_available()) {
         return;
     }
+    let _moto = jobs_move().await;
     let config = fresh_config();
     let first = backend(&config, "/tmp").await;
     launch(&first, "/tmp").await;

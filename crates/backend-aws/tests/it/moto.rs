@@ -13,18 +13,11 @@ use codalab_wm_core::testing::{Harness, Polling, require_service, run_conformanc
 use codalab_wm_core::{JobState, WorkerBackend, WorkerJob, WorkerOptions};
 use std::sync::Arc;
 
-/// The conformance suite's harness; new jobs it holds (see [`Held`]) are let go when it is
-/// dropped, also on a failed assertion.
+/// The conformance suite's harness: it has moto's state manager to itself, and new jobs it
+/// holds are let go when it is dropped, also on a failed assertion.
 struct MotoHarness {
     config: AwsBatchConfig,
-}
-
-impl Drop for MotoHarness {
-    fn drop(&mut self) {
-        if let Err(err) = Held::release() {
-            eprintln!("could not release held jobs: {err}");
-        }
-    }
+    moto: StateManager,
 }
 
 #[async_trait::async_trait]
@@ -33,11 +26,11 @@ impl Harness for MotoHarness {
         Arc::new(backend(&self.config).await)
     }
     async fn hold_new_jobs(&self) -> bool {
-        Held::hold();
+        self.moto.hold();
         true
     }
     async fn release_jobs(&self) {
-        Held::release().unwrap();
+        self.moto.release().unwrap();
     }
     async fn finish_job(&self, job: &WorkerJob) {
         let reply = docker_stub(
@@ -62,6 +55,7 @@ async fn conformance() {
     }
     let harness = MotoHarness {
         config: fresh_config(),
+        moto: StateManager::alone().await,
     };
     let result = run_conformance(&harness).await;
     clean_up(&backend(&harness.config).await).await;
@@ -73,6 +67,7 @@ async fn the_job_definition_is_registered_once_for_many_launches() {
     if !require_service("moto", moto_available()) {
         return;
     }
+    let _moto = jobs_move().await;
     let config = fresh_config();
     let first = backend(&config).await;
     for _ in 0..3 {
@@ -125,6 +120,7 @@ async fn with_a_secret_arn_no_credential_is_registered() {
     if !require_service("moto", moto_available()) {
         return;
     }
+    let _moto = jobs_move().await;
     let config = AwsBatchConfig {
         codalab_credentials_secret_arn: Some(SECRET_ARN.into()),
         execution_role_arn: Some(ROLE_ARN.into()),
@@ -174,6 +170,7 @@ async fn lists_more_than_a_hundred_own_jobs() {
     if !require_service("moto", moto_available()) {
         return;
     }
+    let _moto = jobs_move().await;
     let config = fresh_config();
     let backend = backend(&config).await;
     let other = backend_with_prefix_of(&config).await;
@@ -210,6 +207,7 @@ async fn a_stopped_job_is_ended_not_failed() {
     if !require_service("moto", moto_available()) {
         return;
     }
+    let _moto = jobs_move().await;
     let backend = backend(&fresh_config()).await;
     let job = launch(&backend).await;
     backend.stop_worker_job(&job).await.unwrap();
@@ -225,6 +223,7 @@ async fn a_job_whose_spot_host_was_reclaimed_is_listed_as_preempted() {
     if !require_service("moto", moto_available()) {
         return;
     }
+    let _moto = jobs_move().await;
     let config = fresh_config();
     let backend = backend(&config).await;
     let job = launch(&backend).await;

@@ -76,6 +76,7 @@ async fn a_reclaimed_spot_host_and_a_job_stuck_runnable_send_new_launches_to_on_
     if !require_service("moto", moto_available()) {
         return;
     }
+    let moto = StateManager::alone().await;
     let server = FakeCodaLab::start().await.unwrap();
     server.set_bundles(vec![FakeBundle::new("alice", 1)]);
     let (mut spot, spot_backend) = pool("spot", "codalab-batch-spot", 0.3).await;
@@ -114,7 +115,7 @@ async fn a_reclaimed_spot_host_and_a_job_stuck_runnable_send_new_launches_to_on_
 
     // The manager sees the preemption (one capacity event) and relaunches on Spot, where
     // the job now stays SUBMITTED: no capacity comes.
-    let held = Held::new();
+    moto.hold();
     let report = manager.tick().await.unwrap();
     assert!(
         (report.events.iter())
@@ -169,7 +170,7 @@ async fn a_reclaimed_spot_host_and_a_job_stuck_runnable_send_new_launches_to_on_
             .await
             .ends_with(":job-queue/codalab-batch-spot")
     );
-    drop(held);
+    moto.release().unwrap();
     for backend in [&spot_backend, &standard_backend] {
         clean_up(backend).await;
     }

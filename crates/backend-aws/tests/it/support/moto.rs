@@ -15,6 +15,7 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
+use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub const PASSWORD: &str = "moto-test-password-3141";
 pub const SECRET_ARN: &str =
@@ -173,17 +174,31 @@ pub async fn ended(backend: &AwsBatchBackend, id: &str) -> WorkerJob {
     .unwrap()
 }
 
-/// Holds moto's new Batch jobs in SUBMITTED (its state manager then needs a million steps
-/// per status) until dropped, also on a failed assertion.
-pub struct Held;
+/// moto's state manager is one per server, and the tests of a binary run at once: a
+/// transition one test sets holds every test's new jobs, and unsetting it lets them all move
+/// (in CI a conformance run let go of the jobs `moto_fallback` held). A test whose jobs must
+/// move takes it shared ([`jobs_move`]); a test that holds jobs takes it alone
+/// ([`StateManager::alone`]).
+static STATE_MANAGER: RwLock<()> = RwLock::const_new(());
 
-impl Held {
-    pub fn new() -> Self {
-        Self::hold();
-        Held
+/// moto moves this test's jobs as it always does while the guard lives: no test holds them.
+pub async fn jobs_move() -> RwLockReadGuard<'static, ()> {
+    STATE_MANAGER.read().await
+}
+
+/// moto's state manager for one test alone; when dropped, also on a failed assertion, new
+/// jobs move again.
+pub struct StateManager(RwLockWriteGuard<'static, ()>);
+
+impl StateManager {
+    /// Waits until no other test relies on the state manager.
+    pub async fn alone() -> Self {
+        Self(STATE_MANAGER.write().await)
     }
 
-    pub fn hold() {
+    /// Holds moto's new Batch jobs in SUBMITTED: its state manager then needs a million steps
+    /// per status.
+    pub fn hold(&self) {
         moto_api(
             "/moto-api/state-manager/set-transition",
             r#"{"model_name":"batch::job","transition":{"progression":"manual","times":1000000}}"#,
@@ -191,7 +206,7 @@ impl Held {
         .unwrap();
     }
 
-    pub fn release() -> Result<(), String> {
+    pub fn release(&self) -> Result<(), String> {
         moto_api(
             "/moto-api/state-manager/unset-transition",
             r#"{"model_name":"batch::job"}"#,
@@ -199,9 +214,9 @@ impl Held {
     }
 }
 
-impl Drop for Held {
+impl Drop for StateManager {
     fn drop(&mut self) {
-        if let Err(err) = Self::release() {
+        if let Err(err) = self.release() {
             eprintln!("could not release held jobs: {err}");
         }
     }
