@@ -25,10 +25,19 @@ pub fn command(args: &[&str]) -> Command {
     command
 }
 
-/// The launch records of this test process's managers (`--record-dir`): out of the home
-/// directory, shared by the managers one test starts one after the other.
+/// The launch records of one test's managers (`--record-dir`): out of the home directory,
+/// shared by the managers one test starts one after the other, and the test's own. A record
+/// dir holds a lock per pool, so two tests running at once whose managers serve the same pool
+/// (three `slurm-batch` ones in `hardening.rs`) would refuse each other's second manager, as
+/// a deployment must. libtest names a test's thread after the test; a command built on
+/// another thread gets the process's directory.
 pub fn record_dir() -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("codalab-wm-test-records-{}", std::process::id()))
+    let process =
+        std::env::temp_dir().join(format!("codalab-wm-test-records-{}", std::process::id()));
+    match std::thread::current().name() {
+        Some(test) if test.contains("::") => process.join(test.replace("::", "-")),
+        _ => process,
+    }
 }
 
 /// A running manager. Dropping it sends SIGTERM and waits for it (the manager's workers are
