@@ -15,15 +15,22 @@ Patch (applied in this process only; site-packages is not modified): the worker 
   wake-up a second bundle for one worker in one dispatch finds no check-in waiting, and the
   bundle manager offers it to the next worker in its order: where a bundle runs would depend
   on the workers' check-in timing, not on the dispatch rules.
-  So the ping is replaced by what it achieves: before a send, wait (at most WAKE_UP_SECONDS)
-  until a check-in of that worker listens on its socket (a listening socket at that path in
-  /proc/net/unix), then send as upstream does. A live worker checks in every few seconds; a
-  worker that does not (stopped, partitioned) costs the wait and then the send fails as
-  upstream's would. Creating bundles and staging them (created -> staged) never reaches this
-  code; the patch only matters if something checks in as a worker.
+  So the ping is replaced by what it achieves: before a send to a worker that is running (a
+  process on this machine whose command line has `--id <worker id>`, or the process the
+  default id `host(pid)` names), wait (at most WAKE_UP_SECONDS) until a check-in of it listens
+  on its socket (a listening socket at that path in /proc/net/unix), then send as upstream
+  does. A live worker checks in every few seconds; one that does not (partitioned) costs the
+  wait and then the send fails as upstream's would. A worker whose process has ended is not
+  waited for: upstream's ws-server has no connection to wake it (cl-ws-server's ping finds
+  its closed websocket and gives up), so the send fails after its own 1 s timeout, and the
+  bundle manager, which lists an ended worker until its check-ins are 60 s old, offers the
+  bundle to the next worker. Waiting 8 s there made each such offer cost 9 s where
+  production's costs 1. Creating bundles and staging them (created -> staged) never reaches
+  this code; the patch only matters if something checks in as a worker.
 """
 import logging
 import os
+import re
 import sys
 import time
 
@@ -43,6 +50,26 @@ def listening(path):
     return False
 
 
+def running(worker_id):
+    """Whether the worker `worker_id` has a live process here (all workers run on this machine:
+    local and Slurm jobs, and containers of the local Docker engine, whose processes /proc
+    lists too)."""
+    default = re.fullmatch(r'.*\((\d+)\)', worker_id)
+    if default and os.path.exists('/proc/%s' % default.group(1)):
+        return True
+    wanted = b'\0--id\0' + worker_id.encode() + b'\0'
+    for pid in os.listdir('/proc'):
+        if not pid.isdigit():
+            continue
+        try:
+            with open('/proc/%s/cmdline' % pid, 'rb') as cmdline:
+                if wanted in b'\0' + cmdline.read():
+                    return True
+        except OSError:
+            continue  # ended meanwhile, or not ours to read
+    return False
+
+
 def wait_for_checkin(path, seconds):
     deadline = time.monotonic() + seconds
     while not listening(path) and time.monotonic() < deadline:
@@ -59,7 +86,10 @@ def patch():
         logging.debug("no ws-server: waiting for worker %s to check in instead", worker_id)
 
     def send_json_message(self, socket_id, worker_id, message, timeout_secs, autoretry=True):
-        wait_for_checkin(os.path.abspath(self._socket_path(socket_id)), WAKE_UP_SECONDS)
+        if running(worker_id):
+            wait_for_checkin(os.path.abspath(self._socket_path(socket_id)), WAKE_UP_SECONDS)
+        else:
+            logging.debug("worker %s has no process: not woken, as upstream's ws-server", worker_id)
         return upstream_send(self, socket_id, worker_id, message, timeout_secs, autoretry)
 
     model._ping_worker_ws = _ping_worker_ws

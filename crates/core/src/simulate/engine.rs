@@ -1,6 +1,7 @@
 //! The event loop: bundle arrivals, job starts, bundle ends and idle exits between the
-//! manager's ticks; the server's dispatch (`engine/serve.rs`) after each; the tick itself
-//! (`engine/tick.rs`) drives the manager's own tick engine ([`crate::engine`]).
+//! manager's ticks; the server's dispatch (`engine/serve.rs`) after each, a worker's life
+//! (`engine/worker.rs`) in between; the tick itself (`engine/tick.rs`) drives the manager's
+//! own tick engine ([`crate::engine`]).
 
 use super::SimConfig;
 use super::report::{Series, SimReport};
@@ -18,6 +19,7 @@ mod platform;
 mod serve;
 mod summary;
 mod tick;
+mod worker;
 
 /// The user the simulated manager runs as: the root user, so its workers are shared and the
 /// owners' `parallel_run_quota` applies on them.
@@ -107,6 +109,9 @@ const SERVE: u8 = 5;
 /// bench's 31 runs started back to back on one worker is 5.6 s apart (5.4–7.8 s), where a
 /// check-in without a message comes back 5.02–5.04 s after it began.
 const HANDLES_A_RUN_MS: u64 = 600;
+/// A worker's check-in reports a run gone: the room it held is free
+/// ([`SimConfig::checkin_gap`](super::SimConfig::checkin_gap)).
+const RUN_REPORTED: u8 = 6;
 
 #[derive(Debug, Default)]
 struct Stats {
@@ -301,6 +306,7 @@ impl<'a> Sim<'a> {
                     match kind {
                         READY => self.ready(job, at),
                         FINISH => self.finish(job, generation, at),
+                        RUN_REPORTED => self.run_reported(job, generation, at),
                         UNBLOCK => self.unblock(job as usize, at),
                         RECLAIM => self.reclaim(job, at),
                         SERVE => {
@@ -419,154 +425,6 @@ impl<'a> Sim<'a> {
                 true => self.serve_at(now + 1),
                 false => self.serve(now),
             }
-        }
-    }
-
-    fn start_bundle(&mut self, job: u32, bundle: u32, now: u64) {
-        let arrival = self.workload.arrivals[bundle as usize];
-        let requested = Resources::requested(&self.staged_bundle(bundle));
-        *self.owner_runs.entry(arrival.owner).or_default() += 1;
-        let worker = &mut self.jobs[job as usize];
-        if worker.running.is_empty() {
-            // Cancels its idle exit.
-            worker.idle_generation += 1;
-            worker.busy_since = Some(now);
-        }
-        worker.running.push((bundle, now));
-        worker.in_use = add(worker.in_use, requested);
-        worker.started += 1;
-        if let Some(gap) = self.config.checkin_gap {
-            let next = now + gap.as_millis() as u64 + HANDLES_A_RUN_MS;
-            self.jobs[job as usize].checkins_from = next;
-            self.serve_at(next);
-        }
-        let worker = &self.jobs[job as usize];
-        let pool = worker.pool;
-        // A restaged run's wait (from its arrival) was counted at its first start.
-        if !self.restarted.remove(&bundle) {
-            self.stats[pool].waits.push(now - arrival.at_ms);
-            self.started += 1;
-        }
-        self.schedule(now + arrival.duration_ms, FINISH, job, bundle);
-    }
-
-    /// An active worker with no run waits for one, and exits after `worker_idle`.
-    fn idle_or_exit(&mut self, job: u32, now: u64) {
-        let max_runs = self.config.worker_max_runs;
-        let worker = &mut self.jobs[job as usize];
-        if !worker.running.is_empty() || worker.phase != Phase::Active {
-            return;
-        }
-        if max_runs.is_some_and(|max| worker.started >= max) {
-            self.exit(job, now);
-            return;
-        }
-        worker.idle_generation += 1;
-        let generation = worker.idle_generation;
-        if !self.config.worker_idle.is_zero() {
-            // A new worker's idle clock starts once its first check-in has come back.
-            let first = (worker.started == 0)
-                .then_some(self.config.checkin_gap)
-                .flatten();
-            let at = now + (self.config.worker_idle + first.unwrap_or_default()).as_millis() as u64;
-            self.schedule(at, IDLE_EXIT, job, generation);
-        }
-    }
-
-    fn ready(&mut self, job: u32, now: u64) {
-        let worker = &mut self.jobs[job as usize];
-        if worker.phase != Phase::Pending {
-            return;
-        }
-        let pool = worker.pool;
-        match worker.fate {
-            Fate::Fail => {
-                self.bill(job, now);
-                let worker = &mut self.jobs[job as usize];
-                worker.phase = Phase::Failed;
-                self.stats[pool].failures += 1;
-                self.stats[pool].live -= 1;
-                self.release(job, now);
-            }
-            Fate::Preempt => {
-                self.bill(job, now);
-                let worker = &mut self.jobs[job as usize];
-                worker.phase = Phase::Preempted;
-                self.stats[pool].live -= 1;
-                self.release(job, now);
-            }
-            Fate::Start => {
-                worker.checkins_from = now;
-                worker.phase = Phase::Active;
-                worker.active_at = now;
-                self.stats[pool].active += 1;
-                // Its worker checks in at once: the next tick's worker list shows it.
-                self.reclaim_later(job, now);
-                self.serve(now);
-                self.idle_or_exit(job, now);
-            }
-            Fate::Stuck => {}
-        }
-    }
-
-    fn finish(&mut self, job: u32, bundle: u32, now: u64) {
-        let requested = Resources::requested(&self.staged_bundle(bundle));
-        let owner = self.workload.arrivals[bundle as usize].owner;
-        let worker = &mut self.jobs[job as usize];
-        let Some(at) = worker.running.iter().position(|(b, _)| *b == bundle) else {
-            return;
-        };
-        worker.running.swap_remove(at);
-        worker.in_use = worker.in_use.minus(requested);
-        let pool = worker.pool;
-        if worker.running.is_empty()
-            && let Some(since) = worker.busy_since.take()
-        {
-            self.stats[pool].busy_ms += now - since;
-        }
-        *self.owner_runs.entry(owner).or_default() -= 1;
-        self.finished += 1;
-        self.runnable_left -= 1;
-        self.last_finish = now;
-        self.serve(now);
-        self.idle_or_exit(job, now);
-    }
-
-    fn idle_exit(&mut self, job: u32, generation: u32, now: u64) {
-        let worker = &self.jobs[job as usize];
-        if worker.phase == Phase::Active
-            && worker.running.is_empty()
-            && worker.idle_generation == generation
-        {
-            // `cl-worker` looks at its idle time between check-ins: an exit waits for the end
-            // of the check-in it falls in.
-            match self.cycle(job, now) {
-                serve::Cycle::In { until } => self.schedule(until, IDLE_EXIT, job, generation),
-                _ => self.exit(job, now),
-            }
-        }
-    }
-
-    /// An active worker ends (idle, or its run count reached).
-    fn exit(&mut self, job: u32, now: u64) {
-        self.end_active(job, now, Phase::Gone);
-    }
-
-    /// An active worker's end, counted: `Gone`, or `Preempted` (listed once more, then gone).
-    fn end_active(&mut self, job: u32, now: u64, phase: Phase) {
-        self.bill(job, now);
-        let worker = &mut self.jobs[job as usize];
-        worker.phase = phase;
-        let (pool, unused) = (worker.pool, worker.started == 0);
-        let stats = &mut self.stats[pool];
-        stats.live -= 1;
-        stats.active -= 1;
-        stats.unused += u64::from(unused);
-        self.release(job, now);
-        if let Some(ghost) = self.config.ghost {
-            let until = now + ghost.as_millis() as u64;
-            self.ghosts.push((job, until));
-            self.serve_at(until);
         }
     }
 }

@@ -477,9 +477,9 @@ fn a_budget_caps_launches_in_the_simulation_as_in_the_manager() {
 /// go, and the manager, which sees it listed with room, launches for that bundle only then.
 /// Timeline: A runs 10–30 s on a worker active at 10 s, which exits idle at 60 s; B arrives at
 /// 70 s. Without ghosts a worker is launched at 70 s and B starts at 80 s. With a 60 s ghost
-/// (listed until 120 s) the server offers B to it from 70.001 s, 9.2 s an offer, and forgets
-/// it at its first bundle after 120 s, at 120.001 s: after the manager's tick of 120 s, so the
-/// launch is at the tick of 125 s and B starts at 135 s.
+/// (listed until 120 s) the server offers B to it from 70.001 s, 1.2 s an offer and a round a
+/// second after each, and forgets it at 120 s, between two offers: the manager's tick of
+/// 120 s sees it gone and launches, and B starts at 130 s.
 #[test]
 fn an_exited_workers_ghost_holds_the_next_bundle_until_the_server_forgets_it() {
     let config = |ghost: Option<u64>| SimConfig {
@@ -494,13 +494,13 @@ fn an_exited_workers_ghost_holds_the_next_bundle_until_the_server_forgets_it() {
         (report.total_wait.max_seconds, report.pools[0].launches)
     };
     assert_eq!(waits(None), (Some(10.0), 2));
-    assert_eq!(waits(Some(60)), (Some(65.0), 2));
+    assert_eq!(waits(Some(60)), (Some(60.0), 2));
     // With min 1 the manager replaces the worker at once: A runs 10–30 s on a worker active at
     // 10 s, which exits idle (90 s) at 120 s; the next, launched at the tick of 120 s, is
     // active at 130 s; B arrives at 140 s. Without ghosts B starts at once. With one, the
     // server offers B to the ghost first (the dispatch model keeps ghosts first between equally
-    // fit workers), which costs its dispatch 9.2 s, then to the next worker of its round, the
-    // new one: B waits 9.2 s, on every seed (the waits are A's 10 s and B's, p50 is B's).
+    // fit workers), which costs its dispatch 1.2 s, then to the next worker of its round, the
+    // new one: B waits 1.2 s, on every seed (the waits are A's 10 s and B's, p50 is B's).
     let early = trace(&[(0.0, 20.0), (140.0, 20.0)]);
     let kept = |ghost, seed| {
         let policy = PoolPolicy {
@@ -525,7 +525,7 @@ fn an_exited_workers_ghost_holds_the_next_bundle_until_the_server_forgets_it() {
         assert_eq!(kept(None, seed), (2, 0.0, 10.0), "A waits 10 s, B none");
         assert_eq!(
             kept(Some(60), seed),
-            (2, 9.2, 10.0),
+            (2, 1.2, 10.0),
             "B waits for its offer to the ghost"
         );
     }
@@ -536,10 +536,9 @@ fn an_exited_workers_ghost_holds_the_next_bundle_until_the_server_forgets_it() {
 /// worker would be offered, so the new worker boots while the server forgets it. Timeline
 /// (workers start in 50 s, idle 90 s): A runs 50–70 s on a worker that exits idle at 160 s;
 /// B arrives at 170 s; the ghost is listed until 220 s. Launched at 170 s, the new worker is up
-/// at 220 s, and B starts at the server's next round, which takes it (221 s: the round that
-/// offered B to the ghost ended at 220.001 s, and the next begins 1 s later); launched when
-/// the ghost is gone, B would wait over 100 s. At 30 s idle (a worker that would exit unused
-/// before the ghost goes) the launch waits.
+/// at 220 s, as the server forgets the ghost between two of its 1.2 s offers of B, and B
+/// starts on it then (220 s); launched when the ghost is gone, B would wait over 100 s. At
+/// 30 s idle (a worker that would exit unused before the ghost goes) the launch waits.
 #[test]
 fn a_pool_whose_workers_outlive_the_listing_launches_while_an_exited_worker_is_listed() {
     let workload = trace(&[(0.0, 20.0), (170.0, 20.0)]);
@@ -556,10 +555,10 @@ fn a_pool_whose_workers_outlive_the_listing_launches_while_an_exited_worker_is_l
         assert_eq!(report.pools[0].launches, 2, "idle {idle}");
         (report.total_wait.max_seconds.unwrap() * 10.0).round() / 10.0
     };
-    assert_eq!(b_waits(90), 51.0);
+    assert_eq!(b_waits(90), 50.0);
     // At 30 s idle the pool counts the listed worker's room, as the server does: A's worker
-    // exits at 100 s, B arrives at 110 s, the server forgets the ghost at 160.001 s (its first
-    // bundle after 160 s), and the launch comes at the next tick (165 s).
+    // exits at 100 s, B arrives at 110 s, the server forgets the ghost at 160 s (between two
+    // of its offers of B), and the launch comes at that tick.
     let late = trace(&[(0.0, 20.0), (110.0, 20.0)]);
     let mut policy = pool("cpu", 5);
     policy.min = 0;
@@ -572,8 +571,8 @@ fn a_pool_whose_workers_outlive_the_listing_launches_while_an_exited_worker_is_l
     let report = simulate(&late, &[policy], &config).unwrap();
     assert_eq!(
         report.total_wait.max_seconds,
-        Some(105.0),
-        "B (110 s) waits for the server to forget the ghost (160.001 s), the next tick (165 s) and a launch (+50 s)"
+        Some(100.0),
+        "B (110 s) waits for the server to forget the ghost (160 s, between two offers), the tick of 160 s and a launch (+50 s)"
     );
 }
 
@@ -605,18 +604,47 @@ fn a_worker_takes_one_bundle_per_check_in_and_fills_before_the_next() {
     }
 }
 
+/// With `checkin_gap` the room of a run that ended comes back at the worker's next check-in,
+/// which reports the run gone, not when its bundle is `ready`. Timeline (gap 5 s, one 2-CPU
+/// worker, active at 10 s): A (33 s) starts at 10 s, B at the next check-in (15.6 s), which
+/// ends at 16.2 s; the cycle's check-ins then begin at 21.2 s, 31.2 s, 41.2 s … A ends at 43 s,
+/// inside the check-in that began at 41.2 s: the next, at 51.2 s, reports it, and C starts in
+/// it. Counted free at A's end, C would start at 43 s, as it does without check-ins.
+#[test]
+fn a_runs_room_comes_back_at_the_check_in_that_reports_it_gone() {
+    let workload = trace(&[(0.0, 33.0), (0.0, 100.0), (0.0, 100.0)]);
+    let c_waits = |gap: Option<u64>| {
+        let config = SimConfig {
+            start_latency: (Duration::from_secs(10), Duration::from_secs(10)),
+            checkin_gap: gap.map(Duration::from_secs),
+            ..SimConfig::default()
+        };
+        let report = simulate(&workload, &[pool("cpu", 1)], &config).unwrap();
+        assert_eq!(report.finished, 3, "{gap:?}");
+        let tenths = |s: Option<f64>| (s.unwrap() * 10.0).round() / 10.0;
+        tenths(report.total_wait.max_seconds)
+    };
+    assert_eq!(c_waits(None), 43.0, "C takes A's room as A ends");
+    assert_eq!(
+        c_waits(Some(5)),
+        51.2,
+        "C waits for the check-in after A's end"
+    );
+}
+
 /// The server's dispatch round takes the workers listed at its start, and offers each bundle
-/// to each listed ghost it fits, 9.2 s each, before a live worker. Timeline (min 1, idle
+/// to each listed ghost it fits, 1.2 s each, before a live worker. Timeline (min 1, idle
 /// 90 s, workers start in 10 s): A runs 10–30 s on a worker that exits at 120 s, listed until
-/// 180 s; its replacement, launched at the tick of 120 s, is active at 130 s. B and C arrive at
-/// 125 s: the round that offers them begins with no live worker, so each is offered to the
-/// ghost only (to 143.4 s). The next round, 1 s later, has the new worker, and offers each to
-/// the ghost first again: B starts at 153.6 s (28.6 s), C at 162.8 s (37.8 s). (Were the new
-/// worker taken as it checked in, B would start at 134.2 s.) Without ghosts both start when
-/// the new worker is active (5 s).
+/// 180 s; its replacement, launched at the tick of 120 s, is active at 130 s. B and C arrive
+/// at 121 s: the rounds that begin at 121 s, 124.4 s and 127.8 s (each 1 s after the last
+/// ended) have no live worker, so each is offered to the ghost only; the new worker checks in
+/// during the third, which ends at 130.2 s. The next round, at 131.2 s, has it, and offers
+/// each to the ghost first again: B starts at 132.4 s (11.4 s), C at 133.6 s (12.6 s). (Were
+/// the new worker taken as it checked in, C would start at 130.2 s.) Without ghosts both start
+/// when the new worker is active (9 s).
 #[test]
 fn a_round_offers_each_bundle_to_the_ghosts_and_takes_the_workers_listed_at_its_start() {
-    let workload = trace(&[(0.0, 20.0), (125.0, 20.0), (125.0, 20.0)]);
+    let workload = trace(&[(0.0, 20.0), (121.0, 20.0), (121.0, 20.0)]);
     let b_and_c = |ghost: Option<u64>| {
         let policy = PoolPolicy {
             min: 1,
@@ -634,8 +662,12 @@ fn a_round_offers_each_bundle_to_the_ghosts_and_takes_the_workers_listed_at_its_
         let tenths = |s: Option<f64>| (s.unwrap() * 10.0).round() / 10.0;
         (tenths(wait.p50_seconds), tenths(wait.max_seconds))
     };
-    assert_eq!(b_and_c(None), (5.0, 10.0), "A waits 10 s, B and C 5 s");
-    assert_eq!(b_and_c(Some(60)), (28.6, 37.8), "B and C wait a round");
+    assert_eq!(b_and_c(None), (9.0, 10.0), "A waits 10 s, B and C 9 s");
+    assert_eq!(
+        b_and_c(Some(60)),
+        (11.4, 12.6),
+        "B and C wait for a round that lists the worker"
+    );
 }
 
 /// With `until` a run goes on past its last bundle, until then and until its workers have
@@ -662,25 +694,31 @@ fn with_until_a_run_bills_its_workers_until_they_leave() {
     assert_eq!(run(Some(50), 0), (0.028, 110.0));
 }
 
-/// `cl-worker` looks at its idle time between check-ins: with `checkin_gap` an idle exit that
-/// falls in a check-in waits for its end. Timeline: a worker active at 10 s runs A 10–20 s and
-/// is idle 28 s, to 48 s; its check-ins (from 15 s, after the one that brought A) hold 45–50
-/// s, so it exits at 50 s, not 48 s: at least 2 s more billed (less than a check-in more). B,
-/// at 100 s, runs on the next worker (it keeps the simulation going past the first's exit).
+/// `cl-worker` looks at its idle time between check-ins, from when its run is gone: with
+/// `checkin_gap` its idle time counts from the check-in that reports its last run gone, and an
+/// idle exit that falls in a check-in waits for its end. Timeline: a worker active at 10 s runs
+/// A 10–20 s; its check-ins begin at 15.6 s (after the one that brought A) and every 10 s
+/// after; A's end falls in the one of 15.6–20.6 s and the next (25.6 s) reports it, so the
+/// worker is idle 31 s to 56.6 s, inside the check-in of 55.6–60.6 s, and exits at 60.6 s.
+/// Without check-ins it is idle from 20 s and exits at 51 s. The run goes on to 30 s, then
+/// until its worker has left (worker-hours are rounded to thousandths, so the run's end says
+/// when).
 #[test]
-fn an_idle_exit_waits_for_the_check_in_it_falls_in() {
-    let workload = trace(&[(0.0, 10.0), (100.0, 10.0)]);
-    let billed = |gap: Option<u64>| {
+fn an_idle_exit_counts_from_the_report_and_waits_for_the_check_in_it_falls_in() {
+    let workload = trace(&[(0.0, 10.0)]);
+    // When the worker left: the run's end.
+    let left = |gap: Option<u64>| {
         let config = SimConfig {
             start_latency: (Duration::from_secs(10), Duration::from_secs(10)),
-            worker_idle: Duration::from_secs(28),
+            worker_idle: Duration::from_secs(31),
             checkin_gap: gap.map(Duration::from_secs),
+            until: Some(Duration::from_secs(30)),
             ..SimConfig::default()
         };
         let report = simulate(&workload, &[pool("cpu", 5)], &config).unwrap();
-        assert_eq!(report.pools[0].launches, 2);
-        report.pools[0].worker_hours * 3600.0
+        assert_eq!(report.pools[0].launches, 1);
+        (report.simulated_seconds * 10.0).round() / 10.0
     };
-    let more = billed(Some(5)) - billed(None);
-    assert!((2.0..5.0).contains(&more), "{more}");
+    assert_eq!(left(None), 51.0);
+    assert_eq!(left(Some(5)), 60.6);
 }

@@ -464,9 +464,10 @@ pub fn render(out: &mut String, results: &Value) {
          history says happened, against what `advise` predicted from the recorded run's history \
          (its replay models the history's start times and workers, and the server's dispatch \
          as the bench's server ran it: rounds that take the workers listed at their start, one \
-         offer at a time, each waiting for its worker's check-in, one run a check-in, and a \
-         worker that ended listed for 60 s, to which each bundle is offered first, 9.2 s an \
-         offer).\n\n\
+         offer at a time, each waiting for its worker's check-in, one run a check-in, a run's \
+         room back at the check-in that reports it gone, and a worker that ended listed for \
+         60 s, to which each bundle is offered first, 1.2 s an \
+         offer, as upstream's server fails a send to a worker that has gone).\n\n\
          | case | settings | wait p90 happened / predicted | worker-seconds happened / predicted | within target |\n|---|---|---:|---:|---|",
         rows[0]["bundles"]
     );

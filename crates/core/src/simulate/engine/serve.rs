@@ -14,15 +14,18 @@
 //!   check-in, so one worker fills before the next starts one, its runs 5.6 s apart (the
 //!   median of the bench's 31 back-to-back starts; 5.4–7.8 s), and nothing else starts
 //!   meanwhile;
+//! - it counts a run's room free from the worker's check-in after the run's end, the one that
+//!   reports it gone (`Sim::finish`);
 //! - it offers every bundle to every exited worker it still lists (a ghost) that the bundle
-//!   fits, before a live one: each offer fails after 9.2 s ("Socket message timeout"), and the
-//!   server forgets a ghost only between bundles. So after a burst that finds a ghost listed,
-//!   its bundles start a round after the ghost is gone: in the bench's 2026-11-30 runs, a burst
-//!   of six waited 37 s for one ghost, and workers that checked in meanwhile idled out unused.
+//!   fits, before a live one: each offer fails after 1.2 s ("Socket message timeout"), and the
+//!   server forgets a ghost only between bundles. So a burst that finds a ghost listed waits
+//!   for those offers, round after round, and a pool that counts the ghost's room launches
+//!   only once the server has forgotten it.
 //!
-//! The bench's server waits for a worker's next check-in before it sends, where upstream's
+//! The bench's server waits for a live worker's next check-in before it sends, where upstream's
 //! `cl-ws-server` wakes the worker at once (`xtask/services/codalab/launch.py` says why): with a
-//! websocket server, offers wait less than this replays.
+//! websocket server, offers to live workers wait less than this replays. An exited worker is
+//! not waited for, there as upstream.
 
 use super::{Job, Phase, ROOT, Sim, bundle_of};
 use crate::command::checkin_id;
@@ -69,6 +72,18 @@ impl Cycle {
     }
 }
 
+impl Cycle {
+    /// When the worker's next check-in begins (`gap`: the check-in cycle's half), if check-ins
+    /// are modelled: after the one it is in, or the one it waits for.
+    pub(super) fn next_checkin(self, gap: Option<u64>) -> Option<u64> {
+        match self {
+            Cycle::Always => None,
+            Cycle::In { until } => Some(until + gap?),
+            Cycle::Before { next } => Some(next),
+        }
+    }
+}
+
 /// A dispatch round of the server, as CodaLab 1.7.5's bundle manager runs one: it takes the
 /// workers listed at its start (a worker that checks in later waits for the next round), then
 /// makes its offers one at a time, each bundle in the server's order to the worker the
@@ -92,10 +107,10 @@ pub(super) struct Round {
 }
 
 /// What an offer to a ghost costs the server's dispatch before it tries the bundle's next
-/// worker: the bench server's log, "Socket message timeout" every 9.2 s while it offered
-/// bundles to a worker that had exited (it waits up to 8 s for a check-in, then retries the
-/// socket for about a second).
-const GHOST_OFFER_MS: u64 = 9_200;
+/// worker: `send_json_message`'s 1 s timeout, in which it tries the worker's socket every
+/// 0.3 s; the bench server's log of 2026-11-30 21:02, "Connection refused" four times and then
+/// "Socket message timeout" 1.2 s after the first try, offer after offer.
+const GHOST_OFFER_MS: u64 = 1_200;
 
 /// Between the end of a dispatch round that waited and the next (the bench server's
 /// `cl-bundle-manager --sleep-time 1`).
