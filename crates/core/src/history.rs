@@ -75,6 +75,17 @@ impl Line {
             Line::Unmodelled(l) => l.time,
         }
     }
+
+    /// When what it records was over, seconds since the Unix epoch: a run's end (staged, then
+    /// its wait and its run), a worker job's (launched, then placed and active on the
+    /// platform); any other line's `time`.
+    pub fn ended(&self) -> f64 {
+        match self {
+            Line::Bundle(l) => l.time + l.wait.max(0.0) + l.duration,
+            Line::Worker(l) => l.time + l.placed.unwrap_or(0.0) + l.active,
+            line => line.time(),
+        }
+    }
 }
 
 /// A run that ended: the trace's keys, and what happened to it.

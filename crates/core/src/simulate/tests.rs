@@ -15,6 +15,20 @@ fn pool(name: &str, max: u32) -> PoolPolicy {
     }
 }
 
+/// A run whose workers all start `seconds` after their launch, as the timelines below draw them.
+fn starting_in(seconds: u64) -> SimConfig {
+    let latency = Duration::from_secs(seconds);
+    SimConfig {
+        start_latency: (latency, latency),
+        ..SimConfig::default()
+    }
+}
+
+/// `seconds` to tenths, as the timelines state them.
+fn tenths(seconds: f64) -> f64 {
+    (seconds * 10.0).round() / 10.0
+}
+
 fn trace(rows: &[(f64, f64)]) -> Workload {
     let mut csv = String::from("time,cpus,duration\n");
     for (time, duration) in rows {
@@ -483,10 +497,9 @@ fn a_budget_caps_launches_in_the_simulation_as_in_the_manager() {
 #[test]
 fn an_exited_workers_ghost_holds_the_next_bundle_until_the_server_forgets_it() {
     let config = |ghost: Option<u64>| SimConfig {
-        start_latency: (Duration::from_secs(10), Duration::from_secs(10)),
         worker_idle: Duration::from_secs(30),
         ghost: ghost.map(Duration::from_secs),
-        ..SimConfig::default()
+        ..starting_in(10)
     };
     let workload = trace(&[(0.0, 20.0), (70.0, 20.0)]);
     let waits = |ghost| {
@@ -514,11 +527,10 @@ fn an_exited_workers_ghost_holds_the_next_bundle_until_the_server_forgets_it() {
         };
         let report = simulate(&early, &[policy], &config).unwrap();
         let wait = &report.pools[0].wait;
-        let tenths = |s: Option<f64>| (s.unwrap() * 10.0).round() / 10.0;
         (
             report.finished,
-            tenths(wait.p50_seconds),
-            tenths(wait.max_seconds),
+            tenths(wait.p50_seconds.unwrap()),
+            tenths(wait.max_seconds.unwrap()),
         )
     };
     for seed in 1..=8 {
@@ -546,14 +558,13 @@ fn a_pool_whose_workers_outlive_the_listing_launches_while_an_exited_worker_is_l
         let mut policy = pool("cpu", 5);
         policy.min = 0;
         let config = SimConfig {
-            start_latency: (Duration::from_secs(50), Duration::from_secs(50)),
             worker_idle: Duration::from_secs(idle),
             ghost: Some(Duration::from_secs(60)),
-            ..SimConfig::default()
+            ..starting_in(50)
         };
         let report = simulate(&workload, &[policy], &config).unwrap();
         assert_eq!(report.pools[0].launches, 2, "idle {idle}");
-        (report.total_wait.max_seconds.unwrap() * 10.0).round() / 10.0
+        tenths(report.total_wait.max_seconds.unwrap())
     };
     assert_eq!(b_waits(90), 50.0);
     // At 30 s idle the pool counts the listed worker's room, as the server does: A's worker
@@ -563,10 +574,9 @@ fn a_pool_whose_workers_outlive_the_listing_launches_while_an_exited_worker_is_l
     let mut policy = pool("cpu", 5);
     policy.min = 0;
     let config = SimConfig {
-        start_latency: (Duration::from_secs(50), Duration::from_secs(50)),
         worker_idle: Duration::from_secs(30),
         ghost: Some(Duration::from_secs(60)),
-        ..SimConfig::default()
+        ..starting_in(50)
     };
     let report = simulate(&late, &[policy], &config).unwrap();
     assert_eq!(
@@ -589,9 +599,8 @@ fn a_worker_takes_one_bundle_per_check_in_and_fills_before_the_next() {
     let cases = [(None, (10.0, 10.0)), (Some(5), (15.6, 20.0))];
     for (gap, (p50, max)) in cases {
         let config = SimConfig {
-            start_latency: (Duration::from_secs(10), Duration::from_secs(10)),
             checkin_gap: gap.map(Duration::from_secs),
-            ..SimConfig::default()
+            ..starting_in(10)
         };
         let report = simulate(&workload, &[pool("cpu", 5)], &config).unwrap();
         let wait = &report.total_wait;
@@ -615,14 +624,12 @@ fn a_runs_room_comes_back_at_the_check_in_that_reports_it_gone() {
     let workload = trace(&[(0.0, 33.0), (0.0, 100.0), (0.0, 100.0)]);
     let c_waits = |gap: Option<u64>| {
         let config = SimConfig {
-            start_latency: (Duration::from_secs(10), Duration::from_secs(10)),
             checkin_gap: gap.map(Duration::from_secs),
-            ..SimConfig::default()
+            ..starting_in(10)
         };
         let report = simulate(&workload, &[pool("cpu", 1)], &config).unwrap();
         assert_eq!(report.finished, 3, "{gap:?}");
-        let tenths = |s: Option<f64>| (s.unwrap() * 10.0).round() / 10.0;
-        tenths(report.total_wait.max_seconds)
+        tenths(report.total_wait.max_seconds.unwrap())
     };
     assert_eq!(c_waits(None), 43.0, "C takes A's room as A ends");
     assert_eq!(
@@ -651,16 +658,17 @@ fn a_round_offers_each_bundle_to_the_ghosts_and_takes_the_workers_listed_at_its_
             ..pool("cpu", 5)
         };
         let config = SimConfig {
-            start_latency: (Duration::from_secs(10), Duration::from_secs(10)),
             worker_idle: Duration::from_secs(90),
             ghost: ghost.map(Duration::from_secs),
-            ..SimConfig::default()
+            ..starting_in(10)
         };
         let report = simulate(&workload, &[policy], &config).unwrap();
         assert_eq!(report.finished, 3, "{ghost:?}");
         let wait = &report.pools[0].wait;
-        let tenths = |s: Option<f64>| (s.unwrap() * 10.0).round() / 10.0;
-        (tenths(wait.p50_seconds), tenths(wait.max_seconds))
+        (
+            tenths(wait.p50_seconds.unwrap()),
+            tenths(wait.max_seconds.unwrap()),
+        )
     };
     assert_eq!(b_and_c(None), (9.0, 10.0), "A waits 10 s, B and C 9 s");
     assert_eq!(
@@ -681,10 +689,9 @@ fn with_until_a_run_bills_its_workers_until_they_leave() {
     let workload = trace(&[(0.0, 20.0)]);
     let run = |until: Option<u64>, idle: u64| {
         let config = SimConfig {
-            start_latency: (Duration::from_secs(10), Duration::from_secs(10)),
             worker_idle: Duration::from_secs(idle),
             until: until.map(Duration::from_secs),
-            ..SimConfig::default()
+            ..starting_in(10)
         };
         let report = simulate(&workload, &[pool("cpu", 5)], &config).unwrap();
         (report.pools[0].worker_hours, report.simulated_seconds)
@@ -709,15 +716,14 @@ fn an_idle_exit_counts_from_the_report_and_waits_for_the_check_in_it_falls_in() 
     // When the worker left: the run's end.
     let left = |gap: Option<u64>| {
         let config = SimConfig {
-            start_latency: (Duration::from_secs(10), Duration::from_secs(10)),
             worker_idle: Duration::from_secs(31),
             checkin_gap: gap.map(Duration::from_secs),
             until: Some(Duration::from_secs(30)),
-            ..SimConfig::default()
+            ..starting_in(10)
         };
         let report = simulate(&workload, &[pool("cpu", 5)], &config).unwrap();
         assert_eq!(report.pools[0].launches, 1);
-        (report.simulated_seconds * 10.0).round() / 10.0
+        tenths(report.simulated_seconds)
     };
     assert_eq!(left(None), 51.0);
     assert_eq!(left(Some(5)), 60.6);

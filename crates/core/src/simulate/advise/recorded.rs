@@ -117,11 +117,7 @@ impl Recorded {
             })?;
             first = first.min(line.time());
             last = last.max(line.time());
-            last_end = last_end.max(match &line {
-                Line::Bundle(bundle) => bundle.time + bundle.wait.max(0.0) + bundle.duration,
-                Line::Worker(worker) => worker.time + worker.placed.unwrap_or(0.0) + worker.active,
-                line => line.time(),
-            });
+            last_end = last_end.max(line.ended());
             if let Line::Bundle(bundle) = &line {
                 first_arrival = first_arrival.min(bundle.time);
             }

@@ -72,18 +72,6 @@ impl Cycle {
     }
 }
 
-impl Cycle {
-    /// When the worker's next check-in begins (`gap`: the check-in cycle's half), if check-ins
-    /// are modelled: after the one it is in, or the one it waits for.
-    pub(super) fn next_checkin(self, gap: Option<u64>) -> Option<u64> {
-        match self {
-            Cycle::Always => None,
-            Cycle::In { until } => Some(until + gap?),
-            Cycle::Before { next } => Some(next),
-        }
-    }
-}
-
 /// A dispatch round of the server, as CodaLab 1.7.5's bundle manager runs one: it takes the
 /// workers listed at its start (a worker that checks in later waits for the next round), then
 /// makes its offers one at a time, each bundle in the server's order to the worker the
@@ -287,8 +275,26 @@ impl Sim<'_> {
     /// check-in held for the gap, then a pause as long, from its first check-in or from the
     /// one after a check-in that brought a bundle).
     pub(super) fn cycle(&self, job: u32, now: u64) -> Cycle {
-        let gap = self.config.checkin_gap.map(|gap| gap.as_millis() as u64);
-        Cycle::at(gap, self.jobs[job as usize].checkins_from, now)
+        Cycle::at(
+            self.checkin_gap(),
+            self.jobs[job as usize].checkins_from,
+            now,
+        )
+    }
+
+    /// When `job`'s worker's next check-in begins after `now`: after the one it is in, or the
+    /// one it waits for; `None` where no cycle is modelled.
+    pub(super) fn next_checkin(&self, job: u32, now: u64) -> Option<u64> {
+        match self.cycle(job, now) {
+            Cycle::Always => None,
+            Cycle::In { until } => Some(until + self.checkin_gap()?),
+            Cycle::Before { next } => Some(next),
+        }
+    }
+
+    /// [`SimConfig::checkin_gap`] in ms.
+    fn checkin_gap(&self) -> Option<u64> {
+        self.config.checkin_gap.map(|gap| gap.as_millis() as u64)
     }
 
     /// Serves at `at` (once, however many ask for that instant).

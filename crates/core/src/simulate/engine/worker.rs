@@ -100,8 +100,7 @@ impl Sim<'_> {
     /// `ready` (10 of them, median 5.8 s), and room counted free at `ready` made the replay's
     /// wait p90 9 and 12 % short.
     pub(super) fn finish(&mut self, job: u32, bundle: u32, now: u64) {
-        let gap = self.config.checkin_gap.map(|gap| gap.as_millis() as u64);
-        match self.cycle(job, now).next_checkin(gap) {
+        match self.next_checkin(job, now) {
             Some(reported) => self.schedule(reported, RUN_REPORTED, job, bundle),
             None => self.run_reported(job, bundle, now),
         }
