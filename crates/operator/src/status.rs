@@ -255,6 +255,7 @@ mod tests {
             pending,
             stopping: 0,
             surplus: 0,
+            watch: None,
             reasons,
         }
     }

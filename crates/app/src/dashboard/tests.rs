@@ -26,6 +26,7 @@ fn decision(pool: &str, launches: u32, reasons: Vec<Reason>) -> PoolDecision {
         pending: 1,
         stopping: 0,
         surplus: 0,
+        watch: None,
         reasons,
     }
 }

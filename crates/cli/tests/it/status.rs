@@ -65,6 +65,7 @@ fn known_status() -> Status {
             pending: 1,
             stopping: 0,
             surplus: 0,
+            watch: None,
             reasons: vec![
                 Reason::WantWorkers { staged: 2 },
                 Reason::Target {
@@ -117,6 +118,7 @@ fn known_status() -> Status {
             pending: 0,
             stopping: 0,
             surplus: 0,
+            watch: None,
             reasons: vec![Reason::BackingOff {
                 until_seconds: 270,
                 remaining_seconds: 70,

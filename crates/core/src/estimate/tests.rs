@@ -21,6 +21,7 @@ fn pool(name: &str, launches: u32) -> PoolDecision {
         pending: 0,
         stopping: 0,
         surplus: 0,
+        watch: None,
         reasons: Vec::new(),
     }
 }

@@ -42,8 +42,9 @@ impl Manager {
                 return Ok(Outcome::Shutdown);
             };
             let launch_errors = result.as_ref().map_or(0, |r| r.launch_errors.len());
+            let next_tick = self.next_tick(result.as_ref().ok());
             let result = refusals.judge(result.map(drop), self.clock());
-            let delay = match errors.next(result, self.config.sleep_time) {
+            let delay = match errors.next(result, next_tick) {
                 Action::Requeue(delay) => delay,
                 Action::Stop(error) => return Err(error),
             };
@@ -62,6 +63,24 @@ impl Manager {
                 _ = shutdown.wait_for(|stop| *stop) => return Ok(Outcome::Shutdown),
             }
         }
+    }
+
+    /// When to tick next after a successful tick: `sleep_time`, or sooner while a pool races
+    /// launches for waiting bundles (its `race_watch`; logged).
+    fn next_tick(&self, report: Option<&super::TickReport>) -> std::time::Duration {
+        let sleep_time = self.config.sleep_time;
+        let Some(report) = report else {
+            return sleep_time;
+        };
+        let watching = report.pools.watching(sleep_time);
+        if let Some((pool, watch)) = watching.first() {
+            tracing::debug!(
+                "next tick in {} s (pool {pool}'s race_watch), not --sleep-time {}: it races launches for its waiting bundles, and the losers go once the winners check in",
+                watch.as_secs(),
+                sleep_time.as_secs(),
+            );
+        }
+        report.pools.next_tick(sleep_time)
     }
 
     /// Whether `--restart-after-seconds` has elapsed (logged).

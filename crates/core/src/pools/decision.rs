@@ -37,6 +37,15 @@ pub struct PoolDecision {
     /// busy workers, `min` and the waiting bundles it could run need): withdrawn once every
     /// decision has found a surplus for `withdraw_after`, the ones withdrawn now included.
     pub surplus: usize,
+    /// The pool races launches for waiting bundles and some pend (reason `raced`): the
+    /// manager looks again after the pool's `race_watch`, sooner than `sleep_time`, so the
+    /// losers are withdrawn as soon as the winners check in ([`PoolsDecision::next_tick`]).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::seconds::serialize_option",
+        deserialize_with = "crate::seconds::deserialize_option"
+    )]
+    pub watch: Option<std::time::Duration>,
     /// Every rule that fired.
     pub reasons: Vec<Reason>,
 }
@@ -83,5 +92,21 @@ impl PoolsDecision {
     /// Total launches over all pools.
     pub fn launches(&self) -> u32 {
         self.pools.iter().map(|p| p.launches).sum()
+    }
+
+    /// When the manager ticks next: after `sleep_time`, or sooner while a pool watches its
+    /// race ([`PoolDecision::watch`]).
+    pub fn next_tick(&self, sleep_time: std::time::Duration) -> std::time::Duration {
+        let watches = self.pools.iter().filter_map(|p| p.watch);
+        watches.fold(sleep_time, std::time::Duration::min)
+    }
+
+    /// The pools that watch their race, with how often, when that is sooner than
+    /// `sleep_time` (for the loop's log).
+    pub fn watching(&self, sleep_time: std::time::Duration) -> Vec<(&str, std::time::Duration)> {
+        (self.pools.iter())
+            .filter_map(|p| Some((p.pool.as_str(), p.watch?)))
+            .filter(|(_, watch)| *watch < sleep_time)
+            .collect()
     }
 }

@@ -24,7 +24,9 @@
 //!    stopped. `min_seconds_between_workers` holds launches except those that restore `min`.
 //!    A pool with `race` above 1 counts `ceil(race × workers)` for the workers its bundles fill
 //!    ([`PoolPolicy::raced`], reason `raced`; not for an overdue bundle): the first to check
-//!    in take the bundles, and rule 5 withdraws the others while they pend.
+//!    in take the bundles, and rule 5 withdraws the others while they pend. While some pend,
+//!    the decision asks for the next tick after the pool's `race_watch`, sooner than
+//!    `sleep_time` ([`PoolDecision::watch`]), so they are withdrawn before they start.
 //! 3. **Stuck pending.** A job pending longer than `pending_timeout` is stopped (`pending_timeout`
 //!    reason); the pool takes no bundle that tick (the manager also backs it off), so the demand
 //!    goes to the next fitting pool.
@@ -73,6 +75,7 @@ mod observe;
 mod packing_tests;
 mod plan;
 mod pool;
+mod race;
 mod single;
 pub mod spill;
 #[cfg(test)]

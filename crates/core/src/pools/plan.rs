@@ -2,6 +2,7 @@
 
 use super::assign::{self, Assigned, Slots};
 use super::census::{Census, census};
+use super::race;
 use super::times;
 use super::{
     BundleAssignment, Coverage, LaunchMode, PoolDecision, PoolObservation, PoolPolicy,
@@ -355,16 +356,6 @@ fn overdue_launches(
         .collect()
 }
 
-impl Demand {
-    /// The jobs to keep launched or pending for the workers the bundles fill, raced by the
-    /// pool's `race` ([`PoolPolicy::raced`]) but for overdue bundles: the server holds those
-    /// back for a reason the dispatch model cannot see, so a raced worker would idle.
-    fn raced(&self, policy: &PoolPolicy) -> usize {
-        let overdue = self.overdue.min(self.workers);
-        policy.raced(self.workers - overdue) + overdue
-    }
-}
-
 /// A pool's demand: its bundles, and the workers they fill.
 #[derive(Debug, Clone, Copy)]
 struct Demand {
@@ -398,6 +389,7 @@ fn decide(
         pending: census.pending + census.on_hold + census.stuck_ids.len(),
         stopping: observed.stopping,
         surplus: 0,
+        watch: None,
         reasons: Vec::new(),
     };
     if let Some(error) = &observed.unobserved {
@@ -442,6 +434,7 @@ fn decide(
         decision.launches = decision.launches.min(probe);
     }
     cap_to_budget(observed, &mut decision);
+    decision.watch = race::watch(policy, census.pending, &decision);
     decision
 }
 
@@ -515,18 +508,12 @@ fn decide_target(
     }
     let capacity = census.active + census.pending;
     let busy = census.busy(demand.packs);
-    let raced = demand.raced(policy);
+    let raced = race::jobs(policy, demand.workers, demand.overdue);
     let target = (busy + raced)
         .max(policy.min as usize)
         .min(policy.max as usize);
     decision.target = Some(target as u32);
-    if raced > demand.workers {
-        let jobs = raced.min((policy.max as usize).saturating_sub(busy));
-        reasons.push(Reason::Raced {
-            workers: demand.workers,
-            jobs,
-        });
-    }
+    reasons.extend(race::said(policy, (demand.workers, raced), busy));
     reasons.push(Reason::Target {
         target: target as u32,
         capacity,

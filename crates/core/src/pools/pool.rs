@@ -105,6 +105,10 @@ pub struct PoolPolicy {
     /// first to check in take the bundles, the rest are withdrawn before they start
     /// ([`PoolPolicy::raced`]).
     pub race: f64,
+    /// While the pool races launches for waiting bundles, the manager ticks this often
+    /// instead of every `sleep_time` ([`PoolPolicy::DEFAULT_RACE_WATCH`]).
+    #[serde(serialize_with = "crate::seconds::serialize")]
+    pub race_watch: Duration,
     /// Compat or target.
     pub launch_mode: LaunchMode,
     /// Launches per tick at most (target mode).
@@ -156,6 +160,7 @@ impl PoolPolicy {
             checkin_timeout: crate::checkin::DEFAULT_CHECKIN_TIMEOUT,
             withdraw_after: Self::DEFAULT_WITHDRAW_AFTER,
             race: Self::NO_RACE,
+            race_watch: Self::DEFAULT_RACE_WATCH,
             launch_mode: LaunchMode::Target,
             max_launches_per_tick: 1,
             min_seconds_between_workers: limits.min_seconds_between_workers,
@@ -226,6 +231,11 @@ impl PoolPolicy {
                 Self::MAX_RACE
             ));
         }
+        if self.race_watch < Duration::from_secs(1) {
+            return Err(format!(
+                "pool {name}: race_watch must be at least 1 second (it is how often the manager ticks while the pool races)"
+            ));
+        }
         if self.tag_exclusive && self.tag.as_deref().is_none_or(str::is_empty) {
             return Err(format!("pool {name}: tag_exclusive needs a tag"));
         }
@@ -252,6 +262,16 @@ impl PoolPolicy {
 
     /// The largest `race`: past a few jobs per worker, a race only adds withdrawals.
     pub const MAX_RACE: f64 = 4.0;
+
+    /// `race_watch` when unset: a second. A race is a bet on the next seconds: once the
+    /// winners check in, each loser still pending may start until the next tick withdraws it,
+    /// and one that starts boots a worker that finds nothing and idles out. At the default
+    /// `sleep_time` of 5 s, losers that started in that window left 2.1 % of the launches on
+    /// #29's trace with runs ×0.1 unused and cost 1.04× the no-waste floor; ticking every
+    /// second while the race is open: none, 0.97× (`BENCH.md`, #42). A tick costs the
+    /// CodaLab server about 17 ms of CPU (`BENCH.md`, server CPU per tick), so a pool racing
+    /// through a burst costs it under 2 % of a core meanwhile.
+    pub const DEFAULT_RACE_WATCH: Duration = Duration::from_secs(1);
 
     /// Jobs to keep launched or pending for `workers` needed by staged bundles:
     /// `ceil(race × workers)`. Start times vary (a queue, a node to find, an image to pull),

@@ -427,8 +427,9 @@ fn a_pending_job_its_platform_says_will_not_start_is_stopped_at_once_when_it_may
 
 /// `race` (rule 2): a pool keeps `ceil(race × workers)` jobs launched or pending for the
 /// workers its staged bundles need, says so (`raced`), never launches beyond `max` (nor says
-/// `max_reached` while the bundles' own workers fit), and withdraws the surplus once bundles
-/// are gone, the newest first.
+/// `max_reached` while the bundles' own workers fit), withdraws the surplus once bundles
+/// are gone, the newest first, and asks for the next tick after its `race_watch` while some
+/// of its raced jobs pend (a pool at its max with none pending has nothing to watch).
 #[test]
 fn race_rules_table() {
     let ages = |n: u64| {
@@ -436,102 +437,109 @@ fn race_rules_table() {
             .map(|i| pending(&format!("p{i}"), 100 * i))
             .collect()
     };
-    // (case, race, staged, max, jobs, launches, withdrawn, `raced` as (workers, jobs))
-    type Case = (
-        &'static str,
-        f64,
-        u32,
-        u32,
-        Vec<ObservedJob>,
-        u32,
-        Vec<&'static str>,
-        Option<(usize, usize)>,
-    );
-    let cases: Vec<Case> = vec![
-        ("no race", 1.0, 3, 10, vec![], 3, vec![], None),
-        (
-            "two jobs a worker",
-            2.0,
-            3,
-            10,
-            vec![],
-            6,
-            vec![],
-            Some((3, 6)),
-        ),
-        ("rounded up", 2.5, 3, 10, vec![], 8, vec![], Some((3, 8))),
-        (
-            "already pending",
-            2.0,
-            3,
-            10,
-            ages(6),
-            0,
-            vec![],
-            Some((3, 6)),
-        ),
-        (
+    struct Case {
+        case: &'static str,
+        race: f64,
+        staged: u32,
+        max: u32,
+        jobs: Vec<ObservedJob>,
+        launches: u32,
+        withdrawn: Vec<&'static str>,
+        /// `raced` as (workers, jobs).
+        raced: Option<(usize, usize)>,
+        watched: bool,
+    }
+    let case = |case, race, (staged, max), jobs, launches, raced: Option<(usize, usize)>| Case {
+        case,
+        race,
+        staged,
+        max,
+        jobs,
+        launches,
+        withdrawn: vec![],
+        watched: raced.is_some(),
+        raced,
+    };
+    let cases = [
+        case("no race", 1.0, (3, 10), vec![], 3, None),
+        case("two jobs a worker", 2.0, (3, 10), vec![], 6, Some((3, 6))),
+        case("rounded up", 2.5, (3, 10), vec![], 8, Some((3, 8))),
+        case("already pending", 2.0, (3, 10), ages(6), 0, Some((3, 6))),
+        case(
             "pending covers the bundles, not the race",
             2.0,
-            3,
-            10,
+            (3, 10),
             ages(3),
             3,
-            vec![],
             Some((3, 6)),
         ),
-        (
-            "two bundles started elsewhere: the newest go",
-            2.0,
-            1,
-            10,
-            ages(6),
-            0,
-            vec!["p1", "p2", "p3", "p4"],
-            Some((1, 2)),
-        ),
-        ("within max", 2.0, 3, 4, vec![], 4, vec![], Some((3, 4))),
-        (
+        Case {
+            withdrawn: vec!["p1", "p2", "p3", "p4"],
+            ..case(
+                "two bundles started elsewhere: the newest go",
+                2.0,
+                (1, 10),
+                ages(6),
+                0,
+                Some((1, 2)),
+            )
+        },
+        case("within max", 2.0, (3, 4), vec![], 4, Some((3, 4))),
+        case(
             "max below the workers",
             2.0,
-            3,
-            2,
+            (3, 2),
             vec![],
             2,
-            vec![],
             Some((3, 2)),
         ),
+        Case {
+            watched: false,
+            ..case(
+                "at max, every worker busy: nothing pends",
+                2.0,
+                (3, 2),
+                vec![busy("b1"), busy("b2")],
+                0,
+                Some((3, 0)),
+            )
+        },
     ];
-    for (case, race, staged, max, jobs, launches, expected, raced) in cases {
+    for c in cases {
+        let case = c.case;
         let policy = PoolPolicy {
-            race,
-            ..pool("cpu", 0, max)
+            race: c.race,
+            race_watch: S(2),
+            ..pool("cpu", 0, c.max)
         };
-        let decision = decide(bundles(staged), vec![observed(jobs)], &[policy]);
+        let decision = decide(bundles(c.staged), vec![observed(c.jobs)], &[policy]);
         let pool = &decision.pools[0];
-        assert_eq!(pool.launches, launches, "{case}: {:?}", pool.reasons);
-        assert_eq!(withdrawn(pool), expected, "{case}");
+        assert_eq!(pool.launches, c.launches, "{case}: {:?}", pool.reasons);
+        assert_eq!(withdrawn(pool), c.withdrawn, "{case}");
         let said = (pool.reasons.iter()).find_map(|r| match r {
             Reason::Raced { workers, jobs } => Some((*workers, *jobs)),
             _ => None,
         });
-        assert_eq!(said, raced, "{case}");
+        assert_eq!(said, c.raced, "{case}");
         let covers = (pool.reasons.iter()).any(|r| matches!(r, Reason::PendingCoversDemand { .. }));
         assert!(
-            !covers || launches == 0,
+            !covers || c.launches == 0,
             "{case}: \"don't launch\" while launching"
         );
         let at_max = (pool.reasons.iter()).any(|r| matches!(r, Reason::MaxReached { .. }));
         assert_eq!(
             at_max,
-            staged > max,
+            c.staged > c.max,
             "{case}: max_reached only when the bundles' own workers exceed max"
         );
+        assert_eq!(pool.watch, c.watched.then_some(S(2)), "{case}");
+        let next = decision.next_tick(S(5));
+        assert_eq!(next, if c.watched { S(2) } else { S(5) }, "{case}");
     }
 }
 
 #[test]
-fn race_is_refused_outside_one_to_four_and_in_compat_mode() {
+fn race_is_refused_outside_one_to_four_in_compat_mode_and_watched_below_a_second() {
     for (race, mode, says) in [
         (
             0.5,
@@ -560,4 +568,13 @@ fn race_is_refused_outside_one_to_four_and_in_compat_mode() {
         ..pool("cpu", 0, 5)
     };
     assert_eq!(fine.validate(), Ok(()));
+    let flat_out = PoolPolicy {
+        race_watch: Duration::ZERO,
+        ..fine
+    };
+    let error = flat_out.validate().unwrap_err();
+    assert!(
+        error.contains("race_watch must be at least 1 second"),
+        "{error}"
+    );
 }

@@ -193,6 +193,16 @@ pool_rules! {
         /// node); where a worker is billed while it boots, each loser costs its boot.
         #[key(example: Some("2"), unset: Some(crate::PoolPolicy::NO_RACE as u64))]
         pub race: Option<f64>,
+        /// Seconds between two ticks while the pool races launches for waiting bundles and some
+        /// pend (at least 1), instead of the global sleep_time: the losers are withdrawn as
+        /// soon as the winners check in, before more of them start and idle. Each tick reads
+        /// the server (about 17 ms of its CPU); sleep_time or more keeps the usual pace.
+        #[key(
+            seconds: true,
+            example: Some("2"),
+            unset: Some(crate::PoolPolicy::DEFAULT_RACE_WATCH.as_secs())
+        )]
+        pub race_watch: Option<u64>,
         /// compat (upstream's rules) or target.
         #[key]
         #[serde(default = "default_mode")]
@@ -303,6 +313,9 @@ impl PoolRules {
                 .withdraw_after
                 .map_or(crate::PoolPolicy::DEFAULT_WITHDRAW_AFTER, seconds),
             race: self.race.unwrap_or(crate::PoolPolicy::NO_RACE),
+            race_watch: self
+                .race_watch
+                .map_or(crate::PoolPolicy::DEFAULT_RACE_WATCH, seconds),
             launch_mode: self.launch_mode,
             max_launches_per_tick: self.max_launches_per_tick,
             min_seconds_between_workers: self

@@ -272,7 +272,6 @@ impl<'a> Sim<'a> {
     }
 
     fn run_inner(mut self) -> (SimReport, Vec<super::TickTrace>) {
-        let sleep = self.config.sleep_time.as_millis().max(1) as u64;
         let last_arrival = self.workload.arrivals.last().map_or(0, |a| a.at_ms);
         let deadline = last_arrival.saturating_add(self.config.drain.as_millis() as u64);
         let mut tick_at = 0u64;
@@ -283,8 +282,8 @@ impl<'a> Sim<'a> {
             if tick_at > deadline {
                 break (tick_at, true);
             }
-            self.tick(tick_at);
-            tick_at += sleep;
+            let next_tick = self.tick(tick_at);
+            tick_at += next_tick.as_millis().max(1) as u64;
         };
         let trace = self.trace.take().unwrap_or_default();
         (self.report(end, drained), trace)

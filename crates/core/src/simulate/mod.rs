@@ -14,9 +14,10 @@
 //!   that asks none) allow, in the server's order, each owner within their
 //!   `parallel_run_quota` ([`SimConfig::quotas`]; the simulated workers are the root user's,
 //!   so shared). A bundle runs for its `duration`; its queue wait is arrival to start.
-//! - **The manager** ticks every `sleep_time`: it lists every pool's jobs, reads the
-//!   server's workers (the active ones), builds the observation with the manager's pool
-//!   memory, calls `plan_pools` on the server's model (or one bundle a worker:
+//! - **The manager** ticks every `sleep_time` (every `race_watch` while a pool races its
+//!   launches, as the manager's loop does: `PoolsDecision::next_tick`): it lists every
+//!   pool's jobs, reads the server's workers (the active ones), builds the observation with
+//!   the manager's pool memory, calls `plan_pools` on the server's model (or one bundle a worker:
 //!   [`SimConfig::server_model`]), stops the jobs it says are stuck and launches what it
 //!   says, and estimates when each staged bundle it read starts, exactly as
 //!   [`Manager`](crate::Manager) does. Each bundle's first estimate is scored when it leaves
@@ -53,6 +54,8 @@
 
 pub mod advise;
 mod engine;
+#[cfg(test)]
+mod race_tests;
 pub mod report;
 pub mod rng;
 mod setup;
@@ -89,7 +92,8 @@ pub enum SimError {
 /// The simulated backend and workers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimConfig {
-    /// Time between two manager ticks (`--sleep-time`).
+    /// Time between two manager ticks (`--sleep-time`), unless a pool races its launches
+    /// (its `race_watch`, as in the manager).
     pub sleep_time: Duration,
     /// A launched job is pending for a uniform time in `[start_latency.0, start_latency.1]`.
     pub start_latency: (Duration, Duration),
@@ -133,9 +137,10 @@ pub struct SimConfig {
     /// How long a worker that ended stays on the server's list: CodaLab 1.7.5 forgets a
     /// worker 60 s after its last check-in (`worker_timeout_seconds`), a `cl-worker` that exits
     /// when idle does not say so, and meanwhile the server's dispatch offers it every bundle it
-    /// fits, each offer failing after 9.2 s (its log: "Socket message timeout"; the `advise`
-    /// bench found bursts after an idle exit waiting for that cleanup), and forgets it only
-    /// between two bundles (`engine/serve.rs`). With a ghost listed, the server's rounds take
+    /// fits, each offer failing after 1.2 s (its log: "Socket message timeout" after four
+    /// refused connections; the `advise` bench found bursts after an idle exit waiting for
+    /// that cleanup), and forgets it only between two bundles (`engine/serve.rs`). With a
+    /// ghost listed, the server's rounds take
     /// the bundles staged at one instant together. The manager sees it listed too, and counts
     /// its room unless the pool's workers outlive the listing
     /// ([`crate::checkin::outlives_the_listing`]).

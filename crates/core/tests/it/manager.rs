@@ -309,6 +309,59 @@ async fn shutdown_finishes_the_current_tick_and_returns() {
     assert_eq!(run.await.unwrap().unwrap(), Outcome::Shutdown);
 }
 
+/// A pool that races its launches is looked at again after its `race_watch`, not after
+/// `sleep_time` (an hour here): the first tick launches two jobs for the one staged bundle
+/// (race 2); one of them then ends, and the next tick, a second later, launches its
+/// replacement. With the loop sleeping `sleep_time` regardless, the replacement never comes
+/// within the bound (a wait for an event, not a timing).
+#[tokio::test]
+async fn a_racing_pool_is_ticked_every_race_watch() {
+    let (server, client, backend) = setup(vec![FakeBundle::new("alice", 1)], "alicepw").await;
+    let pool = Pool {
+        policy: codalab_wm_core::PoolPolicy {
+            race: 2.0,
+            race_watch: Duration::from_secs(1),
+            max_launches_per_tick: 10,
+            min_seconds_between_workers: 0,
+            ..codalab_wm_core::PoolPolicy::new("cpu", WorkerShape::from_flags(4, 0, 8192))
+        },
+        backend: Arc::new(backend.clone()),
+        worker: WorkerOptions {
+            server: server.url(),
+            ..WorkerOptions::default()
+        },
+    };
+    let config = ManagerConfig {
+        sleep_time: Duration::from_secs(3600),
+        ..instant()
+    };
+    let mut manager = Manager::with_pools(config, client, vec![pool]).unwrap();
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let run = tokio::spawn(async move { manager.run(false, shutdown).await });
+    let launched = |n: usize| {
+        let backend = backend.clone();
+        async move {
+            for _ in 0..3000 {
+                if backend.launches().len() >= n {
+                    return backend.launches().len();
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            backend.launches().len()
+        }
+    };
+    assert_eq!(launched(2).await, 2, "the first tick races two jobs");
+    let first = backend.jobs()[0].id.clone();
+    backend.set_state(&first, JobState::Ended);
+    assert_eq!(
+        launched(3).await,
+        3,
+        "the next tick, a race_watch later, replaces the ended job"
+    );
+    stop.send(true).unwrap();
+    assert_eq!(run.await.unwrap().unwrap(), Outcome::Shutdown);
+}
+
 #[tokio::test]
 async fn no_prefilter_keeps_large_bundles() {
     let (_server, client, backend) = setup(twelve_and_one_too_large(), "alicepw").await;

@@ -32,8 +32,9 @@ struct Observed {
 const START: Duration = Duration::ZERO;
 
 impl Sim<'_> {
-    /// One manager tick: observe, plan, act, as `Manager::tick` does.
-    pub(super) fn tick(&mut self, now_ms: u64) {
+    /// One manager tick: observe, plan, act, as `Manager::tick` does; returns when the next
+    /// one comes, as the manager's loop decides it ([`PoolsDecision::next_tick`]).
+    pub(super) fn tick(&mut self, now_ms: u64) -> Duration {
         self.ticks += 1;
         let now = Duration::from_millis(now_ms);
         let mut observed = self.observe(now);
@@ -42,6 +43,7 @@ impl Sim<'_> {
             (self.estimate_errors).push((scored.kind, scored.error_seconds * 1000));
         }
         let decision = planned.decision;
+        let next_tick = decision.next_tick(self.config.sleep_time);
         let mut events = observed.events;
         for (pool, decided) in decision.pools.iter().enumerate() {
             let trace = observed.traces.get_mut(pool);
@@ -54,6 +56,7 @@ impl Sim<'_> {
             self.keep_trace(now, workers, staged, observed.traces, &decision);
         }
         self.sample(now_ms);
+        next_tick
     }
 
     /// The observe step: each pool's listing and the server's workers into the engine, then
