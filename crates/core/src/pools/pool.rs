@@ -268,7 +268,7 @@ impl PoolPolicy {
     /// and one that starts boots a worker that finds nothing and idles out. At the default
     /// `sleep_time` of 5 s, losers that started in that window left 2.1 % of the launches on
     /// #29's trace with runs ×0.1 unused and cost 1.04× the no-waste floor; ticking every
-    /// second while the race is open: none, 0.97× (`BENCH.md`, #42). A tick costs the
+    /// second while the race is open: none, 0.98× (`BENCH.md`, #42). A tick costs the
     /// CodaLab server about 17 ms of CPU (`BENCH.md`, server CPU per tick), so a pool racing
     /// through a burst costs it under 2 % of a core meanwhile.
     pub const DEFAULT_RACE_WATCH: Duration = Duration::from_secs(1);

@@ -310,10 +310,11 @@ async fn shutdown_finishes_the_current_tick_and_returns() {
 }
 
 /// A pool that races its launches is looked at again after its `race_watch`, not after
-/// `sleep_time` (an hour here): the first tick launches two jobs for the one staged bundle
-/// (race 2); one of them then ends, and the next tick, a second later, launches its
-/// replacement. With the loop sleeping `sleep_time` regardless, the replacement never comes
-/// within the bound (a wait for an event, not a timing).
+/// `sleep_time` (an hour here), while its jobs pend: a first tick races two jobs for the one
+/// staged bundle (race 2); one of them ends, and the loop's first tick replaces it (two
+/// pend: the race is watched); another ends, and the next tick, a second later, replaces
+/// that one too. With the loop sleeping `sleep_time` regardless, the last replacement never
+/// comes within the bound (a wait for an event, not a timing).
 #[tokio::test]
 async fn a_racing_pool_is_ticked_every_race_watch() {
     let (server, client, backend) = setup(vec![FakeBundle::new("alice", 1)], "alicepw").await;
@@ -336,6 +337,10 @@ async fn a_racing_pool_is_ticked_every_race_watch() {
         ..instant()
     };
     let mut manager = Manager::with_pools(config, client, vec![pool]).unwrap();
+    manager.tick().await.unwrap();
+    assert_eq!(backend.launches().len(), 2, "the first tick races two jobs");
+    let end = |n: usize| backend.set_state(&backend.jobs()[n].id, JobState::Ended);
+    end(0);
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let run = tokio::spawn(async move { manager.run(false, shutdown).await });
     let launched = |n: usize| {
@@ -350,13 +355,12 @@ async fn a_racing_pool_is_ticked_every_race_watch() {
             backend.launches().len()
         }
     };
-    assert_eq!(launched(2).await, 2, "the first tick races two jobs");
-    let first = backend.jobs()[0].id.clone();
-    backend.set_state(&first, JobState::Ended);
+    assert_eq!(launched(3).await, 3, "the loop's first tick replaces it");
+    end(1);
     assert_eq!(
-        launched(3).await,
-        3,
-        "the next tick, a race_watch later, replaces the ended job"
+        launched(4).await,
+        4,
+        "the next tick, a race_watch later, replaces the other"
     );
     stop.send(true).unwrap();
     assert_eq!(run.await.unwrap().unwrap(), Outcome::Shutdown);
