@@ -72,15 +72,15 @@ impl Manager {
         let Some(report) = report else {
             return sleep_time;
         };
-        let watching = report.pools.watching(sleep_time);
-        if let Some((pool, watch)) = watching.first() {
-            tracing::debug!(
-                "next tick in {} s (pool {pool}'s race_watch), not --sleep-time {}: it races launches for its waiting bundles, and the losers go once the winners check in",
-                watch.as_secs(),
-                sleep_time.as_secs(),
-            );
-        }
-        report.pools.next_tick(sleep_time)
+        let Some((pool, watch)) = report.pools.watched_by(sleep_time) else {
+            return sleep_time;
+        };
+        tracing::debug!(
+            "next tick in {} s (pool {pool}'s race_watch), not --sleep-time {}: it races launches for its waiting bundles, and the losers go once the winners check in",
+            watch.as_secs(),
+            sleep_time.as_secs(),
+        );
+        watch
     }
 
     /// Whether `--restart-after-seconds` has elapsed (logged).

@@ -95,18 +95,21 @@ impl PoolsDecision {
     }
 
     /// When the manager ticks next: after `sleep_time`, or sooner while a pool watches its
-    /// race ([`PoolDecision::watch`]).
+    /// race ([`PoolsDecision::watched_by`]).
     pub fn next_tick(&self, sleep_time: std::time::Duration) -> std::time::Duration {
-        let watches = self.pools.iter().filter_map(|p| p.watch);
-        watches.fold(sleep_time, std::time::Duration::min)
+        self.watched_by(sleep_time)
+            .map_or(sleep_time, |(_, watch)| watch)
     }
 
-    /// The pools that watch their race, with how often, when that is sooner than
-    /// `sleep_time` (for the loop's log).
-    pub fn watching(&self, sleep_time: std::time::Duration) -> Vec<(&str, std::time::Duration)> {
+    /// The pool whose race sets the next tick ([`PoolDecision::watch`], the soonest), with
+    /// its `race_watch`, when that comes before `sleep_time`.
+    pub fn watched_by(
+        &self,
+        sleep_time: std::time::Duration,
+    ) -> Option<(&str, std::time::Duration)> {
         (self.pools.iter())
             .filter_map(|p| Some((p.pool.as_str(), p.watch?)))
             .filter(|(_, watch)| *watch < sleep_time)
-            .collect()
+            .min_by_key(|(_, watch)| *watch)
     }
 }

@@ -434,7 +434,6 @@ fn decide(
         decision.launches = decision.launches.min(probe);
     }
     cap_to_budget(observed, &mut decision);
-    decision.watch = race::watch(policy, census.pending, &decision);
     decision
 }
 
@@ -514,6 +513,7 @@ fn decide_target(
         .min(policy.max as usize);
     decision.target = Some(target as u32);
     reasons.extend(race::said(policy, (demand.workers, raced), busy));
+    decision.watch = race::watch(policy, (demand.workers, raced), census.pending);
     reasons.push(Reason::Target {
         target: target as u32,
         capacity,

@@ -3,7 +3,7 @@
 //! again while they pend. Rule 5 (`withdraw.rs`) withdraws the losers. Table-tested in
 //! `withdraw_tests.rs` (`race_rules_table`).
 
-use super::{PoolDecision, PoolPolicy};
+use super::PoolPolicy;
 use crate::policy::Reason;
 use std::time::Duration;
 
@@ -28,18 +28,17 @@ pub(super) fn said(
     })
 }
 
-/// The pool's `race_watch` while its race is open: it races launches for waiting bundles
-/// (reason `raced`) and some of its jobs pend on the platform, so the first may start any
-/// moment and the losers go at the first tick after the winners check in
+/// The pool's `race_watch` while its race is open: it keeps `raced` jobs for `workers` (more:
+/// reason `raced`) and some of its jobs pend on the platform (`pending`), so the first may
+/// start any moment and the losers go at the first tick after the winners check in
 /// ([`super::PoolsDecision::next_tick`]). None otherwise: a pool at its max with nothing
 /// pending has nothing to withdraw, however long its queue; this tick's launches pend from
 /// the next tick on, which then watches them (a dry run's, which never pend, keep the
 /// `sleep_time` pace).
 pub(super) fn watch(
     policy: &PoolPolicy,
+    (workers, raced): (usize, usize),
     pending: usize,
-    decision: &PoolDecision,
 ) -> Option<Duration> {
-    let racing = (decision.reasons.iter()).any(|r| matches!(r, Reason::Raced { .. }));
-    (racing && pending > 0).then_some(policy.race_watch)
+    (raced > workers && pending > 0).then_some(policy.race_watch)
 }

@@ -542,6 +542,30 @@ fn race_rules_table() {
     }
 }
 
+/// The next tick is the soonest `race_watch` among the pools that watch their race, and the
+/// pool named for it (in the loop's log) is that pool; none before `sleep_time`: `sleep_time`.
+#[test]
+fn the_next_tick_is_the_soonest_race_watch() {
+    let watching = |pool: &str, watch: Option<u64>| PoolDecision {
+        pool: pool.into(),
+        watch: watch.map(S),
+        ..PoolDecision::default()
+    };
+    let decision = PoolsDecision {
+        pools: vec![
+            watching("a", Some(3)),
+            watching("b", Some(2)),
+            watching("c", None),
+        ],
+        ..PoolsDecision::default()
+    };
+    assert_eq!(decision.watched_by(S(5)), Some(("b", S(2))));
+    assert_eq!(decision.next_tick(S(5)), S(2));
+    assert_eq!(decision.watched_by(S(2)), None);
+    assert_eq!(decision.next_tick(S(2)), S(2));
+    assert_eq!(decision.next_tick(S(1)), S(1));
+}
+
 #[test]
 fn race_is_refused_outside_one_to_four_in_compat_mode_and_watched_below_a_second() {
     for (race, mode, says) in [

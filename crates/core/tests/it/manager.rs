@@ -286,6 +286,19 @@ async fn a_wrong_password_stops_the_loop() {
     assert!(manager.run(false, shutdown).await.unwrap_err().is_fatal());
 }
 
+/// The backend's launches once there are `n` of them, or after `polls` polls 5 ms apart
+/// (a wait for the manager loop's launches, events of a task beside the test, bounded).
+async fn launched(backend: &FakeBackend, n: usize, polls: usize) -> usize {
+    for _ in 0..polls {
+        if backend.launches().len() >= n {
+            break;
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    backend.launches().len()
+}
+
 #[tokio::test]
 async fn shutdown_finishes_the_current_tick_and_returns() {
     let (_server, client, backend) = setup(vec![FakeBundle::new("alice", 1)], "alicepw").await;
@@ -297,14 +310,7 @@ async fn shutdown_finishes_the_current_tick_and_returns() {
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let run = tokio::spawn(async move { manager.run(false, shutdown).await });
     // Wait for the first tick's launch (an event), then ask to stop during the long sleep.
-    for _ in 0..1000 {
-        if !backend.launches().is_empty() {
-            break;
-        }
-        tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(backend.launches().len(), 1);
+    assert_eq!(launched(&backend, 1, 1000).await, 1);
     stop.send(true).unwrap();
     assert_eq!(run.await.unwrap().unwrap(), Outcome::Shutdown);
 }
@@ -343,22 +349,14 @@ async fn a_racing_pool_is_ticked_every_race_watch() {
     end(0);
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let run = tokio::spawn(async move { manager.run(false, shutdown).await });
-    let launched = |n: usize| {
-        let backend = backend.clone();
-        async move {
-            for _ in 0..3000 {
-                if backend.launches().len() >= n {
-                    return backend.launches().len();
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            backend.launches().len()
-        }
-    };
-    assert_eq!(launched(3).await, 3, "the loop's first tick replaces it");
+    assert_eq!(
+        launched(&backend, 3, 6000).await,
+        3,
+        "the loop's first tick replaces it"
+    );
     end(1);
     assert_eq!(
-        launched(4).await,
+        launched(&backend, 4, 6000).await,
         4,
         "the next tick, a race_watch later, replaces the other"
     );

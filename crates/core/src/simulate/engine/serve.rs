@@ -293,7 +293,7 @@ impl Sim<'_> {
     }
 
     /// [`SimConfig::checkin_gap`] in ms.
-    fn checkin_gap(&self) -> Option<u64> {
+    pub(super) fn checkin_gap(&self) -> Option<u64> {
         self.config.checkin_gap.map(|gap| gap.as_millis() as u64)
     }
 

@@ -18,8 +18,8 @@ impl Sim<'_> {
         worker.running.push((bundle, now));
         worker.in_use = add(worker.in_use, requested);
         worker.started += 1;
-        if let Some(gap) = self.config.checkin_gap {
-            let next = now + gap.as_millis() as u64 + HANDLES_A_RUN_MS;
+        if let Some(gap) = self.checkin_gap() {
+            let next = now + gap + HANDLES_A_RUN_MS;
             self.jobs[job as usize].checkins_from = next;
             self.serve_at(next);
         }
